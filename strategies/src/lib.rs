@@ -1,0 +1,16 @@
+//! The mathematics of fedshard, pure and synchronous.
+//!
+//! Everything here is computed from numbers alone: singular spectra become inclusion
+//! probabilities and multipliers (spectral sharding, `sharding`), inclusion probabilities become
+//! index sets (`sampling`), client statistics become selection probabilities and aggregation
+//! weights. The formulas follow `ALGORITHMS.md`; each function's doc comment cites the section
+//! and equation it implements.
+//!
+//! Not here: tensors, files, actors, async code or anything a user types. Those live in
+//! `fedshard-actors` and `fedshard`.
+
+pub mod error;
+pub mod rng;
+pub mod spectrum;
+
+pub use error::{Result, StrategyError};
