@@ -11,6 +11,8 @@
 
 pub mod error;
 pub mod rng;
+pub mod sampling;
+pub mod sharding;
 pub mod spectrum;
 
 pub use error::{Result, StrategyError};
