@@ -5,3 +5,5 @@
 //! [`fedshard_strategies`].
 
 pub mod cli;
+pub mod data;
+pub mod models;

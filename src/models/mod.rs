@@ -1,0 +1,67 @@
+//! Models as named tensors of plain numbers, and the first model family: multinomial logistic
+//! regression trained by SGD.
+//!
+//! Nothing here reads files or knows how data was partitioned: a model sees a
+//! [`crate::data::Dataset`] and a seed, and exchanges its parameters as a [`ModelState`].
+
+pub mod softmax;
+pub mod tensors;
+
+pub use tensors::{ModelState, NamedTensor};
+
+use thiserror::Error;
+
+/// Why a model state, an update or a training call was rejected.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ModelError {
+    /// A tensor's data length does not match the product of its shape.
+    #[error("tensor {name:?} has shape {shape:?} ({expected} values) but holds {actual} values")]
+    DataLength {
+        name: String,
+        shape: Vec<usize>,
+        expected: usize,
+        actual: usize,
+    },
+    /// Two tensors share a name.
+    #[error("tensor {name:?} appears more than once")]
+    DuplicateTensor { name: String },
+    /// A tensor the model needs is absent.
+    #[error("tensor {name:?} is missing")]
+    MissingTensor { name: String },
+    /// Two states do not have the same tensors, or a tensor has the wrong shape.
+    #[error("tensor {name:?}: expected shape {expected:?}, found {found:?}")]
+    ShapeMismatch {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    /// Two states hold different tensor names at the same position.
+    #[error("tensor #{position}: expected {expected:?}, found {found:?}")]
+    NameMismatch {
+        position: usize,
+        expected: String,
+        found: String,
+    },
+    /// Two states hold different numbers of tensors.
+    #[error("expected {expected} tensors, found {found}")]
+    TensorCount { expected: usize, found: usize },
+    /// The data does not fit the model (feature dimension, classes).
+    #[error("data does not fit the model: {0}")]
+    DataMismatch(String),
+    /// A training hyper-parameter is outside its domain.
+    #[error("invalid {name} = {value}: {expected}")]
+    InvalidConfig {
+        name: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    /// Parameters or a loss became NaN or infinite.
+    #[error("non-finite values: {0}")]
+    NonFinite(String),
+    /// A byte encoding of a state is malformed.
+    #[error("malformed model bytes at offset {offset}: {problem}")]
+    Decode { offset: usize, problem: String },
+}
+
+/// Result of the model layer.
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;
