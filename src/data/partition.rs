@@ -113,7 +113,8 @@ fn validate(labels: &[u32], classes: usize, spec: &PartitionSpec) -> Result<()> 
     if spec.clients == 0 {
         return invalid("clients", "0".into(), "at least one client");
     }
-    if !(spec.alpha > 0.0) {
+    // NaN fails this test too.
+    if spec.alpha.is_nan() || spec.alpha <= 0.0 {
         return invalid(
             "alpha",
             spec.alpha.to_string(),
@@ -182,7 +183,7 @@ fn dirichlet(alpha: f64, p: &[f64], rng: &mut ChaCha20Rng) -> Vec<f64> {
         .iter()
         .map(|&pk| {
             let shape = alpha * pk;
-            if !(shape > 0.0) {
+            if shape.is_nan() || shape <= 0.0 {
                 return f64::NEG_INFINITY;
             }
             let boosted = if shape < 1.0 { shape + 1.0 } else { shape };
