@@ -22,25 +22,12 @@ pub enum ModelError {
         expected: usize,
         actual: usize,
     },
-    /// Two tensors share a name.
-    #[error("tensor {name:?} appears more than once")]
-    DuplicateTensor { name: String },
-    /// A tensor the model needs is absent.
-    #[error("tensor {name:?} is missing")]
-    MissingTensor { name: String },
     /// Two states do not have the same tensors, or a tensor has the wrong shape.
     #[error("tensor {name:?}: expected shape {expected:?}, found {found:?}")]
     ShapeMismatch {
         name: String,
         expected: Vec<usize>,
         found: Vec<usize>,
-    },
-    /// Two states hold different tensor names at the same position.
-    #[error("tensor #{position}: expected {expected:?}, found {found:?}")]
-    NameMismatch {
-        position: usize,
-        expected: String,
-        found: String,
     },
     /// Two states hold different numbers of tensors.
     #[error("expected {expected} tensors, found {found}")]
@@ -58,9 +45,9 @@ pub enum ModelError {
     /// Parameters or a loss became NaN or infinite.
     #[error("non-finite values: {0}")]
     NonFinite(String),
-    /// A byte encoding of a state is malformed.
-    #[error("malformed model bytes at offset {offset}: {problem}")]
-    Decode { offset: usize, problem: String },
+    /// A model state is malformed (missing tensor, wrong length, non-finite value).
+    #[error(transparent)]
+    State(#[from] fedshard_actors::model::ModelError),
 }
 
 /// Result of the model layer.

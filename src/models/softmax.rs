@@ -480,9 +480,9 @@ mod tests {
         let a = train(&init(64, 10), &d, &cfg, 3).unwrap();
         let b = train(&init(64, 10), &d, &cfg, 3).unwrap();
         let c = train(&init(64, 10), &d, &cfg, 4).unwrap();
-        assert_eq!(a.state.to_le_bytes(), b.state.to_le_bytes());
+        assert_eq!(a.state.to_bytes(), b.state.to_bytes());
         assert_eq!(a.mean_loss.to_bits(), b.mean_loss.to_bits());
-        assert_ne!(a.state.to_le_bytes(), c.state.to_le_bytes());
+        assert_ne!(a.state.to_bytes(), c.state.to_bytes());
     }
 
     #[test]
@@ -501,9 +501,9 @@ mod tests {
         let missing = ModelState::new(vec![NamedTensor::zeros(BIAS, vec![3])]).unwrap();
         assert_eq!(
             evaluate(&missing, &data),
-            Err(ModelError::MissingTensor {
-                name: WEIGHT.into()
-            })
+            Err(ModelError::State(
+                fedshard_actors::model::ModelError::Missing(WEIGHT.into())
+            ))
         );
         for cfg in [
             SgdConfig {

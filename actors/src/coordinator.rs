@@ -1,0 +1,232 @@
+//! The coordinator: who the clients are, how they cluster by keep ratio, and who takes part in
+//! each round. The logic is in [`Registry`]; [`Coordinator`] is the actor around it.
+
+use crate::trainer::ClientId;
+use fedshard_strategies::rng::{Purpose, stream};
+use fedshard_strategies::selection::{ClientSelector, ClientStats, SelectorName};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What the coordinator knows of a client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientRecord {
+    pub id: ClientId,
+    /// The fraction of the model this client can afford to train, r ∈ (0, 1].
+    pub keep_ratio: f64,
+    /// D_c, its number of training samples.
+    pub samples: u64,
+    pub alive: bool,
+    /// Rounds in which it failed, over the whole run.
+    pub failures: u64,
+}
+
+/// The participants of one round with their cluster keep ratios and selection probabilities.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundSelection {
+    /// (client, keep ratio of its cluster), ascending by client.
+    pub participants: Vec<(ClientId, f64)>,
+    /// p_k of each participant, in the same order.
+    pub probabilities: Vec<f64>,
+}
+
+/// The client registry and the selection policy, as plain data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Registry {
+    pub clients: BTreeMap<ClientId, ClientRecord>,
+    pub selector: SelectorName,
+    /// Expected number of full-model uploads per round, m.
+    pub budget: f64,
+    /// `None`: one cluster per distinct keep ratio; `Some(k)`: at most k buckets of nearby ratios.
+    pub max_clusters: Option<usize>,
+}
+
+impl Registry {
+    /// Keep ratio of each client's cluster. With `max_clusters = k` and more than k distinct
+    /// ratios, the sorted distinct ratios are cut at their k − 1 widest gaps, and a bucket's
+    /// ratio is its smallest member's, so no client is asked for more than it can afford.
+    pub fn cluster_keep_ratios(&self) -> BTreeMap<ClientId, f64> {
+        let mut distinct: Vec<f64> = self.clients.values().map(|c| c.keep_ratio).collect();
+        distinct.sort_by(f64::total_cmp);
+        distinct.dedup();
+        let representative = cluster_representatives(&distinct, self.max_clusters);
+        self.clients
+            .values()
+            .map(|c| {
+                let k = distinct.partition_point(|r| *r < c.keep_ratio);
+                (c.id, representative[k])
+            })
+            .collect()
+    }
+
+    fn stats(&self, norms: Option<&BTreeMap<ClientId, f64>>) -> Vec<ClientStats> {
+        self.clients
+            .values()
+            .filter(|c| c.alive)
+            .map(|c| ClientStats {
+                id: c.id,
+                samples: c.samples as f64,
+                keep_ratio: c.keep_ratio,
+                update_norm: norms.and_then(|n| n.get(&c.id).copied()),
+            })
+            .collect()
+    }
+
+    /// Whether the selector needs update norms, i.e. a two-phase round.
+    pub fn two_phase(&self) -> bool {
+        self.selector.build().needs_update_norms()
+    }
+
+    /// Selects the round's participants with the stream (seed, round, 0, Selection). For a
+    /// two-phase selector, call first without norms (every live client trains and reports its
+    /// norm), then with the reported norms of the clients that succeeded.
+    pub fn select(
+        &self,
+        seed: u64,
+        round: u64,
+        norms: Option<&BTreeMap<ClientId, f64>>,
+    ) -> Result<RoundSelection, String> {
+        let selector = self.selector.build();
+        let clusters = self.cluster_keep_ratios();
+        let mut stats = self.stats(None);
+        if selector.needs_update_norms() {
+            match norms {
+                None => {
+                    let participants = stats.iter().map(|s| (s.id, clusters[&s.id])).collect();
+                    return Ok(RoundSelection { participants, probabilities: vec![1.0; stats.len()] });
+                }
+                Some(n) => {
+                    stats = self.stats(Some(n));
+                    stats.retain(|s| s.update_norm.is_some());
+                }
+            }
+        }
+        if stats.is_empty() {
+            return Err("no live client to select".into());
+        }
+        let mut rng = stream(seed, round, 0, Purpose::Selection);
+        let selection = selector
+            .select(&stats, self.budget, &mut rng)
+            .map_err(|e| format!("selector {}: {e}", self.selector))?;
+        let participants = selection.chosen.iter().map(|&k| (stats[k].id, clusters[&stats[k].id])).collect();
+        let probabilities = selection.chosen.iter().map(|&k| selection.probabilities[k]).collect();
+        Ok(RoundSelection { participants, probabilities })
+    }
+}
+
+/// For each sorted distinct ratio, its cluster's representative (smallest member).
+fn cluster_representatives(distinct: &[f64], max_clusters: Option<usize>) -> Vec<f64> {
+    let k = max_clusters.unwrap_or(usize::MAX).max(1);
+    if distinct.len() <= k {
+        return distinct.to_vec();
+    }
+    let mut gaps: Vec<usize> = (1..distinct.len()).collect();
+    gaps.sort_by(|&a, &b| {
+        (distinct[b] - distinct[b - 1]).total_cmp(&(distinct[a] - distinct[a - 1])).then(a.cmp(&b))
+    });
+    let mut cuts: Vec<usize> = gaps.into_iter().take(k - 1).collect();
+    cuts.sort_unstable();
+    let mut representative = Vec::with_capacity(distinct.len());
+    let mut start = 0;
+    for end in cuts.into_iter().chain([distinct.len()]) {
+        representative.extend(std::iter::repeat_n(distinct[start], end - start));
+        start = end;
+    }
+    representative
+}
+
+/// Messages the coordinator answers.
+pub enum CoordinatorMsg {
+    /// Selects the participants of a round (see [`Registry::select`]).
+    Select {
+        seed: u64,
+        round: u64,
+        norms: Option<BTreeMap<ClientId, f64>>,
+        reply: RpcReplyPort<Result<RoundSelection, String>>,
+    },
+    /// Marks a client dead (crashed and not yet restarted) or alive again.
+    SetAlive { client: ClientId, alive: bool },
+    /// Counts a failed round of a client.
+    CountFailure { client: ClientId },
+    /// The registry as it is now, for checkpoints.
+    Snapshot { reply: RpcReplyPort<Registry> },
+}
+
+/// The coordinator actor.
+pub struct Coordinator;
+
+impl Actor for Coordinator {
+    type Msg = CoordinatorMsg;
+    type State = Registry;
+    type Arguments = Registry;
+
+    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, registry: Registry) -> Result<Registry, ActorProcessingErr> {
+        Ok(registry)
+    }
+
+    async fn handle(&self, _myself: ActorRef<Self::Msg>, message: Self::Msg, registry: &mut Registry) -> Result<(), ActorProcessingErr> {
+        match message {
+            CoordinatorMsg::Select { seed, round, norms, reply } => {
+                let _ = reply.send(registry.select(seed, round, norms.as_ref()));
+            }
+            CoordinatorMsg::SetAlive { client, alive } => {
+                if let Some(c) = registry.clients.get_mut(&client) {
+                    c.alive = alive;
+                }
+            }
+            CoordinatorMsg::CountFailure { client } => {
+                if let Some(c) = registry.clients.get_mut(&client) {
+                    c.failures += 1;
+                }
+            }
+            CoordinatorMsg::Snapshot { reply } => {
+                let _ = reply.send(registry.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry(ratios: &[f64], max_clusters: Option<usize>) -> Registry {
+        Registry {
+            clients: ratios
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| (i as u64, ClientRecord { id: i as u64, keep_ratio: r, samples: 10, alive: true, failures: 0 }))
+                .collect(),
+            selector: SelectorName::Uniform,
+            budget: 2.0,
+            max_clusters,
+        }
+    }
+
+    #[test]
+    fn exact_clusters_keep_every_ratio() {
+        let r = registry(&[0.2, 0.4, 0.2, 0.4], None);
+        let c = r.cluster_keep_ratios();
+        assert_eq!(c.values().copied().collect::<Vec<_>>(), vec![0.2, 0.4, 0.2, 0.4]);
+    }
+
+    #[test]
+    fn buckets_cut_at_the_widest_gaps_and_take_the_smallest_ratio() {
+        let r = registry(&[0.1, 0.12, 0.5, 0.55, 0.9], Some(3));
+        let c: Vec<f64> = r.cluster_keep_ratios().values().copied().collect();
+        assert_eq!(c, vec![0.1, 0.1, 0.5, 0.5, 0.9]);
+        let one = registry(&[0.1, 0.5, 0.9], Some(1));
+        assert!(one.cluster_keep_ratios().values().all(|&r| r == 0.1));
+    }
+
+    #[test]
+    fn selection_is_deterministic_and_skips_dead_clients() {
+        let mut r = registry(&[0.5; 6], None);
+        r.clients.get_mut(&0).unwrap().alive = false;
+        let a = r.select(3, 1, None).unwrap();
+        assert_eq!(a, r.select(3, 1, None).unwrap());
+        assert_eq!(a.participants.len(), 2);
+        assert!(a.participants.iter().all(|(c, _)| *c != 0));
+    }
+}

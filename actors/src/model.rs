@@ -1,0 +1,201 @@
+//! The global model as the server holds it: named f32 tensors in a fixed order.
+//!
+//! Nothing here knows what the tensors mean; models (in `fedshard`) name them and say which are
+//! decomposable for spectral sharding.
+
+use serde::{Deserialize, Serialize};
+
+/// One named tensor, row-major.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedTensor {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl NamedTensor {
+    /// A tensor whose data length is checked against its shape.
+    pub fn new(name: impl Into<String>, shape: Vec<usize>, data: Vec<f32>) -> Result<Self, ModelError> {
+        let name = name.into();
+        let expected: usize = shape.iter().product();
+        if expected != data.len() {
+            return Err(ModelError::Shape {
+                tensor: name,
+                expected: format!("{} values for shape {shape:?}", expected),
+                found: format!("{} values", data.len()),
+            });
+        }
+        Ok(Self { name, shape, data })
+    }
+
+    /// A zero tensor of the given shape.
+    pub fn zeros(name: impl Into<String>, shape: Vec<usize>) -> Self {
+        let len = shape.iter().product();
+        Self { name: name.into(), shape, data: vec![0.0; len] }
+    }
+
+    /// Rows and columns of the matrix this tensor is sharded as: `(shape[0], Π shape[1..])`, so
+    /// a conv kernel (out, in, kh, kw) is the (out, in·kh·kw) matrix of ALGORITHMS.md §1.8.
+    pub fn matrix_shape(&self) -> (usize, usize) {
+        match self.shape.split_first() {
+            Some((rows, rest)) => (*rows, rest.iter().product()),
+            None => (1, 1),
+        }
+    }
+}
+
+/// Why two model states cannot be combined.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error("tensor `{tensor}`: expected {expected}, found {found}")]
+    Shape { tensor: String, expected: String, found: String },
+    #[error("tensor `{0}` is missing")]
+    Missing(String),
+    #[error("tensor `{tensor}` has a non-finite value at position {position}")]
+    NonFinite { tensor: String, position: usize },
+    #[error("model bytes are malformed: {0}")]
+    Bytes(String),
+}
+
+/// A whole model: tensors sorted by name, so two states with the same content compare and
+/// serialise identically.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ModelState {
+    pub tensors: Vec<NamedTensor>,
+}
+
+impl ModelState {
+    /// Builds a state, sorting the tensors by name and rejecting duplicate names.
+    pub fn new(mut tensors: Vec<NamedTensor>) -> Result<Self, ModelError> {
+        tensors.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(w) = tensors.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(ModelError::Shape {
+                tensor: w[0].name.clone(),
+                expected: "one tensor per name".into(),
+                found: "two".into(),
+            });
+        }
+        Ok(Self { tensors })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&NamedTensor> {
+        self.tensors
+            .binary_search_by(|t| t.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.tensors[i])
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut NamedTensor> {
+        self.tensors
+            .binary_search_by(|t| t.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &mut self.tensors[i])
+    }
+
+    /// The tensor called `name`, or an error naming it.
+    pub fn require(&self, name: &str) -> Result<&NamedTensor, ModelError> {
+        self.get(name).ok_or_else(|| ModelError::Missing(name.to_string()))
+    }
+
+    /// Whether every value is finite.
+    pub fn is_finite(&self) -> bool {
+        self.check_finite().is_ok()
+    }
+
+    pub fn num_parameters(&self) -> usize {
+        self.tensors.iter().map(|t| t.data.len()).sum()
+    }
+
+    /// Same names and shapes as `reference`, in the same order; names the first difference.
+    pub fn check_compatible(&self, reference: &ModelState) -> Result<(), ModelError> {
+        for t in &reference.tensors {
+            let mine = self.get(&t.name).ok_or_else(|| ModelError::Missing(t.name.clone()))?;
+            if mine.shape != t.shape || mine.data.len() != t.data.len() {
+                return Err(ModelError::Shape {
+                    tensor: t.name.clone(),
+                    expected: format!("shape {:?}", t.shape),
+                    found: format!("shape {:?} with {} values", mine.shape, mine.data.len()),
+                });
+            }
+        }
+        if let Some(extra) = self.tensors.iter().find(|t| reference.get(&t.name).is_none()) {
+            return Err(ModelError::Shape {
+                tensor: extra.name.clone(),
+                expected: "no such tensor".into(),
+                found: "an extra tensor".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The first non-finite value, if any.
+    pub fn check_finite(&self) -> Result<(), ModelError> {
+        for t in &self.tensors {
+            if let Some(position) = t.data.iter().position(|v| !v.is_finite()) {
+                return Err(ModelError::NonFinite { tensor: t.name.clone(), position });
+            }
+        }
+        Ok(())
+    }
+
+    /// Exact bytes of the model (bincode of names, shapes and little-endian values): two runs
+    /// that agree bit for bit produce the same bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Encoding plain vectors and strings into a Vec cannot fail.
+        bincode::serde::encode_to_vec(self, bincode::config::standard())
+            .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"))
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, ModelError> {
+        let (state, used): (ModelState, usize) =
+            bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+                .map_err(|e| ModelError::Bytes(e.to_string()))?;
+        if used != bytes.len() {
+            return Err(ModelError::Bytes(format!("{} trailing bytes", bytes.len() - used)));
+        }
+        Ok(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> ModelState {
+        ModelState::new(vec![
+            NamedTensor::new("w", vec![2, 3], vec![1.0; 6]).unwrap(),
+            NamedTensor::new("b", vec![2], vec![0.5, -0.5]).unwrap(),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn tensors_are_sorted_and_found() {
+        let s = state();
+        assert_eq!(s.tensors[0].name, "b");
+        assert_eq!(s.get("w").unwrap().matrix_shape(), (2, 3));
+        assert_eq!(s.num_parameters(), 8);
+    }
+
+    #[test]
+    fn bytes_round_trip_exactly() {
+        let s = state();
+        assert_eq!(ModelState::from_bytes(&s.to_bytes()).unwrap(), s);
+        let mut bytes = s.to_bytes();
+        bytes.push(0);
+        assert!(ModelState::from_bytes(&bytes).is_err());
+    }
+
+    #[test]
+    fn compatibility_names_the_tensor() {
+        let s = state();
+        let mut other = s.clone();
+        other.get_mut("w").unwrap().shape = vec![3, 2];
+        let err = other.check_compatible(&s).unwrap_err().to_string();
+        assert!(err.contains("`w`"), "{err}");
+        let mut nan = s.clone();
+        nan.get_mut("b").unwrap().data[1] = f32::NAN;
+        assert!(nan.check_finite().is_err());
+        assert!(NamedTensor::new("x", vec![2, 2], vec![0.0; 3]).is_err());
+    }
+}

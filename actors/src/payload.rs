@@ -1,0 +1,201 @@
+//! Uplink payloads: opaque bytes with an exact bit count, decoded and validated on the server
+//! before anything touches the global model.
+//!
+//! The identity encoding comes first; compressors (KLMS and its hosts) plug in behind the same
+//! [`Encoding`] seam later.
+
+use crate::model::ModelState;
+use crate::trainer::{LayerShard, TrainOutput, TrainTask};
+use serde::{Deserialize, Serialize};
+
+/// How an update is turned into bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Encoding {
+    /// bincode of the updated tensors, f32 little-endian: 32 bits per value plus framing.
+    #[default]
+    Identity,
+}
+
+/// An encoded update as it travels: bytes plus the exact number of bits that carry it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Payload {
+    pub encoding: Encoding,
+    pub bytes: Vec<u8>,
+    /// Bits on the wire for this update (8 × bytes for the identity encoding).
+    pub bits: u64,
+}
+
+/// What the server learns from a decoded update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct UpdateBody {
+    dense: ModelState,
+    shards: Vec<LayerShard>,
+}
+
+/// Why an update was rejected. Each reason is counted separately.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
+pub enum Rejection {
+    #[error("payload does not decode: {0}")]
+    Malformed(String),
+    #[error("wrong shape: {0}")]
+    Shape(String),
+    #[error("non-finite value: {0}")]
+    NonFinite(String),
+    #[error("indices not given to this client: {0}")]
+    Indices(String),
+}
+
+impl Rejection {
+    /// A short, stable label for counting (`malformed`, `shape`, `non_finite`, `indices`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Rejection::Malformed(_) => "malformed",
+            Rejection::Shape(_) => "shape",
+            Rejection::NonFinite(_) => "non_finite",
+            Rejection::Indices(_) => "indices",
+        }
+    }
+}
+
+/// Encodes a client's training output.
+pub fn encode(output: &TrainOutput, encoding: Encoding) -> Payload {
+    match encoding {
+        Encoding::Identity => {
+            let body = UpdateBody { dense: output.dense.clone(), shards: output.shards.clone() };
+            let bytes = bincode::serde::encode_to_vec(&body, bincode::config::standard())
+                .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"));
+            let bits = 8 * bytes.len() as u64;
+            Payload { encoding, bytes, bits }
+        }
+    }
+}
+
+/// The validated content of an update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedUpdate {
+    pub dense: ModelState,
+    pub shards: Vec<LayerShard>,
+}
+
+/// Decodes `payload` and checks it against the task the client was given: the same dense
+/// tensors with the same shapes, the same sharded layers with exactly the indices sent, the right
+/// factor lengths, and only finite values.
+pub fn decode_and_validate(payload: &Payload, task: &TrainTask) -> Result<DecodedUpdate, Rejection> {
+    let body: UpdateBody = match payload.encoding {
+        Encoding::Identity => {
+            let (body, used) =
+                bincode::serde::decode_from_slice(&payload.bytes, bincode::config::standard())
+                    .map_err(|e| Rejection::Malformed(e.to_string()))?;
+            if used != payload.bytes.len() {
+                return Err(Rejection::Malformed(format!(
+                    "{} trailing bytes",
+                    payload.bytes.len() - used
+                )));
+            }
+            body
+        }
+    };
+    body.dense
+        .check_compatible(&task.dense)
+        .map_err(|e| Rejection::Shape(e.to_string()))?;
+    body.dense.check_finite().map_err(|e| Rejection::NonFinite(e.to_string()))?;
+    if body.shards.len() != task.shards.len() {
+        return Err(Rejection::Shape(format!(
+            "{} sharded layers, expected {}",
+            body.shards.len(),
+            task.shards.len()
+        )));
+    }
+    for (got, sent) in body.shards.iter().zip(&task.shards) {
+        if got.name != sent.name || got.shape != sent.shape {
+            return Err(Rejection::Shape(format!(
+                "sharded layer `{}` {:?} where `{}` {:?} was sent",
+                got.name, got.shape, sent.name, sent.shape
+            )));
+        }
+        if got.indices != sent.indices {
+            return Err(Rejection::Indices(format!(
+                "layer `{}` returned terms {:?}, was given {:?}",
+                got.name, got.indices, sent.indices
+            )));
+        }
+        let n = sent.indices.len();
+        if got.left.len() != n * sent.rows() || got.right.len() != n * sent.cols() {
+            return Err(Rejection::Shape(format!(
+                "layer `{}`: factors of {} and {} values, expected {} and {}",
+                got.name,
+                got.left.len(),
+                got.right.len(),
+                n * sent.rows(),
+                n * sent.cols()
+            )));
+        }
+        if let Some(p) = got.left.iter().chain(&got.right).position(|v| !v.is_finite()) {
+            return Err(Rejection::NonFinite(format!("layer `{}` factor value {p}", got.name)));
+        }
+    }
+    Ok(DecodedUpdate { dense: body.dense, shards: body.shards })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NamedTensor;
+    use crate::trainer::Recipe;
+
+    fn task() -> TrainTask {
+        TrainTask {
+            round: 1,
+            client: 3,
+            seed: 9,
+            dense: ModelState::new(vec![NamedTensor::zeros("b", vec![2])]).unwrap(),
+            shards: vec![LayerShard {
+                name: "w".into(),
+                shape: vec![2, 3],
+                indices: vec![0, 2],
+                left: vec![0.0; 4],
+                right: vec![0.0; 6],
+                multipliers: vec![1.0, 1.0],
+            }],
+            recipe: Recipe {
+                learning_rate: 0.1,
+                epochs: 1,
+                batch_size: 4,
+                momentum: 0.9,
+                weight_decay: 0.0,
+                clip_lr: None,
+            },
+        }
+    }
+
+    fn output(task: &TrainTask) -> TrainOutput {
+        TrainOutput { dense: task.dense.clone(), shards: task.shards.clone(), samples: 5, loss: 1.0 }
+    }
+
+    #[test]
+    fn identity_round_trip_counts_bits() {
+        let t = task();
+        let p = encode(&output(&t), Encoding::Identity);
+        assert_eq!(p.bits, 8 * p.bytes.len() as u64);
+        let d = decode_and_validate(&p, &t).unwrap();
+        assert_eq!(d.shards[0].indices, vec![0, 2]);
+    }
+
+    #[test]
+    fn rejects_each_kind_of_bad_update() {
+        let t = task();
+        let mut bad = output(&t);
+        bad.shards[0].indices = vec![0, 1];
+        assert_eq!(decode_and_validate(&encode(&bad, Encoding::Identity), &t).unwrap_err().label(), "indices");
+        let mut bad = output(&t);
+        bad.shards[0].right.pop();
+        assert_eq!(decode_and_validate(&encode(&bad, Encoding::Identity), &t).unwrap_err().label(), "shape");
+        let mut bad = output(&t);
+        bad.dense.tensors[0].data[0] = f32::NAN;
+        assert_eq!(decode_and_validate(&encode(&bad, Encoding::Identity), &t).unwrap_err().label(), "non_finite");
+        let mut p = encode(&output(&t), Encoding::Identity);
+        p.bytes.truncate(3);
+        assert_eq!(decode_and_validate(&p, &t).unwrap_err().label(), "malformed");
+    }
+}

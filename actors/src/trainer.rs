@@ -1,0 +1,100 @@
+//! What a client is asked to do and what it returns, and the trait that does the work.
+//!
+//! The runtime never looks inside local training: a [`LocalTrainer`] (implemented in `fedshard`
+//! for each model family) receives a [`TrainTask`] and returns a [`TrainOutput`]. Both are plain
+//! serde data, so the same task can cross a process boundary unchanged.
+
+use crate::model::ModelState;
+use serde::{Deserialize, Serialize};
+
+/// A client's identity, stable across rounds and restarts.
+pub type ClientId = u64;
+
+/// The local recipe for one round (ALGORITHMS.md §1.7).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    /// Learning rate for this round (already annealed by the server's schedule).
+    pub learning_rate: f64,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub momentum: f64,
+    /// Weight decay on dense tensors; Frobenius decay on the effective weight of sharded layers.
+    pub weight_decay: f64,
+    /// ClipLR threshold τ: gradients of factor column i are scaled by min(1, τ/ω_i).
+    pub clip_lr: Option<f64>,
+}
+
+/// One sharded layer as a client receives and returns it: the columns `I` of the factors
+/// `U' = [√λ_i u_i]` and `V' = [√λ_i v_i]` and the frozen multipliers `ω_I`
+/// (ALGORITHMS.md §1.1 step 3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerShard {
+    /// The global tensor this shard factorises.
+    pub name: String,
+    /// Shape of that tensor; it is sharded as the matrix `(shape[0], Π shape[1..])`.
+    pub shape: Vec<usize>,
+    /// Term indices `I`, ascending, into the layer's spectrum (descending singular values).
+    pub indices: Vec<usize>,
+    /// `n × rows`, row j = u'_{I_j}.
+    pub left: Vec<f32>,
+    /// `n × cols`, row j = v'_{I_j}.
+    pub right: Vec<f32>,
+    /// ω_{I_j}, frozen during local training.
+    pub multipliers: Vec<f32>,
+}
+
+impl LayerShard {
+    pub fn rows(&self) -> usize {
+        self.shape.first().copied().unwrap_or(1)
+    }
+
+    pub fn cols(&self) -> usize {
+        self.shape.iter().skip(1).product()
+    }
+}
+
+/// Everything a client needs for one round of local training.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainTask {
+    pub round: u64,
+    pub client: ClientId,
+    /// Seed of the run; the trainer derives its streams from (seed, round, client).
+    pub seed: u64,
+    /// The tensors trained densely (everything not sharded).
+    pub dense: ModelState,
+    /// The sharded layers, one shard each.
+    pub shards: Vec<LayerShard>,
+    pub recipe: Recipe,
+}
+
+/// The result of local training: the same tensors and shard indices as the task, updated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainOutput {
+    pub dense: ModelState,
+    pub shards: Vec<LayerShard>,
+    /// D_c, the number of local samples (the aggregation weight).
+    pub samples: u64,
+    /// Mean training loss over the round.
+    pub loss: f64,
+}
+
+/// A client's local training. Implementations hold the client's data shard.
+pub trait LocalTrainer: Send + Sync + 'static {
+    /// Number of local training samples D_c.
+    fn samples(&self) -> u64;
+    /// Trains on the task. An `Err` is reported to the server as a failed client; a panic is
+    /// caught by the client actor, reported, and the actor is restarted.
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String>;
+}
+
+/// Held-out evaluation of the global model on the server.
+pub trait Evaluator: Send + Sync + 'static {
+    fn evaluate(&self, model: &ModelState) -> Evaluation;
+}
+
+/// Test accuracy and mean loss of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub accuracy: f64,
+    pub loss: f64,
+}

@@ -1,0 +1,117 @@
+//! `fedshard bench orchestration`: the runtime's own cost per round and per client, measured on
+//! a federation whose local work is negligible (each client returns its task unchanged).
+
+use clap::{Args, Subcommand};
+use fedshard_actors::coordinator::{ClientRecord, Registry};
+use fedshard_actors::model::{ModelState, NamedTensor};
+use fedshard_actors::payload::Encoding;
+use fedshard_actors::server::{Federation, RuntimeConfig, run};
+use fedshard_actors::trainer::{ClientId, Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask};
+use fedshard_strategies::aggregation::AggregatorName;
+use fedshard_strategies::selection::SelectorName;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchWhat {
+    /// Seconds per round and per-client overhead of the actor runtime.
+    Orchestration(OrchestrationArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OrchestrationArgs {
+    #[arg(long, default_value_t = 1000)]
+    pub clients: usize,
+    #[arg(long, default_value_t = 5)]
+    pub rounds: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OrchestrationReport {
+    pub clients: usize,
+    pub rounds: u64,
+    pub seconds_per_round: f64,
+    pub per_client_overhead_us: f64,
+    pub peak_rss_bytes: u64,
+}
+
+struct EchoTrainer;
+
+impl LocalTrainer for EchoTrainer {
+    fn samples(&self) -> u64 {
+        1
+    }
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+        Ok(TrainOutput { dense: task.dense.clone(), shards: task.shards.clone(), samples: 1, loss: 0.0 })
+    }
+}
+
+struct NoEvaluation;
+
+impl Evaluator for NoEvaluation {
+    fn evaluate(&self, _model: &ModelState) -> Evaluation {
+        Evaluation { accuracy: 0.0, loss: 0.0 }
+    }
+}
+
+/// Peak resident set size of this process (VmHWM), 0 where /proc is unavailable.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+        .map_or(0, |kb| kb * 1024)
+}
+
+pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationReport> {
+    anyhow::ensure!(args.clients >= 1 && args.rounds >= 1, "--clients and --rounds must be at least 1");
+    let trainer: Arc<dyn LocalTrainer> = Arc::new(EchoTrainer);
+    let ids = 0..args.clients as ClientId;
+    let federation = Federation {
+        config: RuntimeConfig {
+            seed: 0,
+            rounds: args.rounds,
+            aggregator: AggregatorName::Fedavg,
+            sharding: None,
+            recipe: Recipe { learning_rate: 0.1, epochs: 1, batch_size: 1, momentum: 0.0, weight_decay: 0.0, clip_lr: None },
+            cosine_schedule: false,
+            deadline: Duration::from_secs(600),
+            min_successful: 1,
+            encoding: Encoding::Identity,
+        },
+        model: ModelState::new(vec![NamedTensor::zeros("weight", vec![10])]).map_err(anyhow::Error::msg)?,
+        registry: Registry {
+            clients: ids.clone().map(|id| (id, ClientRecord { id, keep_ratio: 1.0, samples: 1, alive: true, failures: 0 })).collect(),
+            selector: SelectorName::Uniform,
+            budget: args.clients as f64,
+            max_clusters: None,
+        },
+        trainers: ids.map(|id| (id, Arc::clone(&trainer))).collect::<BTreeMap<_, _>>(),
+        evaluator: Arc::new(NoEvaluation),
+        run_dir: None,
+        history: vec![],
+        events: None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let started = Instant::now();
+    let (_, summary) = runtime.block_on(run(federation)).map_err(anyhow::Error::msg)?;
+    let total = started.elapsed().as_secs_f64();
+    let round_seconds: f64 = summary.per_round.iter().map(|r| r.seconds).sum::<f64>() / args.rounds as f64;
+    let _ = total;
+    Ok(OrchestrationReport {
+        clients: args.clients,
+        rounds: args.rounds,
+        seconds_per_round: round_seconds,
+        per_client_overhead_us: round_seconds / args.clients as f64 * 1e6,
+        peak_rss_bytes: peak_rss_bytes(),
+    })
+}

@@ -1,0 +1,114 @@
+//! Turns a validated [`Config`] into a runnable [`Federation`]: loads and partitions the data,
+//! assigns keep ratios, builds each client's trainer and the server's evaluator.
+
+use crate::config::{Config, DatasetName};
+use crate::data;
+use crate::train::{SoftmaxClient, SoftmaxEvaluator, initial_model, synthetic_clients};
+use anyhow::Context;
+use fedshard_actors::coordinator::{ClientRecord, Registry};
+use fedshard_actors::faults::FaultyTrainer;
+use fedshard_actors::round::ShardingPolicy;
+use fedshard_actors::server::{Federation, RuntimeConfig};
+use fedshard_actors::trainer::{ClientId, Evaluator, LocalTrainer, Recipe};
+use fedshard_strategies::rng::{Purpose, stream, uniform};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Builds the federation of `config` (no run folder, no event sink: the caller sets those).
+pub fn build(config: &Config) -> anyhow::Result<Federation> {
+    let seed = config.run.seed;
+    let (trainers, evaluator): (Vec<Arc<dyn LocalTrainer>>, Arc<dyn Evaluator>) = match config.data.dataset {
+        DatasetName::Digits => {
+            let all = data::digits::load().context("loading the embedded digits")?;
+            let (train, test) = data::split::train_test(&all, config.data.test_fraction, seed).context("field `data.test_fraction`")?;
+            let spec = data::partition::PartitionSpec {
+                clients: config.data.clients,
+                alpha: config.data.alpha.unwrap_or(f64::INFINITY),
+                size_sigma: config.data.size_sigma,
+                min_samples: config.data.min_samples,
+            };
+            let parts = data::partition::partition(&train.labels, train.classes, &spec, seed).context("field `data`: partitioning the digits")?;
+            let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
+            for p in &parts {
+                trainers.push(Arc::new(SoftmaxClient { data: train.subset(p)? }));
+            }
+            (trainers, Arc::new(SoftmaxEvaluator { test }))
+        }
+        DatasetName::SyntheticLinear => {
+            let (clients, evaluator, _theta) = synthetic_clients(config.data.clients, config.data.dim, config.data.gamma, config.data.test_samples, seed).map_err(anyhow::Error::msg)?;
+            (clients.into_iter().map(|c| Arc::new(c) as Arc<dyn LocalTrainer>).collect(), Arc::new(evaluator))
+        }
+    };
+    let keep_ratios = assign_keep_ratios(config, seed);
+    let mut by_id: BTreeMap<ClientId, Arc<dyn LocalTrainer>> = BTreeMap::new();
+    let mut clients = BTreeMap::new();
+    for (i, trainer) in trainers.into_iter().enumerate() {
+        let id = i as ClientId;
+        let samples = trainer.samples();
+        let trainer: Arc<dyn LocalTrainer> = match &config.faults {
+            Some(plan) => Arc::new(FaultyTrainer { inner: trainer, plan: plan.clone() }),
+            None => trainer,
+        };
+        by_id.insert(id, trainer);
+        clients.insert(id, ClientRecord { id, keep_ratio: keep_ratios[i], samples, alive: true, failures: 0 });
+    }
+    let f = &config.federation;
+    let t = &config.training;
+    let sharding = (!config.model.sharded_layers.is_empty()).then(|| ShardingPolicy {
+        strategy: f.strategy,
+        sampler: f.sampler,
+        layers: config.model.sharded_layers.clone(),
+    });
+    let runtime = RuntimeConfig {
+        seed,
+        rounds: config.run.rounds,
+        aggregator: f.aggregator,
+        sharding,
+        recipe: Recipe {
+            learning_rate: t.learning_rate,
+            epochs: t.epochs,
+            batch_size: t.batch_size,
+            momentum: t.momentum,
+            weight_decay: t.weight_decay,
+            clip_lr: f.strategy.uses_clip_lr().then_some(t.clip_tau),
+        },
+        cosine_schedule: t.cosine_schedule,
+        deadline: Duration::from_millis(f.deadline_ms),
+        min_successful: f.min_successful,
+        encoding: f.encoding,
+    };
+    Ok(Federation {
+        config: runtime,
+        model: initial_model(config, seed),
+        registry: Registry { clients, selector: f.selector, budget: f.clients_per_round, max_clusters: f.max_clusters },
+        trainers: by_id,
+        evaluator,
+        run_dir: None,
+        history: Vec::new(),
+        events: None,
+    })
+}
+
+/// Keep ratio of each client: the configured shares, rounded to whole clients (the last share
+/// takes the remainder), laid over a seeded permutation of the clients.
+pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
+    let k = config.data.clients;
+    let mut order: Vec<usize> = (0..k).collect();
+    let mut rng = stream(seed, 0, 0, Purpose::Data);
+    for i in (1..k).rev() {
+        let j = ((uniform(&mut rng) * (i + 1) as f64) as usize).min(i);
+        order.swap(i, j);
+    }
+    let mut ratios = vec![1.0; k];
+    let shares = &config.federation.keep_ratios;
+    let mut start = 0;
+    for (g, share) in shares.iter().enumerate() {
+        let count = if g + 1 == shares.len() { k - start } else { ((share.share * k as f64).round() as usize).min(k - start) };
+        for &c in &order[start..start + count] {
+            ratios[c] = share.ratio;
+        }
+        start += count;
+    }
+    ratios
+}
