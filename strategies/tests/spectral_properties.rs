@@ -7,8 +7,8 @@ use fedshard_strategies::sharding::{
 };
 use proptest::prelude::*;
 
-/// A sorted spectrum where about a tenth of the values are 0 and a fifth are rounded to
-/// integers (so ties are common).
+/// A sorted spectrum where about a tenth of the values are 0, a fifth are rounded to integers
+/// (so ties are common) and a tenth are spread log-uniformly over 33 decades (tiny tails).
 fn spectrum() -> impl Strategy<Value = Vec<f64>> {
     prop::collection::vec((0u8..10, 0.0f64..10.0), 1..60).prop_map(|raw| {
         let mut values: Vec<f64> = raw
@@ -16,6 +16,7 @@ fn spectrum() -> impl Strategy<Value = Vec<f64>> {
             .map(|(kind, x)| match kind {
                 0 => 0.0,
                 1 | 2 => x.round(),
+                3 => 10f64.powf(3.3 * x - 30.0),
                 _ => x,
             })
             .collect();
