@@ -10,9 +10,11 @@
 //! `fedshard-actors` and `fedshard`.
 
 pub mod error;
+pub mod metrics;
 pub mod rng;
 pub mod sampling;
 pub mod sharding;
 pub mod spectrum;
+pub mod svd;
 
 pub use error::{Result, StrategyError};

@@ -15,3 +15,10 @@ pub struct Marginals {
     /// `E‖W − Ŵ‖²_F` for this strategy, where a closed form exists.
     pub expected_discrepancy: Option<f64>,
 }
+
+pub mod collective;
+pub mod prism;
+pub mod scaled;
+pub mod top_n;
+pub mod unbiased;
+pub mod wallenius;
