@@ -17,6 +17,7 @@ pub struct Marginals {
 }
 
 pub mod collective;
+pub mod plan;
 pub mod prism;
 pub mod scaled;
 pub mod top_n;
