@@ -9,10 +9,13 @@
 //! Not here: tensors, files, actors, async code or anything a user types. Those live in
 //! `fedshard-actors` and `fedshard`.
 
+pub mod aggregation;
 pub mod error;
+pub mod fesc;
 pub mod metrics;
 pub mod rng;
 pub mod sampling;
+pub mod selection;
 pub mod sharding;
 pub mod spectrum;
 pub mod svd;

@@ -1,0 +1,33 @@
+//! FedAvg weights.
+
+use super::{Aggregator, RoundOutcome, result_samples, validate_weights};
+use crate::{Result, StrategyError};
+
+/// `w_c = n_c / Σ_results n` (FedAvg; the "federated" baseline of ALGORITHMS.md §3.2).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FedAvg;
+
+/// `n_c / Σ n` for finite non-negative `samples` with a positive sum; shared with
+/// [`super::Spectral`].
+pub(super) fn sample_weights(samples: &[f64]) -> Result<Vec<f64>> {
+    let total: f64 = samples.iter().sum();
+    if total <= 0.0 {
+        return Err(StrategyError::invalid(
+            "result samples",
+            "the results hold no samples; FedAvg weights are undefined",
+        ));
+    }
+    Ok(samples.iter().map(|n| n / total).collect())
+}
+
+impl Aggregator for FedAvg {
+    fn name(&self) -> &'static str {
+        "fedavg"
+    }
+
+    fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {
+        let w = sample_weights(&result_samples(round, false)?)?;
+        validate_weights(&w, round.results.len(), true)?;
+        Ok(w)
+    }
+}

@@ -1,0 +1,265 @@
+//! Aggregation weights (Flower's `aggregate_fit` seam, see STYLE.md): from the round's
+//! successful results and its failures, the weight of each result in the server update.
+//!
+//! Every [`Aggregator`] returns one weight per result, in results order, checked by
+//! [`validate_weights`] before it leaves the policy:
+//! * [`FedAvg`] (`fedavg`): `n_c / Σ_results n`.
+//! * [`UniformWeights`] (`uniform`): `1/|results|`.
+//! * [`InverseProbability`] (`inverse-probability`): `n_c / (p_c Σ_population n)`, the unbiased
+//!   weights of client sampling (ALGORITHMS.md §2.4). They do **not** sum to 1.
+//! * [`Fesc`] (`fesc`): FESC weights from the sample sizes (§3.2).
+//! * [`FescOracle`] (`fesc-oracle`): water-filling with caller-given variances and biases
+//!   (§3.2, oracle version).
+//! * [`Spectral`] (`spectral`): FedAvg weights for the non-sharded parameters, plus
+//!   [`average_columns`] for the per-singular-vector average of sharded layers (§1.1 step 5).
+//!
+//! Failed clients get no weight: the weights are computed over the results alone, so a failure
+//! acts like a client that was not selected. For the normalised aggregators that is the usual
+//! renormalisation; for inverse-probability it biases the estimate by the failed clients' share.
+
+mod fedavg;
+mod fesc;
+mod inverse_probability;
+mod spectral;
+mod uniform;
+
+pub use fedavg::FedAvg;
+pub use fesc::{Fesc, FescOracle};
+pub use inverse_probability::InverseProbability;
+pub use spectral::{ColumnUpdate, Spectral, average_columns};
+pub use uniform::UniformWeights;
+
+use crate::{Result, StrategyError};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A successful result of the round, as the aggregator sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Contribution {
+    /// The client that produced it.
+    pub client: u64,
+    /// `n_c`, its number of local samples.
+    pub samples: f64,
+    /// `p_c`, the probability with which it was selected this round (1 under full
+    /// participation).
+    pub inclusion_probability: f64,
+}
+
+/// A client that was selected but returned no usable result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    /// The client.
+    pub client: u64,
+    /// Why (timeout, error message, …), for the log.
+    pub reason: String,
+}
+
+/// Everything an aggregator needs to know about a finished round.
+#[derive(Debug, Clone, Copy)]
+pub struct RoundOutcome<'a> {
+    /// The successful results; weights are returned in this order.
+    pub results: &'a [Contribution],
+    /// The failures, next to the results (partial rounds are ordinary).
+    pub failures: &'a [Failure],
+    /// `Σ n` over all registered clients, selected or not: the denominator of the
+    /// inverse-probability weights.
+    pub population_samples: f64,
+}
+
+/// A weighting policy: one weight per result.
+pub trait Aggregator: Send + Sync + fmt::Debug {
+    /// The registry name.
+    fn name(&self) -> &'static str;
+    /// The weight of every result, in `round.results` order, validated by
+    /// [`validate_weights`].
+    fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>>;
+}
+
+/// Tolerance on `|Σw − 1|` for the normalised aggregators.
+pub const WEIGHT_SUM_TOLERANCE: f64 = 1e-9;
+
+/// The one check every aggregator applies before returning: one weight per result, each finite
+/// and `≥ 0`, and, when `normalised`, `|Σw − 1| ≤` [`WEIGHT_SUM_TOLERANCE`]. Inverse-probability
+/// weights are not normalised (their sum is random, 1 only in expectation), so it passes
+/// `normalised = false`.
+pub fn validate_weights(weights: &[f64], results: usize, normalised: bool) -> Result<()> {
+    if weights.len() != results {
+        return Err(StrategyError::invalid(
+            "aggregation weights",
+            format!("{} weights for {results} results", weights.len()),
+        ));
+    }
+    if let Some((i, w)) = weights
+        .iter()
+        .enumerate()
+        .find(|(_, w)| !w.is_finite() || **w < 0.0)
+    {
+        return Err(StrategyError::invalid(
+            "aggregation weights",
+            format!("weight {i} is {w}; weights must be finite and non-negative"),
+        ));
+    }
+    if normalised {
+        let sum: f64 = weights.iter().sum();
+        if (sum - 1.0).abs() > WEIGHT_SUM_TOLERANCE {
+            return Err(StrategyError::invalid(
+                "aggregation weights",
+                format!("they sum to {sum}, not 1"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The results' sample counts, after checking there is at least one result and every count is
+/// finite and `≥ 0` (`positive` demands `> 0`).
+fn result_samples(round: &RoundOutcome, positive: bool) -> Result<Vec<f64>> {
+    if round.results.is_empty() {
+        return Err(StrategyError::invalid(
+            "round outcome",
+            format!(
+                "no successful results to aggregate ({} failures)",
+                round.failures.len()
+            ),
+        ));
+    }
+    round
+        .results
+        .iter()
+        .map(|c| {
+            let ok = c.samples.is_finite() && (c.samples > 0.0 || (!positive && c.samples == 0.0));
+            if ok {
+                Ok(c.samples)
+            } else {
+                Err(StrategyError::invalid(
+                    "result samples",
+                    format!(
+                        "client {} reported {} samples; need a finite {} number",
+                        c.client,
+                        c.samples,
+                        if positive { "positive" } else { "non-negative" }
+                    ),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// The aggregators known to the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AggregatorName {
+    /// [`FedAvg`].
+    Fedavg,
+    /// [`Spectral`].
+    Spectral,
+    /// [`InverseProbability`].
+    InverseProbability,
+    /// [`Fesc`].
+    Fesc,
+    /// [`FescOracle`].
+    FescOracle,
+    /// [`UniformWeights`].
+    Uniform,
+}
+
+impl AggregatorName {
+    /// Every aggregator, in registry order.
+    pub const ALL: [AggregatorName; 6] = [
+        AggregatorName::Fedavg,
+        AggregatorName::Spectral,
+        AggregatorName::InverseProbability,
+        AggregatorName::Fesc,
+        AggregatorName::FescOracle,
+        AggregatorName::Uniform,
+    ];
+
+    /// The kebab-case name used in configs and on the command line.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AggregatorName::Fedavg => "fedavg",
+            AggregatorName::Spectral => "spectral",
+            AggregatorName::InverseProbability => "inverse-probability",
+            AggregatorName::Fesc => "fesc",
+            AggregatorName::FescOracle => "fesc-oracle",
+            AggregatorName::Uniform => "uniform",
+        }
+    }
+
+    /// A fresh aggregator of this kind. `fesc-oracle` cannot be built from its name alone: it
+    /// needs the per-result variances and biases, so construct [`FescOracle`] directly.
+    pub fn build(&self) -> Result<Box<dyn Aggregator>> {
+        Ok(match self {
+            AggregatorName::Fedavg => Box::new(FedAvg),
+            AggregatorName::Spectral => Box::new(Spectral),
+            AggregatorName::InverseProbability => Box::new(InverseProbability),
+            AggregatorName::Fesc => Box::new(Fesc),
+            AggregatorName::Uniform => Box::new(UniformWeights),
+            AggregatorName::FescOracle => {
+                return Err(StrategyError::invalid(
+                    "aggregator",
+                    "fesc-oracle needs the oracle variances a_i and biases b_i; build \
+                     `FescOracle { a, b }` directly",
+                ));
+            }
+        })
+    }
+}
+
+impl fmt::Display for AggregatorName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AggregatorName {
+    type Err = StrategyError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|n| n.as_str() == s)
+            .ok_or_else(|| StrategyError::UnknownName {
+                kind: "aggregator",
+                name: s.to_owned(),
+                valid: Self::ALL.map(|n| n.as_str()).join(", "),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for n in AggregatorName::ALL {
+            assert_eq!(n.as_str().parse::<AggregatorName>().unwrap(), n);
+            if let Ok(a) = n.build() {
+                assert_eq!(a.name(), n.as_str());
+            }
+        }
+        assert!(AggregatorName::FescOracle.build().is_err());
+        match "mean".parse::<AggregatorName>() {
+            Err(StrategyError::UnknownName { kind, valid, .. }) => {
+                assert_eq!(kind, "aggregator");
+                assert_eq!(
+                    valid,
+                    "fedavg, spectral, inverse-probability, fesc, fesc-oracle, uniform"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn validate_weights_rules() {
+        assert!(validate_weights(&[0.5, 0.5], 2, true).is_ok());
+        assert!(validate_weights(&[0.5, 0.6], 2, true).is_err());
+        assert!(validate_weights(&[0.5, 0.6], 2, false).is_ok());
+        assert!(validate_weights(&[0.5], 2, false).is_err());
+        assert!(validate_weights(&[1.5, -0.5], 2, true).is_err());
+        assert!(validate_weights(&[f64::NAN, 1.0], 2, false).is_err());
+    }
+}

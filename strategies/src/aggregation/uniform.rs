@@ -1,0 +1,21 @@
+//! Equal weights.
+
+use super::{Aggregator, RoundOutcome, result_samples, validate_weights};
+use crate::Result;
+
+/// `w_c = 1/m` for the `m` results, whatever their sizes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UniformWeights;
+
+impl Aggregator for UniformWeights {
+    fn name(&self) -> &'static str {
+        "uniform"
+    }
+
+    fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {
+        let m = result_samples(round, false)?.len();
+        let w = vec![1.0 / m as f64; m];
+        validate_weights(&w, m, true)?;
+        Ok(w)
+    }
+}
