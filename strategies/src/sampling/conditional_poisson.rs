@@ -26,8 +26,8 @@ use super::certainty::interior_input;
 /// step size, so the result is the fixed point R approaches, to ~1e-10.
 pub const FIT_TOLERANCE: f64 = 1e-10;
 
-/// Give up after this many sweeps (typical fits take 4–8).
-pub const MAX_FIT_ITERATIONS: usize = 200;
+/// Give up after this many sweeps (large N: 4–8; tiny, strongly coupled N: a few dozen).
+pub const MAX_FIT_ITERATIONS: usize = 1000;
 
 /// A conditional Poisson design fitted to `π` (units strictly inside `(0, 1)`; certainty units
 /// are removed by [`super::prepare`]).
@@ -54,16 +54,23 @@ impl ConditionalPoisson {
     /// factor of `w`, which leaves the design unchanged), but the logit step is exact for
     /// Poisson sampling and, because the CPS Jacobian is close to Hájek's
     /// `D − d dᵀ/Σd` whose correction vanishes on residuals summing to zero, converges in a
-    /// handful of sweeps. Finally `w` is scaled so that `Σ p̃ = n`, R's normalisation (R's
+    /// handful of sweeps for N in the hundreds. For tiny N the coupling is strong and the full
+    /// step can overshoot; a sweep whose residual `Σ|π − ψ|` does not decrease halves the step
+    /// (from the last accepted point) for the rest of the fit. Finally `w` is scaled so that `Σ p̃ = n`, R's normalisation (R's
     /// iteration preserves `Σ p̃ = Σ π`), so [`Self::working_probabilities`] matches
     /// `UPMEpiktildefrompik`.
     pub fn fit(pi: &[f64]) -> Result<Self> {
         let (target, n) = interior_input("conditional Poisson inclusion probabilities", pi)?;
         let big_n = target.len();
         let mut odds: Vec<f64> = target.iter().map(|&p| p / (1.0 - p)).collect();
-        let target_odds = odds.clone();
+        let target_logit: Vec<f64> = odds.iter().map(|w| w.ln()).collect();
         let mut sweep = Sweep::new(big_n, n);
         let mut psi = vec![0.0; big_n];
+        // Last accepted odds, their residual, and the logit step taken from them.
+        let mut accepted = odds.clone();
+        let mut accepted_residual = f64::INFINITY;
+        let mut step = vec![0.0; big_n];
+        let mut damping = 1.0;
         let mut iterations = 0;
         let mut residual = f64::INFINITY;
         while iterations < MAX_FIT_ITERATIONS {
@@ -73,10 +80,20 @@ impl ConditionalPoisson {
             if residual <= FIT_TOLERANCE {
                 break;
             }
-            for ((w, &t), &p) in odds.iter_mut().zip(&target_odds).zip(&psi) {
-                let p = p.clamp(f64::MIN_POSITIVE, 1.0 - f64::EPSILON);
-                let ratio = t * (1.0 - p) / p;
-                *w *= ratio.clamp(1e-8, 1e8);
+            if residual < accepted_residual {
+                // New logit step `logit π − logit ψ` from the accepted point.
+                accepted.copy_from_slice(&odds);
+                accepted_residual = residual;
+                for ((d, &t), &p) in step.iter_mut().zip(&target_logit).zip(&psi) {
+                    let p = p.clamp(f64::MIN_POSITIVE, 1.0 - f64::EPSILON);
+                    *d = (t - (p / (1.0 - p)).ln()).clamp(-20.0, 20.0);
+                }
+            } else {
+                // Overshoot (strongly coupled units, small N): halve the step for good.
+                damping *= 0.5;
+            }
+            for ((w, &a), &d) in odds.iter_mut().zip(&accepted).zip(&step) {
+                *w = a * (damping * d).exp();
             }
         }
         if residual > FIT_TOLERANCE {
