@@ -26,7 +26,7 @@ use super::certainty::interior_input;
 /// step size (each `|π_i − ψ_i|` is below 1e-8, where R stops with steps of up to 1e-6).
 pub const FIT_TOLERANCE: f64 = 1e-8;
 
-/// Give up after this many sweeps (N in the hundreds: 3–5; tiny, strongly coupled N: a few dozen).
+/// Give up after this many sweeps (N in the hundreds: 3–5; tiny strongly coupled N: dozens).
 pub const MAX_FIT_ITERATIONS: usize = 1000;
 
 /// A conditional Poisson design fitted to `π` (units strictly inside `(0, 1)`; certainty units
@@ -49,16 +49,20 @@ pub struct ConditionalPoisson {
 impl ConditionalPoisson {
     /// Fits the working probabilities of §1.6 step 1 and builds the selection table (step 2).
     ///
-    /// The update is the logit-space step `w_i ← w_i · [π_i/(1−π_i)] / [ψ_i/(1−ψ_i)]` rather than
-    /// R's `p̃ ← p̃ + π − ψ`: both have the same fixed point `ψ(w) = π` (unique up to a common
-    /// factor of `w`, which leaves the design unchanged), but the logit step is exact for
-    /// Poisson sampling and, because the CPS Jacobian is close to Hájek's
-    /// `D − d dᵀ/Σd` whose correction vanishes on residuals summing to zero, converges in a
-    /// handful of sweeps for N in the hundreds. For tiny N the coupling is strong and the full
-    /// step can overshoot; a sweep whose residual `Σ|π − ψ|` does not decrease halves the step
-    /// (from the last accepted point) for the rest of the fit. Finally `w` is scaled so that `Σ p̃ = n`, R's normalisation (R's
-    /// iteration preserves `Σ p̃ = Σ π`), so [`Self::working_probabilities`] matches
-    /// `UPMEpiktildefrompik`.
+    /// The update is the logit-space step `w_i ← w_i · [π_i/(1−π_i)] / [ψ_i/(1−ψ_i)]` rather
+    /// than R's `p̃ ← p̃ + π − ψ`. Both have the same fixed point `ψ(w) = π` (unique up to a
+    /// common factor of `w`, which leaves the design unchanged), but the logit step is exact for
+    /// Poisson sampling and, because the CPS Jacobian is close to Hájek's `D − d dᵀ/Σd` whose
+    /// correction vanishes on residuals summing to zero, converges in 3–5 sweeps for N in the
+    /// hundreds (starting from Hájek's approximation of `p̃`). For tiny N the coupling is strong
+    /// and the full step can overshoot; a sweep whose residual `Σ|π − ψ|` does not decrease
+    /// halves the step (from the last accepted point) for the rest of the fit.
+    ///
+    /// Finally `w` is scaled so that `Σ p̃ = n`, R's normalisation (R's iteration preserves
+    /// `Σ p̃ = Σ π`), so [`Self::working_probabilities`] matches `UPMEpiktildefrompik`.
+    ///
+    /// Errors: `π` not strictly inside `(0, 1)` or `Σπ` not an integer `1 ≤ n < N` (use
+    /// [`super::prepare`] for certainty units); no convergence within [`MAX_FIT_ITERATIONS`].
     pub fn fit(pi: &[f64]) -> Result<Self> {
         let (target, n) = interior_input("conditional Poisson inclusion probabilities", pi)?;
         let big_n = target.len();
