@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use fedshard_strategies::rng::{Purpose, stream};
-use fedshard_strategies::sampling::{ConditionalPoisson, PreparedDesign, SamplerName, prepare};
+use fedshard_strategies::sampling::{ConditionalPoisson, SamplerName, prepare};
 
 /// `π_i = min(1, c λ_i)` with `c` chosen so that `Σπ = n` (bisection on `c`).
 fn water_fill(lambda: &[f64], n: usize) -> Vec<f64> {

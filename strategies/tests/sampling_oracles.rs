@@ -36,7 +36,7 @@ fn cps_working_probabilities_match_r_upmepiktildefrompik() {
         0.86661378, 0.65737158, 0.49197806, 0.41501899, 0.33149108, 0.23752651,
     ];
     assert_close(cps.working_probabilities(), &expected, 1e-7, "p̃");
-    assert_close(&cps.inclusion_probabilities(), &PI, 1e-10, "ψ(w) = π");
+    assert_close(&cps.inclusion_probabilities(), &PI, 1e-8, "ψ(w) = π");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! R `sampling::UPmaxentropy`): the design `P(s) ∝ Π_{i∈s} w_i` over all `|s| = n`, with odds
 //! `w` fitted so that its inclusion probabilities are the target `π`.
 //!
-//! Cost: the fit is a few `O(N n)` sweeps (one per fixed-point iteration, ~4–6 in practice);
+//! Cost: the fit is a few `O(N n)` sweeps (one per fixed-point iteration, 3–5 in practice);
 //! each draw is `O(N)` with one uniform per visited unit.
 //!
 //! Numerics. The elementary symmetric polynomials `E[i][z] = e_z(w_i … w_N)` of §1.6 step 2
@@ -23,11 +23,11 @@ use super::PreparedDesign;
 use super::certainty::interior_input;
 
 /// Stop the fit when `Σ_i |π_i − ψ_i(w)| ≤ FIT_TOLERANCE` — far tighter than R's 1e-6 on the
-/// step size, so the result is the fixed point R approaches, to ~1e-10.
-pub const FIT_TOLERANCE: f64 = 1e-10;
+/// step size (each `|π_i − ψ_i|` is below 1e-8, where R stops with steps of up to 1e-6).
+pub const FIT_TOLERANCE: f64 = 1e-8;
 
-/// Give up after this many sweeps (typical fits take 4–8).
-pub const MAX_FIT_ITERATIONS: usize = 200;
+/// Give up after this many sweeps (N in the hundreds: 3–5; tiny strongly coupled N: dozens).
+pub const MAX_FIT_ITERATIONS: usize = 1000;
 
 /// A conditional Poisson design fitted to `π` (units strictly inside `(0, 1)`; certainty units
 /// are removed by [`super::prepare`]).
@@ -40,8 +40,7 @@ pub struct ConditionalPoisson {
     working: Vec<f64>,
     /// Odds `w_i = p̃_i / (1 − p̃_i)`.
     odds: Vec<f64>,
-    /// Selection table `q[i][z]`, stored column-major: `q[(z−1)·N + i]`, so a draw walks
-    /// memory forwards while `z` stays put.
+    /// Selection table `q[i][z]`, row-major: `q[i·n + z − 1]`.
     table: Vec<f64>,
     iterations: usize,
 }
@@ -49,21 +48,39 @@ pub struct ConditionalPoisson {
 impl ConditionalPoisson {
     /// Fits the working probabilities of §1.6 step 1 and builds the selection table (step 2).
     ///
-    /// The update is the logit-space step `w_i ← w_i · [π_i/(1−π_i)] / [ψ_i/(1−ψ_i)]` rather than
-    /// R's `p̃ ← p̃ + π − ψ`: both have the same fixed point `ψ(w) = π` (unique up to a common
-    /// factor of `w`, which leaves the design unchanged), but the logit step is exact for
-    /// Poisson sampling and, because the CPS Jacobian is close to Hájek's
-    /// `D − d dᵀ/Σd` whose correction vanishes on residuals summing to zero, converges in a
-    /// handful of sweeps. Finally `w` is scaled so that `Σ p̃ = n`, R's normalisation (R's
-    /// iteration preserves `Σ p̃ = Σ π`), so [`Self::working_probabilities`] matches
-    /// `UPMEpiktildefrompik`.
+    /// The update is the logit-space step `w_i ← w_i · [π_i/(1−π_i)] / [ψ_i/(1−ψ_i)]` rather
+    /// than R's `p̃ ← p̃ + π − ψ`. Both have the same fixed point `ψ(w) = π` (unique up to a
+    /// common factor of `w`, which leaves the design unchanged), but the logit step is exact for
+    /// Poisson sampling and, because the CPS Jacobian is close to Hájek's `D − d dᵀ/Σd` whose
+    /// correction vanishes on residuals summing to zero, converges in 3–5 sweeps for N in the
+    /// hundreds (starting from Hájek's approximation of `p̃`). For tiny N the coupling is strong
+    /// and the full step can overshoot; a sweep whose residual `Σ|π − ψ|` does not decrease
+    /// halves the step (from the last accepted point) for the rest of the fit.
+    ///
+    /// Finally `w` is scaled so that `Σ p̃ = n`, R's normalisation (R's iteration preserves
+    /// `Σ p̃ = Σ π`), so [`Self::working_probabilities`] matches `UPMEpiktildefrompik`.
+    ///
+    /// Errors: `π` not strictly inside `(0, 1)` or `Σπ` not an integer `1 ≤ n < N` (use
+    /// [`super::prepare`] for certainty units); no convergence within [`MAX_FIT_ITERATIONS`].
     pub fn fit(pi: &[f64]) -> Result<Self> {
         let (target, n) = interior_input("conditional Poisson inclusion probabilities", pi)?;
         let big_n = target.len();
-        let mut odds: Vec<f64> = target.iter().map(|&p| p / (1.0 - p)).collect();
-        let target_odds = odds.clone();
+        let target_logit: Vec<f64> = target.iter().map(|&p| (p / (1.0 - p)).ln()).collect();
+        // Start from Hájek's approximation `logit p̃_i ≈ logit π_i − (π_i − ½)/d`,
+        // `d = Σ π(1 − π)`, which saves about one sweep over starting at `p̃ = π`.
+        let d: f64 = target.iter().map(|&p| p * (1.0 - p)).sum();
+        let mut odds: Vec<f64> = target_logit
+            .iter()
+            .zip(&target)
+            .map(|(&l, &p)| (l - ((p - 0.5) / d).clamp(-5.0, 5.0)).exp())
+            .collect();
         let mut sweep = Sweep::new(big_n, n);
         let mut psi = vec![0.0; big_n];
+        // Last accepted odds, their residual, and the logit step taken from them.
+        let mut accepted = odds.clone();
+        let mut accepted_residual = f64::INFINITY;
+        let mut step = vec![0.0; big_n];
+        let mut damping = 1.0;
         let mut iterations = 0;
         let mut residual = f64::INFINITY;
         while iterations < MAX_FIT_ITERATIONS {
@@ -73,10 +90,20 @@ impl ConditionalPoisson {
             if residual <= FIT_TOLERANCE {
                 break;
             }
-            for ((w, &t), &p) in odds.iter_mut().zip(&target_odds).zip(&psi) {
-                let p = p.clamp(f64::MIN_POSITIVE, 1.0 - f64::EPSILON);
-                let ratio = t * (1.0 - p) / p;
-                *w *= ratio.clamp(1e-8, 1e8);
+            if residual < accepted_residual {
+                // New logit step `logit π − logit ψ` from the accepted point.
+                accepted.copy_from_slice(&odds);
+                accepted_residual = residual;
+                for ((d, &t), &p) in step.iter_mut().zip(&target_logit).zip(&psi) {
+                    let p = p.clamp(f64::MIN_POSITIVE, 1.0 - f64::EPSILON);
+                    *d = (t - (p / (1.0 - p)).ln()).clamp(-20.0, 20.0);
+                }
+            } else {
+                // Overshoot (strongly coupled units, small N): halve the step for good.
+                damping *= 0.5;
+            }
+            for ((w, &a), &d) in odds.iter_mut().zip(&accepted).zip(&step) {
+                *w = a * (damping * d).exp();
             }
         }
         if residual > FIT_TOLERANCE {
@@ -89,7 +116,7 @@ impl ConditionalPoisson {
         // `sweep.rows` holds q for the final odds; normalising w below does not change q.
         normalise_odds(&mut odds, n as f64);
         let working = odds.iter().map(|&w| w / (1.0 + w)).collect();
-        let table = sweep.column_major_table();
+        let table = sweep.into_draw_table();
         Ok(Self {
             n,
             target,
@@ -125,7 +152,7 @@ impl ConditionalPoisson {
     /// (`z > N − i`).
     pub fn selection_probability(&self, i: usize, z: usize) -> f64 {
         assert!(i < self.odds.len() && (1..=self.n).contains(&z));
-        self.table[(z - 1) * self.odds.len() + i]
+        self.table[i * self.n + z - 1]
     }
 
     /// Row `i` of the selection table, `(q[i][1], …, q[i][n])`.
@@ -185,7 +212,7 @@ impl ConditionalPoisson {
                 out.extend(i..big_n);
                 break;
             }
-            if next_uniform() < self.table[(z - 1) * big_n + i] {
+            if next_uniform() < self.table[i * self.n + z - 1] {
                 out.push(i);
                 z -= 1;
             }
@@ -302,16 +329,14 @@ impl Sweep {
         self.flow[n + 1] = 0.0;
         for (i, psi_i) in psi.iter_mut().enumerate() {
             let row = &self.rows[i * n..(i + 1) * n];
-            let mut total = 0.0;
             for ((f, &p), &q) in self.flow[1..=n]
                 .iter_mut()
                 .zip(&self.remaining[1..=n])
                 .zip(row)
             {
                 *f = p * q;
-                total += *f;
             }
-            *psi_i = total;
+            *psi_i = pairwise_lanes_sum(&self.flow[1..=n]);
             // P'[z] = P[z] − P[z] q[z] + P[z+1] q[z+1].
             for ((p, &f), &f_above) in self.remaining[1..=n]
                 .iter_mut()
@@ -323,19 +348,33 @@ impl Sweep {
         }
     }
 
-    /// The row-major table transposed to the column-major draw layout, with unreachable
-    /// entries (`z > N − i`, 0-based i) set to 0.
-    fn column_major_table(&self) -> Vec<f64> {
+    /// The row-major table for draws, with unreachable entries (`z > N − i`, 0-based i) set
+    /// to 0. Row-major keeps the fit free of a transposition and a second `N n` allocation;
+    /// a draw reads one entry per row at a nearly constant stride, which the prefetcher follows.
+    fn into_draw_table(self) -> Vec<f64> {
         let (big_n, n) = (self.big_n, self.n);
-        let mut table = vec![0.0; big_n * n];
-        for (i, row) in self.rows.chunks_exact(n).enumerate() {
+        let mut table = self.rows;
+        for i in big_n.saturating_sub(n)..big_n {
             let reachable = n.min(big_n - i);
-            for (z, &q) in row[..reachable].iter().enumerate() {
-                table[z * big_n + i] = q;
-            }
+            table[i * n + reachable..(i + 1) * n].fill(0.0);
         }
         table
     }
+}
+
+/// `Σ x` with four independent accumulators, so the sum is not one serial chain of
+/// floating-point additions (which the compiler may not reorder) and vectorises.
+#[inline]
+fn pairwise_lanes_sum(x: &[f64]) -> f64 {
+    let mut lanes = [0.0f64; 4];
+    let chunks = x.chunks_exact(4);
+    let tail: f64 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
 }
 
 #[cfg(test)]
@@ -399,7 +438,7 @@ mod tests {
         );
         let psi = cps.inclusion_probabilities();
         let err: f64 = psi.iter().zip(&pi).map(|(a, b)| (a - b).abs()).sum();
-        assert!(err < 1e-9, "Σ|ψ − π| = {err}");
+        assert!(err <= FIT_TOLERANCE, "Σ|ψ − π| = {err}");
     }
 
     #[test]
