@@ -5,3 +5,4 @@
 //! [`fedshard_strategies`].
 
 pub mod cli;
+pub mod oneshot;

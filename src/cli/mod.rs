@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
+pub mod oneshot;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "fedshard",
@@ -14,9 +16,17 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// One-shot federated learning experiments.
+    Oneshot {
+        #[command(subcommand)]
+        command: oneshot::OneshotCommand,
+    },
+}
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {}
+    match cli.command {
+        Command::Oneshot { command } => oneshot::run(command),
+    }
 }
