@@ -202,7 +202,10 @@ fn default_strategy() -> StrategySpec {
     StrategySpec::new(fedshard_strategies::sharding::plan::Base::TopN)
 }
 fn default_keep_ratios() -> Vec<KeepRatioShare> {
-    vec![KeepRatioShare { ratio: 1.0, share: 1.0 }]
+    vec![KeepRatioShare {
+        ratio: 1.0,
+        share: 1.0,
+    }]
 }
 fn default_deadline_ms() -> u64 {
     60_000
@@ -214,72 +217,215 @@ fn default_min_successful() -> usize {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
         Self::parse(&text, path)
     }
 
     /// Parses and validates config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> anyhow::Result<Self> {
-        let config: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
-        config.validate().with_context(|| format!("{}: invalid config", path.display()))?;
+        let config: Config = toml::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        config
+            .validate()
+            .with_context(|| format!("{}: invalid config", path.display()))?;
         Ok(config)
     }
 
     /// Checks every field against its domain; the error names the field.
     pub fn validate(&self) -> anyhow::Result<()> {
         let field = |name: &str, ok: bool, expected: &str, found: String| -> anyhow::Result<()> {
-            if ok { Ok(()) } else { bail!("field `{name}`: expected {expected}, found {found}") }
+            if ok {
+                Ok(())
+            } else {
+                bail!("field `{name}`: expected {expected}, found {found}")
+            }
         };
-        field("run.rounds", self.run.rounds >= 1, "at least 1", self.run.rounds.to_string())?;
+        field(
+            "run.rounds",
+            self.run.rounds >= 1,
+            "at least 1",
+            self.run.rounds.to_string(),
+        )?;
         let d = &self.data;
-        field("data.clients", d.clients >= 1, "at least 1 client", d.clients.to_string())?;
-        field("data.test_fraction", d.test_fraction > 0.0 && d.test_fraction < 1.0, "a fraction in (0, 1)", d.test_fraction.to_string())?;
+        field(
+            "data.clients",
+            d.clients >= 1,
+            "at least 1 client",
+            d.clients.to_string(),
+        )?;
+        field(
+            "data.test_fraction",
+            d.test_fraction > 0.0 && d.test_fraction < 1.0,
+            "a fraction in (0, 1)",
+            d.test_fraction.to_string(),
+        )?;
         if let Some(alpha) = d.alpha {
-            field("data.alpha", alpha > 0.0 && alpha.is_finite(), "a positive number", alpha.to_string())?;
+            field(
+                "data.alpha",
+                alpha > 0.0 && alpha.is_finite(),
+                "a positive number",
+                alpha.to_string(),
+            )?;
         }
-        field("data.size_sigma", d.size_sigma >= 0.0 && d.size_sigma.is_finite(), "a non-negative number", d.size_sigma.to_string())?;
+        field(
+            "data.size_sigma",
+            d.size_sigma >= 0.0 && d.size_sigma.is_finite(),
+            "a non-negative number",
+            d.size_sigma.to_string(),
+        )?;
         field("data.dim", d.dim >= 1, "at least 1", d.dim.to_string())?;
-        field("data.gamma", d.gamma.is_finite() && d.gamma > 0.0, "a positive number", d.gamma.to_string())?;
+        field(
+            "data.gamma",
+            d.gamma.is_finite() && d.gamma > 0.0,
+            "a positive number",
+            d.gamma.to_string(),
+        )?;
         let t = &self.training;
-        field("training.learning_rate", t.learning_rate > 0.0 && t.learning_rate.is_finite(), "a positive number", t.learning_rate.to_string())?;
-        field("training.epochs", t.epochs >= 1, "at least 1", t.epochs.to_string())?;
-        field("training.batch_size", t.batch_size >= 1, "at least 1", t.batch_size.to_string())?;
-        field("training.momentum", (0.0..1.0).contains(&t.momentum), "a number in [0, 1)", t.momentum.to_string())?;
-        field("training.weight_decay", t.weight_decay >= 0.0, "a non-negative number", t.weight_decay.to_string())?;
-        field("training.clip_tau", t.clip_tau > 0.0, "a positive number", t.clip_tau.to_string())?;
+        field(
+            "training.learning_rate",
+            t.learning_rate > 0.0 && t.learning_rate.is_finite(),
+            "a positive number",
+            t.learning_rate.to_string(),
+        )?;
+        field(
+            "training.epochs",
+            t.epochs >= 1,
+            "at least 1",
+            t.epochs.to_string(),
+        )?;
+        field(
+            "training.batch_size",
+            t.batch_size >= 1,
+            "at least 1",
+            t.batch_size.to_string(),
+        )?;
+        field(
+            "training.momentum",
+            (0.0..1.0).contains(&t.momentum),
+            "a number in [0, 1)",
+            t.momentum.to_string(),
+        )?;
+        field(
+            "training.weight_decay",
+            t.weight_decay >= 0.0,
+            "a non-negative number",
+            t.weight_decay.to_string(),
+        )?;
+        field(
+            "training.clip_tau",
+            t.clip_tau > 0.0,
+            "a positive number",
+            t.clip_tau.to_string(),
+        )?;
         let f = &self.federation;
-        field("federation.clients_per_round", f.clients_per_round > 0.0 && f.clients_per_round.is_finite(), "a positive number", f.clients_per_round.to_string())?;
-        field("federation.keep_ratios", !f.keep_ratios.is_empty(), "at least one { ratio, share }", "none".into())?;
+        field(
+            "federation.clients_per_round",
+            f.clients_per_round > 0.0 && f.clients_per_round.is_finite(),
+            "a positive number",
+            f.clients_per_round.to_string(),
+        )?;
+        field(
+            "federation.keep_ratios",
+            !f.keep_ratios.is_empty(),
+            "at least one { ratio, share }",
+            "none".into(),
+        )?;
         for (i, k) in f.keep_ratios.iter().enumerate() {
-            field(&format!("federation.keep_ratios[{i}].ratio"), k.ratio > 0.0 && k.ratio <= 1.0, "a keep ratio in (0, 1]", k.ratio.to_string())?;
-            field(&format!("federation.keep_ratios[{i}].share"), k.share > 0.0 && k.share <= 1.0, "a share in (0, 1]", k.share.to_string())?;
+            field(
+                &format!("federation.keep_ratios[{i}].ratio"),
+                k.ratio > 0.0 && k.ratio <= 1.0,
+                "a keep ratio in (0, 1]",
+                k.ratio.to_string(),
+            )?;
+            field(
+                &format!("federation.keep_ratios[{i}].share"),
+                k.share > 0.0 && k.share <= 1.0,
+                "a share in (0, 1]",
+                k.share.to_string(),
+            )?;
         }
         let shares: f64 = f.keep_ratios.iter().map(|k| k.share).sum();
-        field("federation.keep_ratios", (shares - 1.0).abs() < 1e-9, "shares that sum to 1", format!("a sum of {shares}"))?;
+        field(
+            "federation.keep_ratios",
+            (shares - 1.0).abs() < 1e-9,
+            "shares that sum to 1",
+            format!("a sum of {shares}"),
+        )?;
         if let Some(k) = f.max_clusters {
-            field("federation.max_clusters", k >= 1, "at least 1", k.to_string())?;
+            field(
+                "federation.max_clusters",
+                k >= 1,
+                "at least 1",
+                k.to_string(),
+            )?;
         }
-        field("federation.deadline_ms", f.deadline_ms >= 1, "a positive number of milliseconds", f.deadline_ms.to_string())?;
-        field("federation.aggregator", f.aggregator != AggregatorName::FescOracle, "an aggregator a real server can compute (fesc-oracle needs each node's bias and variance, known only in `fedshard oneshot ridge`)", f.aggregator.to_string())?;
+        field(
+            "federation.deadline_ms",
+            f.deadline_ms >= 1,
+            "a positive number of milliseconds",
+            f.deadline_ms.to_string(),
+        )?;
+        field(
+            "federation.aggregator",
+            f.aggregator != AggregatorName::FescOracle,
+            "an aggregator a real server can compute (fesc-oracle needs each node's bias and variance, known only in `fedshard oneshot ridge`)",
+            f.aggregator.to_string(),
+        )?;
         let two_phase = f.selector == SelectorName::OptimalPartial;
         let ip = f.aggregator == AggregatorName::InverseProbability;
-        field("federation.aggregator", two_phase == ip || !two_phase, "inverse-probability with the optimal-partial selector (its samples are unbiased only with n_k/p_k weights)", f.aggregator.to_string())?;
+        field(
+            "federation.aggregator",
+            two_phase == ip || !two_phase,
+            "inverse-probability with the optimal-partial selector (its samples are unbiased only with n_k/p_k weights)",
+            f.aggregator.to_string(),
+        )?;
         let partial = f.keep_ratios.iter().any(|k| k.ratio < 1.0);
-        field("model.sharded_layers", !partial || !self.model.sharded_layers.is_empty(), "at least one sharded layer when a keep ratio is below 1", "none".into())?;
+        field(
+            "model.sharded_layers",
+            !partial || !self.model.sharded_layers.is_empty(),
+            "at least one sharded layer when a keep ratio is below 1",
+            "none".into(),
+        )?;
         match self.model.kind {
             ModelKind::Softmax => {
-                field("data.dataset", d.dataset == DatasetName::Digits, "digits for the softmax model", format!("{:?}", d.dataset))?;
+                field(
+                    "data.dataset",
+                    d.dataset == DatasetName::Digits,
+                    "digits for the softmax model",
+                    format!("{:?}", d.dataset),
+                )?;
                 for l in &self.model.sharded_layers {
-                    field("model.sharded_layers", l == "weight", "only `weight` for the softmax model", l.clone())?;
+                    field(
+                        "model.sharded_layers",
+                        l == "weight",
+                        "only `weight` for the softmax model",
+                        l.clone(),
+                    )?;
                 }
             }
             ModelKind::Ridge => {
-                field("data.dataset", d.dataset == DatasetName::SyntheticLinear, "synthetic-linear for the ridge model", format!("{:?}", d.dataset))?;
-                field("model.sharded_layers", self.model.sharded_layers.is_empty(), "no sharded layers for ridge (a 1 × d weight has rank 1)", format!("{:?}", self.model.sharded_layers))?;
+                field(
+                    "data.dataset",
+                    d.dataset == DatasetName::SyntheticLinear,
+                    "synthetic-linear for the ridge model",
+                    format!("{:?}", d.dataset),
+                )?;
+                field(
+                    "model.sharded_layers",
+                    self.model.sharded_layers.is_empty(),
+                    "no sharded layers for ridge (a 1 × d weight has rank 1)",
+                    format!("{:?}", self.model.sharded_layers),
+                )?;
             }
         }
         if let Some(faults) = &self.faults {
-            field("faults.rate", (0.0..=1.0).contains(&faults.rate), "a probability in [0, 1]", faults.rate.to_string())?;
+            field(
+                "faults.rate",
+                (0.0..=1.0).contains(&faults.rate),
+                "a probability in [0, 1]",
+                faults.rate.to_string(),
+            )?;
         }
         Ok(())
     }

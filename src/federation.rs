@@ -18,28 +18,46 @@ use std::time::Duration;
 /// Builds the federation of `config` (no run folder, no event sink: the caller sets those).
 pub fn build(config: &Config) -> anyhow::Result<Federation> {
     let seed = config.run.seed;
-    let (trainers, evaluator): (Vec<Arc<dyn LocalTrainer>>, Arc<dyn Evaluator>) = match config.data.dataset {
-        DatasetName::Digits => {
-            let all = data::digits::load().context("loading the embedded digits")?;
-            let (train, test) = data::split::train_test(&all, config.data.test_fraction, seed).context("field `data.test_fraction`")?;
-            let spec = data::partition::PartitionSpec {
-                clients: config.data.clients,
-                alpha: config.data.alpha.unwrap_or(f64::INFINITY),
-                size_sigma: config.data.size_sigma,
-                min_samples: config.data.min_samples,
-            };
-            let parts = data::partition::partition(&train.labels, train.classes, &spec, seed).context("field `data`: partitioning the digits")?;
-            let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
-            for p in &parts {
-                trainers.push(Arc::new(SoftmaxClient { data: train.subset(p)? }));
+    let (trainers, evaluator): (Vec<Arc<dyn LocalTrainer>>, Arc<dyn Evaluator>) =
+        match config.data.dataset {
+            DatasetName::Digits => {
+                let all = data::digits::load().context("loading the embedded digits")?;
+                let (train, test) = data::split::train_test(&all, config.data.test_fraction, seed)
+                    .context("field `data.test_fraction`")?;
+                let spec = data::partition::PartitionSpec {
+                    clients: config.data.clients,
+                    alpha: config.data.alpha.unwrap_or(f64::INFINITY),
+                    size_sigma: config.data.size_sigma,
+                    min_samples: config.data.min_samples,
+                };
+                let parts = data::partition::partition(&train.labels, train.classes, &spec, seed)
+                    .context("field `data`: partitioning the digits")?;
+                let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
+                for p in &parts {
+                    trainers.push(Arc::new(SoftmaxClient {
+                        data: train.subset(p)?,
+                    }));
+                }
+                (trainers, Arc::new(SoftmaxEvaluator { test }))
             }
-            (trainers, Arc::new(SoftmaxEvaluator { test }))
-        }
-        DatasetName::SyntheticLinear => {
-            let (clients, evaluator, _theta) = synthetic_clients(config.data.clients, config.data.dim, config.data.gamma, config.data.test_samples, seed).map_err(anyhow::Error::msg)?;
-            (clients.into_iter().map(|c| Arc::new(c) as Arc<dyn LocalTrainer>).collect(), Arc::new(evaluator))
-        }
-    };
+            DatasetName::SyntheticLinear => {
+                let (clients, evaluator, _theta) = synthetic_clients(
+                    config.data.clients,
+                    config.data.dim,
+                    config.data.gamma,
+                    config.data.test_samples,
+                    seed,
+                )
+                .map_err(anyhow::Error::msg)?;
+                (
+                    clients
+                        .into_iter()
+                        .map(|c| Arc::new(c) as Arc<dyn LocalTrainer>)
+                        .collect(),
+                    Arc::new(evaluator),
+                )
+            }
+        };
     let keep_ratios = assign_keep_ratios(config, seed);
     let mut by_id: BTreeMap<ClientId, Arc<dyn LocalTrainer>> = BTreeMap::new();
     let mut clients = BTreeMap::new();
@@ -47,11 +65,23 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
         let id = i as ClientId;
         let samples = trainer.samples();
         let trainer: Arc<dyn LocalTrainer> = match &config.faults {
-            Some(plan) => Arc::new(FaultyTrainer { inner: trainer, plan: plan.clone() }),
+            Some(plan) => Arc::new(FaultyTrainer {
+                inner: trainer,
+                plan: plan.clone(),
+            }),
             None => trainer,
         };
         by_id.insert(id, trainer);
-        clients.insert(id, ClientRecord { id, keep_ratio: keep_ratios[i], samples, alive: true, failures: 0 });
+        clients.insert(
+            id,
+            ClientRecord {
+                id,
+                keep_ratio: keep_ratios[i],
+                samples,
+                alive: true,
+                failures: 0,
+            },
+        );
     }
     let f = &config.federation;
     let t = &config.training;
@@ -81,7 +111,12 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
     Ok(Federation {
         config: runtime,
         model: initial_model(config, seed),
-        registry: Registry { clients, selector: f.selector, budget: f.clients_per_round, max_clusters: f.max_clusters },
+        registry: Registry {
+            clients,
+            selector: f.selector,
+            budget: f.clients_per_round,
+            max_clusters: f.max_clusters,
+        },
         trainers: by_id,
         evaluator,
         run_dir: None,
@@ -104,7 +139,11 @@ pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
     let shares = &config.federation.keep_ratios;
     let mut start = 0;
     for (g, share) in shares.iter().enumerate() {
-        let count = if g + 1 == shares.len() { k - start } else { ((share.share * k as f64).round() as usize).min(k - start) };
+        let count = if g + 1 == shares.len() {
+            k - start
+        } else {
+            ((share.share * k as f64).round() as usize).min(k - start)
+        };
         for &c in &order[start..start + count] {
             ratios[c] = share.ratio;
         }

@@ -40,8 +40,13 @@ fn config(text: &str) -> Config {
 
 fn run(config: &Config) -> (ModelState, Summary) {
     let fed = federation::build(config).expect("federation builds");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(fedshard_actors::server::run(fed)).expect("run completes")
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(fedshard_actors::server::run(fed))
+        .expect("run completes")
 }
 
 #[test]
@@ -49,10 +54,23 @@ fn a_sharded_digits_federation_learns() {
     let (_, summary) = run(&config(DIGITS));
     assert_eq!(summary.rounds_completed, 6);
     // Chance is 0.1 on ten balanced classes.
-    assert!(summary.final_accuracy > 0.6, "final accuracy {}", summary.final_accuracy);
+    assert!(
+        summary.final_accuracy > 0.6,
+        "final accuracy {}",
+        summary.final_accuracy
+    );
     let first = summary.per_round[0].accuracy;
-    assert!(summary.final_accuracy > first, "accuracy fell: {first} -> {}", summary.final_accuracy);
-    assert!(summary.per_round.iter().all(|r| r.model_updated && r.uplink_bits > 0));
+    assert!(
+        summary.final_accuracy > first,
+        "accuracy fell: {first} -> {}",
+        summary.final_accuracy
+    );
+    assert!(
+        summary
+            .per_round
+            .iter()
+            .all(|r| r.model_updated && r.uplink_bits > 0)
+    );
     // Half the clients hold 40% of the weight: the round reports a positive ANME.
     assert!(summary.per_round.iter().any(|r| r.anme > 0.0));
 }
@@ -70,11 +88,9 @@ fn same_config_and_seed_give_the_same_model_bytes() {
 }
 
 fn with_faults(kinds: &str, rate: f64) -> Config {
-    let text = format!(
-        "{DIGITS}\n[faults]\nrate = {rate}\nkinds = [{kinds}]\ndelay_ms = 1500\n"
-    )
-    .replace("deadline_ms = 20000", "deadline_ms = 700")
-    .replace("rounds = 6", "rounds = 4");
+    let text = format!("{DIGITS}\n[faults]\nrate = {rate}\nkinds = [{kinds}]\ndelay_ms = 1500\n")
+        .replace("deadline_ms = 20000", "deadline_ms = 700")
+        .replace("rounds = 6", "rounds = 4");
     config(&text)
 }
 
@@ -84,13 +100,32 @@ fn thirty_percent_failing_clients_are_counted_and_the_run_completes() {
     assert_eq!(summary.rounds_completed, 4);
     let failures: usize = summary.per_round.iter().map(|r| r.failures_total()).sum();
     let participants: usize = summary.per_round.iter().map(|r| r.participants).sum();
-    assert!(failures > 0 && failures < participants, "{failures} of {participants}");
+    assert!(
+        failures > 0 && failures < participants,
+        "{failures} of {participants}"
+    );
     for r in &summary.per_round {
-        assert_eq!(r.successes + r.failures_total(), r.participants, "round {}", r.round);
+        assert_eq!(
+            r.successes + r.failures_total(),
+            r.participants,
+            "round {}",
+            r.round
+        );
     }
-    let kinds: std::collections::BTreeSet<&str> = summary.per_round.iter().flat_map(|r| r.failures.keys().map(String::as_str)).collect();
-    assert!(kinds.contains("panic") || kinds.contains("error") || kinds.contains("timeout"), "{kinds:?}");
-    assert!(summary.final_accuracy > 0.3, "still learns: {}", summary.final_accuracy);
+    let kinds: std::collections::BTreeSet<&str> = summary
+        .per_round
+        .iter()
+        .flat_map(|r| r.failures.keys().map(String::as_str))
+        .collect();
+    assert!(
+        kinds.contains("panic") || kinds.contains("error") || kinds.contains("timeout"),
+        "{kinds:?}"
+    );
+    assert!(
+        summary.final_accuracy > 0.3,
+        "still learns: {}",
+        summary.final_accuracy
+    );
 }
 
 /// When every client fails, no round may touch the model: it stays bit for bit the initial one.
@@ -100,18 +135,32 @@ fn failed_clients_never_update_the_model() {
     let initial = fedshard::train::initial_model(&c, c.run.seed);
     let (model, summary) = run(&c);
     assert_eq!(model.to_bytes(), initial.to_bytes());
-    assert!(summary.per_round.iter().all(|r| !r.model_updated && r.successes == 0));
+    assert!(
+        summary
+            .per_round
+            .iter()
+            .all(|r| !r.model_updated && r.successes == 0)
+    );
 }
 
 #[test]
 fn malformed_updates_are_rejected_by_reason_and_never_applied() {
-    for (kind, label) in [("non-finite", "non_finite"), ("wrong-shape", "shape"), ("foreign-indices", "indices")] {
+    for (kind, label) in [
+        ("non-finite", "non_finite"),
+        ("wrong-shape", "shape"),
+        ("foreign-indices", "indices"),
+    ] {
         let c = with_faults(&format!("\"{kind}\""), 1.0);
         let initial = fedshard::train::initial_model(&c, c.run.seed);
         let (model, summary) = run(&c);
         assert_eq!(model.to_bytes(), initial.to_bytes(), "{kind}");
         for r in &summary.per_round {
-            assert_eq!(r.rejected.get(label).copied(), Some(r.participants), "{kind}: {:?}", r.rejected);
+            assert_eq!(
+                r.rejected.get(label).copied(),
+                Some(r.participants),
+                "{kind}: {:?}",
+                r.rejected
+            );
         }
     }
 }
@@ -119,15 +168,33 @@ fn malformed_updates_are_rejected_by_reason_and_never_applied() {
 #[test]
 fn invalid_configs_name_the_field() {
     let cases = [
-        (DIGITS.replace("clients_per_round = 6", "clients_per_round = -1"), "federation.clients_per_round"),
-        (DIGITS.replace("ratio = 0.4, share = 0.5", "ratio = 0.4, share = 0.7"), "federation.keep_ratios"),
-        (DIGITS.replace("epochs = 2", "epochs = 2\nepocs = 3"), "epocs"),
-        (DIGITS.replace("strategy = \"unbiased\"", "strategy = \"unbaised\""), "unbaised"),
+        (
+            DIGITS.replace("clients_per_round = 6", "clients_per_round = -1"),
+            "federation.clients_per_round",
+        ),
+        (
+            DIGITS.replace("ratio = 0.4, share = 0.5", "ratio = 0.4, share = 0.7"),
+            "federation.keep_ratios",
+        ),
+        (
+            DIGITS.replace("epochs = 2", "epochs = 2\nepocs = 3"),
+            "epocs",
+        ),
+        (
+            DIGITS.replace("strategy = \"unbiased\"", "strategy = \"unbaised\""),
+            "unbaised",
+        ),
         (DIGITS.replace("alpha = 1.0", "alpha = 0.0"), "data.alpha"),
     ];
     for (text, field) in cases {
-        let err = format!("{:#}", Config::parse(&text, Path::new("bad.toml")).unwrap_err());
-        assert!(err.contains("bad.toml") && err.contains(field), "{field}: {err}");
+        let err = format!(
+            "{:#}",
+            Config::parse(&text, Path::new("bad.toml")).unwrap_err()
+        );
+        assert!(
+            err.contains("bad.toml") && err.contains(field),
+            "{field}: {err}"
+        );
     }
 }
 
@@ -140,12 +207,24 @@ fn the_shipped_configs_are_valid() {
 
 #[test]
 fn one_shot_ridge_with_fesc_beats_chance_and_fedavg_is_worse() {
-    let text = std::fs::read_to_string("config/oneshot-ridge.toml").unwrap().replace("clients = 500", "clients = 120").replace("clients_per_round = 500", "clients_per_round = 120");
+    let text = std::fs::read_to_string("config/oneshot-ridge.toml")
+        .unwrap()
+        .replace("clients = 500", "clients = 120")
+        .replace("clients_per_round = 500", "clients_per_round = 120");
     let fesc = config(&text);
     let (_, s_fesc) = run(&fesc);
     let fedavg = config(&text.replace("aggregator = \"fesc\"", "aggregator = \"fedavg\""));
     let (_, s_fedavg) = run(&fedavg);
     // accuracy is R² for regression.
-    assert!(s_fesc.final_accuracy > 0.9, "FESC R² {}", s_fesc.final_accuracy);
-    assert!(s_fesc.final_loss < s_fedavg.final_loss, "FESC MSE {} vs fedavg {}", s_fesc.final_loss, s_fedavg.final_loss);
+    assert!(
+        s_fesc.final_accuracy > 0.9,
+        "FESC R² {}",
+        s_fesc.final_accuracy
+    );
+    assert!(
+        s_fesc.final_loss < s_fedavg.final_loss,
+        "FESC MSE {} vs fedavg {}",
+        s_fesc.final_loss,
+        s_fedavg.final_loss
+    );
 }

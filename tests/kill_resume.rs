@@ -8,14 +8,18 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_fedshard");
 
 fn config_file(dir: &Path) -> std::path::PathBuf {
-    let text = std::fs::read_to_string("config/digits-linear.toml").unwrap().replace("rounds = 30", "rounds = 40");
+    let text = std::fs::read_to_string("config/digits-linear.toml")
+        .unwrap()
+        .replace("rounds = 30", "rounds = 40");
     let path = dir.join("config.toml");
     std::fs::write(&path, text).unwrap();
     path
 }
 
 fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path).map(|s| s.lines().count()).unwrap_or(0)
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -23,7 +27,12 @@ fn killed_and_resumed_run_matches_an_uninterrupted_one() {
     let tmp = tempfile::tempdir().unwrap();
     let config = config_file(tmp.path());
     let whole = tmp.path().join("whole");
-    let status = Command::new(BIN).args(["run", "--quiet", "--out"]).arg(&whole).arg(&config).status().unwrap();
+    let status = Command::new(BIN)
+        .args(["run", "--quiet", "--out"])
+        .arg(&whole)
+        .arg(&config)
+        .status()
+        .unwrap();
     assert!(status.success());
 
     let killed = tmp.path().join("killed");
@@ -36,14 +45,24 @@ fn killed_and_resumed_run_matches_an_uninterrupted_one() {
         .unwrap();
     let started = Instant::now();
     while lines(&killed.join("metrics.jsonl")) < 3 {
-        assert!(started.elapsed() < Duration::from_secs(120), "run made no progress");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "run made no progress"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    assert!(!killed.join("model.bin").exists(), "the run finished before it was killed");
+    assert!(
+        !killed.join("model.bin").exists(),
+        "the run finished before it was killed"
+    );
 
-    let status = Command::new(BIN).args(["run", "--quiet", "--resume"]).arg(&killed).status().unwrap();
+    let status = Command::new(BIN)
+        .args(["run", "--quiet", "--resume"])
+        .arg(&killed)
+        .status()
+        .unwrap();
     assert!(status.success());
     let a = std::fs::read(whole.join("model.bin")).unwrap();
     let b = std::fs::read(killed.join("model.bin")).unwrap();
@@ -55,10 +74,24 @@ fn killed_and_resumed_run_matches_an_uninterrupted_one() {
 fn a_bad_config_fails_before_starting_with_exit_code_2() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("bad.toml");
-    std::fs::write(&path, std::fs::read_to_string("config/digits-linear.toml").unwrap().replace("rounds = 30", "rounds = 0")).unwrap();
-    let out = Command::new(BIN).args(["run", "--out"]).arg(tmp.path().join("r")).arg(&path).output().unwrap();
+    std::fs::write(
+        &path,
+        std::fs::read_to_string("config/digits-linear.toml")
+            .unwrap()
+            .replace("rounds = 30", "rounds = 0"),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["run", "--out"])
+        .arg(tmp.path().join("r"))
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("run.rounds") && err.contains("bad.toml"), "{err}");
+    assert!(
+        err.contains("run.rounds") && err.contains("bad.toml"),
+        "{err}"
+    );
     assert!(!tmp.path().join("r").join("checkpoint.bin").exists());
 }

@@ -29,14 +29,20 @@ pub struct Checkpoint {
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: not a fedshard checkpoint ({reason})")]
     Malformed { path: PathBuf, reason: String },
 }
 
 /// Writes `bytes` to `path` atomically.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
+    let io = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let tmp = path.with_extension("tmp");
     let mut file = File::create(&tmp).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
@@ -63,14 +69,21 @@ pub fn load(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(CheckpointError::Io { path, source }),
     };
-    let malformed = |reason: String| CheckpointError::Malformed { path: path.clone(), reason };
+    let malformed = |reason: String| CheckpointError::Malformed {
+        path: path.clone(),
+        reason,
+    };
     let (checkpoint, used): (Checkpoint, usize) =
-        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).map_err(|e| malformed(e.to_string()))?;
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
+            .map_err(|e| malformed(e.to_string()))?;
     if used != bytes.len() {
         return Err(malformed(format!("{} trailing bytes", bytes.len() - used)));
     }
     if checkpoint.version != FORMAT_VERSION {
-        return Err(malformed(format!("format version {}, this build reads {FORMAT_VERSION}", checkpoint.version)));
+        return Err(malformed(format!(
+            "format version {}, this build reads {FORMAT_VERSION}",
+            checkpoint.version
+        )));
     }
     Ok(Some(checkpoint))
 }
@@ -89,7 +102,12 @@ mod tests {
             seed: 5,
             rounds_completed: 3,
             model: ModelState::default(),
-            registry: Registry { clients: Default::default(), selector: SelectorName::Uniform, budget: 1.0, max_clusters: None },
+            registry: Registry {
+                clients: Default::default(),
+                selector: SelectorName::Uniform,
+                budget: 1.0,
+                max_clusters: None,
+            },
             history: vec![],
         };
         save(dir.path(), &cp).unwrap();

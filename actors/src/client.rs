@@ -28,16 +28,32 @@ pub enum ClientReply {
     /// The encoded update.
     Update(UpdateEnvelope),
     /// Phase one of a two-phase round: trained, update kept until asked for.
-    Trained { client: ClientId, update_norm: f64, samples: u64 },
+    Trained {
+        client: ClientId,
+        update_norm: f64,
+        samples: u64,
+    },
     /// Training failed; the text says why.
-    Failed { client: ClientId, reason: String, panicked: bool },
+    Failed {
+        client: ClientId,
+        reason: String,
+        panicked: bool,
+    },
 }
 
 pub enum ClientMsg {
     /// Train on the task; `upload: false` keeps the update for a later [`ClientMsg::Upload`].
-    Train { task: Box<TrainTask>, upload: bool, encoding: Encoding, reply: RpcReplyPort<ClientReply> },
+    Train {
+        task: Box<TrainTask>,
+        upload: bool,
+        encoding: Encoding,
+        reply: RpcReplyPort<ClientReply>,
+    },
     /// Send the update kept from phase one of `round`.
-    Upload { round: u64, reply: RpcReplyPort<ClientReply> },
+    Upload {
+        round: u64,
+        reply: RpcReplyPort<ClientReply>,
+    },
 }
 
 pub struct ClientActor;
@@ -52,10 +68,19 @@ pub struct ClientState {
 fn update_norm(task: &TrainTask, output: &TrainOutput) -> f64 {
     let mut sum = 0.0f64;
     for (a, b) in output.dense.tensors.iter().zip(&task.dense.tensors) {
-        sum += a.data.iter().zip(&b.data).map(|(x, y)| f64::from(x - y).powi(2)).sum::<f64>();
+        sum += a
+            .data
+            .iter()
+            .zip(&b.data)
+            .map(|(x, y)| f64::from(x - y).powi(2))
+            .sum::<f64>();
     }
     for (a, b) in output.shards.iter().zip(&task.shards) {
-        let pairs = a.left.iter().zip(&b.left).chain(a.right.iter().zip(&b.right));
+        let pairs = a
+            .left
+            .iter()
+            .zip(&b.left)
+            .chain(a.right.iter().zip(&b.right));
         sum += pairs.map(|(x, y)| f64::from(x - y).powi(2)).sum::<f64>();
     }
     sum.sqrt()
@@ -74,13 +99,31 @@ impl Actor for ClientActor {
     type State = ClientState;
     type Arguments = (ClientId, Arc<dyn LocalTrainer>);
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (id, trainer): Self::Arguments) -> Result<ClientState, ActorProcessingErr> {
-        Ok(ClientState { id, trainer, kept: None })
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        (id, trainer): Self::Arguments,
+    ) -> Result<ClientState, ActorProcessingErr> {
+        Ok(ClientState {
+            id,
+            trainer,
+            kept: None,
+        })
     }
 
-    async fn handle(&self, _myself: ActorRef<Self::Msg>, message: Self::Msg, state: &mut ClientState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut ClientState,
+    ) -> Result<(), ActorProcessingErr> {
         match message {
-            ClientMsg::Train { task, upload, encoding, reply } => {
+            ClientMsg::Train {
+                task,
+                upload,
+                encoding,
+                reply,
+            } => {
                 let trainer = Arc::clone(&state.trainer);
                 let started = Instant::now();
                 let joined = tokio::task::spawn_blocking(move || {
@@ -107,16 +150,34 @@ impl Actor for ClientActor {
                             let _ = reply.send(ClientReply::Update(envelope));
                         } else {
                             state.kept = Some(envelope);
-                            let _ = reply.send(ClientReply::Trained { client: id, update_norm, samples });
+                            let _ = reply.send(ClientReply::Trained {
+                                client: id,
+                                update_norm,
+                                samples,
+                            });
                         }
                     }
                     Ok(Err(reason)) => {
-                        let _ = reply.send(ClientReply::Failed { client: id, reason, panicked: false });
+                        let _ = reply.send(ClientReply::Failed {
+                            client: id,
+                            reason,
+                            panicked: false,
+                        });
                     }
                     Err(join) => {
-                        let reason = if join.is_panic() { panic_text(join.into_panic()) } else { join.to_string() };
-                        let _ = reply.send(ClientReply::Failed { client: id, reason: reason.clone(), panicked: true });
-                        return Err(format!("client {id} panicked in local training: {reason}").into());
+                        let reason = if join.is_panic() {
+                            panic_text(join.into_panic())
+                        } else {
+                            join.to_string()
+                        };
+                        let _ = reply.send(ClientReply::Failed {
+                            client: id,
+                            reason: reason.clone(),
+                            panicked: true,
+                        });
+                        return Err(
+                            format!("client {id} panicked in local training: {reason}").into()
+                        );
                     }
                 }
             }

@@ -3,7 +3,7 @@
 
 use crate::trainer::ClientId;
 use fedshard_strategies::rng::{Purpose, stream};
-use fedshard_strategies::selection::{ClientSelector, ClientStats, SelectorName};
+use fedshard_strategies::selection::{ClientStats, SelectorName};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -93,7 +93,10 @@ impl Registry {
             match norms {
                 None => {
                     let participants = stats.iter().map(|s| (s.id, clusters[&s.id])).collect();
-                    return Ok(RoundSelection { participants, probabilities: vec![1.0; stats.len()] });
+                    return Ok(RoundSelection {
+                        participants,
+                        probabilities: vec![1.0; stats.len()],
+                    });
                 }
                 Some(n) => {
                     stats = self.stats(Some(n));
@@ -108,9 +111,20 @@ impl Registry {
         let selection = selector
             .select(&stats, self.budget, &mut rng)
             .map_err(|e| format!("selector {}: {e}", self.selector))?;
-        let participants = selection.chosen.iter().map(|&k| (stats[k].id, clusters[&stats[k].id])).collect();
-        let probabilities = selection.chosen.iter().map(|&k| selection.probabilities[k]).collect();
-        Ok(RoundSelection { participants, probabilities })
+        let participants = selection
+            .chosen
+            .iter()
+            .map(|&k| (stats[k].id, clusters[&stats[k].id]))
+            .collect();
+        let probabilities = selection
+            .chosen
+            .iter()
+            .map(|&k| selection.probabilities[k])
+            .collect();
+        Ok(RoundSelection {
+            participants,
+            probabilities,
+        })
     }
 }
 
@@ -122,7 +136,9 @@ fn cluster_representatives(distinct: &[f64], max_clusters: Option<usize>) -> Vec
     }
     let mut gaps: Vec<usize> = (1..distinct.len()).collect();
     gaps.sort_by(|&a, &b| {
-        (distinct[b] - distinct[b - 1]).total_cmp(&(distinct[a] - distinct[a - 1])).then(a.cmp(&b))
+        (distinct[b] - distinct[b - 1])
+            .total_cmp(&(distinct[a] - distinct[a - 1]))
+            .then(a.cmp(&b))
     });
     let mut cuts: Vec<usize> = gaps.into_iter().take(k - 1).collect();
     cuts.sort_unstable();
@@ -160,13 +176,27 @@ impl Actor for Coordinator {
     type State = Registry;
     type Arguments = Registry;
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, registry: Registry) -> Result<Registry, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        registry: Registry,
+    ) -> Result<Registry, ActorProcessingErr> {
         Ok(registry)
     }
 
-    async fn handle(&self, _myself: ActorRef<Self::Msg>, message: Self::Msg, registry: &mut Registry) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        registry: &mut Registry,
+    ) -> Result<(), ActorProcessingErr> {
         match message {
-            CoordinatorMsg::Select { seed, round, norms, reply } => {
+            CoordinatorMsg::Select {
+                seed,
+                round,
+                norms,
+                reply,
+            } => {
                 let _ = reply.send(registry.select(seed, round, norms.as_ref()));
             }
             CoordinatorMsg::SetAlive { client, alive } => {
@@ -196,7 +226,18 @@ mod tests {
             clients: ratios
                 .iter()
                 .enumerate()
-                .map(|(i, &r)| (i as u64, ClientRecord { id: i as u64, keep_ratio: r, samples: 10, alive: true, failures: 0 }))
+                .map(|(i, &r)| {
+                    (
+                        i as u64,
+                        ClientRecord {
+                            id: i as u64,
+                            keep_ratio: r,
+                            samples: 10,
+                            alive: true,
+                            failures: 0,
+                        },
+                    )
+                })
                 .collect(),
             selector: SelectorName::Uniform,
             budget: 2.0,
@@ -208,7 +249,10 @@ mod tests {
     fn exact_clusters_keep_every_ratio() {
         let r = registry(&[0.2, 0.4, 0.2, 0.4], None);
         let c = r.cluster_keep_ratios();
-        assert_eq!(c.values().copied().collect::<Vec<_>>(), vec![0.2, 0.4, 0.2, 0.4]);
+        assert_eq!(
+            c.values().copied().collect::<Vec<_>>(),
+            vec![0.2, 0.4, 0.2, 0.4]
+        );
     }
 
     #[test]

@@ -59,7 +59,8 @@ impl FaultPlan {
         let mut rng = stream(seed, round, client, Purpose::Experiment);
         let u = uniform(&mut rng);
         (u < self.rate).then(|| {
-            let k = ((uniform(&mut rng) * self.kinds.len() as f64) as usize).min(self.kinds.len() - 1);
+            let k =
+                ((uniform(&mut rng) * self.kinds.len() as f64) as usize).min(self.kinds.len() - 1);
             self.kinds[k]
         })
     }
@@ -87,7 +88,13 @@ impl LocalTrainer for FaultyTrainer {
         let mut output = self.inner.train(task)?;
         match fault {
             Some(FaultKind::NonFinite) => {
-                if let Some(v) = output.dense.tensors.iter_mut().flat_map(|t| t.data.iter_mut()).next() {
+                if let Some(v) = output
+                    .dense
+                    .tensors
+                    .iter_mut()
+                    .flat_map(|t| t.data.iter_mut())
+                    .next()
+                {
                     *v = f32::NAN;
                 }
             }

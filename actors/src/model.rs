@@ -15,7 +15,11 @@ pub struct NamedTensor {
 
 impl NamedTensor {
     /// A tensor whose data length is checked against its shape.
-    pub fn new(name: impl Into<String>, shape: Vec<usize>, data: Vec<f32>) -> Result<Self, ModelError> {
+    pub fn new(
+        name: impl Into<String>,
+        shape: Vec<usize>,
+        data: Vec<f32>,
+    ) -> Result<Self, ModelError> {
         let name = name.into();
         let expected: usize = shape.iter().product();
         if expected != data.len() {
@@ -31,7 +35,11 @@ impl NamedTensor {
     /// A zero tensor of the given shape.
     pub fn zeros(name: impl Into<String>, shape: Vec<usize>) -> Self {
         let len = shape.iter().product();
-        Self { name: name.into(), shape, data: vec![0.0; len] }
+        Self {
+            name: name.into(),
+            shape,
+            data: vec![0.0; len],
+        }
     }
 
     /// Rows and columns of the matrix this tensor is sharded as: `(shape[0], Π shape[1..])`, so
@@ -48,7 +56,11 @@ impl NamedTensor {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelError {
     #[error("tensor `{tensor}`: expected {expected}, found {found}")]
-    Shape { tensor: String, expected: String, found: String },
+    Shape {
+        tensor: String,
+        expected: String,
+        found: String,
+    },
     #[error("tensor `{0}` is missing")]
     Missing(String),
     #[error("tensor `{tensor}` has a non-finite value at position {position}")]
@@ -94,7 +106,8 @@ impl ModelState {
 
     /// The tensor called `name`, or an error naming it.
     pub fn require(&self, name: &str) -> Result<&NamedTensor, ModelError> {
-        self.get(name).ok_or_else(|| ModelError::Missing(name.to_string()))
+        self.get(name)
+            .ok_or_else(|| ModelError::Missing(name.to_string()))
     }
 
     /// Whether every value is finite.
@@ -109,7 +122,9 @@ impl ModelState {
     /// Same names and shapes as `reference`, in the same order; names the first difference.
     pub fn check_compatible(&self, reference: &ModelState) -> Result<(), ModelError> {
         for t in &reference.tensors {
-            let mine = self.get(&t.name).ok_or_else(|| ModelError::Missing(t.name.clone()))?;
+            let mine = self
+                .get(&t.name)
+                .ok_or_else(|| ModelError::Missing(t.name.clone()))?;
             if mine.shape != t.shape || mine.data.len() != t.data.len() {
                 return Err(ModelError::Shape {
                     tensor: t.name.clone(),
@@ -118,7 +133,11 @@ impl ModelState {
                 });
             }
         }
-        if let Some(extra) = self.tensors.iter().find(|t| reference.get(&t.name).is_none()) {
+        if let Some(extra) = self
+            .tensors
+            .iter()
+            .find(|t| reference.get(&t.name).is_none())
+        {
             return Err(ModelError::Shape {
                 tensor: extra.name.clone(),
                 expected: "no such tensor".into(),
@@ -132,7 +151,10 @@ impl ModelState {
     pub fn check_finite(&self) -> Result<(), ModelError> {
         for t in &self.tensors {
             if let Some(position) = t.data.iter().position(|v| !v.is_finite()) {
-                return Err(ModelError::NonFinite { tensor: t.name.clone(), position });
+                return Err(ModelError::NonFinite {
+                    tensor: t.name.clone(),
+                    position,
+                });
             }
         }
         Ok(())
@@ -151,7 +173,10 @@ impl ModelState {
             bincode::serde::decode_from_slice(bytes, bincode::config::standard())
                 .map_err(|e| ModelError::Bytes(e.to_string()))?;
         if used != bytes.len() {
-            return Err(ModelError::Bytes(format!("{} trailing bytes", bytes.len() - used)));
+            return Err(ModelError::Bytes(format!(
+                "{} trailing bytes",
+                bytes.len() - used
+            )));
         }
         Ok(state)
     }

@@ -62,11 +62,18 @@ impl Rejection {
 pub fn encode(output: &TrainOutput, encoding: Encoding) -> Payload {
     match encoding {
         Encoding::Identity => {
-            let body = UpdateBody { dense: output.dense.clone(), shards: output.shards.clone() };
+            let body = UpdateBody {
+                dense: output.dense.clone(),
+                shards: output.shards.clone(),
+            };
             let bytes = bincode::serde::encode_to_vec(&body, bincode::config::standard())
                 .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"));
             let bits = 8 * bytes.len() as u64;
-            Payload { encoding, bytes, bits }
+            Payload {
+                encoding,
+                bytes,
+                bits,
+            }
         }
     }
 }
@@ -81,7 +88,10 @@ pub struct DecodedUpdate {
 /// Decodes `payload` and checks it against the task the client was given: the same dense
 /// tensors with the same shapes, the same sharded layers with exactly the indices sent, the right
 /// factor lengths, and only finite values.
-pub fn decode_and_validate(payload: &Payload, task: &TrainTask) -> Result<DecodedUpdate, Rejection> {
+pub fn decode_and_validate(
+    payload: &Payload,
+    task: &TrainTask,
+) -> Result<DecodedUpdate, Rejection> {
     let body: UpdateBody = match payload.encoding {
         Encoding::Identity => {
             let (body, used) =
@@ -99,7 +109,9 @@ pub fn decode_and_validate(payload: &Payload, task: &TrainTask) -> Result<Decode
     body.dense
         .check_compatible(&task.dense)
         .map_err(|e| Rejection::Shape(e.to_string()))?;
-    body.dense.check_finite().map_err(|e| Rejection::NonFinite(e.to_string()))?;
+    body.dense
+        .check_finite()
+        .map_err(|e| Rejection::NonFinite(e.to_string()))?;
     if body.shards.len() != task.shards.len() {
         return Err(Rejection::Shape(format!(
             "{} sharded layers, expected {}",
@@ -131,11 +143,22 @@ pub fn decode_and_validate(payload: &Payload, task: &TrainTask) -> Result<Decode
                 n * sent.cols()
             )));
         }
-        if let Some(p) = got.left.iter().chain(&got.right).position(|v| !v.is_finite()) {
-            return Err(Rejection::NonFinite(format!("layer `{}` factor value {p}", got.name)));
+        if let Some(p) = got
+            .left
+            .iter()
+            .chain(&got.right)
+            .position(|v| !v.is_finite())
+        {
+            return Err(Rejection::NonFinite(format!(
+                "layer `{}` factor value {p}",
+                got.name
+            )));
         }
     }
-    Ok(DecodedUpdate { dense: body.dense, shards: body.shards })
+    Ok(DecodedUpdate {
+        dense: body.dense,
+        shards: body.shards,
+    })
 }
 
 #[cfg(test)]
@@ -170,7 +193,12 @@ mod tests {
     }
 
     fn output(task: &TrainTask) -> TrainOutput {
-        TrainOutput { dense: task.dense.clone(), shards: task.shards.clone(), samples: 5, loss: 1.0 }
+        TrainOutput {
+            dense: task.dense.clone(),
+            shards: task.shards.clone(),
+            samples: 5,
+            loss: 1.0,
+        }
     }
 
     #[test]
@@ -187,15 +215,33 @@ mod tests {
         let t = task();
         let mut bad = output(&t);
         bad.shards[0].indices = vec![0, 1];
-        assert_eq!(decode_and_validate(&encode(&bad, Encoding::Identity), &t).unwrap_err().label(), "indices");
+        assert_eq!(
+            decode_and_validate(&encode(&bad, Encoding::Identity), &t)
+                .unwrap_err()
+                .label(),
+            "indices"
+        );
         let mut bad = output(&t);
         bad.shards[0].right.pop();
-        assert_eq!(decode_and_validate(&encode(&bad, Encoding::Identity), &t).unwrap_err().label(), "shape");
+        assert_eq!(
+            decode_and_validate(&encode(&bad, Encoding::Identity), &t)
+                .unwrap_err()
+                .label(),
+            "shape"
+        );
         let mut bad = output(&t);
         bad.dense.tensors[0].data[0] = f32::NAN;
-        assert_eq!(decode_and_validate(&encode(&bad, Encoding::Identity), &t).unwrap_err().label(), "non_finite");
+        assert_eq!(
+            decode_and_validate(&encode(&bad, Encoding::Identity), &t)
+                .unwrap_err()
+                .label(),
+            "non_finite"
+        );
         let mut p = encode(&output(&t), Encoding::Identity);
         p.bytes.truncate(3);
-        assert_eq!(decode_and_validate(&p, &t).unwrap_err().label(), "malformed");
+        assert_eq!(
+            decode_and_validate(&p, &t).unwrap_err().label(),
+            "malformed"
+        );
     }
 }

@@ -64,7 +64,10 @@ impl Summary {
             uplink_bits_total: history.iter().map(|r| r.uplink_bits).sum(),
             downlink_bits_total: history.iter().map(|r| r.downlink_bits).sum(),
             failures_total: history.iter().map(RoundRecord::failures_total).sum(),
-            rejected_total: history.iter().map(|r| r.rejected.values().sum::<usize>()).sum(),
+            rejected_total: history
+                .iter()
+                .map(|r| r.rejected.values().sum::<usize>())
+                .sum(),
             seconds_total: history.iter().map(|r| r.seconds).sum(),
             per_round: history.to_vec(),
         }

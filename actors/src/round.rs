@@ -66,7 +66,12 @@ impl ShardPlan {
 pub fn dense_part(global: &ModelState, policy: Option<&ShardingPolicy>) -> ModelState {
     let sharded = |name: &str| policy.is_some_and(|p| p.layers.iter().any(|l| l == name));
     ModelState {
-        tensors: global.tensors.iter().filter(|t| !sharded(&t.name)).cloned().collect(),
+        tensors: global
+            .tensors
+            .iter()
+            .filter(|t| !sharded(&t.name))
+            .cloned()
+            .collect(),
     }
 }
 
@@ -82,7 +87,10 @@ pub fn plan_shards(
 ) -> Result<ShardPlan, String> {
     let mut clusters: BTreeMap<u64, Vec<ClientId>> = BTreeMap::new();
     for p in participants {
-        clusters.entry(p.keep_ratio.to_bits()).or_default().push(p.client);
+        clusters
+            .entry(p.keep_ratio.to_bits())
+            .or_default()
+            .push(p.client);
     }
     let mut rngs: BTreeMap<ClientId, _> = participants
         .iter()
@@ -96,8 +104,13 @@ pub fn plan_shards(
             .get(name)
             .ok_or_else(|| format!("sharded layer `{name}` is not a tensor of the model"))?;
         let (rows, cols) = tensor.matrix_shape();
-        let layer = factorize(&tensor.data, rows, cols).map_err(|e| format!("layer `{name}`: {e}"))?;
-        let spectrum: Vec<f64> = layer.singular_values.iter().map(|&s| f64::from(s)).collect();
+        let layer =
+            factorize(&tensor.data, rows, cols).map_err(|e| format!("layer `{name}`: {e}"))?;
+        let spectrum: Vec<f64> = layer
+            .singular_values
+            .iter()
+            .map(|&s| f64::from(s))
+            .collect();
         for (ratio_bits, members) in &clusters {
             let keep_ratio = f64::from_bits(*ratio_bits);
             let kept = kept_terms(spectrum.len(), keep_ratio).map_err(|e| e.to_string())?;
@@ -128,7 +141,11 @@ pub fn plan_shards(
         }
         factors.push((name.clone(), tensor.shape.clone(), layer));
     }
-    Ok(ShardPlan { factors, shards, groups })
+    Ok(ShardPlan {
+        factors,
+        shards,
+        groups,
+    })
 }
 
 fn gather_rows(matrix: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
@@ -170,7 +187,14 @@ pub fn aggregate(
             .iter()
             .filter_map(|u| u.update.dense.get(&tensor.name).map(|t| (u.weight, t)))
             .collect();
-        fold(&mut tensor.data, &holders.iter().map(|(w, t)| (*w, t.data.as_slice())).collect::<Vec<_>>(), normalised);
+        fold(
+            &mut tensor.data,
+            &holders
+                .iter()
+                .map(|(w, t)| (*w, t.data.as_slice()))
+                .collect::<Vec<_>>(),
+            normalised,
+        );
     }
     for (layer_index, (name, _shape, factors)) in plan.factors.iter().enumerate() {
         let mut factors = factors.clone();
@@ -185,8 +209,16 @@ pub fn aggregate(
                     right.push((u.weight, &shard.right[j * cols..(j + 1) * cols]));
                 }
             }
-            fold(&mut factors.left[term * rows..(term + 1) * rows], &left, normalised);
-            fold(&mut factors.right[term * cols..(term + 1) * cols], &right, normalised);
+            fold(
+                &mut factors.left[term * rows..(term + 1) * rows],
+                &left,
+                normalised,
+            );
+            fold(
+                &mut factors.right[term * cols..(term + 1) * cols],
+                &right,
+                normalised,
+            );
         }
         if let Some(tensor) = global.get_mut(name) {
             tensor.data = recompose(&factors);
@@ -210,7 +242,10 @@ fn fold(target: &mut [f32], contributions: &[(f64, &[f32])], normalised: bool) {
     };
     for (k, x) in target.iter_mut().enumerate() {
         let old = f64::from(*x);
-        let delta: f64 = contributions.iter().map(|(w, c)| w * (f64::from(c[k]) - old)).sum();
+        let delta: f64 = contributions
+            .iter()
+            .map(|(w, c)| w * (f64::from(c[k]) - old))
+            .sum();
         *x = (old + scale * delta) as f32;
     }
 }

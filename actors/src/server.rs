@@ -11,7 +11,9 @@ use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection};
 use crate::model::ModelState;
 use crate::payload::{DecodedUpdate, Encoding, decode_and_validate};
 use crate::record::{RoundRecord, Summary};
-use crate::round::{Participant, ShardPlan, ShardingPolicy, WeightedUpdate, aggregate, dense_part, plan_shards};
+use crate::round::{
+    Participant, ShardPlan, ShardingPolicy, WeightedUpdate, aggregate, dense_part, plan_shards,
+};
 use crate::trainer::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
 use fedshard_strategies::aggregation::{AggregatorName, Contribution, Failure, RoundOutcome};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call};
@@ -75,12 +77,23 @@ impl Federation {
     /// are replaced by the checkpoint's, and `metrics.jsonl` is rewritten from the history so it
     /// holds exactly the completed rounds.
     pub fn resume_from_checkpoint(&mut self) -> Result<bool, String> {
-        let Some(dir) = &self.run_dir else { return Ok(false) };
-        let Some(cp) = checkpoint::load(dir).map_err(|e| e.to_string())? else { return Ok(false) };
+        let Some(dir) = &self.run_dir else {
+            return Ok(false);
+        };
+        let Some(cp) = checkpoint::load(dir).map_err(|e| e.to_string())? else {
+            return Ok(false);
+        };
         if cp.seed != self.config.seed {
-            return Err(format!("checkpoint in {} was written with seed {}, the config says {}", dir.display(), cp.seed, self.config.seed));
+            return Err(format!(
+                "checkpoint in {} was written with seed {}, the config says {}",
+                dir.display(),
+                cp.seed,
+                self.config.seed
+            ));
         }
-        cp.model.check_compatible(&self.model).map_err(|e| format!("checkpoint model does not fit the configured model: {e}"))?;
+        cp.model
+            .check_compatible(&self.model)
+            .map_err(|e| format!("checkpoint model does not fit the configured model: {e}"))?;
         self.model = cp.model;
         self.registry = cp.registry;
         self.history = cp.history;
@@ -89,7 +102,8 @@ impl Federation {
             lines.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
             lines.push('\n');
         }
-        checkpoint::write_atomically(&dir.join("metrics.jsonl"), lines.as_bytes()).map_err(|e| e.to_string())?;
+        checkpoint::write_atomically(&dir.join("metrics.jsonl"), lines.as_bytes())
+            .map_err(|e| e.to_string())?;
         Ok(true)
     }
 }
@@ -100,7 +114,9 @@ pub async fn run(federation: Federation) -> Result<(ModelState, Summary), String
     let (server, handle) = Actor::spawn(None, Server, (federation, done))
         .await
         .map_err(|e| format!("server failed to start: {e}"))?;
-    let result = finished.await.map_err(|_| "server stopped without a result".to_string())?;
+    let result = finished
+        .await
+        .map_err(|_| "server stopped without a result".to_string())?;
     server.stop(None);
     let _ = handle.await;
     result
@@ -128,9 +144,20 @@ impl Actor for Server {
     type State = ServerState;
     type Arguments = (Federation, DoneSender);
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, (fed, done): Self::Arguments) -> Result<ServerState, ActorProcessingErr> {
-        let (coordinator, _) = Actor::spawn_linked(None, Coordinator, fed.registry.clone(), myself.get_cell()).await?;
-        let mut state = ServerState { fed, coordinator, clients: BTreeMap::new(), by_actor: HashMap::new(), done: Some(done) };
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        (fed, done): Self::Arguments,
+    ) -> Result<ServerState, ActorProcessingErr> {
+        let (coordinator, _) =
+            Actor::spawn_linked(None, Coordinator, fed.registry.clone(), myself.get_cell()).await?;
+        let mut state = ServerState {
+            fed,
+            coordinator,
+            clients: BTreeMap::new(),
+            by_actor: HashMap::new(),
+            done: Some(done),
+        };
         let ids: Vec<ClientId> = state.fed.trainers.keys().copied().collect();
         for id in ids {
             state.spawn_client(id, myself.get_cell()).await?;
@@ -139,7 +166,12 @@ impl Actor for Server {
         Ok(state)
     }
 
-    async fn handle(&self, myself: ActorRef<Self::Msg>, message: Self::Msg, state: &mut ServerState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut ServerState,
+    ) -> Result<(), ActorProcessingErr> {
         match message {
             ServerMsg::NextRound => {
                 let round = state.fed.history.len() as u64 + 1;
@@ -156,7 +188,12 @@ impl Actor for Server {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<Self::Msg>, event: SupervisionEvent, state: &mut ServerState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut ServerState,
+    ) -> Result<(), ActorProcessingErr> {
         let dead = match &event {
             SupervisionEvent::ActorFailed(cell, _) => Some(cell.get_id()),
             SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell.get_id()),
@@ -184,7 +221,11 @@ enum Outcome {
 }
 
 impl ServerState {
-    async fn spawn_client(&mut self, id: ClientId, supervisor: ActorCell) -> Result<(), ActorProcessingErr> {
+    async fn spawn_client(
+        &mut self,
+        id: ClientId,
+        supervisor: ActorCell,
+    ) -> Result<(), ActorProcessingErr> {
         let trainer = Arc::clone(&self.fed.trainers[&id]);
         let (actor, _) = Actor::spawn_linked(None, ClientActor, (id, trainer), supervisor).await?;
         self.by_actor.insert(actor.get_id(), id);
@@ -199,28 +240,62 @@ impl ServerState {
         }
     }
 
-    async fn select(&self, round: u64, norms: Option<BTreeMap<ClientId, f64>>) -> Result<RoundSelection, String> {
+    async fn select(
+        &self,
+        round: u64,
+        norms: Option<BTreeMap<ClientId, f64>>,
+    ) -> Result<RoundSelection, String> {
         let seed = self.fed.config.seed;
-        call!(self.coordinator, |reply| CoordinatorMsg::Select { seed, round, norms, reply })
-            .map_err(|e| format!("coordinator unreachable: {e}"))?
+        call!(self.coordinator, |reply| CoordinatorMsg::Select {
+            seed,
+            round,
+            norms,
+            reply
+        })
+        .map_err(|e| format!("coordinator unreachable: {e}"))?
     }
 
     /// Sends every task and waits for the replies until the deadline.
-    async fn dispatch(&self, messages: Vec<(ClientId, Option<Box<TrainTask>>)>, upload: bool, round: u64) -> BTreeMap<ClientId, Outcome> {
+    async fn dispatch(
+        &self,
+        messages: Vec<(ClientId, Option<Box<TrainTask>>)>,
+        upload: bool,
+        round: u64,
+    ) -> BTreeMap<ClientId, Outcome> {
         let deadline = self.fed.config.deadline;
         let encoding = self.fed.config.encoding;
         let mut set = JoinSet::new();
         for (id, task) in messages {
-            let Some(actor) = self.clients.get(&id).cloned() else { continue };
+            let Some(actor) = self.clients.get(&id).cloned() else {
+                continue;
+            };
             set.spawn(async move {
                 let result = match task {
-                    Some(task) => actor.call(|reply| ClientMsg::Train { task, upload, encoding, reply }, Some(deadline)).await,
-                    None => actor.call(|reply| ClientMsg::Upload { round, reply }, Some(deadline)).await,
+                    Some(task) => {
+                        actor
+                            .call(
+                                |reply| ClientMsg::Train {
+                                    task,
+                                    upload,
+                                    encoding,
+                                    reply,
+                                },
+                                Some(deadline),
+                            )
+                            .await
+                    }
+                    None => {
+                        actor
+                            .call(|reply| ClientMsg::Upload { round, reply }, Some(deadline))
+                            .await
+                    }
                 };
                 let outcome = match result {
                     Ok(ractor::rpc::CallResult::Success(reply)) => Outcome::Reply(reply),
                     Ok(ractor::rpc::CallResult::Timeout) => Outcome::Timeout,
-                    Ok(ractor::rpc::CallResult::SenderError) => Outcome::Unreachable("client dropped the reply".into()),
+                    Ok(ractor::rpc::CallResult::SenderError) => {
+                        Outcome::Unreachable("client dropped the reply".into())
+                    }
                     Err(e) => Outcome::Unreachable(e.to_string()),
                 };
                 (id, outcome)
@@ -242,7 +317,11 @@ impl ServerState {
         let first = self.select(round, None).await?;
 
         // Plan every first-phase participant's shards off the executor.
-        let participants: Vec<Participant> = first.participants.iter().map(|&(client, keep_ratio)| Participant { client, keep_ratio }).collect();
+        let participants: Vec<Participant> = first
+            .participants
+            .iter()
+            .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
+            .collect();
         let model = self.fed.model.clone();
         let policy = config.sharding.clone();
         let seed = config.seed;
@@ -254,20 +333,42 @@ impl ServerState {
         .await
         .map_err(|e| format!("sharding plan panicked: {e}"))??;
         let dense = dense_part(&self.fed.model, config.sharding.as_ref());
-        let recipe = Recipe { learning_rate: config.learning_rate(round), ..config.recipe.clone() };
+        let recipe = Recipe {
+            learning_rate: config.learning_rate(round),
+            ..config.recipe.clone()
+        };
         let mut tasks: BTreeMap<ClientId, TrainTask> = BTreeMap::new();
         let mut downlink_bits = 0u64;
         for p in &participants {
-            let shards = plan.as_ref().and_then(|pl| pl.shards.get(&p.client).cloned()).unwrap_or_default();
-            let task = TrainTask { round, client: p.client, seed: config.seed, dense: dense.clone(), shards, recipe: recipe.clone() };
-            downlink_bits += 8 * bincode::serde::encode_to_vec(&task, bincode::config::standard()).map_or(0, |b| b.len() as u64);
+            let shards = plan
+                .as_ref()
+                .and_then(|pl| pl.shards.get(&p.client).cloned())
+                .unwrap_or_default();
+            let task = TrainTask {
+                round,
+                client: p.client,
+                seed: config.seed,
+                dense: dense.clone(),
+                shards,
+                recipe: recipe.clone(),
+            };
+            downlink_bits += 8 * bincode::serde::encode_to_vec(&task, bincode::config::standard())
+                .map_or(0, |b| b.len() as u64);
             tasks.insert(p.client, task);
         }
 
         let mut failures: BTreeMap<ClientId, (String, String)> = BTreeMap::new();
         let mut envelopes: BTreeMap<ClientId, UpdateEnvelope> = BTreeMap::new();
-        let mut probabilities: BTreeMap<ClientId, f64> = first.participants.iter().map(|p| p.0).zip(first.probabilities.iter().copied()).collect();
-        let messages = tasks.iter().map(|(id, t)| (*id, Some(Box::new(t.clone())))).collect();
+        let mut probabilities: BTreeMap<ClientId, f64> = first
+            .participants
+            .iter()
+            .map(|p| p.0)
+            .zip(first.probabilities.iter().copied())
+            .collect();
+        let messages = tasks
+            .iter()
+            .map(|(id, t)| (*id, Some(Box::new(t.clone()))))
+            .collect();
         let outcomes = self.dispatch(messages, !two_phase, round).await;
         let mut norms = BTreeMap::new();
         for (id, outcome) in outcomes {
@@ -284,13 +385,19 @@ impl ServerState {
             }
         }
         for id in tasks.keys() {
-            if !envelopes.contains_key(id) && !norms.contains_key(id) && !failures.contains_key(id) {
+            if !envelopes.contains_key(id) && !norms.contains_key(id) && !failures.contains_key(id)
+            {
                 failures.insert(*id, ("unreachable".into(), "no reply".into()));
             }
         }
         if two_phase {
             let second = self.select(round, Some(norms)).await?;
-            probabilities = second.participants.iter().map(|p| p.0).zip(second.probabilities.iter().copied()).collect();
+            probabilities = second
+                .participants
+                .iter()
+                .map(|p| p.0)
+                .zip(second.probabilities.iter().copied())
+                .collect();
             let uploads = second.participants.iter().map(|p| (p.0, None)).collect();
             for (id, outcome) in self.dispatch(uploads, true, round).await {
                 match outcome {
@@ -318,32 +425,64 @@ impl ServerState {
             }
         }
         for id in failures.keys() {
-            let _ = self.coordinator.cast(CoordinatorMsg::CountFailure { client: *id });
+            let _ = self
+                .coordinator
+                .cast(CoordinatorMsg::CountFailure { client: *id });
         }
 
         let contributions: Vec<Contribution> = accepted
             .iter()
-            .map(|(id, _, e)| Contribution { client: *id, samples: e.samples as f64, inclusion_probability: probabilities.get(id).copied().unwrap_or(1.0) })
+            .map(|(id, _, e)| Contribution {
+                client: *id,
+                samples: e.samples as f64,
+                inclusion_probability: probabilities.get(id).copied().unwrap_or(1.0),
+            })
             .collect();
-        let failure_list: Vec<Failure> = failures.iter().map(|(id, (_, reason))| Failure { client: *id, reason: reason.clone() }).collect();
-        let population_samples = self.fed.registry.clients.values().map(|c| c.samples as f64).sum();
+        let failure_list: Vec<Failure> = failures
+            .iter()
+            .map(|(id, (_, reason))| Failure {
+                client: *id,
+                reason: reason.clone(),
+            })
+            .collect();
+        let population_samples = self
+            .fed
+            .registry
+            .clients
+            .values()
+            .map(|c| c.samples as f64)
+            .sum();
         let model_updated = accepted.len() >= config.min_successful.max(1);
-        let (anme, groups) = plan.as_ref().map_or((0.0, vec![]), |p| (p.anme(), p.groups.clone()));
+        let (anme, groups) = plan
+            .as_ref()
+            .map_or((0.0, vec![]), |p| (p.anme(), p.groups.clone()));
         if model_updated {
             let weights = config
                 .aggregator
                 .build()
-                .weights(&RoundOutcome { results: &contributions, failures: &failure_list, population_samples })
+                .map_err(|e| format!("aggregator {}: {e}", config.aggregator))?
+                .weights(&RoundOutcome {
+                    results: &contributions,
+                    failures: &failure_list,
+                    population_samples,
+                })
                 .map_err(|e| format!("aggregator {}: {e}", config.aggregator))?;
             let normalised = config.aggregator != AggregatorName::InverseProbability;
             let mut model = std::mem::take(&mut self.fed.model);
-            let updates: Vec<(ClientId, f64, DecodedUpdate)> =
-                accepted.iter().zip(&weights).map(|((id, u, _), w)| (*id, *w, u.clone())).collect();
+            let updates: Vec<(ClientId, f64, DecodedUpdate)> = accepted
+                .iter()
+                .zip(&weights)
+                .map(|((id, u, _), w)| (*id, *w, u.clone()))
+                .collect();
             let plan = plan.unwrap_or_default();
             self.fed.model = tokio::task::spawn_blocking(move || {
                 let mut weighted: Vec<WeightedUpdate> = updates
                     .iter()
-                    .map(|(client, weight, update)| WeightedUpdate { client: *client, weight: *weight, update })
+                    .map(|(client, weight, update)| WeightedUpdate {
+                        client: *client,
+                        weight: *weight,
+                        update,
+                    })
                     .collect();
                 aggregate(&mut model, &plan, &mut weighted, normalised);
                 model
@@ -351,7 +490,12 @@ impl ServerState {
             .await
             .map_err(|e| format!("aggregation panicked: {e}"))?;
         } else {
-            tracing::warn!(round, accepted = accepted.len(), minimum = config.min_successful, "too few successful clients; global model unchanged");
+            tracing::warn!(
+                round,
+                accepted = accepted.len(),
+                minimum = config.min_successful,
+                "too few successful clients; global model unchanged"
+            );
         }
 
         let evaluator = Arc::clone(&self.fed.evaluator);
@@ -381,7 +525,11 @@ impl ServerState {
             train_loss,
             uplink_bits,
             downlink_bits,
-            bits_per_parameter: if accepted.is_empty() { 0.0 } else { uplink_bits as f64 / parameters / envelopes.len() as f64 },
+            bits_per_parameter: if accepted.is_empty() {
+                0.0
+            } else {
+                uplink_bits as f64 / parameters / envelopes.len() as f64
+            },
             anme,
             groups,
             learning_rate: recipe.learning_rate,
@@ -399,7 +547,9 @@ impl ServerState {
     /// Checkpoint first, then the metrics line: a crash between the two is repaired on resume,
     /// which rewrites `metrics.jsonl` from the checkpoint's history.
     async fn persist(&mut self, record: &RoundRecord) -> Result<(), String> {
-        let Some(dir) = self.fed.run_dir.clone() else { return Ok(()) };
+        let Some(dir) = self.fed.run_dir.clone() else {
+            return Ok(());
+        };
         let registry = call!(self.coordinator, |reply| CoordinatorMsg::Snapshot { reply })
             .map_err(|e| format!("coordinator unreachable: {e}"))?;
         self.fed.registry = registry.clone();
@@ -415,7 +565,11 @@ impl ServerState {
         tokio::task::spawn_blocking(move || -> Result<(), String> {
             checkpoint::save(&dir, &cp).map_err(|e| e.to_string())?;
             let path = dir.join("metrics.jsonl");
-            let mut file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             writeln!(file, "{line}").map_err(|e| format!("{}: {e}", path.display()))
         })
         .await
@@ -425,7 +579,9 @@ impl ServerState {
 
 fn failure_reason(outcome: Outcome) -> (String, String) {
     match outcome {
-        Outcome::Reply(ClientReply::Failed { reason, panicked, .. }) => ((if panicked { "panic" } else { "error" }).into(), reason),
+        Outcome::Reply(ClientReply::Failed {
+            reason, panicked, ..
+        }) => ((if panicked { "panic" } else { "error" }).into(), reason),
         Outcome::Timeout => ("timeout".into(), "missed the round deadline".into()),
         Outcome::Unreachable(e) => ("unreachable".into(), e),
         Outcome::Reply(other) => ("error".into(), format!("unexpected reply {other:?}")),

@@ -6,7 +6,9 @@ use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::model::{ModelState, NamedTensor};
 use fedshard_actors::payload::Encoding;
 use fedshard_actors::server::{Federation, RuntimeConfig, run};
-use fedshard_actors::trainer::{ClientId, Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask};
+use fedshard_actors::trainer::{
+    ClientId, Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask,
+};
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::selection::SelectorName;
 use serde::Serialize;
@@ -52,7 +54,12 @@ impl LocalTrainer for EchoTrainer {
         1
     }
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
-        Ok(TrainOutput { dense: task.dense.clone(), shards: task.shards.clone(), samples: 1, loss: 0.0 })
+        Ok(TrainOutput {
+            dense: task.dense.clone(),
+            shards: task.shards.clone(),
+            samples: 1,
+            loss: 0.0,
+        })
     }
 }
 
@@ -60,7 +67,10 @@ struct NoEvaluation;
 
 impl Evaluator for NoEvaluation {
     fn evaluate(&self, _model: &ModelState) -> Evaluation {
-        Evaluation { accuracy: 0.0, loss: 0.0 }
+        Evaluation {
+            accuracy: 0.0,
+            loss: 0.0,
+        }
     }
 }
 
@@ -68,12 +78,19 @@ impl Evaluator for NoEvaluation {
 pub fn peak_rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
         .map_or(0, |kb| kb * 1024)
 }
 
 pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationReport> {
-    anyhow::ensure!(args.clients >= 1 && args.rounds >= 1, "--clients and --rounds must be at least 1");
+    anyhow::ensure!(
+        args.clients >= 1 && args.rounds >= 1,
+        "--clients and --rounds must be at least 1"
+    );
     let trainer: Arc<dyn LocalTrainer> = Arc::new(EchoTrainer);
     let ids = 0..args.clients as ClientId;
     let federation = Federation {
@@ -82,30 +99,59 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             rounds: args.rounds,
             aggregator: AggregatorName::Fedavg,
             sharding: None,
-            recipe: Recipe { learning_rate: 0.1, epochs: 1, batch_size: 1, momentum: 0.0, weight_decay: 0.0, clip_lr: None },
+            recipe: Recipe {
+                learning_rate: 0.1,
+                epochs: 1,
+                batch_size: 1,
+                momentum: 0.0,
+                weight_decay: 0.0,
+                clip_lr: None,
+            },
             cosine_schedule: false,
             deadline: Duration::from_secs(600),
             min_successful: 1,
             encoding: Encoding::Identity,
         },
-        model: ModelState::new(vec![NamedTensor::zeros("weight", vec![10])]).map_err(anyhow::Error::msg)?,
+        model: ModelState::new(vec![NamedTensor::zeros("weight", vec![10])])
+            .map_err(anyhow::Error::msg)?,
         registry: Registry {
-            clients: ids.clone().map(|id| (id, ClientRecord { id, keep_ratio: 1.0, samples: 1, alive: true, failures: 0 })).collect(),
+            clients: ids
+                .clone()
+                .map(|id| {
+                    (
+                        id,
+                        ClientRecord {
+                            id,
+                            keep_ratio: 1.0,
+                            samples: 1,
+                            alive: true,
+                            failures: 0,
+                        },
+                    )
+                })
+                .collect(),
             selector: SelectorName::Uniform,
             budget: args.clients as f64,
             max_clusters: None,
         },
-        trainers: ids.map(|id| (id, Arc::clone(&trainer))).collect::<BTreeMap<_, _>>(),
+        trainers: ids
+            .map(|id| (id, Arc::clone(&trainer)))
+            .collect::<BTreeMap<_, _>>(),
         evaluator: Arc::new(NoEvaluation),
         run_dir: None,
         history: vec![],
         events: None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let started = Instant::now();
-    let (_, summary) = runtime.block_on(run(federation)).map_err(anyhow::Error::msg)?;
+    let (_, summary) = runtime
+        .block_on(run(federation))
+        .map_err(anyhow::Error::msg)?;
     let total = started.elapsed().as_secs_f64();
-    let round_seconds: f64 = summary.per_round.iter().map(|r| r.seconds).sum::<f64>() / args.rounds as f64;
+    let round_seconds: f64 =
+        summary.per_round.iter().map(|r| r.seconds).sum::<f64>() / args.rounds as f64;
     let _ = total;
     Ok(OrchestrationReport {
         clients: args.clients,

@@ -2,6 +2,7 @@
 
 pub mod bench;
 mod input;
+pub mod oneshot;
 pub mod probs;
 pub mod run;
 pub mod sample;
@@ -9,7 +10,11 @@ pub mod sample;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "fedshard", version, about = "Federated learning for heterogeneous clients")]
+#[command(
+    name = "fedshard",
+    version,
+    about = "Federated learning for heterogeneous clients"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -25,6 +30,11 @@ pub enum Command {
     Run(run::RunArgs),
     /// Measure the runtime (`orchestration`).
     Bench(bench::BenchArgs),
+    /// One-shot federated learning experiments.
+    Oneshot {
+        #[command(subcommand)]
+        command: oneshot::OneshotCommand,
+    },
 }
 
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -50,7 +60,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Bench(bench::BenchArgs { what: bench::BenchWhat::Orchestration(args) }) => {
+        Command::Bench(bench::BenchArgs {
+            what: bench::BenchWhat::Orchestration(args),
+        }) => {
             let report = bench::orchestration(&args)?;
             if args.json {
                 print_json(&report)
@@ -67,5 +79,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         }
+        Command::Oneshot { command } => oneshot::run(command),
     }
 }

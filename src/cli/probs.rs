@@ -46,12 +46,15 @@ pub struct ProbsReport {
 
 pub fn probs(args: &ProbsArgs) -> anyhow::Result<ProbsReport> {
     let values = read_vector(&args.spectrum, "spectrum")?;
-    let spectrum = SortedSpectrum::new(&values).with_context(|| args.spectrum.display().to_string())?;
+    let spectrum =
+        SortedSpectrum::new(&values).with_context(|| args.spectrum.display().to_string())?;
     let total = spectrum.len();
     let (n, keep_ratio) = match (args.n, args.keep_ratio) {
         (Some(n), _) => {
             if n == 0 || n > total {
-                bail!("--n {n} is out of range: the spectrum has {total} values, so n must be in 1..={total}");
+                bail!(
+                    "--n {n} is out of range: the spectrum has {total} values, so n must be in 1..={total}"
+                );
             }
             (n, n as f64 / total as f64)
         }
@@ -63,9 +66,16 @@ pub fn probs(args: &ProbsArgs) -> anyhow::Result<ProbsReport> {
     }
     let plan = args
         .strategy
-        .plan(spectrum.values(), keep_ratio, n, args.clients, SamplerName::default())
+        .plan(
+            spectrum.values(),
+            keep_ratio,
+            n,
+            args.clients,
+            SamplerName::default(),
+        )
         .with_context(|| format!("strategy {}", args.strategy))?;
-    let sorted_omega_is_fixed = !(plan.multipliers_per_draw() && args.strategy.base != fedshard_strategies::sharding::plan::Base::TopN);
+    let sorted_omega_is_fixed = !(plan.multipliers_per_draw()
+        && args.strategy.base != fedshard_strategies::sharding::plan::Base::TopN);
     let m = &plan.marginals;
     Ok(ProbsReport {
         strategy: args.strategy.to_string(),

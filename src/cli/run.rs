@@ -40,7 +40,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         (Some(dir), _) => {
             let path = dir.join(CONFIG_FILE);
             if !path.exists() {
-                bail!("{} is not a run folder: it has no {CONFIG_FILE}", dir.display());
+                bail!(
+                    "{} is not a run folder: it has no {CONFIG_FILE}",
+                    dir.display()
+                );
             }
             (Config::load(&path)?, dir.clone())
         }
@@ -49,9 +52,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
             if let Some(seed) = args.seed {
                 config.run.seed = seed;
             }
-            let dir = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(format!("{}-seed{}", config.run.name, config.run.seed)));
+            let dir = args.out.clone().unwrap_or_else(|| {
+                PathBuf::from("runs").join(format!("{}-seed{}", config.run.name, config.run.seed))
+            });
             if dir.join(checkpoint::FILE_NAME).exists() {
-                bail!("{} already holds a run; continue it with `fedshard run --resume {}` or choose another --out", dir.display(), dir.display());
+                bail!(
+                    "{} already holds a run; continue it with `fedshard run --resume {}` or choose another --out",
+                    dir.display(),
+                    dir.display()
+                );
             }
             (config, dir)
         }
@@ -61,7 +70,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         config.run.rounds = rounds;
         config.validate()?;
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create run folder {}", dir.display()))?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create run folder {}", dir.display()))?;
     let text = toml::to_string(&config).context("serialising the config")?;
     write_atomically(&dir.join(CONFIG_FILE), text.as_bytes())?;
 
@@ -70,14 +80,19 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     if args.resume.is_some() {
         let resumed = fed.resume_from_checkpoint().map_err(anyhow::Error::msg)?;
         if !resumed {
-            tracing::warn!("{} has no checkpoint yet; starting from round 1", dir.display());
+            tracing::warn!(
+                "{} has no checkpoint yet; starting from round 1",
+                dir.display()
+            );
         }
     }
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel();
     fed.events = Some(events);
     let done = fed.history.len() as u64;
     let bar = progress_bar(config.run.rounds, done, args.quiet);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let summary = runtime.block_on(async {
         let bar = bar.clone();
         let watcher = tokio::spawn(async move {

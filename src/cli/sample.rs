@@ -41,7 +41,8 @@ pub fn sample(args: &SampleArgs) -> anyhow::Result<SampleReport> {
         anyhow::bail!("--draws must be at least 1");
     }
     let values = read_vector(&args.pi, "inclusion probabilities")?;
-    let design = prepare(args.method, &values, args.n).with_context(|| format!("{} ({})", args.pi.display(), args.method))?;
+    let design = prepare(args.method, &values, args.n)
+        .with_context(|| format!("{} ({})", args.pi.display(), args.method))?;
     let mut rng = stream(args.seed, 0, 0, Purpose::Experiment);
     let mut counts = vec![0u64; values.len()];
     let mut drawn = Vec::with_capacity(design.sample_size());
@@ -57,7 +58,10 @@ pub fn sample(args: &SampleArgs) -> anyhow::Result<SampleReport> {
         method: args.method.to_string(),
         n: design.sample_size(),
         draws: args.draws,
-        frequencies: counts.iter().map(|&c| c as f64 / args.draws as f64).collect(),
+        frequencies: counts
+            .iter()
+            .map(|&c| c as f64 / args.draws as f64)
+            .collect(),
         seconds_per_draw: seconds / args.draws as f64,
     })
 }

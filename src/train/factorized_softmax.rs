@@ -40,7 +40,15 @@ pub fn effective_weight(shard: &LayerShard) -> Vec<f64> {
 
 /// Gradients of the mean cross-entropy over `batch` plus Frobenius decay, w.r.t. bias, U, V.
 /// Returns the batch's summed loss.
-pub fn gradients(model: &FactorizedSoftmax<'_>, data: &Dataset, batch: &[usize], decay: f64, grad_bias: &mut [f64], grad_left: &mut [f64], grad_right: &mut [f64]) -> f64 {
+pub fn gradients(
+    model: &FactorizedSoftmax<'_>,
+    data: &Dataset,
+    batch: &[usize],
+    decay: f64,
+    grad_bias: &mut [f64],
+    grad_left: &mut [f64],
+    grad_right: &mut [f64],
+) -> f64 {
     let shard = &*model.shard;
     let (rows, cols, n) = (shard.rows(), shard.cols(), shard.indices.len());
     grad_bias.fill(0.0);
@@ -55,11 +63,18 @@ pub fn gradients(model: &FactorizedSoftmax<'_>, data: &Dataset, batch: &[usize],
         let y = data.labels[s] as usize;
         for j in 0..n {
             let v = &shard.right[j * cols..(j + 1) * cols];
-            let z: f64 = v.iter().zip(x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            let z: f64 = v
+                .iter()
+                .zip(x)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
             h[j] = f64::from(shard.multipliers[j]) * z;
         }
         for (c, l) in logits.iter_mut().enumerate() {
-            *l = f64::from(model.bias[c]) + (0..n).map(|j| f64::from(shard.left[j * rows + c]) * h[j]).sum::<f64>();
+            *l = f64::from(model.bias[c])
+                + (0..n)
+                    .map(|j| f64::from(shard.left[j * rows + c]) * h[j])
+                    .sum::<f64>();
         }
         let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let log_sum = max + logits.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
@@ -105,21 +120,44 @@ pub fn gradients(model: &FactorizedSoftmax<'_>, data: &Dataset, batch: &[usize],
 }
 
 /// Trains the factorised model on `samples` for the recipe's epochs; returns the mean loss.
-pub fn train(model: &mut FactorizedSoftmax<'_>, data: &Dataset, samples: &[usize], recipe: &Recipe, rng: &mut ChaCha20Rng) -> f64 {
-    let (rows, cols, n) = (model.shard.rows(), model.shard.cols(), model.shard.indices.len());
+pub fn train(
+    model: &mut FactorizedSoftmax<'_>,
+    data: &Dataset,
+    samples: &[usize],
+    recipe: &Recipe,
+    rng: &mut ChaCha20Rng,
+) -> f64 {
+    let (rows, cols, n) = (
+        model.shard.rows(),
+        model.shard.cols(),
+        model.shard.indices.len(),
+    );
     let mut gb = vec![0.0; rows];
     let mut gl = vec![0.0; n * rows];
     let mut gr = vec![0.0; n * cols];
     let mut mb = vec![0.0; rows];
     let mut ml = vec![0.0; n * rows];
     let mut mr = vec![0.0; n * cols];
-    let clip: Vec<f64> = model.shard.multipliers.iter().map(|&w| clip_factor(f64::from(w), recipe.clip_lr)).collect();
+    let clip: Vec<f64> = model
+        .shard
+        .multipliers
+        .iter()
+        .map(|&w| clip_factor(f64::from(w), recipe.clip_lr))
+        .collect();
     let mut order = samples.to_vec();
     let (mut loss, mut seen) = (0.0, 0usize);
     for _ in 0..recipe.epochs {
         shuffle(&mut order, rng);
         for batch in order.chunks(recipe.batch_size.max(1)) {
-            loss += gradients(model, data, batch, recipe.weight_decay, &mut gb, &mut gl, &mut gr);
+            loss += gradients(
+                model,
+                data,
+                batch,
+                recipe.weight_decay,
+                &mut gb,
+                &mut gl,
+                &mut gr,
+            );
             seen += batch.len();
             for j in 0..n {
                 for c in 0..rows {
@@ -158,7 +196,12 @@ mod tests {
     use super::*;
 
     fn tiny() -> (Dataset, LayerShard, Vec<f32>) {
-        let data = Dataset { features: vec![0.5, -1.0, 2.0, 0.3, 1.5, -0.7], labels: vec![0, 2], dim: 3, classes: 3 };
+        let data = Dataset {
+            features: vec![0.5, -1.0, 2.0, 0.3, 1.5, -0.7],
+            labels: vec![0, 2],
+            dim: 3,
+            classes: 3,
+        };
         let shard = LayerShard {
             name: "weight".into(),
             shape: vec![3, 3],
@@ -173,7 +216,10 @@ mod tests {
     fn loss_of(bias: &[f32], shard: &LayerShard, data: &Dataset, decay: f64) -> f64 {
         let mut b = bias.to_vec();
         let mut s = shard.clone();
-        let m = FactorizedSoftmax { bias: &mut b, shard: &mut s };
+        let m = FactorizedSoftmax {
+            bias: &mut b,
+            shard: &mut s,
+        };
         let (mut gb, mut gl, mut gr) = (vec![0.0; 3], vec![0.0; 6], vec![0.0; 6]);
         let ce = gradients(&m, data, &[0, 1], 0.0, &mut gb, &mut gl, &mut gr) / 2.0;
         let w = effective_weight(shard);
@@ -188,7 +234,10 @@ mod tests {
         let decay = 0.05;
         let mut b = bias.clone();
         let mut s = shard.clone();
-        let m = FactorizedSoftmax { bias: &mut b, shard: &mut s };
+        let m = FactorizedSoftmax {
+            bias: &mut b,
+            shard: &mut s,
+        };
         let (mut gb, mut gl, mut gr) = (vec![0.0; 3], vec![0.0; 6], vec![0.0; 6]);
         gradients(&m, &data, &[0, 1], decay, &mut gb, &mut gl, &mut gr);
         let h = 1e-3f32;
@@ -196,18 +245,30 @@ mod tests {
             for (right, analytic) in [(false, gl[i]), (true, gr[i])] {
                 let mut plus = shard.clone();
                 let mut minus = shard.clone();
-                let (p, q) = if right { (&mut plus.right, &mut minus.right) } else { (&mut plus.left, &mut minus.left) };
+                let (p, q) = if right {
+                    (&mut plus.right, &mut minus.right)
+                } else {
+                    (&mut plus.left, &mut minus.left)
+                };
                 p[i] += h;
                 q[i] -= h;
-                let numeric = (loss_of(&bias, &plus, &data, decay) - loss_of(&bias, &minus, &data, decay)) / (2.0 * f64::from(h));
-                assert!((numeric - analytic).abs() <= 1e-3 * analytic.abs().max(1e-2), "param {i} right={right}: {numeric} vs {analytic}");
+                let numeric = (loss_of(&bias, &plus, &data, decay)
+                    - loss_of(&bias, &minus, &data, decay))
+                    / (2.0 * f64::from(h));
+                assert!(
+                    (numeric - analytic).abs() <= 1e-3 * analytic.abs().max(1e-2),
+                    "param {i} right={right}: {numeric} vs {analytic}"
+                );
             }
         }
     }
 
     #[test]
     fn clip_lr_factors_follow_the_oracle() {
-        let factors: Vec<f64> = [1.0, 2.5, 10.0, 25.0, 100.0].iter().map(|&w| clip_factor(w, Some(10.0))).collect();
+        let factors: Vec<f64> = [1.0, 2.5, 10.0, 25.0, 100.0]
+            .iter()
+            .map(|&w| clip_factor(w, Some(10.0)))
+            .collect();
         assert_eq!(factors, vec![1.0, 1.0, 1.0, 0.4, 0.1]);
         assert_eq!(clip_factor(100.0, None), 1.0);
     }

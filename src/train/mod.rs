@@ -21,15 +21,27 @@ pub fn initial_model(config: &Config, seed: u64) -> ModelState {
         ModelKind::Softmax => {
             let (classes, dim) = (10, 64);
             let mut rng = stream(seed, 0, 0, Purpose::Init);
-            let weight = (0..classes * dim).map(|_| ((uniform(&mut rng) - 0.5) * 0.02) as f32).collect();
+            let weight = (0..classes * dim)
+                .map(|_| ((uniform(&mut rng) - 0.5) * 0.02) as f32)
+                .collect();
             ModelState::new(vec![
-                NamedTensor { name: "bias".into(), shape: vec![classes], data: vec![0.0; classes] },
-                NamedTensor { name: "weight".into(), shape: vec![classes, dim], data: weight },
+                NamedTensor {
+                    name: "bias".into(),
+                    shape: vec![classes],
+                    data: vec![0.0; classes],
+                },
+                NamedTensor {
+                    name: "weight".into(),
+                    shape: vec![classes, dim],
+                    data: weight,
+                },
             ])
             .unwrap_or_else(|e| unreachable!("two distinct tensor names: {e}"))
         }
-        ModelKind::Ridge => ModelState::new(vec![NamedTensor::zeros("weight", vec![1, config.data.dim])])
-            .unwrap_or_else(|e| unreachable!("one tensor: {e}")),
+        ModelKind::Ridge => {
+            ModelState::new(vec![NamedTensor::zeros("weight", vec![1, config.data.dim])])
+                .unwrap_or_else(|e| unreachable!("one tensor: {e}"))
+        }
     }
 }
 
@@ -59,21 +71,38 @@ impl LocalTrainer for SoftmaxClient {
                     momentum: recipe.momentum,
                     weight_decay: recipe.weight_decay,
                 };
-                let report = softmax::train(&task.dense, &self.data, &cfg, local_seed(task)).map_err(|e| e.to_string())?;
-                Ok(TrainOutput { dense: report.state, shards: vec![], samples: self.samples(), loss: report.mean_loss })
+                let report = softmax::train(&task.dense, &self.data, &cfg, local_seed(task))
+                    .map_err(|e| e.to_string())?;
+                Ok(TrainOutput {
+                    dense: report.state,
+                    shards: vec![],
+                    samples: self.samples(),
+                    loss: report.mean_loss,
+                })
             }
             [shard] => {
                 let mut dense = task.dense.clone();
                 let mut shard = shard.clone();
-                let bias = dense.get_mut("bias").ok_or("the softmax model has no `bias` tensor")?;
-                let mut model = factorized_softmax::FactorizedSoftmax { bias: &mut bias.data, shard: &mut shard };
+                let bias = dense
+                    .get_mut("bias")
+                    .ok_or("the softmax model has no `bias` tensor")?;
+                let mut model = factorized_softmax::FactorizedSoftmax {
+                    bias: &mut bias.data,
+                    shard: &mut shard,
+                };
                 let samples: Vec<usize> = (0..self.data.len()).collect();
                 let mut rng = stream(task.seed, task.round, task.client, Purpose::Training);
-                let loss = factorized_softmax::train(&mut model, &self.data, &samples, recipe, &mut rng);
+                let loss =
+                    factorized_softmax::train(&mut model, &self.data, &samples, recipe, &mut rng);
                 if !loss.is_finite() {
                     return Err(format!("local training diverged (loss {loss})"));
                 }
-                Ok(TrainOutput { dense, shards: vec![shard], samples: self.samples(), loss })
+                Ok(TrainOutput {
+                    dense,
+                    shards: vec![shard],
+                    samples: self.samples(),
+                    loss,
+                })
             }
             _ => Err("the softmax model shards only its `weight`".into()),
         }
@@ -88,10 +117,16 @@ pub struct SoftmaxEvaluator {
 impl Evaluator for SoftmaxEvaluator {
     fn evaluate(&self, model: &ModelState) -> Evaluation {
         match softmax::evaluate(model, &self.test) {
-            Ok(e) => Evaluation { accuracy: e.accuracy, loss: e.mean_loss },
+            Ok(e) => Evaluation {
+                accuracy: e.accuracy,
+                loss: e.mean_loss,
+            },
             Err(e) => {
                 tracing::error!("evaluation failed: {e}");
-                Evaluation { accuracy: f64::NAN, loss: f64::NAN }
+                Evaluation {
+                    accuracy: f64::NAN,
+                    loss: f64::NAN,
+                }
             }
         }
     }

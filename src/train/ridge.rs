@@ -2,11 +2,10 @@
 //! client fits `θ̂ = (XᵀX + n λ I)⁻¹ Xᵀy` with `λ = 1/√n` (mean-loss form) in closed form.
 
 use crate::data::synthetic::linear_regression;
+use faer::{Col, Mat};
 use fedshard_actors::model::{ModelState, NamedTensor};
 use fedshard_actors::trainer::{Evaluation, Evaluator, LocalTrainer, TrainOutput, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
-use faer::Mat;
-use faer::linalg::solvers::Solve;
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal};
 
@@ -28,33 +27,27 @@ impl RegressionData {
     }
 }
 
-/// The ridge estimate of the mean-loss form with λ = 1/√n.
+/// The ridge estimate of the mean-loss form with λ = 1/√n, κ = nλ = √n
+/// (solved by [`crate::oneshot::ridge::fit`]).
 pub fn fit(data: &RegressionData) -> Result<Vec<f64>, String> {
     let (n, d) = (data.len(), data.dim);
     if n == 0 {
         return Err("no samples".into());
     }
-    let kappa = n as f64 / (n as f64).sqrt();
-    let mut a = Mat::<f64>::zeros(d, d);
-    let mut b = Mat::<f64>::zeros(d, 1);
+    let mut gram = Mat::<f64>::zeros(d, d);
+    let mut cross = Col::<f64>::zeros(d);
     for (x, &y) in data.features.chunks_exact(d).zip(&data.targets) {
         for i in 0..d {
             let xi = f64::from(x[i]);
-            b[(i, 0)] += xi * f64::from(y);
-            for j in 0..=i {
-                a[(i, j)] += xi * f64::from(x[j]);
+            cross[i] += xi * f64::from(y);
+            for j in 0..d {
+                gram[(i, j)] += xi * f64::from(x[j]);
             }
         }
     }
-    for i in 0..d {
-        for j in 0..i {
-            a[(j, i)] = a[(i, j)];
-        }
-        a[(i, i)] += kappa;
-    }
-    let llt = a.llt(faer::Side::Lower).map_err(|e| format!("ridge system is not positive definite: {e:?}"))?;
-    let theta = llt.solve(&b);
-    Ok((0..d).map(|i| theta[(i, 0)]).collect())
+    let theta = crate::oneshot::ridge::fit(&gram, &cross, (n as f64).sqrt())
+        .map_err(|e| format!("{e:#}"))?;
+    Ok((0..d).map(|i| theta[i]).collect())
 }
 
 pub struct RidgeClient {
@@ -68,22 +61,38 @@ impl LocalTrainer for RidgeClient {
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
         let theta = fit(&self.data)?;
-        let weight = NamedTensor::new("weight", vec![1, self.data.dim], theta.iter().map(|&v| v as f32).collect()).map_err(|e| e.to_string())?;
+        let weight = NamedTensor::new(
+            "weight",
+            vec![1, self.data.dim],
+            theta.iter().map(|&v| v as f32).collect(),
+        )
+        .map_err(|e| e.to_string())?;
         let dense = ModelState::new(vec![weight]).map_err(|e| e.to_string())?;
         let _ = task;
         let loss = mse(&dense, &self.data);
-        Ok(TrainOutput { dense, shards: vec![], samples: self.samples(), loss })
+        Ok(TrainOutput {
+            dense,
+            shards: vec![],
+            samples: self.samples(),
+            loss,
+        })
     }
 }
 
 fn mse(model: &ModelState, data: &RegressionData) -> f64 {
-    let Some(w) = model.get("weight") else { return f64::NAN };
+    let Some(w) = model.get("weight") else {
+        return f64::NAN;
+    };
     let sum: f64 = data
         .features
         .chunks_exact(data.dim)
         .zip(&data.targets)
         .map(|(x, &y)| {
-            let p: f64 = x.iter().zip(&w.data).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            let p: f64 = x
+                .iter()
+                .zip(&w.data)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
             (p - f64::from(y)).powi(2)
         })
         .sum();
@@ -100,25 +109,58 @@ impl Evaluator for RidgeEvaluator {
         let loss = mse(model, &self.test);
         let n = self.test.len().max(1) as f64;
         let mean = self.test.targets.iter().map(|&y| f64::from(y)).sum::<f64>() / n;
-        let var = self.test.targets.iter().map(|&y| (f64::from(y) - mean).powi(2)).sum::<f64>() / n;
-        Evaluation { accuracy: 1.0 - loss / var, loss }
+        let var = self
+            .test
+            .targets
+            .iter()
+            .map(|&y| (f64::from(y) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        Evaluation {
+            accuracy: 1.0 - loss / var,
+            loss,
+        }
     }
 }
 
 /// Clients of the synthetic one-shot setting: θ* ~ U[0,1]^d, client sizes
 /// n_i = max(1, ⌊X_i⌋), X_i ~ LogNormal(γ ln K − ½, 1), data y = xᵀθ* + N(0, 1).
-pub fn synthetic_clients(clients: usize, dim: usize, gamma: f64, test_samples: usize, seed: u64) -> Result<(Vec<RidgeClient>, RidgeEvaluator, Vec<f64>), String> {
+pub fn synthetic_clients(
+    clients: usize,
+    dim: usize,
+    gamma: f64,
+    test_samples: usize,
+    seed: u64,
+) -> Result<(Vec<RidgeClient>, RidgeEvaluator, Vec<f64>), String> {
     let mut rng = stream(seed, 0, 0, Purpose::Data);
     let theta: Vec<f64> = (0..dim).map(|_| uniform(&mut rng)).collect();
-    let sizes = LogNormal::new(gamma * (clients as f64).ln() - 0.5, 1.0).map_err(|e| e.to_string())?;
+    let sizes =
+        LogNormal::new(gamma * (clients as f64).ln() - 0.5, 1.0).map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(clients);
     for c in 0..clients {
         let n = (sizes.sample(&mut rng).floor() as usize).max(1);
         let data_seed = stream(seed, 0, c as u64 + 1, Purpose::Data).next_u64();
-        let (features, targets) = linear_regression(n, dim, &theta, 1.0, data_seed).map_err(|e| e.to_string())?;
-        out.push(RidgeClient { data: RegressionData { features, targets, dim } });
+        let (features, targets) =
+            linear_regression(n, dim, &theta, 1.0, data_seed).map_err(|e| e.to_string())?;
+        out.push(RidgeClient {
+            data: RegressionData {
+                features,
+                targets,
+                dim,
+            },
+        });
     }
-    let (features, targets) = linear_regression(test_samples, dim, &theta, 1.0, seed ^ 0x7e57).map_err(|e| e.to_string())?;
-    Ok((out, RidgeEvaluator { test: RegressionData { features, targets, dim } }, theta))
+    let (features, targets) = linear_regression(test_samples, dim, &theta, 1.0, seed ^ 0x7e57)
+        .map_err(|e| e.to_string())?;
+    Ok((
+        out,
+        RidgeEvaluator {
+            test: RegressionData {
+                features,
+                targets,
+                dim,
+            },
+        },
+        theta,
+    ))
 }
-

@@ -50,7 +50,7 @@ pub fn average_columns(
     vector_len: usize,
     contributions: &[ColumnUpdate],
 ) -> Result<Vec<usize>> {
-    if vector_len == 0 || global.len() % vector_len != 0 {
+    if vector_len == 0 || !global.len().is_multiple_of(vector_len) {
         return Err(StrategyError::invalid(
             "global vectors",
             format!(

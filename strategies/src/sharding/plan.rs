@@ -62,7 +62,11 @@ prism-wallenius, prism-wallenius+cliplr, unbiased, collective";
 
 impl StrategySpec {
     pub fn new(base: Base) -> Self {
-        Self { base, scaled: false, clip_lr: false }
+        Self {
+            base,
+            scaled: false,
+            clip_lr: false,
+        }
     }
 
     /// Whether local training clips the effective learning rate (§1.7).
@@ -91,7 +95,10 @@ impl StrategySpec {
             ));
         }
         if clients == 0 {
-            return Err(StrategyError::invalid("clients", "a group needs at least one client"));
+            return Err(StrategyError::invalid(
+                "clients",
+                "a group needs at least one client",
+            ));
         }
         let squares: Vec<f64> = spectrum.iter().map(|l| l * l).collect();
         let (marginals, draw) = match self.base {
@@ -110,7 +117,11 @@ impl StrategySpec {
                 } else {
                     // Fewer non-zero terms than slots: every non-zero term is kept and the rest
                     // are drawn uniformly among the zero terms, exactly the marginals above.
-                    Draw::Design(prepare(sampler, &marginals.inclusion_probabilities, Some(kept))?)
+                    Draw::Design(prepare(
+                        sampler,
+                        &marginals.inclusion_probabilities,
+                        Some(kept),
+                    )?)
                 };
                 (marginals, draw)
             }
@@ -157,7 +168,11 @@ impl FromStr for StrategySpec {
             valid: STRATEGY_NAMES.to_string(),
         };
         if name == "scaled" {
-            return Ok(Self { base: Base::TopN, scaled: true, clip_lr: false });
+            return Ok(Self {
+                base: Base::TopN,
+                scaled: true,
+                clip_lr: false,
+            });
         }
         let mut parts = name.split('+');
         let base_name = parts.next().unwrap_or_default();
@@ -237,12 +252,22 @@ impl GroupPlan {
         let multipliers = if self.scaled {
             let kept: f64 = indices.iter().map(|&i| self.squares[i]).sum();
             let total: f64 = self.squares.iter().sum();
-            let omega = if kept > 0.0 { (total / kept).sqrt() } else { 1.0 };
+            let omega = if kept > 0.0 {
+                (total / kept).sqrt()
+            } else {
+                1.0
+            };
             vec![omega; indices.len()]
         } else {
-            indices.iter().map(|&i| self.marginals.multipliers[i]).collect()
+            indices
+                .iter()
+                .map(|&i| self.marginals.multipliers[i])
+                .collect()
         };
-        Shard { indices, multipliers }
+        Shard {
+            indices,
+            multipliers,
+        }
     }
 }
 
@@ -268,9 +293,15 @@ mod tests {
             let spec: StrategySpec = name.parse().unwrap();
             assert_eq!(spec.to_string(), name);
         }
-        assert_eq!("scaled".parse::<StrategySpec>().unwrap().to_string(), "top-n+scaled");
+        assert_eq!(
+            "scaled".parse::<StrategySpec>().unwrap().to_string(),
+            "top-n+scaled"
+        );
         let err = "unbaised".parse::<StrategySpec>().unwrap_err().to_string();
-        assert!(err.contains("unbaised") && err.contains("collective"), "{err}");
+        assert!(
+            err.contains("unbaised") && err.contains("collective"),
+            "{err}"
+        );
         assert!("unbiased+scaled".parse::<StrategySpec>().is_err());
         assert!("top-n+scaled+scaled".parse::<StrategySpec>().is_err());
     }
@@ -278,21 +309,43 @@ mod tests {
     #[test]
     fn clip_lr_follows_the_paper() {
         assert!("unbiased".parse::<StrategySpec>().unwrap().uses_clip_lr());
-        assert!("prism-wallenius+cliplr".parse::<StrategySpec>().unwrap().uses_clip_lr());
-        assert!(!"prism-wallenius".parse::<StrategySpec>().unwrap().uses_clip_lr());
+        assert!(
+            "prism-wallenius+cliplr"
+                .parse::<StrategySpec>()
+                .unwrap()
+                .uses_clip_lr()
+        );
+        assert!(
+            !"prism-wallenius"
+                .parse::<StrategySpec>()
+                .unwrap()
+                .uses_clip_lr()
+        );
     }
 
     #[test]
     fn every_strategy_draws_n_distinct_terms() {
         let mut rng = stream(1, 0, 0, Purpose::Sharding);
-        for name in ["top-n", "scaled", "prism+scaled", "prism-wallenius", "unbiased", "collective"] {
+        for name in [
+            "top-n",
+            "scaled",
+            "prism+scaled",
+            "prism-wallenius",
+            "unbiased",
+            "collective",
+        ] {
             let spec: StrategySpec = name.parse().unwrap();
-            let plan = spec.plan(&A, 0.5, 3, 4, SamplerName::ConditionalPoisson).unwrap();
+            let plan = spec
+                .plan(&A, 0.5, 3, 4, SamplerName::ConditionalPoisson)
+                .unwrap();
             for _ in 0..200 {
                 let shard = plan.draw(&mut rng);
                 assert_eq!(shard.indices.len(), 3, "{name}");
                 assert!(shard.indices.windows(2).all(|w| w[0] < w[1]), "{name}");
-                assert!(shard.multipliers.iter().all(|w| w.is_finite() && *w > 0.0), "{name}");
+                assert!(
+                    shard.multipliers.iter().all(|w| w.is_finite() && *w > 0.0),
+                    "{name}"
+                );
             }
         }
     }
@@ -300,7 +353,9 @@ mod tests {
     #[test]
     fn scaled_multiplier_is_drawn_per_client() {
         let spec: StrategySpec = "top-n+scaled".parse().unwrap();
-        let plan = spec.plan(&A, 0.34, 2, 1, SamplerName::ConditionalPoisson).unwrap();
+        let plan = spec
+            .plan(&A, 0.34, 2, 1, SamplerName::ConditionalPoisson)
+            .unwrap();
         let shard = plan.draw(&mut stream(0, 0, 0, Purpose::Sharding));
         let expected = (139.25f64 / 125.0).sqrt();
         assert!((shard.multipliers[0] - expected).abs() < 1e-12);
@@ -312,7 +367,11 @@ mod tests {
     #[test]
     fn unbiased_estimator_averages_to_w_by_monte_carlo() {
         let spec: StrategySpec = "unbiased".parse().unwrap();
-        for sampler in [SamplerName::ConditionalPoisson, SamplerName::Brewer, SamplerName::Systematic] {
+        for sampler in [
+            SamplerName::ConditionalPoisson,
+            SamplerName::Brewer,
+            SamplerName::Systematic,
+        ] {
             let plan = spec.plan(&A, 0.5, 3, 1, sampler).unwrap();
             let draws = 100_000;
             let mut sum = [0.0f64; 6];
@@ -327,7 +386,10 @@ mod tests {
                 let pi = plan.marginals.inclusion_probabilities[i];
                 let sigma = ((1.0 - pi) / pi / draws as f64).sqrt();
                 let mean = s / draws as f64;
-                assert!((mean - 1.0).abs() <= 5.0 * sigma + 1e-12, "{sampler}: term {i}: E[z ω] = {mean}");
+                assert!(
+                    (mean - 1.0).abs() <= 5.0 * sigma + 1e-12,
+                    "{sampler}: term {i}: E[z ω] = {mean}"
+                );
             }
         }
     }
