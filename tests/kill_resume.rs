@@ -10,7 +10,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_fedshard");
 fn config_file(dir: &Path) -> std::path::PathBuf {
     let text = std::fs::read_to_string("config/digits-linear.toml")
         .unwrap()
-        .replace("rounds = 30", "rounds = 40");
+        .replace("rounds = 30", "rounds = 400");
     let path = dir.join("config.toml");
     std::fs::write(&path, text).unwrap();
     path
@@ -67,7 +67,7 @@ fn killed_and_resumed_run_matches_an_uninterrupted_one() {
     let a = std::fs::read(whole.join("model.bin")).unwrap();
     let b = std::fs::read(killed.join("model.bin")).unwrap();
     assert_eq!(a, b, "resumed model differs from the uninterrupted one");
-    assert_eq!(lines(&killed.join("metrics.jsonl")), 40);
+    assert_eq!(lines(&killed.join("metrics.jsonl")), 400);
 }
 
 #[test]

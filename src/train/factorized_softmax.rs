@@ -61,14 +61,17 @@ pub fn gradients(
     for &s in batch {
         let x = &data.features[s * cols..(s + 1) * cols];
         let y = data.labels[s] as usize;
-        for j in 0..n {
-            let v = &shard.right[j * cols..(j + 1) * cols];
+        for ((hj, v), omega) in h
+            .iter_mut()
+            .zip(shard.right.chunks_exact(cols))
+            .zip(&shard.multipliers)
+        {
             let z: f64 = v
                 .iter()
                 .zip(x)
                 .map(|(a, b)| f64::from(*a) * f64::from(*b))
                 .sum();
-            h[j] = f64::from(shard.multipliers[j]) * z;
+            *hj = f64::from(*omega) * z;
         }
         for (c, l) in logits.iter_mut().enumerate() {
             *l = f64::from(model.bias[c])

@@ -14,15 +14,17 @@ use rand::Rng;
 
 pub use ridge::{RidgeClient, RidgeEvaluator, synthetic_clients};
 
-/// The initial global model: softmax weights small and random (a factorised layer initialised
+/// The initial global model: softmax weights Glorot-uniform (a factorised layer initialised
 /// at exactly zero would never move: both factor gradients vanish), zero bias; ridge at zero.
 pub fn initial_model(config: &Config, seed: u64) -> ModelState {
     match config.model.kind {
         ModelKind::Softmax => {
             let (classes, dim) = (10, 64);
             let mut rng = stream(seed, 0, 0, Purpose::Init);
+            // Glorot-uniform bound sqrt(6 / (fan_in + fan_out)).
+            let bound = (6.0 / (classes + dim) as f64).sqrt();
             let weight = (0..classes * dim)
-                .map(|_| ((uniform(&mut rng) - 0.5) * 0.02) as f32)
+                .map(|_| ((2.0 * uniform(&mut rng) - 1.0) * bound) as f32)
                 .collect();
             ModelState::new(vec![
                 NamedTensor {
