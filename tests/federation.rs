@@ -228,3 +228,32 @@ fn one_shot_ridge_fesc_beats_fedavg() {
         s_fedavg.final_loss
     );
 }
+
+/// Optimal-partial selection runs the two-phase round of seed 002: every live client trains and
+/// reports its update norm, the server samples who uploads with the variance-optimal p_k and
+/// aggregates with n_k/p_k weights. The expected number of uploads is the budget m.
+#[test]
+fn optimal_partial_selection_runs_a_two_phase_round_and_learns() {
+    let c = config(
+        &DIGITS
+            .replace("clients_per_round = 6", "clients_per_round = 4\nselector = \"optimal-partial\"\naggregator = \"inverse-probability\""),
+    );
+    let (_, summary) = run(&c);
+    assert_eq!(summary.rounds_completed, 15);
+    let uploads: usize = summary.per_round.iter().map(|r| r.successes).sum();
+    let mean = uploads as f64 / 15.0;
+    // Σ r_k p_k = 4 with r ∈ {0.4, 1}: between 4 and 10 uploads per round in expectation.
+    assert!(
+        (2.0..=12.0).contains(&mean),
+        "mean uploads per round {mean}"
+    );
+    assert!(
+        summary.per_round.iter().all(|r| r.participants == 12),
+        "phase one asks every client"
+    );
+    assert!(
+        summary.final_accuracy > 0.5,
+        "final accuracy {}",
+        summary.final_accuracy
+    );
+}
