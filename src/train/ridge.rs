@@ -5,9 +5,8 @@ use crate::data::synthetic::linear_regression;
 use faer::{Col, Mat};
 use fedshard_actors::model::{ModelState, NamedTensor};
 use fedshard_actors::trainer::{Evaluation, Evaluator, LocalTrainer, TrainOutput, TrainTask};
-use fedshard_strategies::rng::{Purpose, stream, uniform};
+use fedshard_strategies::rng::{Purpose, stream};
 use rand::Rng;
-use rand_distr::{Distribution, LogNormal};
 
 /// Features (row-major samples × dim) and targets.
 #[derive(Debug, Clone)]
@@ -133,15 +132,15 @@ pub fn synthetic_clients(
     seed: u64,
 ) -> Result<(Vec<RidgeClient>, RidgeEvaluator, Vec<f64>), String> {
     let mut rng = stream(seed, 0, 0, Purpose::Data);
-    let theta: Vec<f64> = (0..dim).map(|_| uniform(&mut rng)).collect();
-    let sizes =
-        LogNormal::new(gamma * (clients as f64).ln() - 0.5, 1.0).map_err(|e| e.to_string())?;
+    let theta_star = crate::oneshot::data::true_parameter(&mut rng, dim);
+    let theta: Vec<f64> = (0..dim).map(|i| theta_star[i]).collect();
+    let sizes = crate::oneshot::data::sample_sizes(&mut rng, clients, gamma)
+        .map_err(|e| format!("{e:#}"))?;
     let mut out = Vec::with_capacity(clients);
-    for c in 0..clients {
-        let n = (sizes.sample(&mut rng).floor() as usize).max(1);
+    for (c, &n) in sizes.iter().enumerate() {
         let data_seed = stream(seed, 0, c as u64 + 1, Purpose::Data).next_u64();
-        let (features, targets) =
-            linear_regression(n, dim, &theta, 1.0, data_seed).map_err(|e| e.to_string())?;
+        let (features, targets) = linear_regression(n as usize, dim, &theta, 1.0, data_seed)
+            .map_err(|e| e.to_string())?;
         out.push(RidgeClient {
             data: RegressionData {
                 features,
