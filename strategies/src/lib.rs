@@ -13,6 +13,7 @@ pub mod aggregation;
 pub mod error;
 pub mod fesc;
 pub mod metrics;
+pub mod registry;
 pub mod rng;
 pub mod sampling;
 pub mod selection;

@@ -32,7 +32,6 @@ pub use uniform::UniformWeights;
 use crate::{Result, StrategyError};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 
 /// A successful result of the round, as the aggregator sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -207,26 +206,7 @@ impl AggregatorName {
     }
 }
 
-impl fmt::Display for AggregatorName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for AggregatorName {
-    type Err = StrategyError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|n| n.as_str() == s)
-            .ok_or_else(|| StrategyError::UnknownName {
-                kind: "aggregator",
-                name: s.to_owned(),
-                valid: Self::ALL.map(|n| n.as_str()).join(", "),
-            })
-    }
-}
+crate::policy_names!(AggregatorName, "aggregator");
 
 #[cfg(test)]
 mod tests {

@@ -15,9 +15,6 @@ pub mod minimum_support;
 pub mod numpy_choice;
 pub mod systematic;
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StrategyError};
@@ -90,26 +87,7 @@ impl SamplerName {
     }
 }
 
-impl fmt::Display for SamplerName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SamplerName {
-    type Err = StrategyError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        SamplerName::ALL
-            .into_iter()
-            .find(|name| name.as_str() == s)
-            .ok_or_else(|| StrategyError::UnknownName {
-                kind: "sampler",
-                name: s.to_owned(),
-                valid: SamplerName::ALL.map(SamplerName::as_str).join(", "),
-            })
-    }
-}
+crate::policy_names!(SamplerName, "sampler");
 
 /// Prepares the design `name` for `values`, ready to draw for every client of a group.
 ///

@@ -20,7 +20,6 @@ use crate::rng::ChaCha20Rng;
 use crate::{Result, StrategyError};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 
 /// What the coordinator knows about one client when it selects the round's participants.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -126,26 +125,7 @@ impl SelectorName {
     }
 }
 
-impl fmt::Display for SelectorName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SelectorName {
-    type Err = StrategyError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|n| n.as_str() == s)
-            .ok_or_else(|| StrategyError::UnknownName {
-                kind: "selector",
-                name: s.to_owned(),
-                valid: Self::ALL.map(|n| n.as_str()).join(", "),
-            })
-    }
-}
+crate::policy_names!(SelectorName, "selector");
 
 #[cfg(test)]
 mod tests {
