@@ -15,9 +15,10 @@ use std::path::PathBuf;
 #[command(group = clap::ArgGroup::new("size").required(true).args(["n", "keep_ratio"]))]
 pub struct ProbsArgs {
     /// Strategy name: top-n, top-n+scaled, prism, prism+scaled, prism-wallenius,
-    /// prism-wallenius+cliplr, unbiased, collective.
+    /// prism-wallenius+cliplr, unbiased, collective. Parsed by [`probs`] rather than by clap so
+    /// that an unknown name is a one-line error (exit code 2) like every other bad input.
     #[arg(long)]
-    pub strategy: StrategySpec,
+    pub strategy: String,
     /// Number of kept terms n.
     #[arg(long)]
     pub n: Option<usize>,
@@ -45,6 +46,7 @@ pub struct ProbsReport {
 }
 
 pub fn probs(args: &ProbsArgs) -> anyhow::Result<ProbsReport> {
+    let strategy: StrategySpec = args.strategy.parse().context("--strategy")?;
     let values = read_vector(&args.spectrum, "spectrum")?;
     let spectrum =
         SortedSpectrum::new(&values).with_context(|| args.spectrum.display().to_string())?;
@@ -64,8 +66,7 @@ pub fn probs(args: &ProbsArgs) -> anyhow::Result<ProbsReport> {
     if args.clients == 0 {
         bail!("--clients must be at least 1");
     }
-    let plan = args
-        .strategy
+    let plan = strategy
         .plan(
             spectrum.values(),
             keep_ratio,
@@ -73,12 +74,12 @@ pub fn probs(args: &ProbsArgs) -> anyhow::Result<ProbsReport> {
             args.clients,
             SamplerName::default(),
         )
-        .with_context(|| format!("strategy {}", args.strategy))?;
+        .with_context(|| format!("strategy {strategy}"))?;
     let sorted_omega_is_fixed = !(plan.multipliers_per_draw()
-        && args.strategy.base != fedshard_strategies::sharding::plan::Base::TopN);
+        && strategy.base != fedshard_strategies::sharding::plan::Base::TopN);
     let m = &plan.marginals;
     Ok(ProbsReport {
-        strategy: args.strategy.to_string(),
+        strategy: strategy.to_string(),
         n,
         pi: spectrum.unsort(&m.inclusion_probabilities),
         omega: sorted_omega_is_fixed.then(|| spectrum.unsort(&m.multipliers)),

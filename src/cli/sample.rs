@@ -11,9 +11,10 @@ use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct SampleArgs {
-    /// conditional-poisson, brewer, minimum-support, systematic or numpy-choice.
+    /// conditional-poisson, brewer, minimum-support, systematic or numpy-choice. Parsed by
+    /// [`sample`] rather than by clap so that an unknown name is a one-line error (exit code 2).
     #[arg(long)]
-    pub method: SamplerName,
+    pub method: String,
     /// Number of independent draws.
     #[arg(long)]
     pub draws: u64,
@@ -37,12 +38,13 @@ pub struct SampleReport {
 }
 
 pub fn sample(args: &SampleArgs) -> anyhow::Result<SampleReport> {
+    let method: SamplerName = args.method.parse().context("--method")?;
     if args.draws == 0 {
         anyhow::bail!("--draws must be at least 1");
     }
     let values = read_vector(&args.pi, "inclusion probabilities")?;
-    let design = prepare(args.method, &values, args.n)
-        .with_context(|| format!("{} ({})", args.pi.display(), args.method))?;
+    let design = prepare(method, &values, args.n)
+        .with_context(|| format!("{} ({})", args.pi.display(), method))?;
     let mut rng = stream(args.seed, 0, 0, Purpose::Experiment);
     let mut counts = vec![0u64; values.len()];
     let mut drawn = Vec::with_capacity(design.sample_size());
@@ -55,7 +57,7 @@ pub fn sample(args: &SampleArgs) -> anyhow::Result<SampleReport> {
     }
     let seconds = started.elapsed().as_secs_f64();
     Ok(SampleReport {
-        method: args.method.to_string(),
+        method: method.to_string(),
         n: design.sample_size(),
         draws: args.draws,
         frequencies: counts
