@@ -22,6 +22,26 @@ pub struct Config {
     pub federation: FederationSection,
     /// Deterministic fault injection (for tests and demonstrations).
     pub faults: Option<FaultPlan>,
+    /// The Prometheus exporter of `fedshard run`.
+    pub metrics: Option<MetricsSection>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// `HOST:PORT` to serve `/metrics` on, or `off` (default 127.0.0.1:9464).
+    pub addr: String,
+}
+
+/// Parses a metrics address: `off` (None) or an `IP:PORT` socket address.
+pub fn parse_metrics_addr(text: &str) -> Result<Option<std::net::SocketAddr>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        format!("an address IP:PORT (such as 127.0.0.1:9464) or `off`, found {text:?}")
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -418,6 +438,11 @@ impl Config {
                     format!("{:?}", self.model.sharded_layers),
                 )?;
             }
+        }
+        if let Some(m) = &self.metrics
+            && let Err(e) = parse_metrics_addr(&m.addr)
+        {
+            bail!("field `metrics.addr`: expected {e}");
         }
         if let Some(faults) = &self.faults {
             field(

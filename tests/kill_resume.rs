@@ -28,7 +28,7 @@ fn killed_and_resumed_run_matches_an_uninterrupted_one() {
     let config = config_file(tmp.path());
     let whole = tmp.path().join("whole");
     let status = Command::new(BIN)
-        .args(["run", "--quiet", "--out"])
+        .args(["run", "--quiet", "--metrics-addr", "off", "--out"])
         .arg(&whole)
         .arg(&config)
         .status()
@@ -37,7 +37,7 @@ fn killed_and_resumed_run_matches_an_uninterrupted_one() {
 
     let killed = tmp.path().join("killed");
     let mut child = Command::new(BIN)
-        .args(["run", "--quiet", "--out"])
+        .args(["run", "--quiet", "--metrics-addr", "off", "--out"])
         .arg(&killed)
         .arg(&config)
         .stderr(Stdio::null())
@@ -59,7 +59,7 @@ fn killed_and_resumed_run_matches_an_uninterrupted_one() {
     );
 
     let status = Command::new(BIN)
-        .args(["run", "--quiet", "--resume"])
+        .args(["run", "--quiet", "--metrics-addr", "off", "--resume"])
         .arg(&killed)
         .status()
         .unwrap();

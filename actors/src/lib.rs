@@ -13,6 +13,7 @@ pub mod checkpoint;
 pub mod client;
 pub mod coordinator;
 pub mod faults;
+pub mod metrics;
 pub mod model;
 pub mod payload;
 pub mod record;

@@ -1,10 +1,11 @@
 //! `fedshard run`: a whole process-local federation with a run folder.
 
-use crate::config::Config;
+use crate::config::{Config, parse_metrics_addr};
 use crate::federation;
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use fedshard_actors::checkpoint::{self, write_atomically};
+use fedshard_actors::metrics::{self, Exporter};
 use fedshard_actors::record::{RoundRecord, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -29,6 +30,14 @@ pub struct RunArgs {
     /// Continue the run in this folder from its last checkpoint.
     #[arg(long, conflicts_with_all = ["config", "out", "seed"])]
     pub resume: Option<PathBuf>,
+    /// Serve Prometheus metrics (`/metrics`, `/healthz`) on IP:PORT, or `off`; overrides the
+    /// config's `[metrics] addr` (default 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR|off")]
+    pub metrics_addr: Option<String>,
+    /// Keep serving /metrics this many seconds after the last round, so a scraper reads the
+    /// final values.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    pub linger: u64,
 }
 
 const CONFIG_FILE: &str = "config.toml";
@@ -70,6 +79,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         config.run.rounds = rounds;
         config.validate()?;
     }
+    let metrics_addr = match &args.metrics_addr {
+        Some(text) => {
+            parse_metrics_addr(text).map_err(|e| anyhow!("option --metrics-addr: expected {e}"))?
+        }
+        None => parse_metrics_addr(
+            config
+                .metrics
+                .as_ref()
+                .map_or(metrics::DEFAULT_ADDR, |m| m.addr.as_str()),
+        )
+        .map_err(|e| anyhow!("field `metrics.addr`: expected {e}"))?,
+    };
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create run folder {}", dir.display()))?;
     let text = toml::to_string(&config).context("serialising the config")?;
@@ -86,7 +107,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
             );
         }
     }
-    let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let done = fed.history.len() as u64;
     let bar = progress_bar(config.run.rounds, done, args.quiet);
@@ -94,22 +115,62 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         .enable_all()
         .build()?;
     let summary = runtime.block_on(async {
+        let mut exporter = match metrics_addr {
+            Some(addr) => Some(Exporter::start(addr, &config.run.name).await.map_err(|e| {
+                anyhow!("{e} (set by --metrics-addr or `metrics.addr`; `off` disables)")
+            })?),
+            None => None,
+        };
+        // Fan out: every record goes to the progress bar and to the exporter.
+        let to_exporter = exporter.as_ref().map(Exporter::sender);
+        if let Some(sender) = &to_exporter {
+            // A resumed run starts from its history, so the counters cover the whole run.
+            for record in &fed.history {
+                let _ = sender.send(record.clone());
+            }
+        }
         let bar = bar.clone();
         let watcher = tokio::spawn(async move {
             while let Some(record) = receiver.recv().await {
                 bar.set_position(record.round);
                 bar.set_message(progress_message(&record));
+                if let Some(sender) = &to_exporter {
+                    let _ = sender.send(record);
+                }
             }
         });
         let result = fedshard_actors::server::run(fed).await;
         let _ = watcher.await;
-        result
-    });
-    let (model, summary) = summary.map_err(anyhow::Error::msg)?;
-    bar.finish();
-    write_atomically(&dir.join(MODEL_FILE), &model.to_bytes())?;
-    write_summary(&dir, &summary)?;
-    Ok(summary)
+        if let Some(exporter) = &mut exporter {
+            exporter.flush().await;
+        }
+        anyhow::Ok((result, exporter))
+    })?;
+    let (summary, exporter) = summary;
+    let finished = summary
+        .map_err(anyhow::Error::msg)
+        .and_then(|(model, summary)| {
+            bar.finish();
+            write_atomically(&dir.join(MODEL_FILE), &model.to_bytes())?;
+            write_summary(&dir, &summary)?;
+            Ok(summary)
+        });
+    if let Some(exporter) = exporter {
+        runtime.block_on(async {
+            if finished.is_ok() && args.linger > 0 {
+                if !args.quiet {
+                    eprintln!(
+                        "serving the final metrics on http://{}/metrics for {} s",
+                        exporter.addr(),
+                        args.linger
+                    );
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(args.linger)).await;
+            }
+            exporter.shutdown().await;
+        });
+    }
+    finished
 }
 
 fn progress_bar(rounds: u64, done: u64, quiet: bool) -> ProgressBar {

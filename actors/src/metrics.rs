@@ -1,0 +1,451 @@
+//! The Prometheus exporter: a task fed by the same [`RoundRecord`]s that go to `metrics.jsonl`,
+//! owning a [`prometheus::Registry`] served as text at `GET /metrics` (and `GET /healthz`).
+//!
+//! The round loop only sends records into an unbounded channel; one updater task applies them to
+//! the registry, and scrapes only read the registry. A slow or stuck scraper therefore never
+//! delays a round, and a round never waits for a scrape.
+//!
+//! Naming follows Prometheus conventions: the `fedshard_` prefix, base units (`_seconds`,
+//! `_bits`), `_total` for counters, and a constant `run` label (the run name) on every series.
+
+use crate::record::RoundRecord;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// Client failure reasons that always have a series (zero until they happen).
+pub const FAILURE_REASONS: [&str; 4] = ["error", "panic", "timeout", "unreachable"];
+/// Update rejection reasons that always have a series (zero until they happen).
+pub const REJECTION_REASONS: [&str; 4] = ["malformed", "shape", "non_finite", "indices"];
+/// The default listen address of `fedshard run`.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
+
+/// The run's metrics: every series lives in one registry with a constant `run` label.
+pub struct Metrics {
+    registry: Registry,
+    round: IntGaugeVec,
+    test_accuracy: GaugeVec,
+    test_loss: GaugeVec,
+    train_loss: GaugeVec,
+    uplink_bits: IntCounterVec,
+    downlink_bits: IntCounterVec,
+    bits_per_parameter: GaugeVec,
+    participants: IntGaugeVec,
+    successes: IntCounterVec,
+    failures: IntCounterVec,
+    rejected: IntCounterVec,
+    model_updates: IntCounterVec,
+    round_duration: HistogramVec,
+    client_train_duration: HistogramVec,
+    anme: GaugeVec,
+    anme_mean: GaugeVec,
+    expected_discrepancy: GaugeVec,
+    learning_rate: GaugeVec,
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help)
+}
+
+impl Metrics {
+    /// Registers every metric for the run called `run`.
+    pub fn new(run: &str) -> Result<Self, prometheus::Error> {
+        let labels = HashMap::from([("run".to_string(), run.to_string())]);
+        let registry = Registry::new_custom(None, Some(labels))?;
+        let none: &[&str] = &[];
+        let gauge =
+            |name: &str, help: &str, labels: &[&str]| -> Result<GaugeVec, prometheus::Error> {
+                let g = GaugeVec::new(opts(name, help), labels)?;
+                registry.register(Box::new(g.clone()))?;
+                Ok(g)
+            };
+        let int_gauge = |name: &str, help: &str| -> Result<IntGaugeVec, prometheus::Error> {
+            let g = IntGaugeVec::new(opts(name, help), none)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+                let c = IntCounterVec::new(opts(name, help), labels)?;
+                registry.register(Box::new(c.clone()))?;
+                Ok(c)
+            };
+        let histogram = |name: &str,
+                         help: &str,
+                         buckets: Vec<f64>|
+         -> Result<HistogramVec, prometheus::Error> {
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), none)?;
+            registry.register(Box::new(h.clone()))?;
+            Ok(h)
+        };
+        let metrics = Self {
+            round: int_gauge("fedshard_round", "Last completed round.")?,
+            test_accuracy: gauge(
+                "fedshard_test_accuracy",
+                "Accuracy of the global model on the held-out set after the last round.",
+                none,
+            )?,
+            test_loss: gauge(
+                "fedshard_test_loss",
+                "Loss of the global model on the held-out set after the last round.",
+                none,
+            )?,
+            train_loss: gauge(
+                "fedshard_train_loss",
+                "Mean local training loss of the accepted clients in the last round.",
+                none,
+            )?,
+            uplink_bits: counter(
+                "fedshard_uplink_bits_total",
+                "Bits uploaded by clients.",
+                none,
+            )?,
+            downlink_bits: counter(
+                "fedshard_downlink_bits_total",
+                "Bits sent to clients.",
+                none,
+            )?,
+            bits_per_parameter: gauge(
+                "fedshard_bits_per_parameter",
+                "Uplink bits per model parameter per accepted client in the last round.",
+                none,
+            )?,
+            participants: int_gauge(
+                "fedshard_participants",
+                "Clients asked to train in the last round.",
+            )?,
+            successes: counter(
+                "fedshard_client_successes_total",
+                "Client updates accepted into the aggregate.",
+                none,
+            )?,
+            failures: counter(
+                "fedshard_client_failures_total",
+                "Clients that failed, by reason.",
+                &["reason"],
+            )?,
+            rejected: counter(
+                "fedshard_rejected_updates_total",
+                "Client updates rejected by validation, by reason.",
+                &["reason"],
+            )?,
+            model_updates: counter(
+                "fedshard_model_updates_total",
+                "Rounds that changed the global model.",
+                none,
+            )?,
+            round_duration: histogram(
+                "fedshard_round_duration_seconds",
+                "Wall-clock duration of a round.",
+                prometheus::exponential_buckets(0.001, 2.0, 18)?,
+            )?,
+            client_train_duration: histogram(
+                "fedshard_client_train_duration_seconds",
+                "Time an accepted client spent training.",
+                prometheus::exponential_buckets(0.0001, 2.0, 22)?,
+            )?,
+            anme: gauge(
+                "fedshard_anme",
+                "Average normalised mean error of the sharded layer for the keep-ratio cluster, last round.",
+                &["layer", "cluster"],
+            )?,
+            anme_mean: gauge(
+                "fedshard_anme_mean",
+                "Mean ANME over sharded layers and clusters, last round (0 when nothing is sharded).",
+                none,
+            )?,
+            expected_discrepancy: gauge(
+                "fedshard_expected_discrepancy",
+                "Expected discrepancy of the sharded layer for the keep-ratio cluster, last round.",
+                &["layer", "cluster"],
+            )?,
+            learning_rate: gauge(
+                "fedshard_learning_rate",
+                "Learning rate of the last round.",
+                none,
+            )?,
+            registry,
+        };
+        // Series that exist from the start, so dashboards show zeros rather than "no data".
+        metrics.uplink_bits.with_label_values(none);
+        metrics.downlink_bits.with_label_values(none);
+        metrics.successes.with_label_values(none);
+        metrics.model_updates.with_label_values(none);
+        for reason in FAILURE_REASONS {
+            metrics.failures.with_label_values(&[reason]);
+        }
+        for reason in REJECTION_REASONS {
+            metrics.rejected.with_label_values(&[reason]);
+        }
+        Ok(metrics)
+    }
+
+    /// Applies one round's record.
+    pub fn observe(&self, r: &RoundRecord) {
+        let none: &[&str] = &[];
+        self.round
+            .with_label_values(none)
+            .set(i64::try_from(r.round).unwrap_or(i64::MAX));
+        self.test_accuracy.with_label_values(none).set(r.accuracy);
+        self.test_loss.with_label_values(none).set(r.loss);
+        self.train_loss.with_label_values(none).set(r.train_loss);
+        self.uplink_bits
+            .with_label_values(none)
+            .inc_by(r.uplink_bits);
+        self.downlink_bits
+            .with_label_values(none)
+            .inc_by(r.downlink_bits);
+        self.bits_per_parameter
+            .with_label_values(none)
+            .set(r.bits_per_parameter);
+        self.participants
+            .with_label_values(none)
+            .set(i64::try_from(r.participants).unwrap_or(i64::MAX));
+        self.successes
+            .with_label_values(none)
+            .inc_by(r.successes as u64);
+        for (reason, n) in &r.failures {
+            self.failures.with_label_values(&[reason]).inc_by(*n as u64);
+        }
+        for (reason, n) in &r.rejected {
+            self.rejected.with_label_values(&[reason]).inc_by(*n as u64);
+        }
+        if r.model_updated {
+            self.model_updates.with_label_values(none).inc();
+        }
+        self.round_duration
+            .with_label_values(none)
+            .observe(r.seconds);
+        let train = self.client_train_duration.with_label_values(none);
+        for s in &r.client_train_seconds {
+            train.observe(*s);
+        }
+        self.anme_mean.with_label_values(none).set(r.anme);
+        for g in &r.groups {
+            let cluster = cluster_label(g.keep_ratio);
+            let labels = [g.layer.as_str(), cluster.as_str()];
+            self.anme.with_label_values(&labels).set(g.anme);
+            if let Some(d) = g.expected_discrepancy {
+                self.expected_discrepancy.with_label_values(&labels).set(d);
+            }
+        }
+        self.learning_rate
+            .with_label_values(none)
+            .set(r.learning_rate);
+    }
+
+    /// The registry in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let encoder = TextEncoder::new();
+        if let Err(e) = encoder.encode(&self.registry.gather(), &mut buf) {
+            tracing::warn!("encoding metrics: {e}");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The `cluster` label of a keep ratio: the ratio itself, shortest form (`1`, `0.4`).
+pub fn cluster_label(keep_ratio: f64) -> String {
+    format!("{keep_ratio}")
+}
+
+/// A running exporter: send records with [`Exporter::sender`], stop with [`Exporter::shutdown`].
+pub struct Exporter {
+    addr: SocketAddr,
+    sender: Option<mpsc::UnboundedSender<RoundRecord>>,
+    updater: JoinHandle<()>,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
+impl Exporter {
+    /// Binds `addr` and starts serving; must be called inside a Tokio runtime.
+    pub async fn start(addr: SocketAddr, run: &str) -> Result<Self, String> {
+        let metrics = Arc::new(Metrics::new(run).map_err(|e| format!("metrics registry: {e}"))?);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        let app = Router::new()
+            .route("/metrics", get(scrape))
+            .route("/healthz", get(|| async { "ok\n" }))
+            .with_state(Arc::clone(&metrics));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        let (sender, mut receiver) = mpsc::unbounded_channel::<RoundRecord>();
+        let updater = tokio::spawn(async move {
+            while let Some(record) = receiver.recv().await {
+                metrics.observe(&record);
+            }
+        });
+        Ok(Self {
+            addr,
+            sender: Some(sender),
+            updater,
+            stop,
+            server,
+        })
+    }
+
+    /// The bound address (the real port when started on port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Where to send the run's records.
+    pub fn sender(&self) -> mpsc::UnboundedSender<RoundRecord> {
+        self.sender
+            .clone()
+            .expect("the sender lives until the exporter is finished")
+    }
+
+    /// Waits until every record sent so far (by every sender, once they are dropped) is applied;
+    /// the server keeps serving.
+    pub async fn flush(&mut self) {
+        self.sender = None;
+        let updater = std::mem::replace(&mut self.updater, tokio::spawn(async {}));
+        let _ = updater.await;
+    }
+
+    /// Stops serving.
+    pub async fn shutdown(mut self) {
+        self.flush().await;
+        let _ = self.stop.send(());
+        match self.server.await {
+            Ok(Err(e)) => tracing::warn!("metrics server: {e}"),
+            Err(e) => tracing::warn!("metrics server panicked: {e}"),
+            Ok(Ok(())) => {}
+        }
+    }
+}
+
+async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        metrics.render(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::GroupStats;
+    use std::collections::BTreeMap;
+
+    fn record(round: u64) -> RoundRecord {
+        RoundRecord {
+            round,
+            participants: 10,
+            successes: 8,
+            failures: BTreeMap::from([("timeout".to_string(), 2)]),
+            rejected: BTreeMap::new(),
+            model_updated: true,
+            accuracy: 0.5,
+            loss: 1.25,
+            train_loss: 1.5,
+            uplink_bits: 1000,
+            downlink_bits: 2000,
+            bits_per_parameter: 32.0,
+            anme: 0.1,
+            groups: vec![GroupStats {
+                layer: "weight".into(),
+                keep_ratio: 0.4,
+                clients: 4,
+                kept: 3,
+                anme: 0.2,
+                expected_discrepancy: Some(0.3),
+            }],
+            learning_rate: 0.1,
+            client_train_seconds: vec![0.01; 8],
+            seconds: 0.2,
+        }
+    }
+
+    #[test]
+    fn records_become_prometheus_series() {
+        let m = Metrics::new("demo").unwrap();
+        m.observe(&record(1));
+        m.observe(&record(2));
+        let text = m.render();
+        for line in [
+            "fedshard_round{run=\"demo\"} 2",
+            "fedshard_uplink_bits_total{run=\"demo\"} 2000",
+            "fedshard_downlink_bits_total{run=\"demo\"} 4000",
+            "fedshard_client_failures_total{reason=\"timeout\",run=\"demo\"} 4",
+            "fedshard_client_failures_total{reason=\"panic\",run=\"demo\"} 0",
+            "fedshard_rejected_updates_total{reason=\"shape\",run=\"demo\"} 0",
+            "fedshard_client_successes_total{run=\"demo\"} 16",
+            "fedshard_test_accuracy{run=\"demo\"} 0.5",
+            "fedshard_anme{cluster=\"0.4\",layer=\"weight\",run=\"demo\"} 0.2",
+            "fedshard_expected_discrepancy{cluster=\"0.4\",layer=\"weight\",run=\"demo\"} 0.3",
+            "fedshard_round_duration_seconds_count{run=\"demo\"} 2",
+            "fedshard_client_train_duration_seconds_count{run=\"demo\"} 16",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serves_metrics_and_health_over_http() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut exporter = Exporter::start("127.0.0.1:0".parse().unwrap(), "demo")
+            .await
+            .unwrap();
+        exporter.sender().send(record(7)).unwrap();
+        exporter.flush().await;
+        let get = |path: &'static str| {
+            let addr = exporter.addr();
+            async move {
+                let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+                s.write_all(
+                    format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await
+                .unwrap();
+                let mut out = String::new();
+                s.read_to_string(&mut out).await.unwrap();
+                out
+            }
+        };
+        let metrics = get("/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(
+            metrics.contains("fedshard_round{run=\"demo\"} 7"),
+            "{metrics}"
+        );
+        let health = get("/healthz").await;
+        assert!(health.starts_with("HTTP/1.1 200") && health.ends_with("ok\n"));
+        // A second exporter on the same address fails with a message naming it.
+        let err = Exporter::start(exporter.addr(), "demo")
+            .await
+            .err()
+            .unwrap();
+        assert!(err.contains(&exporter.addr().to_string()), "{err}");
+        exporter.shutdown().await;
+    }
+}
