@@ -268,8 +268,9 @@ fn outcome() -> Option<&'static Outcome> {
                     std::env::var_os("CI").is_none(),
                     "prometheus is not installed (CI must install it: see .ci/run)"
                 );
-                eprintln!(
-                    "\n\n**************** SKIPPED: prometheus not installed ****************\n\n"
+                // Straight to stderr, past the test harness's capture.
+                let _ = std::io::stderr().write_all(
+                    b"\n\n**************** SKIPPED: prometheus not installed ****************\n\n",
                 );
                 return None;
             }
