@@ -10,7 +10,7 @@ use fedshard_actors::faults::FaultyTrainer;
 use fedshard_actors::round::ShardingPolicy;
 use fedshard_actors::server::{Federation, RuntimeConfig};
 use fedshard_actors::trainer::{ClientId, Evaluator, LocalTrainer, Recipe};
-use fedshard_strategies::rng::{Purpose, stream, uniform};
+use fedshard_strategies::rng::{Purpose, stream};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,11 +130,7 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
 pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
     let k = config.data.clients;
     let mut order: Vec<usize> = (0..k).collect();
-    let mut rng = stream(seed, 0, 0, Purpose::Data);
-    for i in (1..k).rev() {
-        let j = ((uniform(&mut rng) * (i + 1) as f64) as usize).min(i);
-        order.swap(i, j);
-    }
+    data::shuffle(&mut order, &mut stream(seed, 0, 0, Purpose::Data));
     let mut ratios = vec![1.0; k];
     let shares = &config.federation.keep_ratios;
     let mut start = 0;

@@ -24,7 +24,7 @@ pub struct RoundRecord {
     pub train_loss: f64,
     pub uplink_bits: u64,
     pub downlink_bits: u64,
-    /// Uplink bits per model parameter per accepted client.
+    /// Uplink bits per model parameter per received update.
     pub bits_per_parameter: f64,
     pub anme: f64,
     pub groups: Vec<GroupStats>,

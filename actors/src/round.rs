@@ -45,7 +45,7 @@ pub struct GroupStats {
 #[derive(Debug, Default)]
 pub struct ShardPlan {
     /// The round's SVD of each sharded layer, in policy order.
-    pub factors: Vec<(String, Vec<usize>, Factors<f32>)>,
+    pub factors: Vec<(String, Factors<f32>)>,
     /// Each participant's shards, keyed by client id.
     pub shards: BTreeMap<ClientId, Vec<LayerShard>>,
     pub groups: Vec<GroupStats>,
@@ -139,7 +139,7 @@ pub fn plan_shards(
                 });
             }
         }
-        factors.push((name.clone(), tensor.shape.clone(), layer));
+        factors.push((name.clone(), layer));
     }
     Ok(ShardPlan {
         factors,
@@ -196,7 +196,7 @@ pub fn aggregate(
             normalised,
         );
     }
-    for (layer_index, (name, _shape, factors)) in plan.factors.iter().enumerate() {
+    for (layer_index, (name, factors)) in plan.factors.iter().enumerate() {
         let mut factors = factors.clone();
         let (rows, cols) = (factors.rows, factors.cols);
         for term in 0..factors.singular_values.len() {

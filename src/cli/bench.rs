@@ -14,7 +14,7 @@ use fedshard_strategies::selection::SelectorName;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -145,14 +145,11 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let started = Instant::now();
     let (_, summary) = runtime
         .block_on(run(federation))
         .map_err(anyhow::Error::msg)?;
-    let total = started.elapsed().as_secs_f64();
     let round_seconds: f64 =
         summary.per_round.iter().map(|r| r.seconds).sum::<f64>() / args.rounds as f64;
-    let _ = total;
     Ok(OrchestrationReport {
         clients: args.clients,
         rounds: args.rounds,

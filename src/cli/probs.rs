@@ -75,14 +75,12 @@ pub fn probs(args: &ProbsArgs) -> anyhow::Result<ProbsReport> {
             SamplerName::default(),
         )
         .with_context(|| format!("strategy {strategy}"))?;
-    let sorted_omega_is_fixed = !(plan.multipliers_per_draw()
-        && strategy.base != fedshard_strategies::sharding::plan::Base::TopN);
     let m = &plan.marginals;
     Ok(ProbsReport {
         strategy: strategy.to_string(),
         n,
         pi: spectrum.unsort(&m.inclusion_probabilities),
-        omega: sorted_omega_is_fixed.then(|| spectrum.unsort(&m.multipliers)),
+        omega: (!plan.multipliers_per_draw()).then(|| spectrum.unsort(&m.multipliers)),
         expected_discrepancy: m.expected_discrepancy,
         anme: anme_layer(&m.inclusion_probabilities, n),
     })

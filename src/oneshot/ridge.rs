@@ -2,7 +2,7 @@
 //! (ALGORITHMS.md §3.3 steps 4–5).
 
 use anyhow::Context;
-use faer::linalg::solvers::{DenseSolveCore, Solve};
+use faer::linalg::solvers::{DenseSolveCore, Llt, Solve};
 use faer::{Accum, Col, Mat, Par, Side};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -73,11 +73,7 @@ pub fn fit_with_oracle(
     theta_star: &Col<f64>,
 ) -> anyhow::Result<RidgeFit> {
     let d = gram.nrows();
-    let system = Mat::<f64>::from_fn(d, d, |i, j| gram[(i, j)] + if i == j { kappa } else { 0.0 });
-    let llt = system
-        .llt(Side::Lower)
-        .map_err(|e| anyhow::anyhow!("{e:?}"))
-        .context("ridge system XᵀX + κI is not positive definite")?;
+    let llt = factor(gram, kappa)?;
     let theta = llt.solve(cross);
     let inverse = llt.inverse();
     let mut inverse_gram = Mat::<f64>::zeros(d, d);
@@ -104,15 +100,19 @@ pub fn fit_with_oracle(
     })
 }
 
-/// Fits ridge with diagonal load `kappa` only (the centralised estimator).
-pub fn fit(gram: &Mat<f64>, cross: &Col<f64>, kappa: f64) -> anyhow::Result<Col<f64>> {
+/// The Cholesky (LLᵀ) factorisation of the ridge system `A = XᵀX + κ I`.
+fn factor(gram: &Mat<f64>, kappa: f64) -> anyhow::Result<Llt<f64>> {
     let d = gram.nrows();
     let system = Mat::<f64>::from_fn(d, d, |i, j| gram[(i, j)] + if i == j { kappa } else { 0.0 });
-    let llt = system
+    system
         .llt(Side::Lower)
         .map_err(|e| anyhow::anyhow!("{e:?}"))
-        .context("ridge system XᵀX + κI is not positive definite")?;
-    Ok(llt.solve(cross))
+        .context("ridge system XᵀX + κI is not positive definite")
+}
+
+/// Fits ridge with diagonal load `kappa` only (the centralised estimator).
+pub fn fit(gram: &Mat<f64>, cross: &Col<f64>, kappa: f64) -> anyhow::Result<Col<f64>> {
+    Ok(factor(gram, kappa)?.solve(cross))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use crate::data::Dataset;
 use fedshard_actors::trainer::{LayerShard, Recipe};
-use fedshard_strategies::rng::{ChaCha20Rng, uniform};
+use fedshard_strategies::rng::ChaCha20Rng;
 
 /// The trainable state: bias, the shard's factors (rows `u'_j` ∈ R^classes, `v'_j` ∈ R^dim) and
 /// frozen multipliers.
@@ -150,7 +150,7 @@ pub fn train(
     let mut order = samples.to_vec();
     let (mut loss, mut seen) = (0.0, 0usize);
     for _ in 0..recipe.epochs {
-        shuffle(&mut order, rng);
+        crate::data::shuffle(&mut order, rng);
         for batch in order.chunks(recipe.batch_size.max(1)) {
             loss += gradients(
                 model,
@@ -183,14 +183,6 @@ fn step(params: &mut [f32], grad: &[f64], momentum: &mut [f64], recipe: &Recipe)
     for ((p, g), m) in params.iter_mut().zip(grad).zip(momentum.iter_mut()) {
         *m = recipe.momentum * *m + g;
         *p = (f64::from(*p) - recipe.learning_rate * *m) as f32;
-    }
-}
-
-/// Fisher–Yates with the run's stream.
-pub fn shuffle(items: &mut [usize], rng: &mut ChaCha20Rng) {
-    for i in (1..items.len()).rev() {
-        let j = ((uniform(rng) * (i + 1) as f64) as usize).min(i);
-        items.swap(i, j);
     }
 }
 

@@ -11,23 +11,15 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_strategies::sampling::{ConditionalPoisson, SamplerName, prepare};
+use fedshard_strategies::sharding::unbiased;
+use fedshard_strategies::spectrum::SortedSpectrum;
 
-/// `π_i = min(1, c λ_i)` with `c` chosen so that `Σπ = n` (bisection on `c`).
-fn water_fill(lambda: &[f64], n: usize) -> Vec<f64> {
-    let total = |c: f64| lambda.iter().map(|&l| (c * l).min(1.0)).sum::<f64>();
-    let (mut lo, mut hi) = (0.0, 1.0);
-    while total(hi) < n as f64 {
-        hi *= 2.0;
-    }
-    for _ in 0..200 {
-        let mid = 0.5 * (lo + hi);
-        if total(mid) < n as f64 {
-            lo = mid
-        } else {
-            hi = mid
-        }
-    }
-    lambda.iter().map(|&l| (hi * l).min(1.0)).collect()
+/// A feasible π with integer sum n: the water-filling `π_i = min(1, λ_i / s)` with `Σπ = n`,
+/// which is exactly the Unbiased strategy's marginals (ALGORITHMS.md §1.2); needs n ≤ #{λ > 0}.
+fn water_fill(weights: &[f64], n: usize) -> Vec<f64> {
+    let sorted = SortedSpectrum::new(weights).expect("finite non-negative weights");
+    let marginals = unbiased::marginals(sorted.values(), n).expect("1 ≤ n ≤ N");
+    sorted.unsort(&marginals.inclusion_probabilities)
 }
 
 /// A decaying singular spectrum: `λ_i = (i + 1)^(-1.2)`.

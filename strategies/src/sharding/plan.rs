@@ -236,10 +236,11 @@ pub struct Shard {
 }
 
 impl GroupPlan {
-    /// Whether ω depends on the drawn set (+Scaled): then [`Marginals::multipliers`] holds the
-    /// value for the top-n set only and each draw computes its own.
+    /// Whether ω depends on the drawn set (+Scaled on a random draw): then
+    /// [`Marginals::multipliers`] holds the value for the top-n set only and each draw computes
+    /// its own. Top-n+Scaled draws the same set every time, so its ω is fixed.
     pub fn multipliers_per_draw(&self) -> bool {
-        self.scaled
+        self.scaled && !matches!(self.draw, Draw::TopN)
     }
 
     /// Draws one client's index set and multipliers.
