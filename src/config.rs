@@ -8,6 +8,7 @@ use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
 use fedshard_strategies::sharding::plan::StrategySpec;
+use crate::models::net::Architecture;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -60,6 +61,9 @@ pub enum DatasetName {
     Digits,
     /// y = xᵀθ* + ε with x ~ N(0, I), θ* ~ U[0,1]^d, the one-shot setting of ALGORITHMS.md §3.3.
     SyntheticLinear,
+    /// LEAF-style Shakespeare: one client per (play, role), next-character prediction; run
+    /// `fedshard data shakespeare` once to fetch the texts.
+    Shakespeare,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,9 +88,18 @@ pub struct DataSection {
     /// Client sizes ⌊LogNormal(γ ln K − ½, 1)⌋ (synthetic-linear), mean K^γ.
     #[serde(default = "default_gamma")]
     pub gamma: f64,
-    /// Held-out samples (synthetic-linear).
+    /// Held-out samples (synthetic-linear); the most test windows evaluated (shakespeare).
     #[serde(default = "default_test_samples")]
     pub test_samples: usize,
+    /// Shakespeare: the least lines a role must speak to become a client.
+    #[serde(default = "default_min_lines")]
+    pub min_lines: usize,
+    /// Shakespeare: where `fedshard data shakespeare` cached the texts (default: the user cache).
+    pub cache: Option<std::path::PathBuf>,
+}
+
+fn default_min_lines() -> usize {
+    64
 }
 
 fn default_test_fraction() -> f64 {
@@ -112,15 +125,46 @@ pub enum ModelKind {
     Softmax,
     /// Ridge regression fitted in closed form per client (mean-loss form, λ = 1/√n).
     Ridge,
+    /// A burn network (`[model.network]`) trained by SGD on the clients.
+    Neural,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
     pub kind: ModelKind,
-    /// Tensors trained as spectral shards (softmax: `weight`).
+    /// Tensors trained as spectral shards (softmax: `weight`; neural: weight names such as
+    /// `fc0.weight`, or `["all"]` for every weight but the first and last layer's).
     #[serde(default)]
     pub sharded_layers: Vec<String>,
+    /// The architecture of a neural model.
+    pub network: Option<Architecture>,
+}
+
+impl ModelSection {
+    /// The sharded tensor names with `all` expanded to the architecture's shardable weights.
+    pub fn resolved_sharded_layers(&self) -> anyhow::Result<Vec<String>> {
+        match (&self.network, self.sharded_layers.as_slice()) {
+            (Some(net), [all]) if all == "all" => {
+                let (_, shardable) = net
+                    .initial_state(0)
+                    .map_err(|e| anyhow::anyhow!("field `model.network`: {e}"))?;
+                Ok(shardable)
+            }
+            _ => Ok(self.sharded_layers.clone()),
+        }
+    }
+}
+
+/// Where local training runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Device {
+    /// burn's ndarray backend.
+    #[default]
+    Cpu,
+    /// burn's CUDA backend (needs a build with `--features cuda` and an NVIDIA GPU).
+    Cuda,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -141,6 +185,9 @@ pub struct TrainingSection {
     /// ClipLR threshold τ (used by strategies that clip).
     #[serde(default = "default_tau")]
     pub clip_tau: f64,
+    /// Backend of neural local training.
+    #[serde(default)]
+    pub device: Device,
 }
 
 impl Default for TrainingSection {
@@ -153,6 +200,7 @@ impl Default for TrainingSection {
             weight_decay: default_decay(),
             cosine_schedule: true,
             clip_tau: default_tau(),
+            device: Device::Cpu,
         }
     }
 }
@@ -407,7 +455,16 @@ impl Config {
             "at least one sharded layer when a keep ratio is below 1",
             "none".into(),
         )?;
+        if self.model.kind != ModelKind::Neural {
+            field(
+                "model.network",
+                self.model.network.is_none(),
+                "no network unless `model.kind = \"neural\"`",
+                "a [model.network] table".into(),
+            )?;
+        }
         match self.model.kind {
+            ModelKind::Neural => self.validate_neural()?,
             ModelKind::Softmax => {
                 field(
                     "data.dataset",
@@ -439,6 +496,14 @@ impl Config {
                 )?;
             }
         }
+        if self.model.kind != ModelKind::Neural {
+            field(
+                "data.dataset",
+                d.dataset != DatasetName::Shakespeare,
+                "a neural model (`model.kind = \"neural\"`, char-transformer) for shakespeare",
+                format!("{:?} model", self.model.kind),
+            )?;
+        }
         if let Some(m) = &self.metrics
             && let Err(e) = parse_metrics_addr(&m.addr)
         {
@@ -451,6 +516,44 @@ impl Config {
                 "a probability in [0, 1]",
                 faults.rate.to_string(),
             )?;
+        }
+        Ok(())
+    }
+
+    /// The neural-model part of [`Config::validate`]: an architecture that fits the dataset,
+    /// and sharded layers that the architecture can shard.
+    fn validate_neural(&self) -> anyhow::Result<()> {
+        let Some(net) = &self.model.network else {
+            bail!("field `model.network`: expected a [model.network] table for `kind = \"neural\"`, found none");
+        };
+        let fits = match (self.data.dataset, net) {
+            (DatasetName::Digits, Architecture::Mlp { inputs: 64, classes: 10, .. }) => true,
+            (DatasetName::Digits, Architecture::DigitsCnn { classes: 10 }) => true,
+            (DatasetName::Shakespeare, Architecture::CharTransformer(s)) => {
+                s.vocab == crate::models::char_transformer::CharShape::default().vocab
+            }
+            _ => false,
+        };
+        if !fits {
+            bail!(
+                "field `model.network`: expected an architecture for {:?} (digits: mlp with inputs = 64 and classes = 10, or digits-cnn with classes = 10; shakespeare: char-transformer with the default vocab), found {net:?}",
+                self.data.dataset
+            );
+        }
+        if self.training.device == Device::Cuda && !cfg!(feature = "cuda") {
+            bail!(
+                "field `training.device`: expected `cpu`: this fedshard was built without CUDA (rebuild with `cargo build --release --features cuda`)"
+            );
+        }
+        let (_, shardable) = net
+            .initial_state(0)
+            .map_err(|e| anyhow::anyhow!("field `model.network`: {e}"))?;
+        for layer in self.model.resolved_sharded_layers()? {
+            if !shardable.contains(&layer) {
+                bail!(
+                    "field `model.sharded_layers`: expected `all` or names among {shardable:?}, found {layer:?}"
+                );
+            }
         }
         Ok(())
     }

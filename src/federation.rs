@@ -1,8 +1,10 @@
 //! Turns a validated [`Config`] into a runnable [`Federation`]: loads and partitions the data,
 //! assigns keep ratios, builds each client's trainer and the server's evaluator.
 
-use crate::config::{Config, DatasetName};
+use crate::config::{Config, DatasetName, Device};
 use crate::data;
+use crate::models::net::Architecture;
+use crate::train::neural::{Cpu, CpuTraining, Examples, NeuralClient, NeuralEvaluator};
 use crate::train::{SoftmaxClient, SoftmaxEvaluator, initial_model, synthetic_clients};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
@@ -33,12 +35,25 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
                 let parts = data::partition::partition(&train.labels, train.classes, &spec, seed)
                     .context("field `data`: partitioning the digits")?;
                 let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
-                for p in &parts {
-                    trainers.push(Arc::new(SoftmaxClient {
-                        data: train.subset(p)?,
-                    }));
+                match &config.model.network {
+                    Some(net) => {
+                        for p in &parts {
+                            trainers.push(neural_trainer(config, net, Box::new(train.subset(p)?))?);
+                        }
+                        (trainers, neural_evaluator(config, net, Box::new(test))?)
+                    }
+                    None => {
+                        for p in &parts {
+                            trainers.push(Arc::new(SoftmaxClient {
+                                data: train.subset(p)?,
+                            }));
+                        }
+                        (trainers, Arc::new(SoftmaxEvaluator { test }))
+                    }
                 }
-                (trainers, Arc::new(SoftmaxEvaluator { test }))
+            }
+            DatasetName::Shakespeare => {
+                anyhow::bail!("TEMP: shakespeare wiring pending the data module merge")
             }
             DatasetName::SyntheticLinear => {
                 let (clients, evaluator, _theta) = synthetic_clients(
@@ -85,10 +100,11 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
     }
     let f = &config.federation;
     let t = &config.training;
-    let sharding = (!config.model.sharded_layers.is_empty()).then(|| ShardingPolicy {
+    let layers = config.model.resolved_sharded_layers()?;
+    let sharding = (!layers.is_empty()).then(|| ShardingPolicy {
         strategy: f.strategy,
         sampler: f.sampler,
-        layers: config.model.sharded_layers.clone(),
+        layers,
     });
     let runtime = RuntimeConfig {
         seed,
@@ -123,6 +139,105 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
         history: Vec::new(),
         events: None,
     })
+}
+
+/// A client training `net` on `examples` on the configured device.
+fn neural_trainer(
+    config: &Config,
+    net: &Architecture,
+    examples: Box<dyn Examples>,
+) -> anyhow::Result<Arc<dyn LocalTrainer>> {
+    Ok(match config.training.device {
+        Device::Cpu => Arc::new(NeuralClient::<CpuTraining> {
+            architecture: net.clone(),
+            examples,
+            device: Default::default(),
+        }),
+        Device::Cuda => cuda::trainer(net, examples)?,
+    })
+}
+
+/// Rows per evaluation forward pass.
+const EVAL_BATCH: usize = 256;
+
+/// The server's evaluator of `net` on the held-out `examples`.
+fn neural_evaluator(
+    config: &Config,
+    net: &Architecture,
+    examples: Box<dyn Examples>,
+) -> anyhow::Result<Arc<dyn Evaluator>> {
+    Ok(match config.training.device {
+        Device::Cpu => Arc::new(NeuralEvaluator::<Cpu> {
+            architecture: net.clone(),
+            examples,
+            device: Default::default(),
+            batch_size: EVAL_BATCH,
+        }),
+        Device::Cuda => cuda::evaluator(net, examples)?,
+    })
+}
+
+/// The CUDA backend, compiled only with the `cuda` feature; without it, asking for CUDA is an
+/// error that says how to get it.
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use burn::backend::{Autodiff, Cuda, cuda::CudaDevice};
+
+    /// Fails with a clear message when no GPU or driver is present (burn panics on first use).
+    fn device() -> anyhow::Result<CudaDevice> {
+        let device = CudaDevice::default();
+        let probe = std::panic::catch_unwind(|| {
+            burn::tensor::Tensor::<Cuda, 1>::zeros([1], &device).into_data()
+        });
+        match probe {
+            Ok(_) => Ok(device),
+            Err(_) => anyhow::bail!(
+                "field `training.device`: CUDA was selected, but no usable NVIDIA GPU or driver was found; use `cpu`"
+            ),
+        }
+    }
+
+    pub fn trainer(
+        net: &Architecture,
+        examples: Box<dyn Examples>,
+    ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
+        Ok(Arc::new(NeuralClient::<Autodiff<Cuda>> {
+            architecture: net.clone(),
+            examples,
+            device: device()?,
+        }))
+    }
+
+    pub fn evaluator(
+        net: &Architecture,
+        examples: Box<dyn Examples>,
+    ) -> anyhow::Result<Arc<dyn Evaluator>> {
+        Ok(Arc::new(NeuralEvaluator::<Cuda> {
+            architecture: net.clone(),
+            examples,
+            device: device()?,
+            batch_size: EVAL_BATCH,
+        }))
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod cuda {
+    use super::*;
+
+    const MISSING: &str = "field `training.device`: this fedshard was built without CUDA; rebuild with `cargo build --release --features cuda` or use `cpu`";
+
+    pub fn trainer(
+        _: &Architecture,
+        _: Box<dyn Examples>,
+    ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
+        anyhow::bail!(MISSING)
+    }
+
+    pub fn evaluator(_: &Architecture, _: Box<dyn Examples>) -> anyhow::Result<Arc<dyn Evaluator>> {
+        anyhow::bail!(MISSING)
+    }
 }
 
 /// Keep ratio of each client: the configured shares, rounded to whole clients (the last share

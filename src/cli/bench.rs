@@ -1,5 +1,6 @@
 //! `fedshard bench orchestration`: the runtime's own cost per round and per client, measured on
 //! a federation whose local work is negligible (each client returns its task unchanged).
+//! `fedshard bench train` lives in [`super::bench_train`].
 
 use clap::{Args, Subcommand};
 use fedshard_actors::coordinator::{ClientRecord, Registry};
@@ -26,6 +27,8 @@ pub struct BenchArgs {
 pub enum BenchWhat {
     /// Seconds per round and per-client overhead of the actor runtime.
     Orchestration(OrchestrationArgs),
+    /// Local-training throughput of a model (samples per second).
+    Train(super::bench_train::TrainBenchArgs),
 }
 
 #[derive(Debug, Args)]

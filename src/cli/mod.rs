@@ -1,6 +1,7 @@
 //! The `fedshard` command line.
 
 pub mod bench;
+pub mod bench_train;
 mod input;
 pub mod oneshot;
 pub mod probs;
@@ -76,6 +77,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     report.per_client_overhead_us,
                     report.peak_rss_bytes as f64 / 1e6
                 );
+                Ok(())
+            }
+        }
+        Command::Bench(bench::BenchArgs {
+            what: bench::BenchWhat::Train(args),
+        }) => {
+            let report = bench_train::train_throughput(&args)?;
+            if args.json {
+                print_json(&report)
+            } else {
+                println!("{}", bench_train::describe(&report));
                 Ok(())
             }
         }

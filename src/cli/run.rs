@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// final values.
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pub linger: u64,
+    /// Where neural clients train; overrides `training.device` (`cuda` needs a build with
+    /// `--features cuda` and a GPU).
+    #[arg(long, value_enum)]
+    pub device: Option<crate::config::Device>,
 }
 
 const CONFIG_FILE: &str = "config.toml";
@@ -75,6 +79,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         }
         (None, None) => bail!("give a CONFIG file or --resume RUN_DIR"),
     };
+    if let Some(device) = args.device {
+        config.training.device = device;
+        config.validate()?;
+    }
     if let Some(rounds) = args.rounds {
         config.run.rounds = rounds;
         config.validate()?;

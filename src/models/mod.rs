@@ -1,9 +1,18 @@
-//! Models as named tensors of plain numbers, and the first model family: multinomial logistic
-//! regression trained by SGD.
+//! Models: multinomial logistic regression on plain numbers, and the neural models (burn
+//! modules with factorized layers) built from and exported to named tensors.
 //!
 //! Nothing here reads files or knows how data was partitioned: a model sees a
 //! [`crate::data::Dataset`] and a seed, and exchanges its parameters as a [`ModelState`].
 
+pub mod blocks;
+pub mod builder;
+pub mod cct;
+pub mod char_transformer;
+pub mod cnn;
+pub mod layers;
+pub mod mlp;
+pub mod net;
+pub mod resnet;
 pub mod softmax;
 pub mod tensors;
 

@@ -2,6 +2,7 @@
 //! the model code (`crate::models`) to the data (`crate::data`).
 
 pub mod factorized_softmax;
+pub mod neural;
 pub mod ridge;
 
 use crate::config::{Config, ModelKind};
@@ -16,8 +17,22 @@ pub use ridge::{RidgeClient, RidgeEvaluator, synthetic_clients};
 
 /// The initial global model: softmax weights Glorot-uniform (a factorised layer initialised
 /// at exactly zero would never move: both factor gradients vanish), zero bias; ridge at zero.
+///
+/// # Panics
+/// For a neural model whose `[model.network]` is missing or cannot be built, which
+/// [`Config::validate`] rules out.
 pub fn initial_model(config: &Config, seed: u64) -> ModelState {
     match config.model.kind {
+        ModelKind::Neural => {
+            let net = config
+                .model
+                .network
+                .as_ref()
+                .unwrap_or_else(|| unreachable!("validated: a neural model has a network"));
+            net.initial_state(seed)
+                .unwrap_or_else(|e| unreachable!("validated: the network builds ({e})"))
+                .0
+        }
         ModelKind::Softmax => {
             let (classes, dim) = (10, 64);
             let mut rng = stream(seed, 0, 0, Purpose::Init);

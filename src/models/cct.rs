@@ -1,0 +1,74 @@
+//! CCT-6/3x2, the Compact Convolutional Transformer for 32×32 inputs: a tokenizer of two 3×3
+//! convolutions (each ReLU + 3×3 max-pool with stride 2), a learned positional embedding,
+//! six pre-norm transformer blocks (width 256, 4 heads, MLP ratio 2), sequence pooling (an
+//! attention-weighted mean of the tokens) and a linear classifier.
+//!
+//! The first tokenizer convolution and the classifier stay dense; the second tokenizer
+//! convolution and every affine layer in the blocks are shardable. GPU-scale: on CPU it is
+//! built, run and sharded in tests only.
+
+use crate::models::blocks::{LayerNorm, TransformerBlock};
+use crate::models::builder::{Builder, Init};
+use crate::models::layers::{Affine, Conv, Weight};
+use burn::module::{Module, Param};
+use burn::tensor::Tensor;
+use burn::tensor::activation::{relu, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::module::max_pool2d;
+
+const WIDTH: usize = 256;
+const HEADS: usize = 4;
+const BLOCKS: usize = 6;
+const MLP_RATIO: usize = 2;
+/// 32×32 → 16×16 → 8×8 after the two pooled tokenizer stages.
+const TOKENS: usize = 64;
+
+#[derive(Module, Debug)]
+pub struct Cct<B: Backend> {
+    pub tokenizer0: Conv<B>,
+    pub tokenizer1: Conv<B>,
+    pub positions: Param<Tensor<B, 2>>,
+    pub blocks: Vec<TransformerBlock<B>>,
+    pub ln: LayerNorm<B>,
+    pub pool: Affine<B>,
+    pub fc: Affine<B>,
+}
+
+impl<B: Backend> Cct<B> {
+    pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
+        let blocks = (0..BLOCKS)
+            .map(|i| TransformerBlock::new(b, &format!("block{i}"), WIDTH, HEADS, MLP_RATIO * WIDTH))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            tokenizer0: b.conv("tokenizer0", 3, 64, 3, 1, 1, false, false)?,
+            tokenizer1: b.conv("tokenizer1", 64, WIDTH, 3, 1, 1, false, true)?,
+            positions: b.tensor("positions", [TOKENS, WIDTH], Init::Normal(0.02))?,
+            blocks,
+            ln: LayerNorm::new(b, "ln", WIDTH)?,
+            pool: b.affine("pool", WIDTH, 1, true, false)?,
+            fc: b.affine("fc", WIDTH, classes, true, false)?,
+        })
+    }
+
+    /// `x`: `N × 3072` rows of 3×32×32 images.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let n = x.dims()[0];
+        let pool = |h| max_pool2d(h, [3, 3], [2, 2], [1, 1], [1, 1], false);
+        let h = pool(relu(self.tokenizer0.forward(x.reshape([n, 3, 32, 32]))));
+        let h = pool(relu(self.tokenizer1.forward(h)));
+        let tokens = h.reshape([n, WIDTH, TOKENS]).swap_dims(1, 2);
+        let h = tokens + self.positions.val().reshape([1, TOKENS, WIDTH]);
+        let h = self.blocks.iter().fold(h, |h, block| block.forward(h, None));
+        let h = self.ln.forward(h);
+        let attention = softmax(self.pool.forward(h.clone()), 1);
+        let pooled = attention.swap_dims(1, 2).matmul(h).reshape([n, WIDTH]);
+        self.fc.forward(pooled)
+    }
+
+    pub fn weights(&self) -> Vec<&Weight<B>> {
+        let mut w = vec![&self.tokenizer0.weight, &self.tokenizer1.weight];
+        w.extend(self.blocks.iter().flat_map(TransformerBlock::weights));
+        w.extend([&self.pool.weight, &self.fc.weight]);
+        w
+    }
+}

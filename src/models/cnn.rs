@@ -1,0 +1,59 @@
+//! A small CNN for the 8×8 digits: three 3×3 convolutions and two linear layers.
+//!
+//! `conv0` (first) and `fc1` (last) stay dense; `conv1`, `conv2` and `fc0` are shardable, with
+//! N = 32, 64 and 128 terms.
+
+use crate::models::builder::Builder;
+use crate::models::layers::{Affine, Conv, Weight};
+use burn::module::Module;
+use burn::tensor::Tensor;
+use burn::tensor::activation::relu;
+use burn::tensor::backend::Backend;
+use burn::tensor::module::{avg_pool2d, max_pool2d};
+
+#[derive(Module, Debug)]
+pub struct DigitsCnn<B: Backend> {
+    pub conv0: Conv<B>,
+    pub conv1: Conv<B>,
+    pub conv2: Conv<B>,
+    pub fc0: Affine<B>,
+    pub fc1: Affine<B>,
+}
+
+/// Input side of the digits images.
+const SIDE: usize = 8;
+
+impl<B: Backend> DigitsCnn<B> {
+    pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
+        Ok(Self {
+            conv0: b.conv("conv0", 1, 16, 3, 1, 1, true, false)?,
+            conv1: b.conv("conv1", 16, 32, 3, 1, 1, true, true)?,
+            conv2: b.conv("conv2", 32, 64, 3, 1, 1, true, true)?,
+            fc0: b.affine("fc0", 64 * 2 * 2, 128, true, true)?,
+            fc1: b.affine("fc1", 128, classes, true, false)?,
+        })
+    }
+
+    /// `x`: `N × 64` pixel rows.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let n = x.dims()[0];
+        let h = x.reshape([n, 1, SIDE, SIDE]);
+        let h = relu(self.conv0.forward(h));
+        let h = relu(self.conv1.forward(h));
+        let h = max_pool2d(h, [2, 2], [2, 2], [0, 0], [1, 1], false);
+        let h = relu(self.conv2.forward(h));
+        let h = avg_pool2d(h, [2, 2], [2, 2], [0, 0], true, false);
+        let h = relu(self.fc0.forward(h.reshape([n, 64 * 2 * 2])));
+        self.fc1.forward(h)
+    }
+
+    pub fn weights(&self) -> Vec<&Weight<B>> {
+        vec![
+            &self.conv0.weight,
+            &self.conv1.weight,
+            &self.conv2.weight,
+            &self.fc0.weight,
+            &self.fc1.weight,
+        ]
+    }
+}

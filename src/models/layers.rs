@@ -1,0 +1,209 @@
+//! The two layer kinds spectral sharding needs, as burn modules generic over the backend.
+//!
+//! An [`Affine`] or [`Conv`] holds its weight either densely (first and last layers, and every
+//! layer of a client that trains the whole model) or as a spectral shard (ALGORITHMS.md §1.1,
+//! §1.8): trainable factors `U` (`n × c_out`, row j = u'_{I_j}) and `V` (`n × c_in_eff`, row j =
+//! v'_{I_j}) and the frozen multipliers ω. The factors are stored exactly as the server's
+//! [`LayerShard`](fedshard_actors::trainer::LayerShard) lays them out (one row per term), so
+//! loading a shard into a layer and reading it back are single copies.
+//!
+//! ω is a plain tensor field, not a `Param`: burn treats such a field as a constant, so it never
+//! gets a gradient and no optimizer ever sees it.
+
+use burn::module::{Module, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Tensor, TensorData};
+
+/// The frozen-multiplier factorisation of one layer's weight matrix.
+#[derive(Module, Debug)]
+pub struct Factors<B: Backend> {
+    /// `n × c_out`: row j is the left factor u'_{I_j}.
+    pub u: Param<Tensor<B, 2>>,
+    /// `n × c_in_eff`: row j is the right factor v'_{I_j}.
+    pub v: Param<Tensor<B, 2>>,
+    /// ω_{I_j}, a constant of the local problem.
+    pub omega: Tensor<B, 1>,
+}
+
+impl<B: Backend> Factors<B> {
+    /// Builds the factors from row-major data, checking the lengths against the shapes.
+    pub fn from_rows(
+        left: &[f32],
+        right: &[f32],
+        multipliers: &[f32],
+        rows: usize,
+        cols: usize,
+        device: &B::Device,
+    ) -> Result<Self, String> {
+        let n = multipliers.len();
+        if n == 0 {
+            return Err("a shard must keep at least one term".into());
+        }
+        if left.len() != n * rows || right.len() != n * cols {
+            return Err(format!(
+                "shard factors hold {} and {} values, expected {n}×{rows} and {n}×{cols}",
+                left.len(),
+                right.len()
+            ));
+        }
+        Ok(Self {
+            u: param(left, [n, rows], device),
+            v: param(right, [n, cols], device),
+            omega: Tensor::from_data(TensorData::new(multipliers.to_vec(), [n]), device),
+        })
+    }
+
+    /// Kept terms n.
+    pub fn terms(&self) -> usize {
+        self.omega.dims()[0]
+    }
+
+    /// The effective weight `Ŵ = U Diag(ω) Vᵀ` as a `c_out × c_in_eff` matrix.
+    pub fn effective(&self) -> Tensor<B, 2> {
+        let n = self.terms();
+        let scaled = self.u.val() * self.omega.clone().reshape([n, 1]);
+        scaled.transpose().matmul(self.v.val())
+    }
+
+    /// `½‖U Diag(ω) Vᵀ‖²_F` without forming the product: `Σ_ij ω_i ω_j (U Uᵀ)_ij (V Vᵀ)_ij`,
+    /// an `n × n` computation instead of `c_out × c_in_eff`.
+    pub fn half_squared_norm(&self) -> Tensor<B, 1> {
+        let n = self.terms();
+        let (u, v) = (self.u.val(), self.v.val());
+        let gram_u = u.clone().matmul(u.transpose());
+        let gram_v = v.clone().matmul(v.transpose());
+        let omega = self.omega.clone();
+        let outer = omega.clone().reshape([n, 1]).matmul(omega.reshape([1, n]));
+        (gram_u * gram_v * outer).sum().mul_scalar(0.5)
+    }
+
+    /// The ClipLR factor of each term, `min(1, τ/ω_i)`, as an `n × 1` column to scale the rows
+    /// of the factor gradients (ALGORITHMS.md §1.7).
+    pub fn clip_scale(&self, tau: f64) -> Tensor<B, 2> {
+        let n = self.terms();
+        self.omega
+            .clone()
+            .recip()
+            .mul_scalar(tau)
+            .clamp_max(1.0)
+            .reshape([n, 1])
+    }
+}
+
+/// How a layer's weight is held.
+#[derive(Module, Debug)]
+pub enum Weight<B: Backend> {
+    /// The whole `c_out × c_in_eff` matrix (conv: `c_out × c_in × kh × kw`, flattened).
+    Dense(Param<Tensor<B, 2>>),
+    /// A spectral shard.
+    Factorized(Factors<B>),
+}
+
+impl<B: Backend> Weight<B> {
+    /// The effective weight matrix `c_out × c_in_eff`.
+    pub fn matrix(&self) -> Tensor<B, 2> {
+        match self {
+            Weight::Dense(w) => w.val(),
+            Weight::Factorized(f) => f.effective(),
+        }
+    }
+
+    /// `½‖W‖²_F` of the effective weight: the Frobenius-decay term before the factor μ.
+    pub fn half_squared_norm(&self) -> Tensor<B, 1> {
+        match self {
+            Weight::Dense(w) => w.val().powi_scalar(2).sum().mul_scalar(0.5),
+            Weight::Factorized(f) => f.half_squared_norm(),
+        }
+    }
+}
+
+/// `y = W x + b` for the last dimension of `x`.
+#[derive(Module, Debug)]
+pub struct Affine<B: Backend> {
+    pub weight: Weight<B>,
+    pub bias: Option<Param<Tensor<B, 1>>>,
+}
+
+impl<B: Backend> Affine<B> {
+    /// Applies the layer to the last dimension of `x`.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let dims = x.dims();
+        let features = dims[D - 1];
+        let rows = dims.iter().take(D - 1).product::<usize>();
+        let flat: Tensor<B, 2> = x.reshape([rows, features]);
+        let mut y = match &self.weight {
+            Weight::Dense(w) => flat.matmul(w.val().transpose()),
+            Weight::Factorized(f) => {
+                let n = f.terms();
+                let projected = flat.matmul(f.v.val().transpose());
+                (projected * f.omega.clone().reshape([1, n])).matmul(f.u.val())
+            }
+        };
+        if let Some(b) = &self.bias {
+            y = y + b.val().unsqueeze_dim(0);
+        }
+        let out = y.dims()[1];
+        let mut shape = dims;
+        shape[D - 1] = out;
+        y.reshape(shape)
+    }
+}
+
+/// A 2-D convolution whose weight `c_out × c_in × kh × kw` is held as the matrix
+/// `c_out × (c_in kh kw)` (row-major over (c_in, kh, kw), ALGORITHMS.md §1.8).
+///
+/// Factorized, it runs as a convolution with n filters (filter j = v'_{I_j} reshaped to
+/// `(c_in, kh, kw)`, the layer's stride and padding, no bias), a per-channel multiply by ω, and
+/// a 1×1 convolution with weight `U` plus the layer's bias.
+#[derive(Module, Debug)]
+pub struct Conv<B: Backend> {
+    pub weight: Weight<B>,
+    pub bias: Option<Param<Tensor<B, 1>>>,
+    pub in_channels: usize,
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+}
+
+impl<B: Backend> Conv<B> {
+    fn options(&self) -> ConvOptions<2> {
+        ConvOptions::new(self.stride, self.padding, [1, 1], 1)
+    }
+
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [kh, kw] = self.kernel;
+        let c_in = self.in_channels;
+        let bias = self.bias.as_ref().map(Param::val);
+        match &self.weight {
+            Weight::Dense(w) => {
+                let c_out = w.dims()[0];
+                conv2d(
+                    x,
+                    w.val().reshape([c_out, c_in, kh, kw]),
+                    bias,
+                    self.options(),
+                )
+            }
+            Weight::Factorized(f) => {
+                let n = f.terms();
+                let c_out = f.u.dims()[1];
+                let filters = f.v.val().reshape([n, c_in, kh, kw]);
+                let h = conv2d(x, filters, None, self.options());
+                let h = h * f.omega.clone().reshape([1, n, 1, 1]);
+                let mix = f.u.val().transpose().reshape([c_out, n, 1, 1]);
+                conv2d(h, mix, bias, ConvOptions::new([1, 1], [0, 0], [1, 1], 1))
+            }
+        }
+    }
+}
+
+/// A trainable parameter from row-major data.
+pub fn param<B: Backend, const D: usize>(
+    data: &[f32],
+    shape: [usize; D],
+    device: &B::Device,
+) -> Param<Tensor<B, D>> {
+    Param::from_tensor(Tensor::from_data(TensorData::new(data.to_vec(), shape), device))
+}

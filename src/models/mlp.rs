@@ -1,0 +1,48 @@
+//! A multilayer perceptron on flat features: dense first and last layers, shardable hidden
+//! layers in between (`64 → 128 → 10` is the `digits-mlp` reference point of `bench train`).
+
+use crate::models::builder::Builder;
+use crate::models::layers::{Affine, Weight};
+use burn::module::Module;
+use burn::tensor::Tensor;
+use burn::tensor::activation::relu;
+use burn::tensor::backend::Backend;
+
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    pub layers: Vec<Affine<B>>,
+}
+
+impl<B: Backend> Mlp<B> {
+    /// Layers `fc0 … fc{L}` of widths `input → hidden… → classes`.
+    pub fn new(
+        b: &mut Builder<B>,
+        input: usize,
+        hidden: &[usize],
+        classes: usize,
+    ) -> Result<Self, String> {
+        let widths: Vec<usize> = std::iter::once(input)
+            .chain(hidden.iter().copied())
+            .chain(std::iter::once(classes))
+            .collect();
+        let last = widths.len() - 2;
+        let layers = widths
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| b.affine(&format!("fc{i}"), w[0], w[1], true, i != 0 && i != last))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { layers })
+    }
+
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let last = self.layers.len() - 1;
+        self.layers.iter().enumerate().fold(x, |h, (i, layer)| {
+            let y = layer.forward(h);
+            if i == last { y } else { relu(y) }
+        })
+    }
+
+    pub fn weights(&self) -> Vec<&Weight<B>> {
+        self.layers.iter().map(|l| &l.weight).collect()
+    }
+}

@@ -1,0 +1,141 @@
+//! The neural models by name, and the one interface local training needs from them.
+
+use crate::models::builder::{Builder, Layout, export};
+use crate::models::cct::Cct;
+use crate::models::char_transformer::{CharShape, CharTransformer};
+use crate::models::cnn::DigitsCnn;
+use crate::models::layers::Weight;
+use crate::models::mlp::Mlp;
+use crate::models::resnet::ResNet18;
+use burn::module::Module;
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+use fedshard_actors::model::ModelState;
+use fedshard_actors::trainer::LayerShard;
+use serde::{Deserialize, Serialize};
+
+/// A neural architecture and its sizes, as the `[model]` section names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "architecture", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Architecture {
+    /// Flat features → hidden widths → classes.
+    Mlp {
+        inputs: usize,
+        hidden: Vec<usize>,
+        classes: usize,
+    },
+    /// The small CNN for 8×8 digits.
+    DigitsCnn { classes: usize },
+    /// The 3-block GPT-2-style character model.
+    CharTransformer(CharShape),
+    /// ResNet-18 (GroupNorm, 3×3 first conv) for 3×32×32 inputs.
+    Resnet18 { classes: usize },
+    /// CCT-6/3x2 for 3×32×32 inputs.
+    Cct { classes: usize },
+}
+
+impl Architecture {
+    /// The `digits-mlp` reference: 64 → 128 → 10.
+    pub fn digits_mlp() -> Self {
+        Architecture::Mlp {
+            inputs: 64,
+            hidden: vec![128],
+            classes: 10,
+        }
+    }
+
+    /// Features per input row.
+    pub fn input_width(&self) -> usize {
+        match self {
+            Architecture::Mlp { inputs, .. } => *inputs,
+            Architecture::DigitsCnn { .. } => 64,
+            Architecture::CharTransformer(s) => s.context,
+            Architecture::Resnet18 { .. } | Architecture::Cct { .. } => 3 * 32 * 32,
+        }
+    }
+
+    /// Builds the model through `builder` (init or load mode).
+    pub fn build<B: Backend>(&self, builder: &mut Builder<B>) -> Result<Net<B>, String> {
+        Ok(match self {
+            Architecture::Mlp {
+                inputs,
+                hidden,
+                classes,
+            } => Net::Mlp(Mlp::new(builder, *inputs, hidden, *classes)?),
+            Architecture::DigitsCnn { classes } => Net::DigitsCnn(DigitsCnn::new(builder, *classes)?),
+            Architecture::CharTransformer(s) => {
+                Net::CharTransformer(CharTransformer::new(builder, *s)?)
+            }
+            Architecture::Resnet18 { classes } => Net::Resnet18(ResNet18::new(builder, *classes)?),
+            Architecture::Cct { classes } => Net::Cct(Cct::new(builder, *classes)?),
+        })
+    }
+
+    /// The initial global model drawn from `seed`, and the names of the weights spectral
+    /// sharding may factorise (everything affine or convolutional but the first and last layer).
+    pub fn initial_state(&self, seed: u64) -> Result<(ModelState, Vec<String>), String> {
+        let device = Default::default();
+        let mut builder = Builder::<burn::backend::NdArray>::init(seed, &device);
+        self.build(&mut builder)?;
+        let (_, init) = builder.finish()?;
+        init.ok_or_else(|| "an init-mode builder always records its state".to_string())
+    }
+
+    /// A client's sub-model from a task's dense tensors and shards.
+    pub fn load<B: Backend>(
+        &self,
+        dense: &ModelState,
+        shards: &[LayerShard],
+        device: &B::Device,
+    ) -> Result<(Net<B>, Layout), String> {
+        let mut builder = Builder::load(dense, shards, device);
+        let net = self.build(&mut builder)?;
+        let (layout, _) = builder.finish()?;
+        Ok((net, layout))
+    }
+}
+
+/// A built model of any architecture.
+#[derive(Module, Debug)]
+pub enum Net<B: Backend> {
+    Mlp(Mlp<B>),
+    DigitsCnn(DigitsCnn<B>),
+    CharTransformer(CharTransformer<B>),
+    Resnet18(ResNet18<B>),
+    Cct(Cct<B>),
+}
+
+impl<B: Backend> Net<B> {
+    /// Logits, one row per prediction: per sample for classifiers, per sample and position for
+    /// the character model.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self {
+            Net::Mlp(m) => m.forward(x),
+            Net::DigitsCnn(m) => m.forward(x),
+            Net::CharTransformer(m) => m.forward(x),
+            Net::Resnet18(m) => m.forward(x),
+            Net::Cct(m) => m.forward(x),
+        }
+    }
+
+    /// Every affine and convolutional weight: the Frobenius-decay terms and the ClipLR targets.
+    pub fn weights(&self) -> Vec<&Weight<B>> {
+        match self {
+            Net::Mlp(m) => m.weights(),
+            Net::DigitsCnn(m) => m.weights(),
+            Net::CharTransformer(m) => m.weights(),
+            Net::Resnet18(m) => m.weights(),
+            Net::Cct(m) => m.weights(),
+        }
+    }
+
+    /// The trained tensors in the server's form (see [`export`]).
+    pub fn export(
+        &self,
+        layout: &Layout,
+        dense: &ModelState,
+        shards: &[LayerShard],
+    ) -> Result<(ModelState, Vec<LayerShard>), String> {
+        export(self, layout, dense, shards)
+    }
+}

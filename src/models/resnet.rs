@@ -1,0 +1,119 @@
+//! ResNet-18 for 32×32 inputs as in the paper: a 3×3 first convolution (no max-pool), GroupNorm
+//! instead of BatchNorm (batch statistics make no sense across heterogeneous clients), four
+//! stages of two basic blocks, global average pooling and a linear classifier.
+//!
+//! The first convolution and the classifier stay dense; every other convolution (including the
+//! 1×1 shortcuts) is shardable. GPU-scale: on CPU it is built, run and sharded in tests only.
+
+use crate::models::blocks::GroupNorm;
+use crate::models::builder::Builder;
+use crate::models::layers::{Affine, Conv, Weight};
+use burn::module::Module;
+use burn::tensor::Tensor;
+use burn::tensor::activation::relu;
+use burn::tensor::backend::Backend;
+use burn::tensor::module::adaptive_avg_pool2d;
+
+/// Groups of every GroupNorm layer.
+pub const NORM_GROUPS: usize = 2;
+
+#[derive(Module, Debug)]
+pub struct BasicBlock<B: Backend> {
+    pub conv1: Conv<B>,
+    pub norm1: GroupNorm<B>,
+    pub conv2: Conv<B>,
+    pub norm2: GroupNorm<B>,
+    pub shortcut: Option<(Conv<B>, GroupNorm<B>)>,
+}
+
+impl<B: Backend> BasicBlock<B> {
+    fn new(
+        b: &mut Builder<B>,
+        name: &str,
+        c_in: usize,
+        c_out: usize,
+        stride: usize,
+    ) -> Result<Self, String> {
+        let shortcut = if stride != 1 || c_in != c_out {
+            Some((
+                b.conv(&format!("{name}.shortcut"), c_in, c_out, 1, stride, 0, false, true)?,
+                GroupNorm::new(b, &format!("{name}.shortcut_norm"), c_out, NORM_GROUPS)?,
+            ))
+        } else {
+            None
+        };
+        Ok(Self {
+            conv1: b.conv(&format!("{name}.conv1"), c_in, c_out, 3, stride, 1, false, true)?,
+            norm1: GroupNorm::new(b, &format!("{name}.norm1"), c_out, NORM_GROUPS)?,
+            conv2: b.conv(&format!("{name}.conv2"), c_out, c_out, 3, 1, 1, false, true)?,
+            norm2: GroupNorm::new(b, &format!("{name}.norm2"), c_out, NORM_GROUPS)?,
+            shortcut,
+        })
+    }
+
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let h = relu(self.norm1.forward(self.conv1.forward(x.clone())));
+        let h = self.norm2.forward(self.conv2.forward(h));
+        let skip = match &self.shortcut {
+            Some((conv, norm)) => norm.forward(conv.forward(x)),
+            None => x,
+        };
+        relu(h + skip)
+    }
+
+    fn weights(&self) -> Vec<&Weight<B>> {
+        let mut w = vec![&self.conv1.weight, &self.conv2.weight];
+        if let Some((conv, _)) = &self.shortcut {
+            w.push(&conv.weight);
+        }
+        w
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct ResNet18<B: Backend> {
+    pub stem: Conv<B>,
+    pub stem_norm: GroupNorm<B>,
+    pub blocks: Vec<BasicBlock<B>>,
+    pub fc: Affine<B>,
+}
+
+impl<B: Backend> ResNet18<B> {
+    pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
+        let stem = b.conv("stem", 3, 64, 3, 1, 1, false, false)?;
+        let stem_norm = GroupNorm::new(b, "stem_norm", 64, NORM_GROUPS)?;
+        let mut blocks = Vec::with_capacity(8);
+        let mut c_in = 64;
+        for (stage, c_out) in [64, 128, 256, 512].into_iter().enumerate() {
+            for i in 0..2 {
+                let stride = if stage > 0 && i == 0 { 2 } else { 1 };
+                let name = format!("stage{stage}.block{i}");
+                blocks.push(BasicBlock::new(b, &name, c_in, c_out, stride)?);
+                c_in = c_out;
+            }
+        }
+        let fc = b.affine("fc", 512, classes, true, false)?;
+        Ok(Self {
+            stem,
+            stem_norm,
+            blocks,
+            fc,
+        })
+    }
+
+    /// `x`: `N × 3072` rows of 3×32×32 images.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let n = x.dims()[0];
+        let h = relu(self.stem_norm.forward(self.stem.forward(x.reshape([n, 3, 32, 32]))));
+        let h = self.blocks.iter().fold(h, |h, block| block.forward(h));
+        let pooled = adaptive_avg_pool2d(h, [1, 1]).reshape([n, 512]);
+        self.fc.forward(pooled)
+    }
+
+    pub fn weights(&self) -> Vec<&Weight<B>> {
+        let mut w = vec![&self.stem.weight];
+        w.extend(self.blocks.iter().flat_map(BasicBlock::weights));
+        w.push(&self.fc.weight);
+        w
+    }
+}

@@ -1,0 +1,294 @@
+//! Local training of the neural models with burn (ALGORITHMS.md §1.7, DESIGN.md "One round"
+//! steps 4–5): a client builds its sub-model from the task, trains it for E epochs with SGD
+//! (momentum, fresh state every round), Frobenius decay on every effective weight and ClipLR on
+//! the factors of its shards, and exports the trained tensors.
+
+use crate::models::layers::Weight;
+use crate::models::net::{Architecture, Net};
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use fedshard_actors::model::ModelState;
+use fedshard_actors::trainer::{
+    Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask,
+};
+use fedshard_strategies::rng::{Purpose, stream};
+
+/// Training examples as the models see them: rows of `width` floats and, per row,
+/// `targets_per_row` class targets.
+pub trait Examples: Send + Sync {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn width(&self) -> usize;
+    /// 1 for classifiers; the context length for next-character prediction at every position.
+    fn targets_per_row(&self) -> usize;
+    /// Appends the rows and targets of `samples` to `x` and `y`.
+    fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>);
+}
+
+impl Examples for crate::data::Dataset {
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+    fn width(&self) -> usize {
+        self.dim
+    }
+    fn targets_per_row(&self) -> usize {
+        1
+    }
+    fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
+        for &i in samples {
+            x.extend_from_slice(&self.features[i * self.dim..(i + 1) * self.dim]);
+            y.push(i64::from(self.labels[i]));
+        }
+    }
+}
+
+/// Next-character prediction windows over an encoded text: sample i is `text[i..i+context]`
+/// with targets `text[i+1..i+context+1]` (every position predicts the character after it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CharWindows {
+    pub text: Vec<u8>,
+    pub context: usize,
+}
+
+impl Examples for CharWindows {
+    fn len(&self) -> usize {
+        self.text.len().saturating_sub(self.context)
+    }
+    fn width(&self) -> usize {
+        self.context
+    }
+    fn targets_per_row(&self) -> usize {
+        self.context
+    }
+    fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
+        for &i in samples {
+            let window = &self.text[i..=i + self.context];
+            x.extend(window[..self.context].iter().map(|&c| f32::from(c)));
+            y.extend(window[1..].iter().map(|&c| i64::from(c)));
+        }
+    }
+}
+
+/// Mean cross-entropy of `logits` (`rows × classes`) against `targets` (`rows`).
+pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    let rows = targets.dims()[0];
+    log_softmax(logits, 1)
+        .gather(1, targets.reshape([rows, 1]))
+        .mean()
+        .neg()
+}
+
+/// `(μ/2) Σ ‖Ŵ‖²_F` over every affine and convolutional weight of the model.
+pub fn frobenius_decay<B: Backend>(net: &Net<B>, mu: f64) -> Option<Tensor<B, 1>> {
+    if mu == 0.0 {
+        return None;
+    }
+    net.weights()
+        .into_iter()
+        .map(Weight::half_squared_norm)
+        .reduce(|a, b| a + b)
+        .map(|t| t.mul_scalar(mu))
+}
+
+/// Scales the gradient of term i of every shard's U and V by `min(1, τ/ω_i)`.
+pub fn clip_lr<B: AutodiffBackend>(net: &Net<B>, grads: &mut GradientsParams, tau: f64) {
+    for weight in net.weights() {
+        if let Weight::Factorized(f) = weight {
+            let scale = f.clip_scale(tau).inner();
+            for id in [f.u.id, f.v.id] {
+                if let Some(g) = grads.remove::<B::InnerBackend, 2>(id) {
+                    grads.register(id, g * scale.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The tensors of one batch.
+fn batch<B: Backend>(
+    examples: &dyn Examples,
+    samples: &[usize],
+    x: &mut Vec<f32>,
+    y: &mut Vec<i64>,
+    device: &B::Device,
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    x.clear();
+    y.clear();
+    examples.fill(samples, x, y);
+    let rows = samples.len();
+    let inputs = Tensor::from_data(TensorData::new(x.clone(), [rows, examples.width()]), device);
+    let targets = Tensor::from_data(TensorData::new(y.clone(), [y.len()]), device);
+    (inputs, targets)
+}
+
+/// Trains `net` on `examples` following `recipe`; returns the trained model and the mean
+/// cross-entropy over all steps. `seed` drives the shuffling.
+pub fn train<B: AutodiffBackend>(
+    mut net: Net<B>,
+    examples: &dyn Examples,
+    recipe: &Recipe,
+    seed: u64,
+    round: u64,
+    client: u64,
+    device: &B::Device,
+) -> Result<(Net<B>, f64), String> {
+    if examples.is_empty() {
+        return Err("the client has no training samples".into());
+    }
+    if recipe.batch_size == 0 {
+        return Err("recipe.batch_size must be at least 1".into());
+    }
+    let momentum = MomentumConfig {
+        momentum: recipe.momentum,
+        dampening: 0.0,
+        nesterov: false,
+    };
+    let mut optimizer = SgdConfig::new()
+        .with_momentum((recipe.momentum > 0.0).then_some(momentum))
+        .init::<B, Net<B>>();
+    let mut rng = stream(seed, round, client, Purpose::Training);
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    let (mut loss_sum, mut steps) = (0.0, 0usize);
+    for _ in 0..recipe.epochs {
+        crate::data::shuffle(&mut order, &mut rng);
+        for samples in order.chunks(recipe.batch_size) {
+            let (inputs, targets) = batch::<B>(examples, samples, &mut x, &mut y, device);
+            let ce = cross_entropy(net.forward(inputs), targets);
+            let loss = match frobenius_decay(&net, recipe.weight_decay) {
+                Some(decay) => ce.clone() + decay,
+                None => ce.clone(),
+            };
+            let mut grads = GradientsParams::from_grads(loss.backward(), &net);
+            if let Some(tau) = recipe.clip_lr {
+                clip_lr(&net, &mut grads, tau);
+            }
+            net = optimizer.step(recipe.learning_rate, net, grads);
+            let value: f64 = ce.into_scalar().elem();
+            if !value.is_finite() {
+                return Err(format!("local training diverged (loss {value})"));
+            }
+            loss_sum += value;
+            steps += 1;
+        }
+    }
+    Ok((net, loss_sum / steps.max(1) as f64))
+}
+
+/// A client training a neural model on its own examples with backend `B`.
+pub struct NeuralClient<B: AutodiffBackend> {
+    pub architecture: Architecture,
+    pub examples: Box<dyn Examples>,
+    pub device: B::Device,
+}
+
+impl<B: AutodiffBackend> LocalTrainer for NeuralClient<B> {
+    fn samples(&self) -> u64 {
+        self.examples.len() as u64
+    }
+
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+        let (net, layout) =
+            self.architecture
+                .load::<B>(&task.dense, &task.shards, &self.device)?;
+        let (net, loss) = train(
+            net,
+            self.examples.as_ref(),
+            &task.recipe,
+            task.seed,
+            task.round,
+            task.client,
+            &self.device,
+        )?;
+        let (dense, shards) = net.export(&layout, &task.dense, &task.shards)?;
+        Ok(TrainOutput {
+            dense,
+            shards,
+            samples: self.samples(),
+            loss,
+        })
+    }
+}
+
+/// Held-out accuracy and mean cross-entropy of the global model, on the inference backend.
+///
+/// For the character model only the last position of each window is scored, which is the
+/// LEAF definition of a sample (80 characters → the next one).
+pub struct NeuralEvaluator<B: Backend> {
+    pub architecture: Architecture,
+    pub examples: Box<dyn Examples>,
+    pub device: B::Device,
+    /// Rows per forward pass.
+    pub batch_size: usize,
+}
+
+impl<B: Backend> NeuralEvaluator<B> {
+    pub fn try_evaluate(&self, model: &ModelState) -> Result<Evaluation, String> {
+        let (net, _) = self.architecture.load::<B>(model, &[], &self.device)?;
+        let per_row = self.examples.targets_per_row();
+        let order: Vec<usize> = (0..self.examples.len()).collect();
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        let (mut correct, mut loss_sum, mut scored) = (0usize, 0.0f64, 0usize);
+        for samples in order.chunks(self.batch_size.max(1)) {
+            let (inputs, targets) =
+                batch::<B>(self.examples.as_ref(), samples, &mut x, &mut y, &self.device);
+            let mut logits = net.forward(inputs);
+            let mut targets = targets;
+            if per_row > 1 {
+                let rows = samples.len();
+                let classes = logits.dims()[1];
+                logits = logits
+                    .reshape([rows, per_row, classes])
+                    .slice([0..rows, per_row - 1..per_row])
+                    .reshape([rows, classes]);
+                targets = targets
+                    .reshape([rows, per_row])
+                    .slice([0..rows, per_row - 1..per_row])
+                    .reshape([rows]);
+            }
+            let rows = targets.dims()[0];
+            let hits: i64 = logits
+                .clone()
+                .argmax(1)
+                .reshape([rows])
+                .equal(targets.clone())
+                .int()
+                .sum()
+                .into_scalar()
+                .elem();
+            let loss: f64 = cross_entropy(logits, targets).into_scalar().elem();
+            correct += hits as usize;
+            loss_sum += loss * rows as f64;
+            scored += rows;
+        }
+        if scored == 0 {
+            return Err("the test set is empty".into());
+        }
+        Ok(Evaluation {
+            accuracy: correct as f64 / scored as f64,
+            loss: loss_sum / scored as f64,
+        })
+    }
+}
+
+impl<B: Backend> Evaluator for NeuralEvaluator<B> {
+    fn evaluate(&self, model: &ModelState) -> Evaluation {
+        self.try_evaluate(model).unwrap_or_else(|e| {
+            tracing::error!("evaluation failed: {e}");
+            Evaluation {
+                accuracy: f64::NAN,
+                loss: f64::NAN,
+            }
+        })
+    }
+}
+
+/// The CPU backends: burn's ndarray, with autodiff for training.
+pub type Cpu = burn::backend::NdArray<f32>;
+pub type CpuTraining = burn::backend::Autodiff<Cpu>;

@@ -1,0 +1,496 @@
+//! The burn side of spectral sharding: factorized layers against their dense products, the
+//! gradients of the local recipe against their closed forms, the shard ↔ module conversions,
+//! the paper's large models on a tiny batch, and a short digits-CNN federation per strategy.
+
+use burn::module::Param;
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Tensor, TensorData};
+use fedshard::models::layers::{Affine, Conv, Factors, Weight, param};
+use fedshard::models::net::Architecture;
+use fedshard::train::neural::{CpuTraining, clip_lr, frobenius_decay};
+use fedshard_actors::model::ModelState;
+use fedshard_actors::round::{Participant, ShardingPolicy, plan_shards};
+use fedshard_actors::trainer::LayerShard;
+use fedshard_strategies::rng::{Purpose, stream, uniform};
+use fedshard_strategies::svd::factorize;
+
+type B = CpuTraining;
+
+fn device() -> burn::tensor::Device<B> {
+    Default::default()
+}
+
+fn random(len: usize, seed: u64) -> Vec<f32> {
+    let mut rng = stream(seed, 0, 0, Purpose::Data);
+    (0..len)
+        .map(|_| (2.0 * uniform(&mut rng) - 1.0) as f32)
+        .collect()
+}
+
+fn values<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().into_vec::<f32>().expect("f32 tensor")
+}
+
+fn tensor<const D: usize>(data: &[f32], shape: [usize; D]) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(data.to_vec(), shape), &device())
+}
+
+/// A factorized layer with `n` terms: u `n × rows`, v `n × cols`, ω as given.
+fn factors(rows: usize, cols: usize, omega: &[f32], seed: u64) -> Factors<B> {
+    let n = omega.len();
+    Factors::from_rows(
+        &random(n * rows, seed),
+        &random(n * cols, seed + 1),
+        omega,
+        rows,
+        cols,
+        &device(),
+    )
+    .expect("consistent shapes")
+}
+
+/// Ŵ = Σ_j ω_j u_j v_jᵀ in f64, row-major rows × cols.
+fn dense_product(u: &[f32], v: &[f32], omega: &[f32], rows: usize, cols: usize) -> Vec<f64> {
+    let mut w = vec![0.0; rows * cols];
+    for (j, &o) in omega.iter().enumerate() {
+        for r in 0..rows {
+            for c in 0..cols {
+                w[r * cols + c] +=
+                    f64::from(o) * f64::from(u[j * rows + r]) * f64::from(v[j * cols + c]);
+            }
+        }
+    }
+    w
+}
+
+fn assert_close(actual: &[f32], expected: &[f64], tol: f64, what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
+        let err = (f64::from(*a) - e).abs();
+        assert!(
+            err <= tol * (1.0 + e.abs()),
+            "{what}[{i}]: {a} vs {e} (error {err:e})"
+        );
+    }
+}
+
+#[test]
+fn factorized_linear_forward_is_the_dense_product() {
+    let (rows, cols, batch) = (7, 11, 5);
+    let omega = [0.5, 2.0, 30.0];
+    let f = factors(rows, cols, &omega, 1);
+    let (u, v) = (values(f.u.val()), values(f.v.val()));
+    let bias = random(rows, 9);
+    let layer = Affine {
+        weight: Weight::Factorized(f),
+        bias: Some(param(&bias, [rows], &device())),
+    };
+    let x = random(batch * cols, 3);
+    let y = values(layer.forward(tensor(&x, [batch, cols])));
+    let w = dense_product(&u, &v, &omega, rows, cols);
+    let expected: Vec<f64> = (0..batch)
+        .flat_map(|b| {
+            let (w, x, bias) = (&w, &x, &bias);
+            (0..rows).map(move |r| {
+                f64::from(bias[r])
+                    + (0..cols)
+                        .map(|c| w[r * cols + c] * f64::from(x[b * cols + c]))
+                        .sum::<f64>()
+            })
+        })
+        .collect();
+    assert_close(&y, &expected, 1e-5, "y");
+}
+
+#[test]
+fn only_the_factors_and_the_bias_get_gradients() {
+    let (rows, cols) = (4, 6);
+    let f = factors(rows, cols, &[1.0, 3.0], 2);
+    let (u_id, v_id) = (f.u.id, f.v.id);
+    let bias: Param<Tensor<B, 1>> = param(&[0.1; 4], [rows], &device());
+    let bias_id = bias.id;
+    let layer = Affine {
+        weight: Weight::Factorized(f),
+        bias: Some(bias),
+    };
+    let Weight::Factorized(f) = &layer.weight else {
+        unreachable!()
+    };
+    assert!(!f.omega.is_require_grad(), "ω must be a constant");
+    let loss = layer.forward(tensor(&random(3 * cols, 4), [3, cols])).sum();
+    let grads = GradientsParams::from_grads(loss.backward(), &layer);
+    assert_eq!(grads.len(), 3, "exactly U, V and the bias");
+    for id in [u_id, v_id] {
+        assert!(grads.get::<<B as AutodiffBackend>::InnerBackend, 2>(id).is_some());
+    }
+    assert!(
+        grads
+            .get::<<B as AutodiffBackend>::InnerBackend, 1>(bias_id)
+            .is_some()
+    );
+}
+
+#[test]
+fn clip_lr_scales_each_term_by_min_one_tau_over_omega() {
+    let (rows, cols, tau) = (3, 5, 10.0);
+    let omega = [2.0, 10.0, 40.0, 250.0];
+    let arch = Architecture::Mlp {
+        inputs: cols,
+        hidden: vec![rows, rows],
+        classes: 2,
+    };
+    // Build an MLP whose middle layer is a shard, then compare clipped and raw gradients.
+    let (state, shardable) = arch.initial_state(5).expect("builds");
+    assert_eq!(shardable, vec!["fc1.weight".to_string()]);
+    let shard = LayerShard {
+        name: "fc1.weight".into(),
+        shape: vec![rows, rows],
+        indices: vec![0, 1, 2, 3],
+        left: random(4 * rows, 6),
+        right: random(4 * rows, 7),
+        multipliers: omega.to_vec(),
+    };
+    let dense = without(&state, "fc1.weight");
+    let (net, _) = arch
+        .load::<B>(&dense, std::slice::from_ref(&shard), &device())
+        .expect("loads");
+    let loss = net.forward(tensor(&random(4 * cols, 8), [4, cols])).sum();
+    let raw = GradientsParams::from_grads(loss.backward(), &net);
+    let mut clipped = GradientsParams::from_grads(
+        net.forward(tensor(&random(4 * cols, 8), [4, cols]))
+            .sum()
+            .backward(),
+        &net,
+    );
+    clip_lr(&net, &mut clipped, tau);
+    let Weight::Factorized(f) = net.weights()[1] else {
+        panic!("fc1 is the shard")
+    };
+    for (id, width) in [(f.u.id, rows), (f.v.id, rows)] {
+        type I = <B as AutodiffBackend>::InnerBackend;
+        let r: Vec<f32> = raw.get::<I, 2>(id).expect("grad").into_data().to_vec().expect("f32");
+        let c: Vec<f32> = clipped.get::<I, 2>(id).expect("grad").into_data().to_vec().expect("f32");
+        for (j, &o) in omega.iter().enumerate() {
+            let scale = (tau / f64::from(o)).min(1.0);
+            for k in 0..width {
+                let expected = f64::from(r[j * width + k]) * scale;
+                assert!(
+                    (f64::from(c[j * width + k]) - expected).abs() <= 1e-6 * (1.0 + expected.abs()),
+                    "term {j}: {} vs {expected}",
+                    c[j * width + k]
+                );
+            }
+        }
+    }
+}
+
+fn without(state: &ModelState, name: &str) -> ModelState {
+    ModelState::new(
+        state
+            .tensors
+            .iter()
+            .filter(|t| t.name != name)
+            .cloned()
+            .collect(),
+    )
+    .expect("distinct names")
+}
+
+#[test]
+fn frobenius_decay_gradient_is_the_analytic_one() {
+    // dFD/dU = μ Ŵ V Ω and dFD/dV = μ Ŵᵀ U Ω (ALGORITHMS.md §1.7), with U = uᵀ, V = vᵀ here.
+    let (rows, cols, mu) = (5, 8, 1e-2);
+    let omega = [0.7, 1.5, 4.0];
+    let n = omega.len();
+    let arch = Architecture::Mlp {
+        inputs: cols,
+        hidden: vec![cols, rows],
+        classes: 2,
+    };
+    let (state, _) = arch.initial_state(1).expect("builds");
+    let shard = LayerShard {
+        name: "fc1.weight".into(),
+        shape: vec![rows, cols],
+        indices: vec![0, 1, 2],
+        left: random(n * rows, 11),
+        right: random(n * cols, 12),
+        multipliers: omega.to_vec(),
+    };
+    let (net, _) = arch
+        .load::<B>(&without(&state, "fc1.weight"), std::slice::from_ref(&shard), &device())
+        .expect("loads");
+    let decay = frobenius_decay(&net, mu).expect("μ > 0");
+    let grads = GradientsParams::from_grads(decay.backward(), &net);
+    let Weight::Factorized(f) = net.weights()[1] else {
+        panic!("fc1 is the shard")
+    };
+    type I = <B as AutodiffBackend>::InnerBackend;
+    let gu: Vec<f32> = grads.get::<I, 2>(f.u.id).expect("grad").into_data().to_vec().expect("f32");
+    let gv: Vec<f32> = grads.get::<I, 2>(f.v.id).expect("grad").into_data().to_vec().expect("f32");
+    let (u, v) = (&shard.left, &shard.right);
+    let w = dense_product(u, v, &omega, rows, cols);
+    // Row j of grad u: μ ω_j Ŵ v_j (length rows); row j of grad v: μ ω_j Ŵᵀ u_j (length cols).
+    let mut eu = vec![0.0; n * rows];
+    let mut ev = vec![0.0; n * cols];
+    for j in 0..n {
+        let o = f64::from(omega[j]);
+        for r in 0..rows {
+            for c in 0..cols {
+                eu[j * rows + r] += mu * o * w[r * cols + c] * f64::from(v[j * cols + c]);
+                ev[j * cols + c] += mu * o * w[r * cols + c] * f64::from(u[j * rows + r]);
+            }
+        }
+    }
+    assert_close(&gu, &eu, 1e-5, "dFD/dU");
+    assert_close(&gv, &ev, 1e-5, "dFD/dV");
+}
+
+#[test]
+fn a_conv_decomposed_with_all_terms_reproduces_the_conv() {
+    let (c_in, c_out, k, side, batch) = (3, 6, 3, 7, 2);
+    let cols = c_in * k * k;
+    let w = random(c_out * cols, 21);
+    let bias = random(c_out, 22);
+    let dense = Conv::<B> {
+        weight: Weight::Dense(param(&w, [c_out, cols], &device())),
+        bias: Some(param(&bias, [c_out], &device())),
+        in_channels: c_in,
+        kernel: [k, k],
+        stride: [2, 2],
+        padding: [1, 1],
+    };
+    let svd = factorize(&w, c_out, cols).expect("finite weights");
+    let n = svd.terms();
+    assert_eq!(n, c_out.min(cols));
+    let shard = Conv::<B> {
+        weight: Weight::Factorized(
+            Factors::from_rows(&svd.left, &svd.right, &vec![1.0; n], c_out, cols, &device())
+                .expect("shapes"),
+        ),
+        bias: Some(param(&bias, [c_out], &device())),
+        in_channels: c_in,
+        kernel: [k, k],
+        stride: [2, 2],
+        padding: [1, 1],
+    };
+    let x = tensor(&random(batch * c_in * side * side, 23), [batch, c_in, side, side]);
+    let expected: Vec<f64> = values(dense.forward(x.clone()))
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    let actual = values(shard.forward(x));
+    assert_close(&actual, &expected, 1e-5, "conv output");
+}
+
+fn digits_cnn() -> Architecture {
+    Architecture::DigitsCnn { classes: 10 }
+}
+
+/// Real round-1 shards of the digits CNN from the runtime's planner.
+fn planned_shards(state: &ModelState, layers: &[String], keep_ratio: f64) -> Vec<LayerShard> {
+    let policy = ShardingPolicy {
+        strategy: "unbiased".parse().expect("strategy"),
+        sampler: Default::default(),
+        layers: layers.to_vec(),
+    };
+    let participants = [Participant {
+        client: 0,
+        keep_ratio,
+    }];
+    let mut plan = plan_shards(state, &policy, &participants, 7, 1).expect("plan");
+    plan.shards.remove(&0).expect("client 0 has shards")
+}
+
+#[test]
+fn shard_train_zero_steps_unshard_is_bit_exact() {
+    let arch = digits_cnn();
+    let (state, shardable) = arch.initial_state(3).expect("builds");
+    assert_eq!(shardable, ["conv1.weight", "conv2.weight", "fc0.weight"]);
+    let shards = planned_shards(&state, &shardable, 0.4);
+    let dense = shardable
+        .iter()
+        .fold(state.clone(), |s, name| without(&s, name));
+    let (net, layout) = arch.load::<B>(&dense, &shards, &device()).expect("loads");
+    let recipe = fedshard_actors::trainer::Recipe {
+        learning_rate: 0.1,
+        epochs: 0,
+        batch_size: 8,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        clip_lr: Some(10.0),
+    };
+    let examples = fedshard::data::digits::load().expect("digits");
+    let (net, _) = fedshard::train::neural::train(net, &examples, &recipe, 1, 1, 0, &device())
+        .expect("zero epochs");
+    let (dense_out, shards_out) = net.export(&layout, &dense, &shards).expect("exports");
+    assert_eq!(dense_out, dense);
+    assert_eq!(shards_out.len(), shards.len());
+    for (a, b) in shards_out.iter().zip(&shards) {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a.left), bits(&b.left), "{} left", a.name);
+        assert_eq!(bits(&a.right), bits(&b.right), "{} right", a.name);
+        assert_eq!(a.indices, b.indices);
+        assert_eq!(a.multipliers, b.multipliers);
+    }
+}
+
+#[test]
+fn a_task_naming_a_layer_the_model_lacks_is_an_error() {
+    let arch = digits_cnn();
+    let (mut state, _) = arch.initial_state(3).expect("builds");
+    state.tensors.push(fedshard_actors::model::NamedTensor::zeros("extra", vec![2]));
+    let state = ModelState::new(state.tensors).expect("distinct names");
+    let err = arch.load::<B>(&state, &[], &device()).expect_err("unknown tensor");
+    assert!(err.contains("extra"), "{err}");
+    let shard_of_first = LayerShard {
+        name: "conv0.weight".into(),
+        shape: vec![16, 1, 3, 3],
+        indices: vec![0],
+        left: vec![0.0; 16],
+        right: vec![0.0; 9],
+        multipliers: vec![1.0],
+    };
+    let (state, _) = arch.initial_state(3).expect("builds");
+    let err = arch
+        .load::<B>(&without(&state, "conv0.weight"), &[shard_of_first], &device())
+        .expect_err("first layer");
+    assert!(err.contains("never sharded"), "{err}");
+}
+
+/// Random shards of every shardable layer at keep ratio `r` (shapes are what matters here).
+fn random_shards(state: &ModelState, layers: &[String], r: f64) -> Vec<LayerShard> {
+    layers
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let t = state.get(name).expect("layer");
+            let rows = t.shape[0];
+            let cols: usize = t.shape[1..].iter().product();
+            let n = ((rows.min(cols) as f64) * r).ceil() as usize;
+            LayerShard {
+                name: name.clone(),
+                shape: t.shape.clone(),
+                indices: (0..n).collect(),
+                left: random(n * rows, 100 + i as u64).iter().map(|x| x * 0.1).collect(),
+                right: random(n * cols, 200 + i as u64).iter().map(|x| x * 0.1).collect(),
+                multipliers: vec![1.0; n],
+            }
+        })
+        .collect()
+}
+
+/// Builds the model dense and sharded, runs forward and backward on a tiny batch.
+fn forward_backward(arch: &Architecture, batch: usize, x: Vec<f32>, expected_logits: [usize; 2]) {
+    let (state, shardable) = arch.initial_state(1).expect("builds");
+    assert!(!shardable.is_empty());
+    let width = arch.input_width();
+    for sharded in [false, true] {
+        let (dense, shards) = if sharded {
+            let shards = random_shards(&state, &shardable, 0.2);
+            let dense = shardable.iter().fold(state.clone(), |s, n| without(&s, n));
+            (dense, shards)
+        } else {
+            (state.clone(), vec![])
+        };
+        let (net, layout) = arch.load::<B>(&dense, &shards, &device()).expect("loads");
+        let logits = net.forward(tensor(&x, [batch, width]));
+        assert_eq!(logits.dims(), expected_logits);
+        let grads = GradientsParams::from_grads(logits.sum().backward(), &net);
+        assert!(!grads.is_empty());
+        let (d, s) = net.export(&layout, &dense, &shards).expect("exports");
+        assert_eq!(d.num_parameters(), dense.num_parameters());
+        assert_eq!(s.len(), shards.len());
+    }
+}
+
+#[test]
+fn resnet18_builds_runs_and_shards() {
+    let arch = Architecture::Resnet18 { classes: 10 };
+    forward_backward(&arch, 2, random(2 * 3072, 5), [2, 10]);
+}
+
+#[test]
+fn cct_builds_runs_and_shards() {
+    let arch = Architecture::Cct { classes: 100 };
+    forward_backward(&arch, 2, random(2 * 3072, 6), [2, 100]);
+}
+
+#[test]
+fn char_transformer_builds_runs_and_shards() {
+    let arch = Architecture::CharTransformer(Default::default());
+    let shape = fedshard::models::char_transformer::CharShape::default();
+    let tokens: Vec<f32> = (0..2 * shape.context).map(|i| (i % shape.vocab) as f32).collect();
+    forward_backward(&arch, 2, tokens, [2 * shape.context, shape.vocab]);
+}
+
+const DIGITS_CNN: &str = r#"
+[run]
+name = "test-digits-cnn"
+seed = 3
+rounds = 8
+
+[data]
+dataset = "digits"
+clients = 10
+alpha = 1.0
+min_samples = 20
+
+[model]
+kind = "neural"
+sharded_layers = ["all"]
+
+[model.network]
+architecture = "digits-cnn"
+classes = 10
+
+[training]
+learning_rate = 0.05
+epochs = 1
+batch_size = 16
+
+[federation]
+clients_per_round = 5
+keep_ratios = [{ ratio = 0.2, share = 0.6 }, { ratio = 0.4, share = 0.4 }]
+deadline_ms = 60000
+"#;
+
+fn run_federation(config: &fedshard::config::Config) -> fedshard_actors::record::Summary {
+    let fed = fedshard::federation::build(config).expect("federation builds");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(fedshard_actors::server::run(fed))
+        .expect("run completes")
+        .1
+}
+
+#[test]
+fn a_digits_cnn_federation_learns_under_every_strategy() {
+    let base = fedshard::config::Config::parse(DIGITS_CNN, std::path::Path::new("test.toml"))
+        .expect("valid config");
+    for strategy in [
+        "top-n",
+        "top-n+scaled",
+        "prism",
+        "prism+scaled",
+        "prism-wallenius",
+        "prism-wallenius+cliplr",
+        "unbiased",
+        "collective",
+    ] {
+        let mut config = base.clone();
+        config.federation.strategy = strategy.parse().expect("strategy name");
+        let summary = run_federation(&config);
+        // Chance is 0.1 on ten balanced classes.
+        assert!(
+            summary.final_accuracy > 0.3,
+            "{strategy}: final accuracy {}",
+            summary.final_accuracy
+        );
+        assert!(summary.per_round.iter().all(|r| r.model_updated), "{strategy}");
+        eprintln!("{strategy}: {:.3}", summary.final_accuracy);
+    }
+}
