@@ -6,6 +6,7 @@
 //! partition or split is reproducible bit for bit from its seed.
 
 pub mod digits;
+pub mod files;
 pub mod partition;
 pub mod split;
 pub mod synthetic;
