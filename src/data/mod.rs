@@ -5,6 +5,7 @@
 //! All randomness comes from [`fedshard_strategies::rng::stream`] with [`Purpose::Data`], so a
 //! partition or split is reproducible bit for bit from its seed.
 
+pub mod cifar;
 pub mod digits;
 pub mod files;
 pub mod partition;
