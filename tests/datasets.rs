@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use fedshard::data::cifar::{self, Split};
+use fedshard::data::idx;
 use flate2::{Compression, write::GzEncoder};
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -170,4 +171,122 @@ fn cifar100_errors_name_the_file_and_field() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("train.bin") && e.contains("3074-byte"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// IDX.
+
+fn idx_images(count: u32, rows: u32, cols: u32, pixel: impl Fn(usize) -> u8) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for word in [idx::IMAGES_MAGIC, count, rows, cols] {
+        bytes.extend(word.to_be_bytes());
+    }
+    bytes.extend((0..(count * rows * cols) as usize).map(pixel));
+    bytes
+}
+
+fn idx_labels(labels: &[u8]) -> Vec<u8> {
+    let mut bytes = idx::LABELS_MAGIC.to_be_bytes().to_vec();
+    bytes.extend((labels.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(labels);
+    bytes
+}
+
+#[test]
+fn mnist_plain_and_gzipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("train-images-idx3-ubyte"),
+        idx_images(3, 28, 28, |j| (j % 256) as u8),
+    )
+    .unwrap();
+    std::fs::write(d.join("train-labels-idx1-ubyte"), idx_labels(&[5, 0, 9])).unwrap();
+    std::fs::write(
+        d.join("t10k-images-idx3-ubyte.gz"),
+        gzip(&idx_images(2, 28, 28, |j| 255 - (j % 256) as u8)),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("t10k-labels-idx1-ubyte.gz"),
+        gzip(&idx_labels(&[1, 7])),
+    )
+    .unwrap();
+
+    let train = idx::load_mnist(d, true).unwrap();
+    assert_eq!(train.labels, vec![5, 0, 9]);
+    assert_eq!((train.dim, train.classes, train.len()), (784, 10, 3));
+    // Image 1, pixel (0, 0) is byte 784 of the body: 784 % 256 = 16.
+    assert_eq!(train.row(1)[0], 16.0 / 255.0);
+    assert_eq!(train.row(0)[255], 1.0);
+    let test = idx::load_mnist(d, false).unwrap();
+    assert_eq!(test.labels, vec![1, 7]);
+    assert_eq!(test.row(0)[0], 1.0);
+    assert_eq!(test.row(0)[255], 0.0);
+}
+
+#[test]
+fn emnist_names_load_by_explicit_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir
+        .path()
+        .join("emnist-balanced-train-images-idx3-ubyte.gz");
+    let labels = dir
+        .path()
+        .join("emnist-balanced-train-labels-idx1-ubyte.gz");
+    std::fs::write(&images, gzip(&idx_images(2, 28, 28, |j| (j % 3) as u8))).unwrap();
+    std::fs::write(&labels, gzip(&idx_labels(&[46, 12]))).unwrap();
+    let data = idx::load_idx(&images, &labels, 47).unwrap();
+    assert_eq!((data.labels.clone(), data.classes), (vec![46, 12], 47));
+    assert_eq!(data.row(0)[2], 2.0 / 255.0);
+    // The same labels are out of range for a 10-class task; the labels file is named.
+    let e = idx::load_idx(&images, &labels, 10).unwrap_err().to_string();
+    assert!(
+        e.contains("emnist-balanced-train-labels") && e.contains("label 46"),
+        "{e}"
+    );
+}
+
+#[test]
+fn idx_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images.idx");
+    let labels = dir.path().join("labels.idx");
+    std::fs::write(&images, idx_images(3, 2, 2, |_| 0)).unwrap();
+    std::fs::write(&labels, idx_labels(&[0, 1])).unwrap();
+
+    let e = idx::load_idx(&images, &labels, 10).unwrap_err().to_string();
+    assert!(
+        e.contains("images.idx holds 3 images") && e.contains("labels.idx holds 2 labels"),
+        "{e}"
+    );
+
+    // Labels passed as images: the magic number is wrong.
+    let e = idx::load_idx(&labels, &labels, 10).unwrap_err().to_string();
+    assert!(
+        e.contains("labels.idx") && e.contains("magic number 0x00000801, expected 0x00000803"),
+        "{e}"
+    );
+
+    let mut cut = idx_images(3, 2, 2, |_| 0);
+    cut.truncate(cut.len() - 1);
+    std::fs::write(&images, cut).unwrap();
+    let e = idx::read_images(&images).unwrap_err().to_string();
+    assert!(e.contains("images.idx") && e.contains("truncated"), "{e}");
+
+    std::fs::write(&images, [0u8, 0, 8]).unwrap();
+    let e = idx::read_images(&images).unwrap_err().to_string();
+    assert!(e.contains("images.idx") && e.contains("truncated"), "{e}");
+
+    let mut long = idx_labels(&[0, 1]);
+    long.push(0);
+    std::fs::write(&labels, long).unwrap();
+    let e = idx::read_labels(&labels).unwrap_err().to_string();
+    assert!(e.contains("labels.idx") && e.contains("trailing"), "{e}");
+
+    let e = idx::load_mnist(dir.path(), true).unwrap_err().to_string();
+    assert!(
+        e.contains("train-images-idx3-ubyte or train-images-idx3-ubyte.gz"),
+        "{e}"
+    );
 }
