@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use fedshard::data::cifar::{self, Split};
 use fedshard::data::idx;
+use fedshard::data::pachinko::{PachinkoSpec, pachinko};
 use flate2::{Compression, write::GzEncoder};
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -289,4 +290,100 @@ fn idx_errors_name_the_file() {
         e.contains("train-images-idx3-ubyte or train-images-idx3-ubyte.gz"),
         "{e}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pachinko.
+
+/// A balanced CIFAR-100-like label set: 100 fine labels × 30 samples, fine f under coarse f / 5,
+/// labels interleaved.
+fn hierarchy() -> (Vec<u32>, Vec<u32>) {
+    let fine: Vec<u32> = (0..3000u32).map(|i| i % 100).collect();
+    let coarse = fine.iter().map(|f| f / 5).collect();
+    (fine, coarse)
+}
+
+/// Mean over clients of the share of the client's most frequent coarse label: 1/20 for a
+/// perfectly uniform client, 1 for a single-coarse-label client.
+fn mean_top_coarse_share(coarse: &[u32], parts: &[Vec<usize>]) -> f64 {
+    let shares: Vec<f64> = parts
+        .iter()
+        .map(|part| {
+            let mut counts = [0usize; 20];
+            for &i in part {
+                counts[coarse[i] as usize] += 1;
+            }
+            *counts.iter().max().unwrap() as f64 / part.len() as f64
+        })
+        .collect();
+    shares.iter().sum::<f64>() / shares.len() as f64
+}
+
+#[test]
+fn pachinko_parts_are_disjoint_sized_and_seeded() {
+    let (fine, coarse) = hierarchy();
+    let spec = PachinkoSpec::paper(25, 100);
+    let parts = pachinko(&fine, &coarse, &spec, 3).unwrap();
+    assert_eq!(parts.len(), 25);
+    assert!(parts.iter().all(|p| p.len() == 100));
+    let mut seen = vec![false; fine.len()];
+    for &i in parts.iter().flatten() {
+        assert!(!seen[i], "sample {i} given twice");
+        seen[i] = true;
+    }
+    assert!(parts.iter().all(|p| p.windows(2).all(|w| w[0] < w[1])));
+    assert_eq!(parts, pachinko(&fine, &coarse, &spec, 3).unwrap());
+    assert_ne!(parts, pachinko(&fine, &coarse, &spec, 4).unwrap());
+
+    // Every sample used: the last clients take whatever labels are left, still disjoint.
+    let all = pachinko(&fine, &coarse, &PachinkoSpec::paper(30, 100), 3).unwrap();
+    let mut used: Vec<usize> = all.into_iter().flatten().collect();
+    used.sort_unstable();
+    assert_eq!(used, (0..3000).collect::<Vec<_>>());
+}
+
+#[test]
+fn pachinko_small_alpha_skews_large_alpha_is_near_uniform() {
+    let (fine, coarse) = hierarchy();
+    let skewed = pachinko(&fine, &coarse, &PachinkoSpec::paper(20, 100), 11).unwrap();
+    let uniform_spec = PachinkoSpec {
+        alpha_coarse: 1e6,
+        alpha_fine: 1e6,
+        ..PachinkoSpec::paper(20, 100)
+    };
+    let flat = pachinko(&fine, &coarse, &uniform_spec, 11).unwrap();
+    let (s, u) = (
+        mean_top_coarse_share(&coarse, &skewed),
+        mean_top_coarse_share(&coarse, &flat),
+    );
+    // Dir(1 · 1/20) puts most of a client on a few coarse labels; with α = 10⁶ a client is a
+    // multinomial sample of 100 from 20 equal labels, whose largest count is about 11.
+    assert!(s > 0.3, "α = 1: mean top coarse share {s}");
+    assert!(u < 0.18, "α = 10⁶: mean top coarse share {u}");
+}
+
+#[test]
+fn pachinko_rejects_bad_specs() {
+    let (fine, coarse) = hierarchy();
+    let name = |spec: PachinkoSpec| match pachinko(&fine, &coarse, &spec, 0) {
+        Err(fedshard::data::DataError::InvalidParameter { name, .. }) => name,
+        other => panic!("expected an error, got {other:?}"),
+    };
+    assert_eq!(name(PachinkoSpec::paper(0, 10)), "clients");
+    assert_eq!(name(PachinkoSpec::paper(31, 100)), "samples_per_client");
+    assert_eq!(
+        name(PachinkoSpec {
+            alpha_coarse: 0.0,
+            ..PachinkoSpec::paper(2, 2)
+        }),
+        "alpha_coarse"
+    );
+    assert_eq!(
+        name(PachinkoSpec {
+            alpha_fine: f64::NAN,
+            ..PachinkoSpec::paper(2, 2)
+        }),
+        "alpha_fine"
+    );
+    assert!(pachinko(&fine, &coarse[1..], &PachinkoSpec::paper(1, 1), 0).is_err());
 }

@@ -9,6 +9,7 @@ pub mod cifar;
 pub mod digits;
 pub mod files;
 pub mod idx;
+pub mod pachinko;
 pub mod partition;
 pub mod split;
 pub mod synthetic;
@@ -198,6 +199,9 @@ pub(crate) enum DataStream {
     PartitionMix,
     PartitionShuffle,
     Synthetic,
+    PachinkoMix,
+    PachinkoDraw,
+    PachinkoShuffle,
 }
 
 /// The ChaCha stream for one data-preparation step; `index` separates clients or classes.
@@ -209,6 +213,9 @@ pub(crate) fn data_stream(seed: u64, step: DataStream, index: u64) -> ChaCha20Rn
             DataStream::PartitionMix => 2,
             DataStream::PartitionShuffle => 3,
             DataStream::Synthetic => 4,
+            DataStream::PachinkoMix => 6,
+            DataStream::PachinkoDraw => 7,
+            DataStream::PachinkoShuffle => 8,
         };
     stream(seed, tag, index, Purpose::Data)
 }
