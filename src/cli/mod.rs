@@ -1,6 +1,7 @@
 //! The `fedshard` command line.
 
 pub mod bench;
+pub mod data;
 mod input;
 pub mod oneshot;
 pub mod probs;
@@ -34,6 +35,11 @@ pub enum Command {
     Oneshot {
         #[command(subcommand)]
         command: oneshot::OneshotCommand,
+    },
+    /// Fetch datasets into the cache (`data shakespeare`).
+    Data {
+        #[command(subcommand)]
+        command: data::DataCommand,
     },
 }
 
@@ -80,5 +86,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Oneshot { command } => oneshot::run(command),
+        Command::Data { command } => data::run(command),
     }
 }

@@ -11,6 +11,7 @@ pub mod files;
 pub mod idx;
 pub mod pachinko;
 pub mod partition;
+pub mod shakespeare;
 pub mod split;
 pub mod synthetic;
 
@@ -199,6 +200,7 @@ pub(crate) enum DataStream {
     PartitionMix,
     PartitionShuffle,
     Synthetic,
+    ShakespeareClients,
     PachinkoMix,
     PachinkoDraw,
     PachinkoShuffle,
@@ -213,6 +215,7 @@ pub(crate) fn data_stream(seed: u64, step: DataStream, index: u64) -> ChaCha20Rn
             DataStream::PartitionMix => 2,
             DataStream::PartitionShuffle => 3,
             DataStream::Synthetic => 4,
+            DataStream::ShakespeareClients => 5,
             DataStream::PachinkoMix => 6,
             DataStream::PachinkoDraw => 7,
             DataStream::PachinkoShuffle => 8,
