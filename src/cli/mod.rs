@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_train;
+pub mod data;
 mod input;
 pub mod oneshot;
 pub mod probs;
@@ -35,6 +36,11 @@ pub enum Command {
     Oneshot {
         #[command(subcommand)]
         command: oneshot::OneshotCommand,
+    },
+    /// Fetch datasets into the cache (`data shakespeare`).
+    Data {
+        #[command(subcommand)]
+        command: data::DataCommand,
     },
 }
 
@@ -92,5 +98,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Oneshot { command } => oneshot::run(command),
+        Command::Data { command } => data::run(command),
     }
 }

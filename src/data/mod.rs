@@ -5,8 +5,13 @@
 //! All randomness comes from [`fedshard_strategies::rng::stream`] with [`Purpose::Data`], so a
 //! partition or split is reproducible bit for bit from its seed.
 
+pub mod cifar;
 pub mod digits;
+pub mod files;
+pub mod idx;
+pub mod pachinko;
 pub mod partition;
+pub mod shakespeare;
 pub mod split;
 pub mod synthetic;
 
@@ -195,6 +200,10 @@ pub(crate) enum DataStream {
     PartitionMix,
     PartitionShuffle,
     Synthetic,
+    ShakespeareClients,
+    PachinkoMix,
+    PachinkoDraw,
+    PachinkoShuffle,
 }
 
 /// The ChaCha stream for one data-preparation step; `index` separates clients or classes.
@@ -206,6 +215,10 @@ pub(crate) fn data_stream(seed: u64, step: DataStream, index: u64) -> ChaCha20Rn
             DataStream::PartitionMix => 2,
             DataStream::PartitionShuffle => 3,
             DataStream::Synthetic => 4,
+            DataStream::ShakespeareClients => 5,
+            DataStream::PachinkoMix => 6,
+            DataStream::PachinkoDraw => 7,
+            DataStream::PachinkoShuffle => 8,
         };
     stream(seed, tag, index, Purpose::Data)
 }

