@@ -4,12 +4,11 @@
 //! N = 32, 64 and 128 terms.
 
 use crate::models::builder::Builder;
-use crate::models::layers::{Affine, Conv, Weight};
+use crate::models::layers::{Affine, Conv, Weight, avg_pool, max_pool};
 use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
-use burn::tensor::module::{avg_pool2d, max_pool2d};
 
 #[derive(Module, Debug)]
 pub struct DigitsCnn<B: Backend> {
@@ -40,9 +39,9 @@ impl<B: Backend> DigitsCnn<B> {
         let h = x.reshape([n, 1, SIDE, SIDE]);
         let h = relu(self.conv0.forward(h));
         let h = relu(self.conv1.forward(h));
-        let h = max_pool2d(h, [2, 2], [2, 2], [0, 0], [1, 1], false);
+        let h = max_pool(h, 2);
         let h = relu(self.conv2.forward(h));
-        let h = avg_pool2d(h, [2, 2], [2, 2], [0, 0], true, false);
+        let h = avg_pool(h, 2);
         let h = relu(self.fc0.forward(h.reshape([n, 64 * 2 * 2])));
         self.fc1.forward(h)
     }

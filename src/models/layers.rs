@@ -172,31 +172,99 @@ impl<B: Backend> Conv<B> {
         ConvOptions::new(self.stride, self.padding, [1, 1], 1)
     }
 
-    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    /// Applies the convolution with `filters` (`c × c_in kh kw`) to `x`: `N × c × H' × W'`.
+    fn filter(&self, x: Tensor<B, 4>, filters: Tensor<B, 2>) -> Tensor<B, 4> {
         let [kh, kw] = self.kernel;
-        let c_in = self.in_channels;
-        let bias = self.bias.as_ref().map(Param::val);
-        match &self.weight {
-            Weight::Dense(w) => {
-                let c_out = w.dims()[0];
-                conv2d(
-                    x,
-                    w.val().reshape([c_out, c_in, kh, kw]),
-                    bias,
-                    self.options(),
-                )
-            }
+        if self.stride == [1, 1] {
+            return im2col_conv(x, filters, self.kernel, self.padding);
+        }
+        let c = filters.dims()[0];
+        conv2d(
+            x,
+            filters.reshape([c, self.in_channels, kh, kw]),
+            None,
+            self.options(),
+        )
+    }
+
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let y = match &self.weight {
+            Weight::Dense(w) => self.filter(x, w.val()),
             Weight::Factorized(f) => {
                 let n = f.terms();
+                let h = self.filter(x, f.v.val()) * f.omega.clone().reshape([1, n, 1, 1]);
+                // The 1×1 convolution with weight U is a product over channels.
+                let [batch, _, height, width] = h.dims();
                 let c_out = f.u.dims()[1];
-                let filters = f.v.val().reshape([n, c_in, kh, kw]);
-                let h = conv2d(x, filters, None, self.options());
-                let h = h * f.omega.clone().reshape([1, n, 1, 1]);
-                let mix = f.u.val().transpose().reshape([c_out, n, 1, 1]);
-                conv2d(h, mix, bias, ConvOptions::new([1, 1], [0, 0], [1, 1], 1))
+                let mixed = f.u.val().transpose().matmul(
+                    h.swap_dims(0, 1).reshape([n, batch * height * width]),
+                );
+                mixed
+                    .reshape([c_out, batch, height, width])
+                    .swap_dims(0, 1)
             }
+        };
+        match &self.bias {
+            Some(b) => {
+                let c_out = b.dims()[0];
+                y + b.val().reshape([1, c_out, 1, 1])
+            }
+            None => y,
         }
     }
+}
+
+/// A stride-1 convolution as one matrix product over the image patches ("im2col"):
+/// `filters` (`c_out × c_in kh kw`, row-major over (c_in, kh, kw)) times the `c_in kh kw ×
+/// N H' W'` patch matrix built from `kh·kw` shifted slices of the padded input.
+///
+/// burn's ndarray backend computes a convolution's input gradient with a transposed
+/// convolution that indexes element by element through dynamic dimensions, about a thousand
+/// times slower than this on the digits CNN; slices, stacking and a matrix product all have
+/// fast gradients.
+pub fn im2col_conv<B: Backend>(
+    x: Tensor<B, 4>,
+    filters: Tensor<B, 2>,
+    kernel: [usize; 2],
+    padding: [usize; 2],
+) -> Tensor<B, 4> {
+    let [n, c_in, h, w] = x.dims();
+    let [kh, kw] = kernel;
+    let [ph, pw] = padding;
+    let (out_h, out_w) = (h + 2 * ph + 1 - kh, w + 2 * pw + 1 - kw);
+    let channels_first = x.swap_dims(0, 1);
+    let padded = if ph + pw > 0 {
+        channels_first.pad((pw, pw, ph, ph), burn::tensor::ops::PadMode::Constant(0.0))
+    } else {
+        channels_first
+    };
+    let mut shifted = Vec::with_capacity(kh * kw);
+    for i in 0..kh {
+        for j in 0..kw {
+            shifted.push(padded.clone().slice([0..c_in, 0..n, i..i + out_h, j..j + out_w]));
+        }
+    }
+    let patches: Tensor<B, 5> = Tensor::stack(shifted, 1);
+    let c_out = filters.dims()[0];
+    filters
+        .matmul(patches.reshape([c_in * kh * kw, n * out_h * out_w]))
+        .reshape([c_out, n, out_h, out_w])
+        .swap_dims(0, 1)
+}
+
+/// Non-overlapping `k × k` max pooling (sides divisible by k) through a reshape, whose
+/// gradient is a cheap mask; burn's ndarray pooling gradients index element by element.
+pub fn max_pool<B: Backend>(x: Tensor<B, 4>, k: usize) -> Tensor<B, 4> {
+    let [n, c, h, w] = x.dims();
+    let blocks: Tensor<B, 6> = x.reshape([n, c, h / k, k, w / k, k]);
+    blocks.max_dim(5).max_dim(3).reshape([n, c, h / k, w / k])
+}
+
+/// Non-overlapping `k × k` average pooling through a reshape (see [`max_pool`]).
+pub fn avg_pool<B: Backend>(x: Tensor<B, 4>, k: usize) -> Tensor<B, 4> {
+    let [n, c, h, w] = x.dims();
+    let blocks: Tensor<B, 6> = x.reshape([n, c, h / k, k, w / k, k]);
+    blocks.mean_dim(5).mean_dim(3).reshape([n, c, h / k, w / k])
 }
 
 /// A trainable parameter from row-major data.
