@@ -1,6 +1,7 @@
 //! The `fedshard` command line.
 
 pub mod bench;
+pub mod compare;
 mod input;
 pub mod oneshot;
 pub mod probs;
@@ -30,6 +31,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Measure the runtime (`orchestration`).
     Bench(bench::BenchArgs),
+    /// Every sharding strategy × keep-ratio setup × seed on one config: the paper's Table 1.
+    Compare(compare::CompareArgs),
     /// One-shot federated learning experiments.
     Oneshot {
         #[command(subcommand)]
@@ -80,5 +83,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Oneshot { command } => oneshot::run(command),
+        Command::Compare(args) => compare::run(&args),
     }
 }
