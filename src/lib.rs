@@ -5,6 +5,7 @@
 //! [`fedshard_strategies`], the actor runtime in [`fedshard_actors`].
 
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod data;
 pub mod federation;

@@ -1,9 +1,11 @@
 //! The research commands `fedshard probs` and `fedshard sample` as a user runs them: JSON out on
 //! success, exit code 2 and a one-line message on bad input (ALGORITHMS.md §1.11 oracles).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+
+use common::{error_of, stdout_of};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use serde_json::Value;
 use tempfile::TempDir;
@@ -44,48 +46,17 @@ fn shuffled_a(dir: &TempDir) -> PathBuf {
     write_vector(dir, "a.json", &values)
 }
 
-fn fedshard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fedshard"))
-        .args(args)
-        .output()
-        .expect("spawn fedshard")
-}
-
 fn path_arg(path: &Path) -> &str {
     path.to_str().expect("utf-8 temp path")
 }
 
 /// Runs a command that must succeed and returns its single JSON object.
 fn json_of(args: &[&str]) -> Value {
-    let out = fedshard(args);
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
+    let stdout = stdout_of(args);
     assert_eq!(stdout.trim().lines().count(), 1, "one JSON line: {stdout}");
     let value: Value = serde_json::from_str(stdout.trim()).expect("stdout is JSON");
     assert!(value.is_object(), "a JSON object: {value}");
     value
-}
-
-/// Runs a command that must fail with exit code 2 and one line on stderr; returns that line.
-fn error_of(args: &[&str]) -> String {
-    let out = fedshard(args);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{args:?} should exit with 2; stdout {}, stderr {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.stdout.is_empty(), "no JSON on failure");
-    let stderr = String::from_utf8(out.stderr).expect("utf-8 stderr");
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one-line error for {args:?}: {stderr:?}");
-    assert!(lines[0].starts_with("error: "), "{stderr}");
-    lines[0].to_string()
 }
 
 fn numbers(value: &Value, key: &str) -> Vec<f64> {

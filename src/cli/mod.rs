@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_train;
 pub mod data;
+pub mod compare;
 mod input;
 pub mod oneshot;
 pub mod probs;
@@ -32,6 +33,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Measure the runtime (`orchestration`).
     Bench(bench::BenchArgs),
+    /// Every sharding strategy × keep-ratio setup × seed on one config: the paper's Table 1.
+    Compare(compare::CompareArgs),
     /// One-shot federated learning experiments.
     Oneshot {
         #[command(subcommand)]
@@ -99,5 +102,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Oneshot { command } => oneshot::run(command),
         Command::Data { command } => data::run(command),
+        Command::Compare(args) => compare::run(&args),
     }
 }

@@ -1,0 +1,92 @@
+//! `fedshard compare`: the paper's Table 1 for a config (the grid lives in [`crate::compare`]).
+
+use crate::compare::{self, DEFAULT_SETUPS, DEFAULT_STRATEGIES, RunResult};
+use crate::config::Config;
+use anyhow::{Context, ensure};
+use clap::Args;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The TOML config: its data, model and training are shared by every run.
+    pub config: PathBuf,
+    /// Comma-separated strategy names (see `fedshard probs --help`). Parsed here rather than by
+    /// clap so that an unknown name is a one-line error (exit code 2) like every other bad input.
+    #[arg(long, default_value = DEFAULT_STRATEGIES)]
+    pub strategies: String,
+    /// Number of seeds: the config's `run.seed`, seed + 1, ….
+    #[arg(long, default_value_t = 3)]
+    pub seeds: usize,
+    /// Comma-separated keep-ratio setups, one table column each: ratios in (0, 1], or `mixed`
+    /// (60% of the clients r = 0.2, 40% r = 0.4).
+    #[arg(long, default_value = DEFAULT_SETUPS)]
+    pub keep_ratios: String,
+    /// Override `run.rounds` (for quick runs).
+    #[arg(long)]
+    pub rounds: Option<u64>,
+    /// Print the per-run results `{"runs": [{strategy, setup, seed, final_accuracy, mean_anme,
+    /// error, seconds}, …]}` instead of the table (`null` accuracy and ANME for a failed run).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct CompareReport {
+    runs: Vec<RunResult>,
+}
+
+/// Runs the grid with a progress line per run on stderr, then prints the table or the JSON.
+pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
+    let strategies = compare::parse_strategies(&args.strategies).context("--strategies")?;
+    let setups = compare::parse_setups(&args.keep_ratios).context("--keep-ratios")?;
+    ensure!(args.seeds >= 1, "--seeds: expected at least 1, found 0");
+    let mut config = Config::load(&args.config)?;
+    if let Some(rounds) = args.rounds {
+        config.run.rounds = rounds;
+        config.validate().context("--rounds")?;
+    }
+    let seeds = compare::seeds(config.run.seed, args.seeds);
+    let started = Instant::now();
+    let runs = compare::compare(&config, &strategies, &setups, &seeds, &mut |k, total, r| {
+        let outcome = match (r.final_accuracy, &r.error) {
+            (Some(accuracy), _) => format!("{:.1}%", 100.0 * accuracy),
+            (None, error) => format!("failed: {}", error.as_deref().unwrap_or("no result")),
+        };
+        eprintln!(
+            "[{k}/{total}] {} {} seed {} → {outcome} ({:.1} s)",
+            r.strategy, r.setup, r.seed, r.seconds
+        );
+    })
+    .with_context(|| args.config.display().to_string())?;
+    eprintln!(
+        "{} runs in {:.1} s",
+        runs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if args.json {
+        return super::print_json(&CompareReport { runs });
+    }
+    let names = |items: Vec<String>| items.join(",");
+    println!(
+        "Final test accuracy in % (mean ± std over seeds {}) and ANME (mean over rounds and \
+         seeds) on {}: {} rounds, {} clients, {} per round.",
+        names(seeds.iter().map(ToString::to_string).collect()),
+        args.config.display(),
+        config.run.rounds,
+        config.data.clients,
+        config.federation.clients_per_round
+    );
+    println!(
+        "Reproduce: `fedshard compare {} --strategies {} --keep-ratios {} --seeds {} --rounds {}`",
+        args.config.display(),
+        names(strategies.iter().map(ToString::to_string).collect()),
+        names(setups.iter().map(|s| s.name.clone()).collect()),
+        args.seeds,
+        config.run.rounds
+    );
+    println!();
+    print!("{}", compare::table(&runs, &strategies, &setups));
+    Ok(())
+}

@@ -1,0 +1,462 @@
+//! The paper's Table 1 (seed 001 §4.2) on any config: the same federation — the config's data,
+//! model and training — run under each sharding strategy and keep-ratio setup over several
+//! seeds, summarised as final test accuracy (mean ± std over seeds) and mean ANME per cell, with
+//! a no-sharding reference row.
+//!
+//! Runs are independent and run one after the other in this process, each through
+//! [`federation::build`] and the runtime's [`fedshard_actors::server::run`] (the loop behind
+//! `fedshard run`) with no run folder and no metrics exporter. Every run is deterministic given
+//! its seed, so the whole grid is too.
+
+use crate::config::{Config, KeepRatioShare};
+use crate::federation;
+use anyhow::{Context, bail, ensure};
+use fedshard_strategies::sharding::plan::StrategySpec;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::str::FromStr;
+use std::time::Instant;
+
+/// The strategies of Table 1, in its row order.
+pub const DEFAULT_STRATEGIES: &str = "top-n,top-n+scaled,prism,prism+scaled,prism-wallenius,\
+prism-wallenius+cliplr,unbiased,collective";
+
+/// The keep-ratio setups of Table 1, in its order.
+pub const DEFAULT_SETUPS: &str = "0.1,0.2,mixed";
+
+/// The `strategy` of the reference runs.
+pub const NO_SHARDING: &str = "no sharding";
+
+/// The `setup` of the reference runs: every client trains the full dense model.
+pub const FULL_MODEL: &str = "full";
+
+/// One column of the table: the clients' keep ratios.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setup {
+    /// The name on the command line and in the JSON: a ratio such as `0.1`, or `mixed`.
+    pub name: String,
+    /// The clients' keep ratios, as the config's `federation.keep_ratios` shares.
+    pub keep_ratios: Vec<KeepRatioShare>,
+}
+
+impl Setup {
+    /// Every client keeps the fraction `ratio` of each sharded layer.
+    pub fn uniform(ratio: f64) -> Self {
+        Self {
+            name: ratio.to_string(),
+            keep_ratios: vec![KeepRatioShare { ratio, share: 1.0 }],
+        }
+    }
+
+    /// The paper's heterogeneous setup: 60% of the clients with r = 0.2, 40% with r = 0.4.
+    pub fn mixed() -> Self {
+        Self {
+            name: "mixed".into(),
+            keep_ratios: vec![
+                KeepRatioShare {
+                    ratio: 0.2,
+                    share: 0.6,
+                },
+                KeepRatioShare {
+                    ratio: 0.4,
+                    share: 0.4,
+                },
+            ],
+        }
+    }
+
+    /// The column header: `r = 0.1`, or the shares of a mixed setup.
+    pub fn describe(&self) -> String {
+        match self.keep_ratios.as_slice() {
+            [only] => format!("r = {}", only.ratio),
+            shares => shares
+                .iter()
+                .map(|k| format!("{}% r = {}", (k.share * 100.0).round(), k.ratio))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
+impl FromStr for Setup {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> anyhow::Result<Self> {
+        if text == "mixed" {
+            return Ok(Self::mixed());
+        }
+        match text.parse::<f64>() {
+            Ok(ratio) if ratio > 0.0 && ratio <= 1.0 => Ok(Self::uniform(ratio)),
+            _ => bail!(
+                "expected a comma-separated list of keep ratios in (0, 1] or `mixed`, found `{text}`"
+            ),
+        }
+    }
+}
+
+/// Parses a comma-separated list (`--strategies`, `--keep-ratios`): no empty entries, no repeats.
+fn parse_list<T, E>(list: &str) -> anyhow::Result<Vec<T>>
+where
+    T: FromStr<Err = E> + PartialEq,
+    E: Into<anyhow::Error>,
+{
+    let mut items: Vec<T> = Vec::new();
+    for text in list.split(',').map(str::trim) {
+        ensure!(
+            !text.is_empty(),
+            "empty entry in `{list}`: expected a comma-separated list"
+        );
+        let item = text.parse().map_err(Into::into)?;
+        ensure!(!items.contains(&item), "`{text}` is listed twice");
+        items.push(item);
+    }
+    Ok(items)
+}
+
+/// Parses `top-n,unbiased,…` with the strategy parser of the config.
+pub fn parse_strategies(list: &str) -> anyhow::Result<Vec<StrategySpec>> {
+    parse_list(list)
+}
+
+/// Parses `0.1,0.2,mixed`: keep ratios in (0, 1] and the paper's `mixed` setup.
+pub fn parse_setups(list: &str) -> anyhow::Result<Vec<Setup>> {
+    parse_list(list)
+}
+
+/// `count` consecutive seeds from `first` (wrapping at `u64::MAX`).
+pub fn seeds(first: u64, count: usize) -> Vec<u64> {
+    (0..count as u64).map(|i| first.wrapping_add(i)).collect()
+}
+
+/// One row × column of the grid, run once per seed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arm {
+    /// The reference: every client trains the full dense model (see [`run_config`]).
+    NoSharding,
+    /// One strategy under one keep-ratio setup.
+    Sharded {
+        strategy: StrategySpec,
+        setup: Setup,
+    },
+}
+
+impl Arm {
+    /// The `(strategy, setup)` labels of this arm's results.
+    pub fn labels(&self) -> (String, String) {
+        match self {
+            Arm::NoSharding => (NO_SHARDING.into(), FULL_MODEL.into()),
+            Arm::Sharded { strategy, setup } => (strategy.to_string(), setup.name.clone()),
+        }
+    }
+}
+
+/// The config of one run: `base` with `seed` and the arm's strategy and keep ratios.
+///
+/// The reference arm empties `model.sharded_layers` and gives every client keep ratio 1, so the
+/// runtime plans no shards and every client trains the dense model — the paper's "conventional
+/// full model". (Keep ratio 1 with the layer still sharded would train a full-rank
+/// factorisation, the paper's over-parameterised row; ask for it with the setup `1`.) ClipLR
+/// keeps following the strategy through [`federation::build`]; dense training has no factor
+/// columns to clip.
+pub fn run_config(base: &Config, arm: &Arm, seed: u64) -> anyhow::Result<Config> {
+    let mut config = base.clone();
+    config.run.seed = seed;
+    match arm {
+        Arm::NoSharding => {
+            config.model.sharded_layers.clear();
+            config.federation.keep_ratios = Setup::uniform(1.0).keep_ratios;
+        }
+        Arm::Sharded { strategy, setup } => {
+            config.federation.strategy = *strategy;
+            config.federation.keep_ratios = setup.keep_ratios.clone();
+        }
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// The outcome of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// A strategy name, or [`NO_SHARDING`].
+    pub strategy: String,
+    /// A [`Setup::name`], or [`FULL_MODEL`].
+    pub setup: String,
+    pub seed: u64,
+    /// Test accuracy after the last round, in [0, 1]; `None` if the run failed.
+    pub final_accuracy: Option<f64>,
+    /// ANME (ALGORITHMS.md §1.9) averaged over the rounds, 0 when nothing is sharded; `None` if
+    /// the run failed.
+    pub mean_anme: Option<f64>,
+    /// Why the run stopped before its last round (a diverging run can make the server's SVD
+    /// fail): one failed run is a result of the grid, not a reason to drop the others.
+    pub error: Option<String>,
+    /// Wall time of the run: building the federation and every round.
+    pub seconds: f64,
+}
+
+/// The grid: the reference arm first (a quick sanity check of the data and training), then
+/// every strategy for each setup.
+pub fn arms(strategies: &[StrategySpec], setups: &[Setup]) -> Vec<Arm> {
+    let sharded = setups.iter().flat_map(|setup| {
+        strategies.iter().map(|&strategy| Arm::Sharded {
+            strategy,
+            setup: setup.clone(),
+        })
+    });
+    std::iter::once(Arm::NoSharding).chain(sharded).collect()
+}
+
+/// Runs every arm of [`arms`] for every seed, one run after the other, and returns the results
+/// in run order. `on_run(k, total, result)` is called after run `k` of `total` (1-based).
+///
+/// Every run's config is built and validated before the first run starts, so a bad setup fails
+/// at once; a run that fails later is recorded with its error and the grid goes on.
+pub fn compare(
+    config: &Config,
+    strategies: &[StrategySpec],
+    setups: &[Setup],
+    seeds: &[u64],
+    on_run: &mut dyn FnMut(usize, usize, &RunResult),
+) -> anyhow::Result<Vec<RunResult>> {
+    ensure!(
+        !config.model.sharded_layers.is_empty(),
+        "the config's `model.sharded_layers` is empty: every strategy would train the same dense \
+         model, so there is nothing to compare"
+    );
+    ensure!(!strategies.is_empty(), "no strategy to compare");
+    ensure!(!setups.is_empty(), "no keep-ratio setup to compare");
+    ensure!(!seeds.is_empty(), "no seed to run");
+    let mut runs = Vec::new();
+    for arm in arms(strategies, setups) {
+        let (strategy, setup) = arm.labels();
+        for &seed in seeds {
+            let run = run_config(config, &arm, seed)
+                .with_context(|| format!("strategy {strategy}, setup {setup}"))?;
+            runs.push((strategy.clone(), setup.clone(), seed, run));
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let total = runs.len();
+    let mut results = Vec::with_capacity(total);
+    for (strategy, setup, seed, run) in runs {
+        let started = Instant::now();
+        let outcome = run_one(&run, &runtime);
+        let result = RunResult {
+            strategy,
+            setup,
+            seed,
+            final_accuracy: outcome.as_ref().ok().map(|o| o.0),
+            mean_anme: outcome.as_ref().ok().map(|o| o.1),
+            error: outcome.err().map(|e| format!("{e:#}")),
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        on_run(results.len() + 1, total, &result);
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// Runs one federation in memory; returns its final accuracy and its ANME averaged over rounds.
+fn run_one(config: &Config, runtime: &tokio::runtime::Runtime) -> anyhow::Result<(f64, f64)> {
+    let federation = federation::build(config)?;
+    let (_, summary) = runtime
+        .block_on(fedshard_actors::server::run(federation))
+        .map_err(anyhow::Error::msg)?;
+    let rounds = &summary.per_round;
+    ensure!(!rounds.is_empty(), "the run completed no round");
+    let anme = rounds.iter().map(|r| r.anme).sum::<f64>() / rounds.len() as f64;
+    Ok((summary.final_accuracy, anme))
+}
+
+/// One cell of the table: the runs of one (strategy, setup) over the seeds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cell {
+    /// Over the completed runs (NaN if none completed).
+    pub accuracy_mean: f64,
+    /// Sample standard deviation (n − 1 in the denominator) over the completed runs; 0 for one.
+    pub accuracy_std: f64,
+    pub anme_mean: f64,
+    pub completed: usize,
+    pub failed: usize,
+}
+
+/// Summarises the results of `strategy` under `setup`; `None` if there are none.
+pub fn cell(results: &[RunResult], strategy: &str, setup: &str) -> Option<Cell> {
+    let runs: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| r.strategy == strategy && r.setup == setup)
+        .collect();
+    if runs.is_empty() {
+        return None;
+    }
+    let completed: Vec<(f64, f64)> = runs
+        .iter()
+        .filter_map(|r| r.final_accuracy.zip(r.mean_anme))
+        .collect();
+    let n = completed.len() as f64;
+    let accuracy_mean = completed.iter().map(|c| c.0).sum::<f64>() / n;
+    let squares: f64 = completed
+        .iter()
+        .map(|c| (c.0 - accuracy_mean).powi(2))
+        .sum();
+    Some(Cell {
+        accuracy_mean,
+        accuracy_std: if completed.len() > 1 {
+            (squares / (n - 1.0)).sqrt()
+        } else {
+            0.0
+        },
+        anme_mean: completed.iter().map(|c| c.1).sum::<f64>() / n,
+        completed: completed.len(),
+        failed: runs.len() - completed.len(),
+    })
+}
+
+/// The markdown table: a row per strategy in the given order and the no-sharding row last; per
+/// setup, a column "accuracy % (mean ± std)" and a column ANME. The reference runs fill every
+/// setup's column, as they do not depend on it. A cell without runs shows `–`; failed runs are
+/// counted in their cell and listed with their errors under the table.
+pub fn table(results: &[RunResult], strategies: &[StrategySpec], setups: &[Setup]) -> String {
+    let mut out = String::from("| strategy |");
+    let mut rule = String::from("|---|");
+    for setup in setups {
+        let _ = write!(out, " {} acc. % | ANME |", setup.describe());
+        rule.push_str("---:|---:|");
+    }
+    out.push('\n');
+    out.push_str(&rule);
+    out.push('\n');
+    let rows = strategies
+        .iter()
+        .map(|s| (s.to_string(), None))
+        .chain(std::iter::once((NO_SHARDING.to_string(), Some(FULL_MODEL))));
+    for (strategy, fixed_setup) in rows {
+        let _ = write!(out, "| {strategy} |");
+        for setup in setups {
+            let text = match cell(results, &strategy, fixed_setup.unwrap_or(&setup.name)) {
+                None => "– | –".to_string(),
+                Some(c) if c.completed == 0 => format!("failed ({}/{}) | –", c.failed, c.failed),
+                Some(c) => {
+                    let failed = if c.failed > 0 {
+                        format!(" ({}/{} failed)", c.failed, c.failed + c.completed)
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{:.1} ± {:.1}{failed} | {:.2}",
+                        100.0 * c.accuracy_mean,
+                        100.0 * c.accuracy_std,
+                        c.anme_mean
+                    )
+                }
+            };
+            let _ = write!(out, " {text} |");
+        }
+        out.push('\n');
+    }
+    let failures: Vec<&RunResult> = results.iter().filter(|r| r.error.is_some()).collect();
+    if !failures.is_empty() {
+        out.push_str("\nFailed runs:\n");
+        for r in failures {
+            let error = r.error.as_deref().unwrap_or_default();
+            let _ = writeln!(out, "- {} {} seed {}: {error}", r.strategy, r.setup, r.seed);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setups_parse_ratios_and_mixed() {
+        let setups = parse_setups("0.1, 0.2,mixed,1").unwrap();
+        let names: Vec<&str> = setups.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["0.1", "0.2", "mixed", "1"]);
+        assert_eq!(setups[2].describe(), "60% r = 0.2, 40% r = 0.4");
+        assert_eq!(setups[0].describe(), "r = 0.1");
+        for bad in ["0", "1.5", "-0.1", "NaN", "abc", "0.1,,0.2", "0.1,0.1", ""] {
+            assert!(parse_setups(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn strategies_use_the_config_parser() {
+        let list = parse_strategies(DEFAULT_STRATEGIES).unwrap();
+        let names: Vec<String> = list.iter().map(ToString::to_string).collect();
+        assert_eq!(names.join(","), DEFAULT_STRATEGIES);
+        let err = parse_strategies("top-n,bogus").unwrap_err().to_string();
+        assert!(
+            err.contains("bogus") && err.contains("valid names"),
+            "{err}"
+        );
+        // `scaled` is an alias of `top-n+scaled`: the same row twice.
+        assert!(parse_strategies("scaled,top-n+scaled").is_err());
+    }
+
+    /// Accuracies 0.8, 0.9, 1.0: mean 0.9, sample std 0.1 (n − 1 = 2 in the denominator).
+    #[test]
+    fn cells_use_the_sample_standard_deviation() {
+        let run = |seed, final_accuracy| RunResult {
+            strategy: "unbiased".into(),
+            setup: "0.1".into(),
+            seed,
+            final_accuracy: Some(final_accuracy),
+            mean_anme: Some(0.5),
+            error: None,
+            seconds: 0.0,
+        };
+        let results = [run(1, 0.8), run(2, 0.9), run(3, 1.0)];
+        let c = cell(&results, "unbiased", "0.1").unwrap();
+        assert!((c.accuracy_mean - 0.9).abs() < 1e-12);
+        assert!((c.accuracy_std - 0.1).abs() < 1e-12);
+        assert_eq!((c.completed, c.failed), (3, 0));
+        assert_eq!(
+            cell(&results[..1], "unbiased", "0.1").unwrap().accuracy_std,
+            0.0
+        );
+        assert!(cell(&results, "top-n", "0.1").is_none());
+        let text = table(
+            &results,
+            &parse_strategies("unbiased").unwrap(),
+            &[Setup::uniform(0.1)],
+        );
+        assert!(text.contains("| unbiased | 90.0 ± 10.0 | 0.50 |"), "{text}");
+        assert!(text.contains("| no sharding | – | – |"), "{text}");
+        assert!(!text.contains("Failed runs"), "{text}");
+    }
+
+    /// A failed run is counted in its cell, left out of the statistics and listed with its error.
+    #[test]
+    fn failed_runs_are_counted_and_listed() {
+        let run = |seed, outcome: Result<f64, &str>| RunResult {
+            strategy: "unbiased".into(),
+            setup: "0.1".into(),
+            seed,
+            final_accuracy: outcome.ok(),
+            mean_anme: outcome.ok().map(|_| 0.5),
+            error: outcome.err().map(String::from),
+            seconds: 0.0,
+        };
+        let strategies = parse_strategies("unbiased").unwrap();
+        let setups = [Setup::uniform(0.1)];
+        let results = [run(1, Ok(0.8)), run(2, Err("round 3: diverged"))];
+        let c = cell(&results, "unbiased", "0.1").unwrap();
+        assert_eq!((c.completed, c.failed, c.accuracy_std), (1, 1, 0.0));
+        let text = table(&results, &strategies, &setups);
+        assert!(
+            text.contains("| 80.0 ± 0.0 (1/2 failed) | 0.50 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- unbiased 0.1 seed 2: round 3: diverged"),
+            "{text}"
+        );
+        let text = table(&results[1..], &strategies, &setups);
+        assert!(text.contains("| unbiased | failed (1/1) | – |"), "{text}");
+    }
+}

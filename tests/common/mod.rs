@@ -1,0 +1,40 @@
+//! Running the `fedshard` binary as a user does, shared by the command-line tests: a success
+//! gives its stdout, a failure must be exit code 2 with one `error: …` line on stderr.
+
+use std::process::{Command, Output};
+
+pub fn fedshard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fedshard"))
+        .args(args)
+        .output()
+        .expect("spawn fedshard")
+}
+
+/// Runs a command that must succeed and returns its stdout.
+pub fn stdout_of(args: &[&str]) -> String {
+    let out = fedshard(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+/// Runs a command that must fail with exit code 2 and one line on stderr; returns that line.
+pub fn error_of(args: &[&str]) -> String {
+    let out = fedshard(args);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?} should exit with 2; stdout {}, stderr {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout on failure");
+    let stderr = String::from_utf8(out.stderr).expect("utf-8 stderr");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one-line error for {args:?}: {stderr:?}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    lines[0].to_string()
+}
