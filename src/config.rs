@@ -70,7 +70,7 @@ pub enum DatasetName {
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
     pub dataset: DatasetName,
-    /// Number of clients K.
+    /// Number of clients K (shakespeare: drawn from the roles with `min_lines` lines).
     pub clients: usize,
     /// Held-out fraction for evaluation (digits).
     #[serde(default = "default_test_fraction")]
@@ -88,9 +88,12 @@ pub struct DataSection {
     /// Client sizes ⌊LogNormal(γ ln K − ½, 1)⌋ (synthetic-linear), mean K^γ.
     #[serde(default = "default_gamma")]
     pub gamma: f64,
-    /// Held-out samples (synthetic-linear); the most test windows evaluated (shakespeare).
+    /// Held-out samples (synthetic-linear); test windows evaluated, drawn from all clients'
+    /// test texts (shakespeare).
     #[serde(default = "default_test_samples")]
     pub test_samples: usize,
+    /// Shakespeare: the most training windows per client (a seeded random subset); omit for all.
+    pub max_samples: Option<usize>,
     /// Shakespeare: the least lines a role must speak to become a client.
     #[serde(default = "default_min_lines")]
     pub min_lines: usize,
@@ -99,7 +102,7 @@ pub struct DataSection {
 }
 
 fn default_min_lines() -> usize {
-    64
+    crate::data::shakespeare::DEFAULT_MIN_LINES
 }
 
 fn default_test_fraction() -> f64 {

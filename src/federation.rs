@@ -4,7 +4,9 @@
 use crate::config::{Config, DatasetName, Device};
 use crate::data;
 use crate::models::net::Architecture;
-use crate::train::neural::{Cpu, CpuTraining, Examples, NeuralClient, NeuralEvaluator};
+use crate::train::neural::{
+    CharWindows, Cpu, CpuTraining, Examples, NeuralClient, NeuralEvaluator,
+};
 use crate::train::{SoftmaxClient, SoftmaxEvaluator, initial_model, synthetic_clients};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
@@ -53,7 +55,17 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
                 }
             }
             DatasetName::Shakespeare => {
-                anyhow::bail!("TEMP: shakespeare wiring pending the data module merge")
+                let net = config
+                    .model
+                    .network
+                    .as_ref()
+                    .context("field `model.network`: shakespeare needs a char-transformer")?;
+                let (train, test) = shakespeare_windows(config, net.input_width())?;
+                let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(train.len());
+                for windows in train {
+                    trainers.push(neural_trainer(config, net, Box::new(windows))?);
+                }
+                (trainers, neural_evaluator(config, net, Box::new(test))?)
             }
             DatasetName::SyntheticLinear => {
                 let (clients, evaluator, _theta) = synthetic_clients(
@@ -139,6 +151,53 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
         history: Vec::new(),
         events: None,
     })
+}
+
+/// The Shakespeare clients' training windows and a seeded sample of `data.test_samples` test
+/// windows from all clients' test texts.
+fn shakespeare_windows(
+    config: &Config,
+    context: usize,
+) -> anyhow::Result<(Vec<CharWindows>, CharWindows)> {
+    let root = match &config.data.cache {
+        Some(dir) => dir.clone(),
+        None => data::files::default_cache_root().context(
+            "field `data.cache`: no cache directory given and none found ($FEDSHARD_CACHE, $XDG_CACHE_HOME, $HOME)",
+        )?,
+    };
+    let clients = data::shakespeare::load_shakespeare(
+        &root,
+        config.data.min_lines,
+        Some(config.data.clients),
+        config.run.seed,
+    )?;
+    let mut test_text = Vec::new();
+    let mut test_starts = Vec::new();
+    let mut train = Vec::with_capacity(clients.len());
+    for client in clients {
+        let codes = client.test.codes();
+        let offset = test_text.len();
+        test_starts.extend((0..codes.len().saturating_sub(context)).map(|i| offset + i));
+        test_text.extend_from_slice(codes);
+        let mut windows = CharWindows::all(client.train.codes().to_vec(), context);
+        if let Some(cap) = config.data.max_samples {
+            let mut rng = stream(config.run.seed, 0, 2 + train.len() as u64, Purpose::Data);
+            data::shuffle(&mut windows.starts, &mut rng);
+            windows.starts.truncate(cap);
+            windows.starts.sort_unstable();
+        }
+        train.push(windows);
+    }
+    let mut rng = stream(config.run.seed, 0, 1, Purpose::Data);
+    data::shuffle(&mut test_starts, &mut rng);
+    test_starts.truncate(config.data.test_samples);
+    test_starts.sort_unstable();
+    let test = CharWindows {
+        text: test_text,
+        starts: test_starts,
+        context,
+    };
+    Ok((train, test))
 }
 
 /// A client training `net` on `examples` on the configured device.

@@ -14,7 +14,8 @@ pub struct RoundRecord {
     pub successes: usize,
     /// Clients that failed, by reason (`error`, `panic`, `timeout`, `unreachable`).
     pub failures: BTreeMap<String, usize>,
-    /// Updates rejected by validation, by reason (`malformed`, `shape`, `non_finite`, `indices`).
+    /// Updates rejected by validation, by reason (`malformed`, `shape`, `non_finite`, `indices`),
+    /// and `non_finite_aggregate` when the accepted updates summed past f32 (model unchanged).
     pub rejected: BTreeMap<String, usize>,
     /// Whether the global model changed (false when below the minimum of successful clients).
     pub model_updated: bool,

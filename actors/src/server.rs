@@ -452,7 +452,7 @@ impl ServerState {
             .values()
             .map(|c| c.samples as f64)
             .sum();
-        let model_updated = accepted.len() >= config.min_successful.max(1);
+        let mut model_updated = accepted.len() >= config.min_successful.max(1);
         let (anme, groups) = plan
             .as_ref()
             .map_or((0.0, vec![]), |p| (p.anme(), p.groups.clone()));
@@ -475,7 +475,8 @@ impl ServerState {
                 .map(|((id, u, _), w)| (*id, *w, u.clone()))
                 .collect();
             let plan = plan.unwrap_or_default();
-            self.fed.model = tokio::task::spawn_blocking(move || {
+            let previous = model.clone();
+            let aggregated = tokio::task::spawn_blocking(move || {
                 let mut weighted: Vec<WeightedUpdate> = updates
                     .iter()
                     .map(|(client, weight, update)| WeightedUpdate {
@@ -489,6 +490,19 @@ impl ServerState {
             })
             .await
             .map_err(|e| format!("aggregation panicked: {e}"))?;
+            // Finite updates can still sum past f32's range (large ω, a high learning rate):
+            // such an aggregate never replaces the global model.
+            if aggregated.is_finite() {
+                self.fed.model = aggregated;
+            } else {
+                tracing::warn!(
+                    round,
+                    "the aggregate of the accepted updates is not finite (diverging local training: lower the learning rate); global model unchanged"
+                );
+                self.fed.model = previous;
+                model_updated = false;
+                *rejected.entry("non_finite_aggregate".to_string()).or_default() += 1;
+            }
         } else {
             tracing::warn!(
                 round,

@@ -26,8 +26,10 @@ impl<B: Backend> LayerNorm<B> {
     }
 
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let (var, mean) = x.clone().var_mean_bias(D - 1);
-        let normed = (x - mean) / var.add_scalar(NORM_EPS).sqrt();
+        let centred = x.clone() - x.mean_dim(D - 1);
+        // A product, not `powi`: the ndarray backend raises to a power through `powf`.
+        let var = (centred.clone() * centred.clone()).mean_dim(D - 1);
+        let normed = centred / var.add_scalar(NORM_EPS).sqrt();
         let shape = |t: Tensor<B, 1>| {
             let mut s = [1; D];
             s[D - 1] = t.dims()[0];
@@ -65,8 +67,9 @@ impl<B: Backend> GroupNorm<B> {
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [n, c, h, w] = x.dims();
         let grouped: Tensor<B, 3> = x.reshape([n, self.groups, (c / self.groups) * h * w]);
-        let (var, mean) = grouped.clone().var_mean_bias(2);
-        let normed = ((grouped - mean) / var.add_scalar(NORM_EPS).sqrt()).reshape([n, c, h, w]);
+        let centred = grouped.clone() - grouped.mean_dim(2);
+        let var = (centred.clone() * centred.clone()).mean_dim(2);
+        let normed = (centred / var.add_scalar(NORM_EPS).sqrt()).reshape([n, c, h, w]);
         normed * self.gamma.val().reshape([1, c, 1, 1]) + self.beta.val().reshape([1, c, 1, 1])
     }
 }
@@ -124,6 +127,13 @@ pub fn causal_mask<B: Backend>(t: usize, device: &B::Device) -> Tensor<B, 2> {
     Tensor::from_data(TensorData::new(data, [t, t]), device)
 }
 
+/// GPT-2's GELU, `x · ½(1 + tanh(√(2/π)(x + 0.044715 x³)))`, written as `x · σ(2z)` (the same
+/// function): one exponential per element instead of the ndarray backend's `erf`.
+pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let z = x.clone() * (x.clone() * x.clone()).mul_scalar(0.044715).add_scalar(1.0);
+    x * burn::tensor::activation::sigmoid(z.mul_scalar(2.0 * (2.0 / std::f64::consts::PI).sqrt()))
+}
+
 /// The two-layer MLP of a transformer block, `d → ratio·d → d` with GELU; both shardable.
 #[derive(Module, Debug)]
 pub struct FeedForward<B: Backend> {
@@ -140,8 +150,7 @@ impl<B: Backend> FeedForward<B> {
     }
 
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.proj
-            .forward(burn::tensor::activation::gelu(self.fc.forward(x)))
+        self.proj.forward(gelu(self.fc.forward(x)))
     }
 }
 

@@ -29,7 +29,7 @@ impl Default for CharShape {
     /// The paper's model: d_model 128, 4 heads, 3 blocks, 80 characters of context.
     fn default() -> Self {
         Self {
-            vocab: 80,
+            vocab: crate::data::shakespeare::VOCAB_SIZE,
             context: 80,
             width: 128,
             heads: 4,

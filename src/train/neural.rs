@@ -48,17 +48,32 @@ impl Examples for crate::data::Dataset {
     }
 }
 
-/// Next-character prediction windows over an encoded text: sample i is `text[i..i+context]`
-/// with targets `text[i+1..i+context+1]` (every position predicts the character after it).
+/// Next-character prediction windows over an encoded text: sample k starts at `starts[k]` and
+/// is `text[s..s+context]` with targets `text[s+1..s+context+1]` (every position predicts the
+/// character after it). Explicit starts let a test set sample windows of many clients' texts,
+/// concatenated, without a window crossing from one text into the next.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CharWindows {
     pub text: Vec<u8>,
+    pub starts: Vec<usize>,
     pub context: usize,
+}
+
+impl CharWindows {
+    /// Every window of one text.
+    pub fn all(text: Vec<u8>, context: usize) -> Self {
+        let starts = (0..text.len().saturating_sub(context)).collect();
+        Self {
+            text,
+            starts,
+            context,
+        }
+    }
 }
 
 impl Examples for CharWindows {
     fn len(&self) -> usize {
-        self.text.len().saturating_sub(self.context)
+        self.starts.len()
     }
     fn width(&self) -> usize {
         self.context
@@ -67,7 +82,8 @@ impl Examples for CharWindows {
         self.context
     }
     fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
-        for &i in samples {
+        for &k in samples {
+            let i = self.starts[k];
             let window = &self.text[i..=i + self.context];
             x.extend(window[..self.context].iter().map(|&c| f32::from(c)));
             y.extend(window[1..].iter().map(|&c| i64::from(c)));
