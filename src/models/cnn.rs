@@ -1,8 +1,12 @@
 //! A small CNN for the 8×8 digits: three 3×3 convolutions and two linear layers.
 //!
 //! `conv0` (first) and `fc1` (last) stay dense; `conv1`, `conv2` and `fc0` are shardable, with
-//! N = 32, 64 and 128 terms.
+//! N = 32, 64 and 128 terms. Every convolution is followed by GroupNorm and `fc0` by LayerNorm,
+//! as the paper's ResNet-18 uses GroupNorm: a sub-model with multipliers ω = 1/π well above 1
+//! (Unbiased, Collective, PriSM+Wallenius at small keep ratios) otherwise blows its activations
+//! up layer after layer, and its local training diverges in the first round.
 
+use crate::models::blocks::{GroupNorm, LayerNorm};
 use crate::models::builder::Builder;
 use crate::models::layers::{Affine, Conv, Weight, avg_pool, max_pool};
 use burn::module::Module;
@@ -13,11 +17,18 @@ use burn::tensor::backend::Backend;
 #[derive(Module, Debug)]
 pub struct DigitsCnn<B: Backend> {
     pub conv0: Conv<B>,
+    pub norm0: GroupNorm<B>,
     pub conv1: Conv<B>,
+    pub norm1: GroupNorm<B>,
     pub conv2: Conv<B>,
+    pub norm2: GroupNorm<B>,
     pub fc0: Affine<B>,
+    pub norm3: LayerNorm<B>,
     pub fc1: Affine<B>,
 }
+
+/// Groups of the GroupNorm layers.
+const GROUPS: usize = 2;
 
 /// Input side of the digits images.
 const SIDE: usize = 8;
@@ -26,9 +37,13 @@ impl<B: Backend> DigitsCnn<B> {
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
         Ok(Self {
             conv0: b.conv("conv0", 1, 16, 3, 1, 1, true, false)?,
+            norm0: GroupNorm::new(b, "norm0", 16, GROUPS)?,
             conv1: b.conv("conv1", 16, 32, 3, 1, 1, true, true)?,
+            norm1: GroupNorm::new(b, "norm1", 32, GROUPS)?,
             conv2: b.conv("conv2", 32, 64, 3, 1, 1, true, true)?,
+            norm2: GroupNorm::new(b, "norm2", 64, GROUPS)?,
             fc0: b.affine("fc0", 64 * 2 * 2, 128, true, true)?,
+            norm3: LayerNorm::new(b, "norm3", 128)?,
             fc1: b.affine("fc1", 128, classes, true, false)?,
         })
     }
@@ -37,12 +52,12 @@ impl<B: Backend> DigitsCnn<B> {
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let n = x.dims()[0];
         let h = x.reshape([n, 1, SIDE, SIDE]);
-        let h = relu(self.conv0.forward(h));
-        let h = relu(self.conv1.forward(h));
+        let h = relu(self.norm0.forward(self.conv0.forward(h)));
+        let h = relu(self.norm1.forward(self.conv1.forward(h)));
         let h = max_pool(h, 2);
-        let h = relu(self.conv2.forward(h));
+        let h = relu(self.norm2.forward(self.conv2.forward(h)));
         let h = avg_pool(h, 2);
-        let h = relu(self.fc0.forward(h.reshape([n, 64 * 2 * 2])));
+        let h = relu(self.norm3.forward(self.fc0.forward(h.reshape([n, 64 * 2 * 2]))));
         self.fc1.forward(h)
     }
 
