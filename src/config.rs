@@ -1,6 +1,7 @@
 //! The TOML run configuration: parsed with `deny_unknown_fields`, then validated as a whole
 //! before anything starts, with errors that name the file, the field and what was expected.
 
+use crate::models::net::Architecture;
 use anyhow::{Context, bail};
 use fedshard_actors::faults::FaultPlan;
 use fedshard_actors::payload::Encoding;
@@ -8,7 +9,6 @@ use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
 use fedshard_strategies::sharding::plan::StrategySpec;
-use crate::models::net::Architecture;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -527,10 +527,19 @@ impl Config {
     /// and sharded layers that the architecture can shard.
     fn validate_neural(&self) -> anyhow::Result<()> {
         let Some(net) = &self.model.network else {
-            bail!("field `model.network`: expected a [model.network] table for `kind = \"neural\"`, found none");
+            bail!(
+                "field `model.network`: expected a [model.network] table for `kind = \"neural\"`, found none"
+            );
         };
         let fits = match (self.data.dataset, net) {
-            (DatasetName::Digits, Architecture::Mlp { inputs: 64, classes: 10, .. }) => true,
+            (
+                DatasetName::Digits,
+                Architecture::Mlp {
+                    inputs: 64,
+                    classes: 10,
+                    ..
+                },
+            ) => true,
             (DatasetName::Digits, Architecture::DigitsCnn { classes: 10 }) => true,
             (DatasetName::Shakespeare, Architecture::CharTransformer(s)) => {
                 s.vocab == crate::models::char_transformer::CharShape::default().vocab

@@ -113,7 +113,7 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
     let f = &config.federation;
     let t = &config.training;
     let layers = config.model.resolved_sharded_layers()?;
-    let sharding = (!layers.is_empty()).then(|| ShardingPolicy {
+    let sharding = (!layers.is_empty()).then_some(ShardingPolicy {
         strategy: f.strategy,
         sampler: f.sampler,
         layers,

@@ -122,7 +122,11 @@ fn only_the_factors_and_the_bias_get_gradients() {
     let grads = GradientsParams::from_grads(loss.backward(), &layer);
     assert_eq!(grads.len(), 3, "exactly U, V and the bias");
     for id in [u_id, v_id] {
-        assert!(grads.get::<<B as AutodiffBackend>::InnerBackend, 2>(id).is_some());
+        assert!(
+            grads
+                .get::<<B as AutodiffBackend>::InnerBackend, 2>(id)
+                .is_some()
+        );
     }
     assert!(
         grads
@@ -169,8 +173,18 @@ fn clip_lr_scales_each_term_by_min_one_tau_over_omega() {
     };
     for (id, width) in [(f.u.id, rows), (f.v.id, rows)] {
         type I = <B as AutodiffBackend>::InnerBackend;
-        let r: Vec<f32> = raw.get::<I, 2>(id).expect("grad").into_data().to_vec().expect("f32");
-        let c: Vec<f32> = clipped.get::<I, 2>(id).expect("grad").into_data().to_vec().expect("f32");
+        let r: Vec<f32> = raw
+            .get::<I, 2>(id)
+            .expect("grad")
+            .into_data()
+            .to_vec()
+            .expect("f32");
+        let c: Vec<f32> = clipped
+            .get::<I, 2>(id)
+            .expect("grad")
+            .into_data()
+            .to_vec()
+            .expect("f32");
         for (j, &o) in omega.iter().enumerate() {
             let scale = (tau / f64::from(o)).min(1.0);
             for k in 0..width {
@@ -218,7 +232,11 @@ fn frobenius_decay_gradient_is_the_analytic_one() {
         multipliers: omega.to_vec(),
     };
     let (net, _) = arch
-        .load::<B>(&without(&state, "fc1.weight"), std::slice::from_ref(&shard), &device())
+        .load::<B>(
+            &without(&state, "fc1.weight"),
+            std::slice::from_ref(&shard),
+            &device(),
+        )
         .expect("loads");
     let decay = frobenius_decay(&net, mu).expect("μ > 0");
     let grads = GradientsParams::from_grads(decay.backward(), &net);
@@ -226,8 +244,18 @@ fn frobenius_decay_gradient_is_the_analytic_one() {
         panic!("fc1 is the shard")
     };
     type I = <B as AutodiffBackend>::InnerBackend;
-    let gu: Vec<f32> = grads.get::<I, 2>(f.u.id).expect("grad").into_data().to_vec().expect("f32");
-    let gv: Vec<f32> = grads.get::<I, 2>(f.v.id).expect("grad").into_data().to_vec().expect("f32");
+    let gu: Vec<f32> = grads
+        .get::<I, 2>(f.u.id)
+        .expect("grad")
+        .into_data()
+        .to_vec()
+        .expect("f32");
+    let gv: Vec<f32> = grads
+        .get::<I, 2>(f.v.id)
+        .expect("grad")
+        .into_data()
+        .to_vec()
+        .expect("f32");
     let (u, v) = (&shard.left, &shard.right);
     let w = dense_product(u, v, &omega, rows, cols);
     // Row j of grad u: μ ω_j Ŵ v_j (length rows); row j of grad v: μ ω_j Ŵᵀ u_j (length cols).
@@ -257,7 +285,10 @@ fn a_conv_decomposed_with_all_terms_reproduces_the_conv() {
 fn the_im2col_conv_is_burns_conv() {
     let (c_in, c_out, k, side, batch) = (3, 5, 3, 6, 2);
     let w = random(c_out * c_in * k * k, 31);
-    let x = tensor(&random(batch * c_in * side * side, 32), [batch, c_in, side, side]);
+    let x = tensor(
+        &random(batch * c_in * side * side, 32),
+        [batch, c_in, side, side],
+    );
     let expected: Vec<f64> = values(burn::tensor::module::conv2d(
         x.clone(),
         tensor(&w, [c_out, c_in, k, k]),
@@ -303,7 +334,10 @@ fn conv_reproduced(stride: usize) {
         stride: [stride, stride],
         padding: [1, 1],
     };
-    let x = tensor(&random(batch * c_in * side * side, 23), [batch, c_in, side, side]);
+    let x = tensor(
+        &random(batch * c_in * side * side, 23),
+        [batch, c_in, side, side],
+    );
     let expected: Vec<f64> = values(dense.forward(x.clone()))
         .into_iter()
         .map(f64::from)
@@ -368,9 +402,13 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
 fn a_task_naming_a_layer_the_model_lacks_is_an_error() {
     let arch = digits_cnn();
     let (mut state, _) = arch.initial_state(3).expect("builds");
-    state.tensors.push(fedshard_actors::model::NamedTensor::zeros("extra", vec![2]));
+    state
+        .tensors
+        .push(fedshard_actors::model::NamedTensor::zeros("extra", vec![2]));
     let state = ModelState::new(state.tensors).expect("distinct names");
-    let err = arch.load::<B>(&state, &[], &device()).expect_err("unknown tensor");
+    let err = arch
+        .load::<B>(&state, &[], &device())
+        .expect_err("unknown tensor");
     assert!(err.contains("extra"), "{err}");
     let shard_of_first = LayerShard {
         name: "conv0.weight".into(),
@@ -382,7 +420,11 @@ fn a_task_naming_a_layer_the_model_lacks_is_an_error() {
     };
     let (state, _) = arch.initial_state(3).expect("builds");
     let err = arch
-        .load::<B>(&without(&state, "conv0.weight"), &[shard_of_first], &device())
+        .load::<B>(
+            &without(&state, "conv0.weight"),
+            &[shard_of_first],
+            &device(),
+        )
         .expect_err("first layer");
     assert!(err.contains("never sharded"), "{err}");
 }
@@ -401,8 +443,14 @@ fn random_shards(state: &ModelState, layers: &[String], r: f64) -> Vec<LayerShar
                 name: name.clone(),
                 shape: t.shape.clone(),
                 indices: (0..n).collect(),
-                left: random(n * rows, 100 + i as u64).iter().map(|x| x * 0.1).collect(),
-                right: random(n * cols, 200 + i as u64).iter().map(|x| x * 0.1).collect(),
+                left: random(n * rows, 100 + i as u64)
+                    .iter()
+                    .map(|x| x * 0.1)
+                    .collect(),
+                right: random(n * cols, 200 + i as u64)
+                    .iter()
+                    .map(|x| x * 0.1)
+                    .collect(),
                 multipliers: vec![1.0; n],
             }
         })
@@ -449,7 +497,9 @@ fn cct_builds_runs_and_shards() {
 fn char_transformer_builds_runs_and_shards() {
     let arch = Architecture::CharTransformer(Default::default());
     let shape = fedshard::models::char_transformer::CharShape::default();
-    let tokens: Vec<f32> = (0..2 * shape.context).map(|i| (i % shape.vocab) as f32).collect();
+    let tokens: Vec<f32> = (0..2 * shape.context)
+        .map(|i| (i % shape.vocab) as f32)
+        .collect();
     forward_backward(&arch, 2, tokens, [2 * shape.context, shape.vocab]);
 }
 
@@ -518,7 +568,10 @@ fn a_digits_cnn_federation_learns_under_every_strategy() {
             "{strategy}: final accuracy {}",
             summary.final_accuracy
         );
-        assert!(summary.per_round.iter().all(|r| r.model_updated), "{strategy}");
+        assert!(
+            summary.per_round.iter().all(|r| r.model_updated),
+            "{strategy}"
+        );
         eprintln!("{strategy}: {:.3}", summary.final_accuracy);
     }
 }
@@ -526,7 +579,7 @@ fn a_digits_cnn_federation_learns_under_every_strategy() {
 #[test]
 fn local_training_then_evaluation_learns_the_digits() {
     use fedshard::train::neural::{Cpu, NeuralClient, NeuralEvaluator};
-    use fedshard_actors::trainer::{Evaluator, LocalTrainer, Recipe, TrainTask};
+    use fedshard_actors::trainer::{LocalTrainer, Recipe, TrainTask};
     let arch = match std::env::var("ARCH").as_deref() {
         Ok("mlp") => Architecture::digits_mlp(),
         _ => digits_cnn(),
@@ -562,6 +615,9 @@ fn local_training_then_evaluation_learns_the_digits() {
     };
     let out = client.train(&task).expect("trains");
     let after = evaluator.try_evaluate(&out.dense).expect("evaluates");
-    eprintln!("before {before:?}, after {after:?}, train loss {}", out.loss);
+    eprintln!(
+        "before {before:?}, after {after:?}, train loss {}",
+        out.loss
+    );
     assert!(after.accuracy > 0.8, "{after:?}");
 }

@@ -501,7 +501,9 @@ impl ServerState {
                 );
                 self.fed.model = previous;
                 model_updated = false;
-                *rejected.entry("non_finite_aggregate".to_string()).or_default() += 1;
+                *rejected
+                    .entry("non_finite_aggregate".to_string())
+                    .or_default() += 1;
             }
         } else {
             tracing::warn!(

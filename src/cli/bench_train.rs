@@ -66,13 +66,16 @@ struct Setup {
 }
 
 fn setup(model: BenchModel) -> anyhow::Result<Setup> {
-    let digits = || -> anyhow::Result<Box<dyn Examples>> { Ok(Box::new(crate::data::digits::load()?)) };
+    let digits =
+        || -> anyhow::Result<Box<dyn Examples>> { Ok(Box::new(crate::data::digits::load()?)) };
     let images = |classes: usize| -> anyhow::Result<Box<dyn Examples>> {
         let mut rng = stream(0, 0, 0, Purpose::Data);
         let n = 64;
         let features = (0..n * 3072).map(|_| uniform(&mut rng) as f32).collect();
         let labels = (0..n).map(|i| (i % classes) as u32).collect();
-        Ok(Box::new(crate::data::Dataset::new(features, labels, 3072, classes)?))
+        Ok(Box::new(crate::data::Dataset::new(
+            features, labels, 3072, classes,
+        )?))
     };
     Ok(match model {
         BenchModel::DigitsMlp => Setup {
@@ -178,7 +181,11 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
         batch_size: s.batch,
         momentum: 0.9,
         // The digits-mlp reference is plain SGD with momentum, as measured in PyTorch.
-        weight_decay: if args.model == BenchModel::DigitsMlp { 0.0 } else { 1e-4 },
+        weight_decay: if args.model == BenchModel::DigitsMlp {
+            0.0
+        } else {
+            1e-4
+        },
         clip_lr: (args.keep_ratio < 1.0).then_some(10.0),
     };
     // One pass over a slice of the data per call; the first call is the warm-up.

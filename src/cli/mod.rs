@@ -2,8 +2,8 @@
 
 pub mod bench;
 pub mod bench_train;
-pub mod data;
 pub mod compare;
+pub mod data;
 mod input;
 pub mod oneshot;
 pub mod probs;

@@ -54,8 +54,10 @@ impl<B: Backend> GroupNorm<B> {
         channels: usize,
         groups: usize,
     ) -> Result<Self, String> {
-        if groups == 0 || channels % groups != 0 {
-            return Err(format!("`{name}`: {channels} channels do not split into {groups} groups"));
+        if groups == 0 || !channels.is_multiple_of(groups) {
+            return Err(format!(
+                "`{name}`: {channels} channels do not split into {groups} groups"
+            ));
         }
         Ok(Self {
             gamma: b.tensor(&format!("{name}.weight"), [channels], Init::Ones)?,
@@ -86,8 +88,10 @@ pub struct SelfAttention<B: Backend> {
 
 impl<B: Backend> SelfAttention<B> {
     pub fn new(b: &mut Builder<B>, name: &str, dim: usize, heads: usize) -> Result<Self, String> {
-        if heads == 0 || dim % heads != 0 {
-            return Err(format!("`{name}`: width {dim} does not split into {heads} heads"));
+        if heads == 0 || !dim.is_multiple_of(heads) {
+            return Err(format!(
+                "`{name}`: width {dim} does not split into {heads} heads"
+            ));
         }
         Ok(Self {
             q: b.affine(&format!("{name}.q"), dim, dim, true, true)?,
@@ -106,16 +110,26 @@ impl<B: Backend> SelfAttention<B> {
         let q = split(self.q.forward(x.clone()));
         let k = split(self.k.forward(x.clone()));
         let v = split(self.v.forward(x));
-        let mut scores = q.matmul(k.swap_dims(2, 3)).div_scalar(((d / h) as f64).sqrt());
+        let mut scores = q
+            .matmul(k.swap_dims(2, 3))
+            .div_scalar(((d / h) as f64).sqrt());
         if let Some(m) = mask {
             scores = scores + m.clone().reshape([1, 1, t, t]);
         }
-        let context = softmax(scores, 3).matmul(v).swap_dims(1, 2).reshape([n, t, d]);
+        let context = softmax(scores, 3)
+            .matmul(v)
+            .swap_dims(1, 2)
+            .reshape([n, t, d]);
         self.o.forward(context)
     }
 
     pub fn weights(&self) -> [&Weight<B>; 4] {
-        [&self.q.weight, &self.k.weight, &self.v.weight, &self.o.weight]
+        [
+            &self.q.weight,
+            &self.k.weight,
+            &self.v.weight,
+            &self.o.weight,
+        ]
     }
 }
 

@@ -59,6 +59,9 @@ pub struct Builder<'a, B: Backend> {
     roles: HashMap<ParamId, Role>,
 }
 
+/// What init mode records: the initial global state and the names of the shardable weights.
+pub type InitialState = (ModelState, Vec<String>);
+
 /// The parameter → tensor map of a built model, needed by [`export`].
 #[derive(Debug)]
 pub struct Layout {
@@ -99,7 +102,7 @@ impl<'a, B: Backend> Builder<'a, B> {
     /// In init mode: the recorded initial state and the names of the shardable weights.
     /// In load mode: an error if the task carried a tensor or shard the model never asked
     /// for (a config naming a layer the model does not have), else the layout for [`export`].
-    pub fn finish(self) -> Result<(Layout, Option<(ModelState, Vec<String>)>), String> {
+    pub fn finish(self) -> Result<(Layout, Option<InitialState>), String> {
         let layout = Layout { roles: self.roles };
         match self.mode {
             Mode::Init {
@@ -217,7 +220,9 @@ impl<'a, B: Backend> Builder<'a, B> {
             && let Some(shard) = shards.iter().find(|s| s.name == name)
         {
             if !shardable {
-                return Err(format!("`{name}` is a first or last layer and is never sharded"));
+                return Err(format!(
+                    "`{name}` is a first or last layer and is never sharded"
+                ));
             }
             if shard.shape != shape {
                 return Err(format!(

@@ -37,7 +37,9 @@ pub struct Cct<B: Backend> {
 impl<B: Backend> Cct<B> {
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
         let blocks = (0..BLOCKS)
-            .map(|i| TransformerBlock::new(b, &format!("block{i}"), WIDTH, HEADS, MLP_RATIO * WIDTH))
+            .map(|i| {
+                TransformerBlock::new(b, &format!("block{i}"), WIDTH, HEADS, MLP_RATIO * WIDTH)
+            })
             .collect::<Result<_, _>>()?;
         Ok(Self {
             tokenizer0: b.conv("tokenizer0", 3, 64, 3, 1, 1, false, false)?,
@@ -58,7 +60,10 @@ impl<B: Backend> Cct<B> {
         let h = pool(relu(self.tokenizer1.forward(h)));
         let tokens = h.reshape([n, WIDTH, TOKENS]).swap_dims(1, 2);
         let h = tokens + self.positions.val().reshape([1, TOKENS, WIDTH]);
-        let h = self.blocks.iter().fold(h, |h, block| block.forward(h, None));
+        let h = self
+            .blocks
+            .iter()
+            .fold(h, |h, block| block.forward(h, None));
         let h = self.ln.forward(h);
         let attention = softmax(self.pool.forward(h.clone()), 1);
         let pooled = attention.swap_dims(1, 2).matmul(h).reshape([n, WIDTH]);

@@ -68,7 +68,7 @@ impl<B: Backend> CharTransformer<B> {
         let [n, t] = x.dims();
         let d = self.positions.dims()[1];
         let h = embedding(self.tokens.val(), x.int())
-            + self.positions.val().slice([0..t]).reshape([1, t, d]);
+            + self.positions.val().narrow(0, 0, t).reshape([1, t, d]);
         let mask = if t == self.mask.dims()[0] {
             self.mask.clone()
         } else {

@@ -57,7 +57,10 @@ impl<B: Backend> DigitsCnn<B> {
         let h = max_pool(h, 2);
         let h = relu(self.norm2.forward(self.conv2.forward(h)));
         let h = avg_pool(h, 2);
-        let h = relu(self.norm3.forward(self.fc0.forward(h.reshape([n, 64 * 2 * 2]))));
+        let h = relu(
+            self.norm3
+                .forward(self.fc0.forward(h.reshape([n, 64 * 2 * 2]))),
+        );
         self.fc1.forward(h)
     }
 

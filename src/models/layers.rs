@@ -196,12 +196,11 @@ impl<B: Backend> Conv<B> {
                 // The 1×1 convolution with weight U is a product over channels.
                 let [batch, _, height, width] = h.dims();
                 let c_out = f.u.dims()[1];
-                let mixed = f.u.val().transpose().matmul(
-                    h.swap_dims(0, 1).reshape([n, batch * height * width]),
-                );
-                mixed
-                    .reshape([c_out, batch, height, width])
-                    .swap_dims(0, 1)
+                let mixed =
+                    f.u.val()
+                        .transpose()
+                        .matmul(h.swap_dims(0, 1).reshape([n, batch * height * width]));
+                mixed.reshape([c_out, batch, height, width]).swap_dims(0, 1)
             }
         };
         match &self.bias {
@@ -241,7 +240,11 @@ pub fn im2col_conv<B: Backend>(
     let mut shifted = Vec::with_capacity(kh * kw);
     for i in 0..kh {
         for j in 0..kw {
-            shifted.push(padded.clone().slice([0..c_in, 0..n, i..i + out_h, j..j + out_w]));
+            shifted.push(
+                padded
+                    .clone()
+                    .slice([0..c_in, 0..n, i..i + out_h, j..j + out_w]),
+            );
         }
     }
     let patches: Tensor<B, 5> = Tensor::stack(shifted, 1);
@@ -273,5 +276,8 @@ pub fn param<B: Backend, const D: usize>(
     shape: [usize; D],
     device: &B::Device,
 ) -> Param<Tensor<B, D>> {
-    Param::from_tensor(Tensor::from_data(TensorData::new(data.to_vec(), shape), device))
+    Param::from_tensor(Tensor::from_data(
+        TensorData::new(data.to_vec(), shape),
+        device,
+    ))
 }

@@ -62,7 +62,9 @@ impl Architecture {
                 hidden,
                 classes,
             } => Net::Mlp(Mlp::new(builder, *inputs, hidden, *classes)?),
-            Architecture::DigitsCnn { classes } => Net::DigitsCnn(DigitsCnn::new(builder, *classes)?),
+            Architecture::DigitsCnn { classes } => {
+                Net::DigitsCnn(DigitsCnn::new(builder, *classes)?)
+            }
             Architecture::CharTransformer(s) => {
                 Net::CharTransformer(CharTransformer::new(builder, *s)?)
             }
@@ -95,8 +97,9 @@ impl Architecture {
     }
 }
 
-/// A built model of any architecture.
+/// A built model of any architecture (built once per task, so the variants' sizes do not matter).
 #[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Net<B: Backend> {
     Mlp(Mlp<B>),
     DigitsCnn(DigitsCnn<B>),

@@ -36,14 +36,32 @@ impl<B: Backend> BasicBlock<B> {
     ) -> Result<Self, String> {
         let shortcut = if stride != 1 || c_in != c_out {
             Some((
-                b.conv(&format!("{name}.shortcut"), c_in, c_out, 1, stride, 0, false, true)?,
+                b.conv(
+                    &format!("{name}.shortcut"),
+                    c_in,
+                    c_out,
+                    1,
+                    stride,
+                    0,
+                    false,
+                    true,
+                )?,
                 GroupNorm::new(b, &format!("{name}.shortcut_norm"), c_out, NORM_GROUPS)?,
             ))
         } else {
             None
         };
         Ok(Self {
-            conv1: b.conv(&format!("{name}.conv1"), c_in, c_out, 3, stride, 1, false, true)?,
+            conv1: b.conv(
+                &format!("{name}.conv1"),
+                c_in,
+                c_out,
+                3,
+                stride,
+                1,
+                false,
+                true,
+            )?,
             norm1: GroupNorm::new(b, &format!("{name}.norm1"), c_out, NORM_GROUPS)?,
             conv2: b.conv(&format!("{name}.conv2"), c_out, c_out, 3, 1, 1, false, true)?,
             norm2: GroupNorm::new(b, &format!("{name}.norm2"), c_out, NORM_GROUPS)?,
@@ -104,7 +122,10 @@ impl<B: Backend> ResNet18<B> {
     /// `x`: `N × 3072` rows of 3×32×32 images.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let n = x.dims()[0];
-        let h = relu(self.stem_norm.forward(self.stem.forward(x.reshape([n, 3, 32, 32]))));
+        let h = relu(
+            self.stem_norm
+                .forward(self.stem.forward(x.reshape([n, 3, 32, 32]))),
+        );
         let h = self.blocks.iter().fold(h, |h, block| block.forward(h));
         let pooled = adaptive_avg_pool2d(h, [1, 1]).reshape([n, 512]);
         self.fc.forward(pooled)

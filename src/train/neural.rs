@@ -210,9 +210,9 @@ impl<B: AutodiffBackend> LocalTrainer for NeuralClient<B> {
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
-        let (net, layout) =
-            self.architecture
-                .load::<B>(&task.dense, &task.shards, &self.device)?;
+        let (net, layout) = self
+            .architecture
+            .load::<B>(&task.dense, &task.shards, &self.device)?;
         let (net, loss) = train(
             net,
             self.examples.as_ref(),
@@ -252,8 +252,13 @@ impl<B: Backend> NeuralEvaluator<B> {
         let (mut x, mut y) = (Vec::new(), Vec::new());
         let (mut correct, mut loss_sum, mut scored) = (0usize, 0.0f64, 0usize);
         for samples in order.chunks(self.batch_size.max(1)) {
-            let (inputs, targets) =
-                batch::<B>(self.examples.as_ref(), samples, &mut x, &mut y, &self.device);
+            let (inputs, targets) = batch::<B>(
+                self.examples.as_ref(),
+                samples,
+                &mut x,
+                &mut y,
+                &self.device,
+            );
             let mut logits = net.forward(inputs);
             let mut targets = targets;
             if per_row > 1 {
