@@ -560,8 +560,11 @@ impl Config {
         let (_, shardable) = net
             .initial_state(0)
             .map_err(|e| anyhow::anyhow!("field `model.network`: {e}"))?;
-        for layer in self.model.resolved_sharded_layers()? {
-            if !shardable.contains(&layer) {
+        if self.model.sharded_layers == ["all"] {
+            return Ok(());
+        }
+        for layer in &self.model.sharded_layers {
+            if !shardable.contains(layer) {
                 bail!(
                     "field `model.sharded_layers`: expected `all` or names among {shardable:?}, found {layer:?}"
                 );

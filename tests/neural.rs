@@ -8,9 +8,8 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 use fedshard::models::layers::{Affine, Conv, Factors, Weight, param};
 use fedshard::models::net::Architecture;
-use fedshard::train::neural::{CpuTraining, clip_lr, frobenius_decay};
+use fedshard::train::neural::{CpuTraining, clip_lr, frobenius_decay, single_client_task};
 use fedshard_actors::model::ModelState;
-use fedshard_actors::round::{Participant, ShardingPolicy, plan_shards};
 use fedshard_actors::trainer::LayerShard;
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use fedshard_strategies::svd::factorize;
@@ -84,7 +83,7 @@ fn factorized_linear_forward_is_the_dense_product() {
     let bias = random(rows, 9);
     let layer = Affine {
         weight: Weight::Factorized(f),
-        bias: Some(param(&bias, [rows], &device())),
+        bias: Some(param(bias.clone(), [rows], &device())),
     };
     let x = random(batch * cols, 3);
     let y = values(layer.forward(tensor(&x, [batch, cols])));
@@ -108,7 +107,7 @@ fn only_the_factors_and_the_bias_get_gradients() {
     let (rows, cols) = (4, 6);
     let f = factors(rows, cols, &[1.0, 3.0], 2);
     let (u_id, v_id) = (f.u.id, f.v.id);
-    let bias: Param<Tensor<B, 1>> = param(&[0.1; 4], [rows], &device());
+    let bias: Param<Tensor<B, 1>> = param(vec![0.1; 4], [rows], &device());
     let bias_id = bias.id;
     let layer = Affine {
         weight: Weight::Factorized(f),
@@ -313,8 +312,8 @@ fn conv_reproduced(stride: usize) {
     let w = random(c_out * cols, 21);
     let bias = random(c_out, 22);
     let dense = Conv::<B> {
-        weight: Weight::Dense(param(&w, [c_out, cols], &device())),
-        bias: Some(param(&bias, [c_out], &device())),
+        weight: Weight::Dense(param(w.clone(), [c_out, cols], &device())),
+        bias: Some(param(bias.clone(), [c_out], &device())),
         in_channels: c_in,
         kernel: [k, k],
         stride: [stride, stride],
@@ -328,7 +327,7 @@ fn conv_reproduced(stride: usize) {
             Factors::from_rows(&svd.left, &svd.right, &vec![1.0; n], c_out, cols, &device())
                 .expect("shapes"),
         ),
-        bias: Some(param(&bias, [c_out], &device())),
+        bias: Some(param(bias.clone(), [c_out], &device())),
         in_channels: c_in,
         kernel: [k, k],
         stride: [stride, stride],
@@ -350,30 +349,13 @@ fn digits_cnn() -> Architecture {
     Architecture::DigitsCnn { classes: 10 }
 }
 
-/// Real round-1 shards of the digits CNN from the runtime's planner.
-fn planned_shards(state: &ModelState, layers: &[String], keep_ratio: f64) -> Vec<LayerShard> {
-    let policy = ShardingPolicy {
-        strategy: "unbiased".parse().expect("strategy"),
-        sampler: Default::default(),
-        layers: layers.to_vec(),
-    };
-    let participants = [Participant {
-        client: 0,
-        keep_ratio,
-    }];
-    let mut plan = plan_shards(state, &policy, &participants, 7, 1).expect("plan");
-    plan.shards.remove(&0).expect("client 0 has shards")
-}
-
 #[test]
 fn shard_train_zero_steps_unshard_is_bit_exact() {
     let arch = digits_cnn();
     let (state, shardable) = arch.initial_state(3).expect("builds");
     assert_eq!(shardable, ["conv1.weight", "conv2.weight", "fc0.weight"]);
-    let shards = planned_shards(&state, &shardable, 0.4);
-    let dense = shardable
-        .iter()
-        .fold(state.clone(), |s, name| without(&s, name));
+    let (dense, shards) = single_client_task(&state, &shardable, 0.4, 7).expect("plans");
+    assert_eq!(shards.len(), 3);
     let (net, layout) = arch.load::<B>(&dense, &shards, &device()).expect("loads");
     let recipe = fedshard_actors::trainer::Recipe {
         learning_rate: 0.1,
@@ -503,35 +485,8 @@ fn char_transformer_builds_runs_and_shards() {
     forward_backward(&arch, 2, tokens, [2 * shape.context, shape.vocab]);
 }
 
-const DIGITS_CNN: &str = r#"
-[run]
-name = "test-digits-cnn"
-seed = 3
-rounds = 10
-
-[data]
-dataset = "digits"
-clients = 10
-min_samples = 20
-
-[model]
-kind = "neural"
-sharded_layers = ["all"]
-
-[model.network]
-architecture = "digits-cnn"
-classes = 10
-
-[training]
-learning_rate = 0.05
-epochs = 1
-batch_size = 16
-
-[federation]
-clients_per_round = 5
-keep_ratios = [{ ratio = 0.5, share = 1.0 }]
-deadline_ms = 120000
-"#;
+/// The short digits-CNN federation (keep ratio 0.5, iid clients, 10 rounds).
+const DIGITS_CNN: &str = include_str!("fixtures/digits-cnn-r05.toml");
 
 fn run_federation(config: &fedshard::config::Config) -> fedshard_actors::record::Summary {
     let fed = fedshard::federation::build(config).expect("federation builds");
@@ -549,18 +504,12 @@ fn run_federation(config: &fedshard::config::Config) -> fedshard_actors::record:
 fn a_digits_cnn_federation_learns_under_every_strategy() {
     let base = fedshard::config::Config::parse(DIGITS_CNN, std::path::Path::new("test.toml"))
         .expect("valid config");
-    for strategy in [
-        "top-n",
-        "top-n+scaled",
-        "prism",
-        "prism+scaled",
-        "prism-wallenius",
-        "prism-wallenius+cliplr",
-        "unbiased",
-        "collective",
-    ] {
+    let strategies = fedshard::compare::parse_strategies(fedshard::compare::DEFAULT_STRATEGIES)
+        .expect("the default strategies parse");
+    assert_eq!(strategies.len(), 8);
+    for strategy in strategies {
         let mut config = base.clone();
-        config.federation.strategy = strategy.parse().expect("strategy name");
+        config.federation.strategy = strategy;
         let summary = run_federation(&config);
         // Chance is 0.1 on ten balanced classes; in release these runs end at 0.33–0.56.
         assert!(
@@ -580,10 +529,7 @@ fn a_digits_cnn_federation_learns_under_every_strategy() {
 fn local_training_then_evaluation_learns_the_digits() {
     use fedshard::train::neural::{Cpu, NeuralClient, NeuralEvaluator};
     use fedshard_actors::trainer::{LocalTrainer, Recipe, TrainTask};
-    let arch = match std::env::var("ARCH").as_deref() {
-        Ok("mlp") => Architecture::digits_mlp(),
-        _ => digits_cnn(),
-    };
+    let arch = digits_cnn();
     let (state, _) = arch.initial_state(2).expect("builds");
     let digits = fedshard::data::digits::load().expect("digits");
     let client = NeuralClient::<B> {

@@ -6,11 +6,9 @@
 
 use crate::models::char_transformer::CharShape;
 use crate::models::net::Architecture;
-use crate::train::neural::{CharWindows, CpuTraining, Examples, train};
+use crate::train::neural::{CharWindows, CpuTraining, Examples, single_client_task, train};
 use clap::{Args, ValueEnum};
-use fedshard_actors::model::ModelState;
-use fedshard_actors::round::{Participant, ShardingPolicy, plan_shards};
-use fedshard_actors::trainer::{LayerShard, Recipe};
+use fedshard_actors::trainer::Recipe;
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use serde::Serialize;
 use std::time::Instant;
@@ -34,7 +32,7 @@ pub enum BenchModel {
 pub struct TrainBenchArgs {
     #[arg(long, value_enum)]
     pub model: BenchModel,
-    /// Threads for burn's kernels (rayon and matrixmultiply).
+    /// Threads for burn's kernels; this build's ndarray kernels are single-threaded, so only 1.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Keep ratio of every shardable layer (1 = dense training).
@@ -118,58 +116,24 @@ fn setup(model: BenchModel) -> anyhow::Result<Setup> {
     })
 }
 
-/// Dense tensors and round-1 shards of every shardable layer at `keep_ratio` (Unbiased, CPS).
-fn task_tensors(
-    state: &ModelState,
-    shardable: &[String],
-    keep_ratio: f64,
-) -> anyhow::Result<(ModelState, Vec<LayerShard>)> {
-    if keep_ratio >= 1.0 {
-        return Ok((state.clone(), vec![]));
-    }
-    let policy = ShardingPolicy {
-        strategy: "unbiased".parse().map_err(anyhow::Error::msg)?,
-        sampler: Default::default(),
-        layers: shardable.to_vec(),
-    };
-    let participant = Participant {
-        client: 0,
-        keep_ratio,
-    };
-    let mut plan = plan_shards(state, &policy, &[participant], 0, 1).map_err(anyhow::Error::msg)?;
-    let shards = plan.shards.remove(&0).unwrap_or_default();
-    let dense = ModelState::new(
-        state
-            .tensors
-            .iter()
-            .filter(|t| !shardable.contains(&t.name))
-            .cloned()
-            .collect(),
-    )
-    .map_err(anyhow::Error::msg)?;
-    Ok((dense, shards))
-}
-
 pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchReport> {
-    anyhow::ensure!(args.threads >= 1, "--threads: expected at least 1");
+    anyhow::ensure!(
+        args.threads == 1,
+        "--threads: expected 1, found {}: burn's ndarray kernels run single-threaded in this build (clients train concurrently instead)",
+        args.threads
+    );
     anyhow::ensure!(
         args.keep_ratio > 0.0 && args.keep_ratio <= 1.0,
         "--keep-ratio: expected a ratio in (0, 1], found {}",
         args.keep_ratio
     );
-    // matrixmultiply reads its thread count from the environment at first use.
-    // SAFETY: set before any thread of this process reads the environment.
-    unsafe { std::env::set_var("MATMUL_NUM_THREADS", args.threads.to_string()) };
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads)
-        .build_global()
-        .map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
     let s = setup(args.model)?;
     let (state, shardable) = s
         .architecture
         .initial_state(0)
         .map_err(anyhow::Error::msg)?;
-    let (dense, shards) = task_tensors(&state, &shardable, args.keep_ratio)?;
+    let (dense, shards) =
+        single_client_task(&state, &shardable, args.keep_ratio, 0).map_err(anyhow::Error::msg)?;
     let device = Default::default();
     let (mut net, _) = s
         .architecture

@@ -143,7 +143,7 @@ impl<'a, B: Backend> Builder<'a, B> {
         init: Init,
     ) -> Result<Param<Tensor<B, D>>, String> {
         let data = self.values(name, &shape, init)?;
-        let p = param(&data, shape, &self.device);
+        let p = param(data, shape, &self.device);
         self.roles.insert(p.id, Role::Dense(name.to_string()));
         Ok(p)
     }
@@ -248,7 +248,7 @@ impl<'a, B: Backend> Builder<'a, B> {
             shardable.push(name.clone());
         }
         let data = self.values(&name, shape, Init::Uniform(bound))?;
-        let p = param(&data, [rows, cols], &self.device);
+        let p = param(data, [rows, cols], &self.device);
         self.roles.insert(p.id, Role::Dense(name));
         Ok(Weight::Dense(p))
     }
@@ -259,6 +259,7 @@ impl<'a, B: Backend> Builder<'a, B> {
             Mode::Init { rng, tensors, .. } => {
                 let len = shape.iter().product();
                 let data = draw(rng, init, len);
+                // The recorded initial state keeps its own copy; init runs once per run.
                 tensors.push(NamedTensor {
                     name: name.to_string(),
                     shape: shape.to_vec(),

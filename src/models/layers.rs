@@ -49,8 +49,8 @@ impl<B: Backend> Factors<B> {
             ));
         }
         Ok(Self {
-            u: param(left, [n, rows], device),
-            v: param(right, [n, cols], device),
+            u: param(left.to_vec(), [n, rows], device),
+            v: param(right.to_vec(), [n, cols], device),
             omega: Tensor::from_data(TensorData::new(multipliers.to_vec(), [n]), device),
         })
     }
@@ -58,13 +58,6 @@ impl<B: Backend> Factors<B> {
     /// Kept terms n.
     pub fn terms(&self) -> usize {
         self.omega.dims()[0]
-    }
-
-    /// The effective weight `Ŵ = U Diag(ω) Vᵀ` as a `c_out × c_in_eff` matrix.
-    pub fn effective(&self) -> Tensor<B, 2> {
-        let n = self.terms();
-        let scaled = self.u.val() * self.omega.clone().reshape([n, 1]);
-        scaled.transpose().matmul(self.v.val())
     }
 
     /// `½‖U Diag(ω) Vᵀ‖²_F` without forming the product: `Σ_ij ω_i ω_j (U Uᵀ)_ij (V Vᵀ)_ij`,
@@ -102,14 +95,6 @@ pub enum Weight<B: Backend> {
 }
 
 impl<B: Backend> Weight<B> {
-    /// The effective weight matrix `c_out × c_in_eff`.
-    pub fn matrix(&self) -> Tensor<B, 2> {
-        match self {
-            Weight::Dense(w) => w.val(),
-            Weight::Factorized(f) => f.effective(),
-        }
-    }
-
     /// `½‖W‖²_F` of the effective weight: the Frobenius-decay term before the factor μ.
     pub fn half_squared_norm(&self) -> Tensor<B, 1> {
         match self {
@@ -270,14 +255,11 @@ pub fn avg_pool<B: Backend>(x: Tensor<B, 4>, k: usize) -> Tensor<B, 4> {
     blocks.mean_dim(5).mean_dim(3).reshape([n, c, h / k, w / k])
 }
 
-/// A trainable parameter from row-major data.
+/// A trainable parameter from row-major data (moved into the tensor, not copied).
 pub fn param<B: Backend, const D: usize>(
-    data: &[f32],
+    data: Vec<f32>,
     shape: [usize; D],
     device: &B::Device,
 ) -> Param<Tensor<B, D>> {
-    Param::from_tensor(Tensor::from_data(
-        TensorData::new(data.to_vec(), shape),
-        device,
-    ))
+    Param::from_tensor(Tensor::from_data(TensorData::new(data, shape), device))
 }

@@ -11,8 +11,9 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use fedshard_actors::model::ModelState;
+use fedshard_actors::round::{Participant, ShardingPolicy, dense_part, plan_shards};
 use fedshard_actors::trainer::{
-    Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask,
+    Evaluation, Evaluator, LayerShard, LocalTrainer, Recipe, TrainOutput, TrainTask,
 };
 use fedshard_strategies::rng::{Purpose, stream};
 
@@ -126,21 +127,22 @@ pub fn clip_lr<B: AutodiffBackend>(net: &Net<B>, grads: &mut GradientsParams, ta
     }
 }
 
-/// The tensors of one batch.
+/// The tensors of one batch; the filled vectors move into them.
 fn batch<B: Backend>(
     examples: &dyn Examples,
     samples: &[usize],
-    x: &mut Vec<f32>,
-    y: &mut Vec<i64>,
     device: &B::Device,
 ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-    x.clear();
-    y.clear();
-    examples.fill(samples, x, y);
     let rows = samples.len();
-    let inputs = Tensor::from_data(TensorData::new(x.clone(), [rows, examples.width()]), device);
-    let targets = Tensor::from_data(TensorData::new(y.clone(), [y.len()]), device);
-    (inputs, targets)
+    let mut x = Vec::with_capacity(rows * examples.width());
+    let mut y = Vec::with_capacity(rows * examples.targets_per_row());
+    examples.fill(samples, &mut x, &mut y);
+    let targets = y.len();
+    let inputs = Tensor::from_data(TensorData::new(x, [rows, examples.width()]), device);
+    (
+        inputs,
+        Tensor::from_data(TensorData::new(y, [targets]), device),
+    )
 }
 
 /// Trains `net` on `examples` following `recipe`; returns the trained model and the mean
@@ -170,12 +172,11 @@ pub fn train<B: AutodiffBackend>(
         .init::<B, Net<B>>();
     let mut rng = stream(seed, round, client, Purpose::Training);
     let mut order: Vec<usize> = (0..examples.len()).collect();
-    let (mut x, mut y) = (Vec::new(), Vec::new());
     let (mut loss_sum, mut steps) = (0.0, 0usize);
     for _ in 0..recipe.epochs {
         crate::data::shuffle(&mut order, &mut rng);
         for samples in order.chunks(recipe.batch_size) {
-            let (inputs, targets) = batch::<B>(examples, samples, &mut x, &mut y, device);
+            let (inputs, targets) = batch::<B>(examples, samples, device);
             let ce = cross_entropy(net.forward(inputs), targets);
             let loss = match frobenius_decay(&net, recipe.weight_decay) {
                 Some(decay) => ce.clone() + decay,
@@ -195,6 +196,32 @@ pub fn train<B: AutodiffBackend>(
         }
     }
     Ok((net, loss_sum / steps.max(1) as f64))
+}
+
+/// What the runtime would send one client in round 1 at `keep_ratio`: the dense tensors and
+/// the Unbiased/CPS shards of the `shardable` layers (everything dense at `keep_ratio = 1`).
+/// For benchmarks and tests that train a sub-model outside a federation.
+pub fn single_client_task(
+    state: &ModelState,
+    shardable: &[String],
+    keep_ratio: f64,
+    seed: u64,
+) -> Result<(ModelState, Vec<LayerShard>), String> {
+    if keep_ratio >= 1.0 {
+        return Ok((state.clone(), vec![]));
+    }
+    let policy = ShardingPolicy {
+        strategy: "unbiased".parse().map_err(|e| format!("{e}"))?,
+        sampler: Default::default(),
+        layers: shardable.to_vec(),
+    };
+    let participant = Participant {
+        client: 0,
+        keep_ratio,
+    };
+    let mut plan = plan_shards(state, &policy, &[participant], seed, 1)?;
+    let shards = plan.shards.remove(&0).unwrap_or_default();
+    Ok((dense_part(state, Some(&policy)), shards))
 }
 
 /// A client training a neural model on its own examples with backend `B`.
@@ -249,16 +276,9 @@ impl<B: Backend> NeuralEvaluator<B> {
         let (net, _) = self.architecture.load::<B>(model, &[], &self.device)?;
         let per_row = self.examples.targets_per_row();
         let order: Vec<usize> = (0..self.examples.len()).collect();
-        let (mut x, mut y) = (Vec::new(), Vec::new());
         let (mut correct, mut loss_sum, mut scored) = (0usize, 0.0f64, 0usize);
         for samples in order.chunks(self.batch_size.max(1)) {
-            let (inputs, targets) = batch::<B>(
-                self.examples.as_ref(),
-                samples,
-                &mut x,
-                &mut y,
-                &self.device,
-            );
+            let (inputs, targets) = batch::<B>(self.examples.as_ref(), samples, &self.device);
             let mut logits = net.forward(inputs);
             let mut targets = targets;
             if per_row > 1 {
