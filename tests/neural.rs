@@ -488,7 +488,9 @@ fn char_transformer_builds_runs_and_shards() {
 /// The short digits-CNN federation (keep ratio 0.5, iid clients, 10 rounds).
 const DIGITS_CNN: &str = include_str!("fixtures/digits-cnn-r05.toml");
 
-fn run_federation(config: &fedshard::config::Config) -> fedshard_actors::record::Summary {
+fn run_federation(
+    config: &fedshard::config::Config,
+) -> (ModelState, fedshard_actors::record::Summary) {
     let fed = fedshard::federation::build(config).expect("federation builds");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -497,7 +499,6 @@ fn run_federation(config: &fedshard::config::Config) -> fedshard_actors::record:
         .expect("runtime");
     rt.block_on(fedshard_actors::server::run(fed))
         .expect("run completes")
-        .1
 }
 
 #[test]
@@ -510,7 +511,7 @@ fn a_digits_cnn_federation_learns_under_every_strategy() {
     for strategy in strategies {
         let mut config = base.clone();
         config.federation.strategy = strategy;
-        let summary = run_federation(&config);
+        let (_, summary) = run_federation(&config);
         // Chance is 0.1 on ten balanced classes; in release these runs end at 0.33–0.56.
         assert!(
             summary.final_accuracy > 0.25,
@@ -566,4 +567,78 @@ fn local_training_then_evaluation_learns_the_digits() {
         out.loss
     );
     assert!(after.accuracy > 0.8, "{after:?}");
+}
+
+/// burn-ndarray's `simd` feature computes `recip` (used by the backward of log, division and
+/// the norms) with `_mm256_rcp_ps` on the aligned middle of a buffer and exactly on its ends,
+/// so gradients depended on where the allocator put a tensor; the feature is off (Cargo.toml).
+#[test]
+fn local_training_is_bit_for_bit_deterministic() {
+    let cases = [
+        (Architecture::digits_mlp(), 1.0, None),
+        (digits_cnn(), 1.0, None),
+        (digits_cnn(), 0.4, Some(10.0)),
+    ];
+    for (arch, keep_ratio, clip_lr) in cases {
+        let (first, second) = train_twice(&arch, keep_ratio, clip_lr);
+        let equal = first.iter().zip(&second).filter(|(a, b)| a == b).count();
+        assert_eq!(
+            equal,
+            first.len(),
+            "{arch:?} at keep ratio {keep_ratio}: only {equal} of {} values equal",
+            first.len()
+        );
+    }
+}
+
+/// The bits of every trained value, twice from the same task.
+fn train_twice(arch: &Architecture, keep_ratio: f64, clip_lr: Option<f64>) -> (Vec<u32>, Vec<u32>) {
+    use fedshard::train::neural::NeuralClient;
+    use fedshard_actors::trainer::{LocalTrainer, Recipe, TrainOutput, TrainTask};
+    let (state, shardable) = arch.initial_state(5).expect("builds");
+    let (dense, shards) = single_client_task(&state, &shardable, keep_ratio, 7).expect("plans");
+    let client = NeuralClient::<B> {
+        architecture: arch.clone(),
+        examples: Box::new(fedshard::data::digits::load().expect("digits")),
+        device: device(),
+    };
+    let task = TrainTask {
+        round: 1,
+        client: 0,
+        seed: 1,
+        dense,
+        shards,
+        recipe: Recipe {
+            learning_rate: 0.05,
+            epochs: 1,
+            batch_size: 32,
+            momentum: 0.9,
+            weight_decay: 1e-4,
+            clip_lr,
+        },
+    };
+    let bits = |out: TrainOutput| {
+        let dense = out.dense.tensors.into_iter().flat_map(|t| t.data);
+        let shards = out
+            .shards
+            .into_iter()
+            .flat_map(|s| s.left.into_iter().chain(s.right));
+        dense.chain(shards).map(f32::to_bits).collect()
+    };
+    (
+        bits(client.train(&task).expect("trains")),
+        bits(client.train(&task).expect("trains")),
+    )
+}
+
+#[test]
+fn a_digits_cnn_federation_is_reproducible() {
+    let mut config = fedshard::config::Config::parse(DIGITS_CNN, std::path::Path::new("test.toml"))
+        .expect("valid config");
+    config.run.rounds = 2;
+    let run = |config: &fedshard::config::Config| run_federation(config).0.to_bytes();
+    let first = run(&config);
+    assert!(first == run(&config), "same seed, different model bytes");
+    config.run.seed += 1;
+    assert!(first != run(&config), "another seed gave the same model");
 }
