@@ -107,12 +107,15 @@ impl<B: Backend> SelfAttention<B> {
         let [n, t, d] = x.dims();
         let h = self.heads;
         let split = |y: Tensor<B, 3>| y.reshape([n, t, h, d / h]).swap_dims(1, 2);
-        let q = split(self.q.forward(x.clone()));
+        // Scaling q (N·T·d values) rather than the scores (N·h·T·T) is the same product, cheaper.
+        let q = split(
+            self.q
+                .forward(x.clone())
+                .div_scalar(((d / h) as f64).sqrt()),
+        );
         let k = split(self.k.forward(x.clone()));
         let v = split(self.v.forward(x));
-        let mut scores = q
-            .matmul(k.swap_dims(2, 3))
-            .div_scalar(((d / h) as f64).sqrt());
+        let mut scores = q.matmul(k.swap_dims(2, 3));
         if let Some(m) = mask {
             scores = scores + m.clone().reshape([1, 1, t, t]);
         }
@@ -141,11 +144,24 @@ pub fn causal_mask<B: Backend>(t: usize, device: &B::Device) -> Tensor<B, 2> {
     Tensor::from_data(TensorData::new(data, [t, t]), device)
 }
 
-/// GPT-2's GELU, `x · ½(1 + tanh(√(2/π)(x + 0.044715 x³)))`, written as `x · σ(2z)` (the same
-/// function): one exponential per element instead of the ndarray backend's `erf`.
+/// GPT-2's GELU, `x · ½(1 + tanh(√(2/π)(x + 0.044715 x³)))`, computed as `x · σ(2u)` with
+/// `σ(y) = 1 / (1 + e^{−y})` (the same function, since ½(1 + tanh u) = σ(2u)).
+///
+/// Why not burn's own functions: on the ndarray backend `tanh` is a libm call per element
+/// (≈30% of a char-transformer step, forward plus its recomputation in the backward pass),
+/// `sigmoid` is exp(−ln(1 + e^{−x})) and the exact GELU goes through `erf`. One `exp` and one
+/// `recip` are cheap; the exponent is clamped at 80 so that e^{−y} stays finite (σ is then
+/// 0 to f32 precision, and so is its gradient).
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    let z = x.clone() * (x.clone() * x.clone()).mul_scalar(0.044715).add_scalar(1.0);
-    x * burn::tensor::activation::sigmoid(z.mul_scalar(2.0 * (2.0 / std::f64::consts::PI).sqrt()))
+    let c = 2.0 * (2.0 / std::f64::consts::PI).sqrt();
+    let u = x.clone() * (x.clone() * x.clone()).mul_scalar(0.044715).add_scalar(1.0);
+    let sigma = u
+        .mul_scalar(-c)
+        .clamp_max(80.0)
+        .exp()
+        .add_scalar(1.0)
+        .recip();
+    x * sigma
 }
 
 /// The two-layer MLP of a transformer block, `d → ratio·d → d` with GELU; both shardable.
@@ -203,5 +219,46 @@ impl<B: Backend> TransformerBlock<B> {
         let mut w = self.attn.weights().to_vec();
         w.extend([&self.mlp.fc.weight, &self.mlp.proj.weight]);
         w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+
+    type B = Autodiff<NdArray>;
+
+    #[test]
+    fn gelu_is_gpt2s_tanh_form_with_finite_gradients_everywhere() {
+        let xs: Vec<f32> = vec![-200.0, -50.0, -8.0, -1.5, -0.3, 0.0, 0.4, 1.0, 3.0, 60.0];
+        let x =
+            Tensor::<B, 1>::from_data(TensorData::new(xs.clone(), [xs.len()]), &Default::default())
+                .require_grad();
+        let y = gelu(x.clone());
+        let grads = y.clone().sum().backward();
+        let dy: Vec<f32> = x
+            .grad(&grads)
+            .expect("grad")
+            .into_data()
+            .into_vec()
+            .expect("f32");
+        let y: Vec<f32> = y.into_data().into_vec().expect("f32");
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        for ((&xi, &yi), &gi) in xs.iter().zip(&y).zip(&dy) {
+            let x = f64::from(xi);
+            let t = (c * (x + 0.044715 * x.powi(3))).tanh();
+            let expected = 0.5 * x * (1.0 + t);
+            let slope =
+                0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+            assert!(
+                (f64::from(yi) - expected).abs() <= 1e-5 * (1.0 + expected.abs()),
+                "gelu({x})"
+            );
+            assert!(
+                gi.is_finite() && (f64::from(gi) - slope).abs() <= 1e-4,
+                "gelu'({x}) = {gi}, expected {slope}"
+            );
+        }
     }
 }
