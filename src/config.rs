@@ -64,6 +64,19 @@ pub enum DatasetName {
     /// LEAF-style Shakespeare: one client per (play, role), next-character prediction; run
     /// `fedshard data shakespeare` once to fetch the texts.
     Shakespeare,
+    /// CIFAR-10, binary version, from the local folder `data.path`; 3 × 32 × 32, 10 classes.
+    Cifar10,
+    /// CIFAR-100, binary version, from `data.path`; 100 fine classes under 20 coarse ones.
+    Cifar100,
+    /// MNIST in IDX format (optionally gzipped) from `data.path`; 28 × 28, 10 classes.
+    Mnist,
+}
+
+impl DatasetName {
+    /// Whether the data comes from files the user downloaded (`data.path`).
+    pub fn reads_local_files(self) -> bool {
+        matches!(self, Self::Cifar10 | Self::Cifar100 | Self::Mnist)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,6 +112,12 @@ pub struct DataSection {
     pub min_lines: usize,
     /// Shakespeare: where `fedshard data shakespeare` cached the texts (default: the user cache).
     pub cache: Option<std::path::PathBuf>,
+    /// CIFAR-10/100, MNIST: the folder holding the downloaded files (required for them).
+    pub path: Option<std::path::PathBuf>,
+    /// CIFAR-100: the two-stage Pachinko split, `alpha` over the 20 coarse labels and
+    /// `fine_alpha` over the fine labels of each (the paper: 1 and 10); omit for a Dirichlet
+    /// split over the 100 fine labels.
+    pub fine_alpha: Option<f64>,
 }
 
 fn default_min_lines() -> usize {
@@ -345,6 +364,25 @@ impl Config {
             "a non-negative number",
             d.size_sigma.to_string(),
         )?;
+        if let Some(alpha) = d.fine_alpha {
+            field(
+                "data.fine_alpha",
+                d.dataset == DatasetName::Cifar100 && alpha > 0.0 && alpha.is_finite(),
+                "a positive number, and only for cifar100",
+                format!("{alpha} for {:?}", d.dataset),
+            )?;
+        }
+        if d.dataset.reads_local_files() {
+            let path = d.path.as_deref();
+            field(
+                "data.path",
+                path.is_some_and(std::path::Path::is_dir),
+                "the folder holding the downloaded dataset files",
+                path.map_or("nothing".into(), |p| {
+                    format!("{} (not a folder)", p.display())
+                }),
+            )?;
+        }
         field("data.dim", d.dim >= 1, "at least 1", d.dim.to_string())?;
         field(
             "data.gamma",
@@ -544,11 +582,35 @@ impl Config {
             (DatasetName::Shakespeare, Architecture::CharTransformer(s)) => {
                 s.vocab == crate::models::char_transformer::CharShape::default().vocab
             }
+            (DatasetName::Cifar10 | DatasetName::Cifar100, net) => {
+                let classes = if self.data.dataset == DatasetName::Cifar10 {
+                    10
+                } else {
+                    100
+                };
+                match net {
+                    Architecture::Resnet18 { classes: c } | Architecture::Cct { classes: c } => {
+                        *c == classes
+                    }
+                    Architecture::Mlp {
+                        inputs, classes: c, ..
+                    } => *inputs == crate::data::cifar::IMAGE_DIM && *c == classes,
+                    _ => false,
+                }
+            }
+            (
+                DatasetName::Mnist,
+                Architecture::Mlp {
+                    inputs: 784,
+                    classes: 10,
+                    ..
+                },
+            ) => true,
             _ => false,
         };
         if !fits {
             bail!(
-                "field `model.network`: expected an architecture for {:?} (digits: mlp with inputs = 64 and classes = 10, or digits-cnn with classes = 10; shakespeare: char-transformer with the default vocab), found {net:?}",
+                "field `model.network`: expected an architecture for {:?} (digits: mlp with inputs = 64 and classes = 10, or digits-cnn with classes = 10; shakespeare: char-transformer with the default vocab; cifar10/cifar100: resnet18 or cct with classes = 10/100, or mlp with inputs = 3072; mnist: mlp with inputs = 784 and classes = 10), found {net:?}",
                 self.data.dataset
             );
         }

@@ -22,69 +22,65 @@ use std::time::Duration;
 /// Builds the federation of `config` (no run folder, no event sink: the caller sets those).
 pub fn build(config: &Config) -> anyhow::Result<Federation> {
     let seed = config.run.seed;
-    let (trainers, evaluator): (Vec<Arc<dyn LocalTrainer>>, Arc<dyn Evaluator>) =
-        match config.data.dataset {
-            DatasetName::Digits => {
-                let all = data::digits::load().context("loading the embedded digits")?;
-                let (train, test) = data::split::train_test(&all, config.data.test_fraction, seed)
-                    .context("field `data.test_fraction`")?;
-                let spec = data::partition::PartitionSpec {
-                    clients: config.data.clients,
-                    alpha: config.data.alpha.unwrap_or(f64::INFINITY),
-                    size_sigma: config.data.size_sigma,
-                    min_samples: config.data.min_samples,
-                };
-                let parts = data::partition::partition(&train.labels, train.classes, &spec, seed)
-                    .context("field `data`: partitioning the digits")?;
-                let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
-                match &config.model.network {
-                    Some(net) => {
-                        for p in &parts {
-                            trainers.push(neural_trainer(config, net, Box::new(train.subset(p)?))?);
-                        }
-                        (trainers, neural_evaluator(config, net, Box::new(test))?)
+    let (trainers, evaluator): Participants = match config.data.dataset {
+        DatasetName::Digits => {
+            let all = data::digits::load().context("loading the embedded digits")?;
+            let (train, test) = data::split::train_test(&all, config.data.test_fraction, seed)
+                .context("field `data.test_fraction`")?;
+            let parts = dirichlet_parts(config, &train)?;
+            match &config.model.network {
+                Some(net) => neural_clients(config, net, &train, test, &parts)?,
+                None => {
+                    let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
+                    for p in &parts {
+                        trainers.push(Arc::new(SoftmaxClient {
+                            data: train.subset(p)?,
+                        }));
                     }
-                    None => {
-                        for p in &parts {
-                            trainers.push(Arc::new(SoftmaxClient {
-                                data: train.subset(p)?,
-                            }));
-                        }
-                        (trainers, Arc::new(SoftmaxEvaluator { test }))
-                    }
+                    (trainers, Arc::new(SoftmaxEvaluator { test }))
                 }
             }
-            DatasetName::Shakespeare => {
-                let net = config
-                    .model
-                    .network
-                    .as_ref()
-                    .context("field `model.network`: shakespeare needs a char-transformer")?;
-                let (train, test) = shakespeare_windows(config, net.input_width())?;
-                let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(train.len());
-                for windows in train {
-                    trainers.push(neural_trainer(config, net, Box::new(windows))?);
-                }
-                (trainers, neural_evaluator(config, net, Box::new(test))?)
+        }
+        DatasetName::Cifar10 | DatasetName::Cifar100 | DatasetName::Mnist => {
+            let net = config
+                .model
+                .network
+                .as_ref()
+                .context("field `model.network`: image datasets need a neural model")?;
+            let (train, test, parts) = local_images(config)?;
+            neural_clients(config, net, &train, test, &parts)?
+        }
+        DatasetName::Shakespeare => {
+            let net = config
+                .model
+                .network
+                .as_ref()
+                .context("field `model.network`: shakespeare needs a char-transformer")?;
+            let (train, test) = shakespeare_windows(config, net.input_width())?;
+            let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(train.len());
+            for windows in train {
+                trainers.push(neural_trainer(config, net, Box::new(windows))?);
             }
-            DatasetName::SyntheticLinear => {
-                let (clients, evaluator, _theta) = synthetic_clients(
-                    config.data.clients,
-                    config.data.dim,
-                    config.data.gamma,
-                    config.data.test_samples,
-                    seed,
-                )
-                .map_err(anyhow::Error::msg)?;
-                (
-                    clients
-                        .into_iter()
-                        .map(|c| Arc::new(c) as Arc<dyn LocalTrainer>)
-                        .collect(),
-                    Arc::new(evaluator),
-                )
-            }
-        };
+            (trainers, neural_evaluator(config, net, Box::new(test))?)
+        }
+        DatasetName::SyntheticLinear => {
+            let (clients, evaluator, _theta) = synthetic_clients(
+                config.data.clients,
+                config.data.dim,
+                config.data.gamma,
+                config.data.test_samples,
+                seed,
+            )
+            .map_err(anyhow::Error::msg)?;
+            (
+                clients
+                    .into_iter()
+                    .map(|c| Arc::new(c) as Arc<dyn LocalTrainer>)
+                    .collect(),
+                Arc::new(evaluator),
+            )
+        }
+    };
     let keep_ratios = assign_keep_ratios(config, seed);
     let mut by_id: BTreeMap<ClientId, Arc<dyn LocalTrainer>> = BTreeMap::new();
     let mut clients = BTreeMap::new();
@@ -151,6 +147,107 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
         history: Vec::new(),
         events: None,
     })
+}
+
+/// Builds the federation of `config` and runs it to its last round on a tokio runtime of its
+/// own, without a run folder: for tests and for programs that embed fedshard.
+pub fn run_to_end(
+    config: &Config,
+) -> anyhow::Result<(
+    fedshard_actors::model::ModelState,
+    fedshard_actors::record::Summary,
+)> {
+    let federation = build(config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime
+        .block_on(fedshard_actors::server::run(federation))
+        .map_err(anyhow::Error::msg)
+}
+
+/// The clients' index lists of a Dirichlet(`data.alpha`·p) label split of `train` (iid when
+/// `alpha` is omitted).
+fn dirichlet_parts(config: &Config, train: &data::Dataset) -> anyhow::Result<Vec<Vec<usize>>> {
+    let spec = data::partition::PartitionSpec {
+        clients: config.data.clients,
+        alpha: config.data.alpha.unwrap_or(f64::INFINITY),
+        size_sigma: config.data.size_sigma,
+        min_samples: config.data.min_samples,
+    };
+    data::partition::partition(&train.labels, train.classes, &spec, config.run.seed)
+        .context("field `data`: partitioning the training set")
+}
+
+/// The training set, test set and client split of a dataset read from `data.path`: the files'
+/// own train/test split; CIFAR-100 with `data.fine_alpha` is split by two-stage Pachinko
+/// (every client gets ⌊train / clients⌋ images), the others by [`dirichlet_parts`].
+fn local_images(
+    config: &Config,
+) -> anyhow::Result<(data::Dataset, data::Dataset, Vec<Vec<usize>>)> {
+    use data::cifar::{Split, load_cifar10, load_cifar100};
+    let d = &config.data;
+    let dir = d.path.as_deref().context("field `data.path`: missing")?;
+    let dir_context = || format!("field `data.path` ({})", dir.display());
+    Ok(match d.dataset {
+        DatasetName::Cifar10 => {
+            let train = load_cifar10(dir, Split::Train).with_context(dir_context)?;
+            let test = load_cifar10(dir, Split::Test).with_context(dir_context)?;
+            let parts = dirichlet_parts(config, &train)?;
+            (train, test, parts)
+        }
+        DatasetName::Cifar100 => {
+            let train = load_cifar100(dir, Split::Train).with_context(dir_context)?;
+            let test = load_cifar100(dir, Split::Test)
+                .with_context(dir_context)?
+                .data;
+            let parts = match d.fine_alpha {
+                Some(alpha_fine) => {
+                    let spec = data::pachinko::PachinkoSpec {
+                        clients: d.clients,
+                        samples_per_client: train.data.len() / d.clients,
+                        alpha_coarse: d.alpha.unwrap_or(f64::INFINITY),
+                        alpha_fine,
+                    };
+                    data::pachinko::pachinko(
+                        &train.data.labels,
+                        &train.coarse,
+                        &spec,
+                        config.run.seed,
+                    )
+                    .context("fields `data.alpha`, `data.fine_alpha`: the Pachinko split")?
+                }
+                None => dirichlet_parts(config, &train.data)?,
+            };
+            (train.data, test, parts)
+        }
+        DatasetName::Mnist => {
+            let train = data::idx::load_mnist(dir, true).with_context(dir_context)?;
+            let test = data::idx::load_mnist(dir, false).with_context(dir_context)?;
+            let parts = dirichlet_parts(config, &train)?;
+            (train, test, parts)
+        }
+        other => anyhow::bail!("field `data.dataset`: {other:?} is not read from `data.path`"),
+    })
+}
+
+/// Every client's trainer and the server's evaluator.
+type Participants = (Vec<Arc<dyn LocalTrainer>>, Arc<dyn Evaluator>);
+
+/// One neural trainer per index list of `train`, and the evaluator on `test`.
+fn neural_clients(
+    config: &Config,
+    net: &Architecture,
+    train: &data::Dataset,
+    test: data::Dataset,
+    parts: &[Vec<usize>],
+) -> anyhow::Result<Participants> {
+    let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
+    for p in parts {
+        trainers.push(neural_trainer(config, net, Box::new(train.subset(p)?))?);
+    }
+    Ok((trainers, neural_evaluator(config, net, Box::new(test))?))
 }
 
 /// The Shakespeare clients' training windows and a seeded sample of `data.test_samples` test

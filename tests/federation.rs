@@ -39,14 +39,7 @@ fn config(text: &str) -> Config {
 }
 
 fn run(config: &Config) -> (ModelState, Summary) {
-    let fed = federation::build(config).expect("federation builds");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(fedshard_actors::server::run(fed))
-        .expect("run completes")
+    federation::run_to_end(config).expect("run completes")
 }
 
 #[test]

@@ -491,14 +491,7 @@ const DIGITS_CNN: &str = include_str!("fixtures/digits-cnn-r05.toml");
 fn run_federation(
     config: &fedshard::config::Config,
 ) -> (ModelState, fedshard_actors::record::Summary) {
-    let fed = fedshard::federation::build(config).expect("federation builds");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(fedshard_actors::server::run(fed))
-        .expect("run completes")
+    fedshard::federation::run_to_end(config).expect("run completes")
 }
 
 #[test]
