@@ -1,9 +1,9 @@
 use clap::Parser;
 use std::process::ExitCode;
 
-/// Training allocates and frees tensor buffers of a few hundred KB at every operation; glibc
-/// serves those with fresh `mmap`s whose pages fault in and are zeroed each time, mimalloc
-/// reuses them.
+/// Training allocates and frees tensor buffers of a few hundred KB at every operation; with
+/// glibc's allocator the kernel kept faulting in and zeroing their pages (4–5% of a char
+/// transformer step), mimalloc reuses them: 75 → 91 samples/s (README).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
