@@ -54,6 +54,9 @@ pub struct RunSection {
     pub rounds: u64,
 }
 
+/// The error for `device = "cuda"` in a build without the `cuda` feature.
+pub const CUDA_NOT_BUILT: &str = "field `training.device`: expected `cpu`: this fedshard was built without CUDA (rebuild with `cargo build --release --features cuda`)";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DatasetName {
@@ -615,9 +618,7 @@ impl Config {
             );
         }
         if self.training.device == Device::Cuda && !cfg!(feature = "cuda") {
-            bail!(
-                "field `training.device`: expected `cpu`: this fedshard was built without CUDA (rebuild with `cargo build --release --features cuda`)"
-            );
+            bail!(CUDA_NOT_BUILT);
         }
         let (_, shardable) = net
             .initial_state(0)

@@ -381,8 +381,7 @@ mod cuda {
 #[cfg(not(feature = "cuda"))]
 mod cuda {
     use super::*;
-
-    const MISSING: &str = "field `training.device`: this fedshard was built without CUDA; rebuild with `cargo build --release --features cuda` or use `cpu`";
+    use crate::config::CUDA_NOT_BUILT as MISSING;
 
     pub fn trainer(
         _: &Architecture,

@@ -475,8 +475,11 @@ impl ServerState {
                 .map(|((id, u, _), w)| (*id, *w, u.clone()))
                 .collect();
             let plan = plan.unwrap_or_default();
-            let previous = model.clone();
-            let aggregated = tokio::task::spawn_blocking(move || {
+            // Finite updates can still sum past f32's range (large ω, a high learning rate):
+            // such an aggregate never replaces the global model. The copy kept for that case
+            // and the check run with the aggregation, off the actor's executor thread.
+            let (model, finite) = tokio::task::spawn_blocking(move || {
+                let previous = model.clone();
                 let mut weighted: Vec<WeightedUpdate> = updates
                     .iter()
                     .map(|(client, weight, update)| WeightedUpdate {
@@ -486,20 +489,20 @@ impl ServerState {
                     })
                     .collect();
                 aggregate(&mut model, &plan, &mut weighted, normalised);
-                model
+                if model.is_finite() {
+                    (model, true)
+                } else {
+                    (previous, false)
+                }
             })
             .await
             .map_err(|e| format!("aggregation panicked: {e}"))?;
-            // Finite updates can still sum past f32's range (large ω, a high learning rate):
-            // such an aggregate never replaces the global model.
-            if aggregated.is_finite() {
-                self.fed.model = aggregated;
-            } else {
+            self.fed.model = model;
+            if !finite {
                 tracing::warn!(
                     round,
                     "the aggregate of the accepted updates is not finite (diverging local training: lower the learning rate); global model unchanged"
                 );
-                self.fed.model = previous;
                 model_updated = false;
                 *rejected
                     .entry("non_finite_aggregate".to_string())

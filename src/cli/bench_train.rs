@@ -8,7 +8,8 @@ use crate::models::char_transformer::CharShape;
 use crate::models::net::Architecture;
 use crate::train::neural::{CharWindows, CpuTraining, Examples, single_client_task, train};
 use clap::{Args, ValueEnum};
-use fedshard_actors::trainer::Recipe;
+use fedshard_actors::model::ModelState;
+use fedshard_actors::trainer::{LayerShard, Recipe};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use serde::Serialize;
 use std::time::Instant;
@@ -132,9 +133,15 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
         args.keep_ratio
     );
     let s = setup(args.model)?;
+    let (state, shardable) = s
+        .architecture
+        .initial_state(0)
+        .map_err(anyhow::Error::msg)?;
+    let task =
+        single_client_task(&state, &shardable, args.keep_ratio, 0).map_err(anyhow::Error::msg)?;
     let rates = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..args.threads)
-            .map(|_| scope.spawn(|| client_rate(&s, args)))
+            .map(|_| scope.spawn(|| client_rate(&s, &task, args)))
             .collect();
         workers
             .into_iter()
@@ -156,19 +163,17 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
     })
 }
 
-/// One client's training rate in samples per second: its own copy of the model, trained on
-/// slices of the data until `args.seconds` have been measured after a warm-up pass.
-fn client_rate(s: &Setup, args: &TrainBenchArgs) -> anyhow::Result<f64> {
-    let (state, shardable) = s
-        .architecture
-        .initial_state(0)
-        .map_err(anyhow::Error::msg)?;
-    let (dense, shards) =
-        single_client_task(&state, &shardable, args.keep_ratio, 0).map_err(anyhow::Error::msg)?;
+/// One client's training rate in samples per second: its own copy of the task's model, trained
+/// on slices of the data until `args.seconds` have been measured after a warm-up pass.
+fn client_rate(
+    s: &Setup,
+    (dense, shards): &(ModelState, Vec<LayerShard>),
+    args: &TrainBenchArgs,
+) -> anyhow::Result<f64> {
     let device = Default::default();
     let (mut net, _) = s
         .architecture
-        .load::<CpuTraining>(&dense, &shards, &device)
+        .load::<CpuTraining>(dense, shards, &device)
         .map_err(anyhow::Error::msg)?;
     let recipe = Recipe {
         learning_rate: 0.01,

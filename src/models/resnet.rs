@@ -17,6 +17,22 @@ use burn::tensor::module::adaptive_avg_pool2d;
 /// Groups of every GroupNorm layer.
 pub const NORM_GROUPS: usize = 2;
 
+/// A shardable, bias-free `kernel × kernel` convolution with "same" padding, and the
+/// GroupNorm that follows it.
+fn conv_norm<B: Backend>(
+    b: &mut Builder<B>,
+    [conv, norm]: [String; 2],
+    c_in: usize,
+    c_out: usize,
+    kernel: usize,
+    stride: usize,
+) -> Result<(Conv<B>, GroupNorm<B>), String> {
+    Ok((
+        b.conv(&conv, c_in, c_out, kernel, stride, kernel / 2, false, true)?,
+        GroupNorm::new(b, &norm, c_out, NORM_GROUPS)?,
+    ))
+}
+
 #[derive(Module, Debug)]
 pub struct BasicBlock<B: Backend> {
     pub conv1: Conv<B>,
@@ -35,36 +51,19 @@ impl<B: Backend> BasicBlock<B> {
         stride: usize,
     ) -> Result<Self, String> {
         let shortcut = if stride != 1 || c_in != c_out {
-            Some((
-                b.conv(
-                    &format!("{name}.shortcut"),
-                    c_in,
-                    c_out,
-                    1,
-                    stride,
-                    0,
-                    false,
-                    true,
-                )?,
-                GroupNorm::new(b, &format!("{name}.shortcut_norm"), c_out, NORM_GROUPS)?,
-            ))
+            let names = [format!("{name}.shortcut"), format!("{name}.shortcut_norm")];
+            Some(conv_norm(b, names, c_in, c_out, 1, stride)?)
         } else {
             None
         };
+        let names = |i| [format!("{name}.conv{i}"), format!("{name}.norm{i}")];
+        let (conv1, norm1) = conv_norm(b, names(1), c_in, c_out, 3, stride)?;
+        let (conv2, norm2) = conv_norm(b, names(2), c_out, c_out, 3, 1)?;
         Ok(Self {
-            conv1: b.conv(
-                &format!("{name}.conv1"),
-                c_in,
-                c_out,
-                3,
-                stride,
-                1,
-                false,
-                true,
-            )?,
-            norm1: GroupNorm::new(b, &format!("{name}.norm1"), c_out, NORM_GROUPS)?,
-            conv2: b.conv(&format!("{name}.conv2"), c_out, c_out, 3, 1, 1, false, true)?,
-            norm2: GroupNorm::new(b, &format!("{name}.norm2"), c_out, NORM_GROUPS)?,
+            conv1,
+            norm1,
+            conv2,
+            norm2,
             shortcut,
         })
     }
