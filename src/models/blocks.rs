@@ -2,11 +2,11 @@
 //! written over [`Affine`] so every projection can be sharded.
 
 use crate::models::builder::{Builder, Init};
+use crate::models::kernels::{self, Kernels};
 use crate::models::layers::{Affine, Weight};
 use burn::module::{Module, Param};
-use burn::tensor::activation::softmax;
+use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
 
 /// Layer normalisation over the last dimension, with a learned scale and shift.
 #[derive(Module, Debug)]
@@ -15,9 +15,7 @@ pub struct LayerNorm<B: Backend> {
     pub beta: Param<Tensor<B, 1>>,
 }
 
-const NORM_EPS: f64 = 1e-5;
-
-impl<B: Backend> LayerNorm<B> {
+impl<B: Kernels> LayerNorm<B> {
     pub fn new(b: &mut Builder<B>, name: &str, dim: usize) -> Result<Self, String> {
         Ok(Self {
             gamma: b.tensor(&format!("{name}.weight"), [dim], Init::Ones)?,
@@ -26,16 +24,7 @@ impl<B: Backend> LayerNorm<B> {
     }
 
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let centred = x.clone() - x.mean_dim(D - 1);
-        // A product, not `powi`: the ndarray backend raises to a power through `powf`.
-        let var = (centred.clone() * centred.clone()).mean_dim(D - 1);
-        let normed = centred / var.add_scalar(NORM_EPS).sqrt();
-        let shape = |t: Tensor<B, 1>| {
-            let mut s = [1; D];
-            s[D - 1] = t.dims()[0];
-            t.reshape(s)
-        };
-        normed * shape(self.gamma.val()) + shape(self.beta.val())
+        kernels::layer_norm(x, self.gamma.val(), self.beta.val())
     }
 }
 
@@ -71,7 +60,8 @@ impl<B: Backend> GroupNorm<B> {
         let grouped: Tensor<B, 3> = x.reshape([n, self.groups, (c / self.groups) * h * w]);
         let centred = grouped.clone() - grouped.mean_dim(2);
         let var = (centred.clone() * centred.clone()).mean_dim(2);
-        let normed = (centred / var.add_scalar(NORM_EPS).sqrt()).reshape([n, c, h, w]);
+        let normed =
+            (centred / var.add_scalar(f64::from(kernels::NORM_EPS)).sqrt()).reshape([n, c, h, w]);
         normed * self.gamma.val().reshape([1, c, 1, 1]) + self.beta.val().reshape([1, c, 1, 1])
     }
 }
@@ -86,7 +76,7 @@ pub struct SelfAttention<B: Backend> {
     pub heads: usize,
 }
 
-impl<B: Backend> SelfAttention<B> {
+impl<B: Kernels> SelfAttention<B> {
     pub fn new(b: &mut Builder<B>, name: &str, dim: usize, heads: usize) -> Result<Self, String> {
         if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(format!(
@@ -102,8 +92,8 @@ impl<B: Backend> SelfAttention<B> {
         })
     }
 
-    /// `x`: `N × T × d`; `mask`: additive `T × T` (−∞ above the diagonal for causal attention).
-    pub fn forward(&self, x: Tensor<B, 3>, mask: Option<&Tensor<B, 2>>) -> Tensor<B, 3> {
+    /// `x`: `N × T × d`; `causal`: position i attends to positions 0..=i only.
+    pub fn forward(&self, x: Tensor<B, 3>, causal: bool) -> Tensor<B, 3> {
         let [n, t, d] = x.dims();
         let h = self.heads;
         let split = |y: Tensor<B, 3>| y.reshape([n, t, h, d / h]).swap_dims(1, 2);
@@ -115,11 +105,8 @@ impl<B: Backend> SelfAttention<B> {
         );
         let k = split(self.k.forward(x.clone()));
         let v = split(self.v.forward(x));
-        let mut scores = q.matmul(k.swap_dims(2, 3));
-        if let Some(m) = mask {
-            scores = scores + m.clone().reshape([1, 1, t, t]);
-        }
-        let context = softmax(scores, 3)
+        let scores = q.matmul(k.swap_dims(2, 3));
+        let context = kernels::softmax(scores, causal)
             .matmul(v)
             .swap_dims(1, 2)
             .reshape([n, t, d]);
@@ -136,34 +123,6 @@ impl<B: Backend> SelfAttention<B> {
     }
 }
 
-/// The additive causal mask: 0 on and below the diagonal, a large negative number above.
-pub fn causal_mask<B: Backend>(t: usize, device: &B::Device) -> Tensor<B, 2> {
-    let data: Vec<f32> = (0..t * t)
-        .map(|i| if i % t > i / t { -1e9 } else { 0.0 })
-        .collect();
-    Tensor::from_data(TensorData::new(data, [t, t]), device)
-}
-
-/// GPT-2's GELU, `x · ½(1 + tanh(√(2/π)(x + 0.044715 x³)))`, computed as `x · σ(2u)` with
-/// `σ(y) = 1 / (1 + e^{−y})` (the same function, since ½(1 + tanh u) = σ(2u)).
-///
-/// Why not burn's own functions: on the ndarray backend `tanh` is a libm call per element
-/// (≈30% of a char-transformer step, forward plus its recomputation in the backward pass),
-/// `sigmoid` is exp(−ln(1 + e^{−x})) and the exact GELU goes through `erf`. One `exp` and one
-/// `recip` are cheap; the exponent is clamped at 80 so that e^{−y} stays finite (σ is then
-/// 0 to f32 precision, and so is its gradient).
-pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    let c = 2.0 * (2.0 / std::f64::consts::PI).sqrt();
-    let u = x.clone() * (x.clone() * x.clone()).mul_scalar(0.044715).add_scalar(1.0);
-    let sigma = u
-        .mul_scalar(-c)
-        .clamp_max(80.0)
-        .exp()
-        .add_scalar(1.0)
-        .recip();
-    x * sigma
-}
-
 /// The two-layer MLP of a transformer block, `d → ratio·d → d` with GELU; both shardable.
 #[derive(Module, Debug)]
 pub struct FeedForward<B: Backend> {
@@ -171,7 +130,7 @@ pub struct FeedForward<B: Backend> {
     pub proj: Affine<B>,
 }
 
-impl<B: Backend> FeedForward<B> {
+impl<B: Kernels> FeedForward<B> {
     pub fn new(b: &mut Builder<B>, name: &str, dim: usize, hidden: usize) -> Result<Self, String> {
         Ok(Self {
             fc: b.affine(&format!("{name}.fc"), dim, hidden, true, true)?,
@@ -180,7 +139,7 @@ impl<B: Backend> FeedForward<B> {
     }
 
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.proj.forward(gelu(self.fc.forward(x)))
+        self.proj.forward(kernels::gelu(self.fc.forward(x)))
     }
 }
 
@@ -194,7 +153,7 @@ pub struct TransformerBlock<B: Backend> {
     pub mlp: FeedForward<B>,
 }
 
-impl<B: Backend> TransformerBlock<B> {
+impl<B: Kernels> TransformerBlock<B> {
     pub fn new(
         b: &mut Builder<B>,
         name: &str,
@@ -210,8 +169,8 @@ impl<B: Backend> TransformerBlock<B> {
         })
     }
 
-    pub fn forward(&self, x: Tensor<B, 3>, mask: Option<&Tensor<B, 2>>) -> Tensor<B, 3> {
-        let x = x.clone() + self.attn.forward(self.ln1.forward(x), mask);
+    pub fn forward(&self, x: Tensor<B, 3>, causal: bool) -> Tensor<B, 3> {
+        let x = x.clone() + self.attn.forward(self.ln1.forward(x), causal);
         x.clone() + self.mlp.forward(self.ln2.forward(x))
     }
 
@@ -219,46 +178,5 @@ impl<B: Backend> TransformerBlock<B> {
         let mut w = self.attn.weights().to_vec();
         w.extend([&self.mlp.fc.weight, &self.mlp.proj.weight]);
         w
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use burn::backend::{Autodiff, NdArray};
-
-    type B = Autodiff<NdArray>;
-
-    #[test]
-    fn gelu_is_gpt2s_tanh_form_with_finite_gradients_everywhere() {
-        let xs: Vec<f32> = vec![-200.0, -50.0, -8.0, -1.5, -0.3, 0.0, 0.4, 1.0, 3.0, 60.0];
-        let x =
-            Tensor::<B, 1>::from_data(TensorData::new(xs.clone(), [xs.len()]), &Default::default())
-                .require_grad();
-        let y = gelu(x.clone());
-        let grads = y.clone().sum().backward();
-        let dy: Vec<f32> = x
-            .grad(&grads)
-            .expect("grad")
-            .into_data()
-            .into_vec()
-            .expect("f32");
-        let y: Vec<f32> = y.into_data().into_vec().expect("f32");
-        let c = (2.0 / std::f64::consts::PI).sqrt();
-        for ((&xi, &yi), &gi) in xs.iter().zip(&y).zip(&dy) {
-            let x = f64::from(xi);
-            let t = (c * (x + 0.044715 * x.powi(3))).tanh();
-            let expected = 0.5 * x * (1.0 + t);
-            let slope =
-                0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
-            assert!(
-                (f64::from(yi) - expected).abs() <= 1e-5 * (1.0 + expected.abs()),
-                "gelu({x})"
-            );
-            assert!(
-                gi.is_finite() && (f64::from(gi) - slope).abs() <= 1e-4,
-                "gelu'({x}) = {gi}, expected {slope}"
-            );
-        }
     }
 }

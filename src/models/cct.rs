@@ -9,6 +9,7 @@
 
 use crate::models::blocks::{LayerNorm, TransformerBlock};
 use crate::models::builder::{Builder, Init};
+use crate::models::kernels::Kernels;
 use crate::models::layers::{Affine, Conv, Weight};
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
@@ -34,7 +35,7 @@ pub struct Cct<B: Backend> {
     pub fc: Affine<B>,
 }
 
-impl<B: Backend> Cct<B> {
+impl<B: Kernels> Cct<B> {
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
         let blocks = (0..BLOCKS)
             .map(|i| {
@@ -63,7 +64,7 @@ impl<B: Backend> Cct<B> {
         let h = self
             .blocks
             .iter()
-            .fold(h, |h, block| block.forward(h, None));
+            .fold(h, |h, block| block.forward(h, false));
         let h = self.ln.forward(h);
         let attention = softmax(self.pool.forward(h.clone()), 1);
         let pooled = attention.swap_dims(1, 2).matmul(h).reshape([n, WIDTH]);

@@ -6,8 +6,9 @@
 //! floats; the model predicts the next character at every position (the targets are the row
 //! shifted by one), so the logits are `(N · context) × vocab`.
 
-use crate::models::blocks::{LayerNorm, TransformerBlock, causal_mask};
+use crate::models::blocks::{LayerNorm, TransformerBlock};
 use crate::models::builder::{Builder, Init};
+use crate::models::kernels::Kernels;
 use crate::models::layers::{Affine, Weight};
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
@@ -45,10 +46,9 @@ pub struct CharTransformer<B: Backend> {
     pub blocks: Vec<TransformerBlock<B>>,
     pub ln: LayerNorm<B>,
     pub head: Affine<B>,
-    pub mask: Tensor<B, 2>,
 }
 
-impl<B: Backend> CharTransformer<B> {
+impl<B: Kernels> CharTransformer<B> {
     pub fn new(b: &mut Builder<B>, s: CharShape) -> Result<Self, String> {
         let blocks = (0..s.blocks)
             .map(|i| TransformerBlock::new(b, &format!("block{i}"), s.width, s.heads, 4 * s.width))
@@ -59,7 +59,6 @@ impl<B: Backend> CharTransformer<B> {
             blocks,
             ln: LayerNorm::new(b, "ln", s.width)?,
             head: b.affine("head", s.width, s.vocab, true, false)?,
-            mask: causal_mask(s.context, b.device()),
         })
     }
 
@@ -69,15 +68,10 @@ impl<B: Backend> CharTransformer<B> {
         let d = self.positions.dims()[1];
         let h = embedding(self.tokens.val(), x.int())
             + self.positions.val().narrow(0, 0, t).reshape([1, t, d]);
-        let mask = if t == self.mask.dims()[0] {
-            self.mask.clone()
-        } else {
-            self.mask.clone().slice([0..t, 0..t])
-        };
         let h = self
             .blocks
             .iter()
-            .fold(h, |h, block| block.forward(h, Some(&mask)));
+            .fold(h, |h, block| block.forward(h, true));
         let logits = self.head.forward(self.ln.forward(h));
         let vocab = logits.dims()[2];
         logits.reshape([n * t, vocab])

@@ -8,6 +8,7 @@
 
 use crate::models::blocks::{GroupNorm, LayerNorm};
 use crate::models::builder::Builder;
+use crate::models::kernels::Kernels;
 use crate::models::layers::{Affine, Conv, Weight, avg_pool, max_pool};
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -33,7 +34,7 @@ const GROUPS: usize = 2;
 /// Input side of the digits images.
 const SIDE: usize = 8;
 
-impl<B: Backend> DigitsCnn<B> {
+impl<B: Kernels> DigitsCnn<B> {
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
         Ok(Self {
             conv0: b.conv("conv0", 1, 16, 3, 1, 1, true, false)?,

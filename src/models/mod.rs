@@ -9,6 +9,7 @@ pub mod builder;
 pub mod cct;
 pub mod char_transformer;
 pub mod cnn;
+pub mod kernels;
 pub mod layers;
 pub mod mlp;
 pub mod net;

@@ -4,6 +4,7 @@ use crate::models::builder::{Builder, Layout, export};
 use crate::models::cct::Cct;
 use crate::models::char_transformer::{CharShape, CharTransformer};
 use crate::models::cnn::DigitsCnn;
+use crate::models::kernels::Kernels;
 use crate::models::layers::Weight;
 use crate::models::mlp::Mlp;
 use crate::models::resnet::ResNet18;
@@ -55,7 +56,7 @@ impl Architecture {
     }
 
     /// Builds the model through `builder` (init or load mode).
-    pub fn build<B: Backend>(&self, builder: &mut Builder<B>) -> Result<Net<B>, String> {
+    pub fn build<B: Kernels>(&self, builder: &mut Builder<B>) -> Result<Net<B>, String> {
         Ok(match self {
             Architecture::Mlp {
                 inputs,
@@ -84,7 +85,7 @@ impl Architecture {
     }
 
     /// A client's sub-model from a task's dense tensors and shards.
-    pub fn load<B: Backend>(
+    pub fn load<B: Kernels>(
         &self,
         dense: &ModelState,
         shards: &[LayerShard],
@@ -108,7 +109,7 @@ pub enum Net<B: Backend> {
     Cct(Cct<B>),
 }
 
-impl<B: Backend> Net<B> {
+impl<B: Kernels> Net<B> {
     /// Logits, one row per prediction: per sample for classifiers, per sample and position for
     /// the character model.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {

@@ -3,6 +3,7 @@
 //! (momentum, fresh state every round), Frobenius decay on every effective weight and ClipLR on
 //! the factors of its shards, and exports the trained tensors.
 
+use crate::models::kernels::{Kernels, TrainingBackend};
 use crate::models::layers::Weight;
 use crate::models::net::{Architecture, Net};
 use burn::optim::momentum::MomentumConfig;
@@ -102,7 +103,7 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
 }
 
 /// `(μ/2) Σ ‖Ŵ‖²_F` over every affine and convolutional weight of the model.
-pub fn frobenius_decay<B: Backend>(net: &Net<B>, mu: f64) -> Option<Tensor<B, 1>> {
+pub fn frobenius_decay<B: Kernels>(net: &Net<B>, mu: f64) -> Option<Tensor<B, 1>> {
     if mu == 0.0 {
         return None;
     }
@@ -114,7 +115,7 @@ pub fn frobenius_decay<B: Backend>(net: &Net<B>, mu: f64) -> Option<Tensor<B, 1>
 }
 
 /// Scales the gradient of term i of every shard's U and V by `min(1, τ/ω_i)`.
-pub fn clip_lr<B: AutodiffBackend>(net: &Net<B>, grads: &mut GradientsParams, tau: f64) {
+pub fn clip_lr<B: TrainingBackend>(net: &Net<B>, grads: &mut GradientsParams, tau: f64) {
     for weight in net.weights() {
         if let Weight::Factorized(f) = weight {
             let scale = f.clip_scale(tau).inner();
@@ -147,7 +148,7 @@ fn batch<B: Backend>(
 
 /// Trains `net` on `examples` following `recipe`; returns the trained model and the mean
 /// cross-entropy over all steps. `seed` drives the shuffling.
-pub fn train<B: AutodiffBackend>(
+pub fn train<B: TrainingBackend>(
     mut net: Net<B>,
     examples: &dyn Examples,
     recipe: &Recipe,
@@ -231,7 +232,7 @@ pub struct NeuralClient<B: AutodiffBackend> {
     pub device: B::Device,
 }
 
-impl<B: AutodiffBackend> LocalTrainer for NeuralClient<B> {
+impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
     fn samples(&self) -> u64 {
         self.examples.len() as u64
     }
@@ -271,7 +272,7 @@ pub struct NeuralEvaluator<B: Backend> {
     pub batch_size: usize,
 }
 
-impl<B: Backend> NeuralEvaluator<B> {
+impl<B: Kernels> NeuralEvaluator<B> {
     pub fn try_evaluate(&self, model: &ModelState) -> Result<Evaluation, String> {
         let (net, _) = self.architecture.load::<B>(model, &[], &self.device)?;
         let per_row = self.examples.targets_per_row();
@@ -318,7 +319,7 @@ impl<B: Backend> NeuralEvaluator<B> {
     }
 }
 
-impl<B: Backend> Evaluator for NeuralEvaluator<B> {
+impl<B: Kernels> Evaluator for NeuralEvaluator<B> {
     fn evaluate(&self, model: &ModelState) -> Evaluation {
         self.try_evaluate(model).unwrap_or_else(|e| {
             tracing::error!("evaluation failed: {e}");

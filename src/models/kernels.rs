@@ -1,0 +1,634 @@
+//! Fused kernels for the element-wise hot spots of transformer training: GPT-2's GELU, the
+//! (causal) attention softmax and layer normalisation, each with a hand-written backward pass.
+//!
+//! Why: written with burn's tensor operations, each of these is a chain of 5–10 element-wise
+//! passes forward and as many again backward, every pass allocating a fresh tensor. On the CPU
+//! backend that chain, not the matrix products, dominated a char-transformer step. Here each is
+//! one pass forward and one backward over contiguous rows.
+//!
+//! [`Kernels`] is a backend extension: the CPU backend ([`NdArray`]) runs the fused loops, and
+//! [`Autodiff`] records one graph node per kernel whose backward pass calls the inner
+//! backend's backward kernel. Any other backend (CUDA) gets the [`composite`] versions, which are
+//! the same functions written with burn's tensor operations; the tests check that both agree,
+//! values and gradients.
+
+use burn::backend::NdArray;
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn_ndarray::NdArrayTensor;
+use std::borrow::Cow;
+
+/// √(2/π), GPT-2's GELU constant.
+const GELU_C: f32 = 0.797_884_6;
+/// The cubic coefficient of GPT-2's GELU.
+const GELU_A: f32 = 0.044_715;
+/// Variance floor of the layer norm.
+pub const NORM_EPS: f32 = 1e-5;
+
+/// A backend with the fused kernels. Every function works on the last dimension of a
+/// contiguous tensor of any rank (its "rows").
+pub trait Kernels: Backend {
+    /// GPT-2's GELU, `x · ½(1 + tanh(√(2/π)(x + 0.044715 x³)))`.
+    fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::gelu::<Self>(x)
+    }
+
+    /// The gradient of [`Kernels::fused_gelu`] at `x`, times `grad`.
+    fn fused_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::gelu_backward::<Self>(x, grad)
+    }
+
+    /// Softmax over the last dimension. With `causal`, the last two dimensions are a square
+    /// `T × T` score matrix and entry (i, j > i) is excluded (probability exactly 0).
+    fn fused_softmax(x: FloatTensor<Self>, causal: bool) -> FloatTensor<Self> {
+        composite::softmax::<Self>(x, causal)
+    }
+
+    /// The gradient of a softmax with output `y`, times `grad`: `y ⊙ (grad − Σ_j grad_j y_j)`.
+    fn fused_softmax_backward(y: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::softmax_backward::<Self>(y, grad)
+    }
+
+    /// Layer normalisation of each row, scaled by `gamma` and shifted by `beta` (both of the
+    /// row's length).
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        composite::layer_norm::<Self>(x, gamma, beta)
+    }
+
+    /// The gradients of [`Kernels::fused_layer_norm`] with respect to `x`, `gamma` and `beta`.
+    fn fused_layer_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        composite::layer_norm_backward::<Self>(x, gamma, grad)
+    }
+}
+
+/// A training backend: autodiff over a backend that has the kernels too (for evaluation on
+/// the inner backend).
+pub trait TrainingBackend: AutodiffBackend<InnerBackend: Kernels> + Kernels {}
+
+impl<B> TrainingBackend for B where B: AutodiffBackend<InnerBackend: Kernels> + Kernels {}
+
+#[cfg(feature = "cuda")]
+impl Kernels for burn::backend::Cuda {}
+
+/// The kernels written with burn's tensor operations: the reference for the fused loops, and
+/// the implementation on backends without them.
+pub mod composite {
+    use super::{GELU_A, GELU_C, NORM_EPS};
+    use burn::tensor::activation;
+    use burn::tensor::backend::Backend;
+    use burn::tensor::ops::FloatTensor;
+    use burn::tensor::{Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+
+    /// The tensor as `rows × last dimension`, and its shape to restore.
+    fn rows<B: Backend>(x: FloatTensor<B>) -> (Tensor<B, 2>, Shape) {
+        let shape = x.shape();
+        let cols = shape[shape.num_dims() - 1];
+        let flat = B::float_reshape(x, Shape::new([shape.num_elements() / cols, cols]));
+        (Tensor::from_primitive(TensorPrimitive::Float(flat)), shape)
+    }
+
+    fn restore<B: Backend>(t: Tensor<B, 2>, shape: Shape) -> FloatTensor<B> {
+        B::float_reshape(t.into_primitive().tensor(), shape)
+    }
+
+    fn row_vector<B: Backend>(v: FloatTensor<B>) -> Tensor<B, 2> {
+        let n = v.shape().num_elements();
+        Tensor::from_primitive(TensorPrimitive::Float(B::float_reshape(
+            v,
+            Shape::new([1, n]),
+        )))
+    }
+
+    /// `σ(2u)` with `u = √(2/π)(x + a x³)`; the exponent is clamped at 80 so that `e^{−2u}`
+    /// stays finite.
+    fn half_one_plus_tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let u = x.clone() * (x.clone() * x).mul_scalar(GELU_A).add_scalar(1.0);
+        u.mul_scalar(-2.0 * GELU_C)
+            .clamp_max(80.0)
+            .exp()
+            .add_scalar(1.0)
+            .recip()
+    }
+
+    pub fn gelu<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+        let (x, shape) = rows::<B>(x);
+        restore(x.clone() * half_one_plus_tanh(x), shape)
+    }
+
+    pub fn gelu_backward<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
+        let (x, shape) = rows::<B>(x);
+        let (grad, _) = rows::<B>(grad);
+        let s = half_one_plus_tanh(x.clone());
+        let du = (x.clone() * x.clone())
+            .mul_scalar(3.0 * GELU_A)
+            .add_scalar(1.0)
+            .mul_scalar(2.0 * GELU_C);
+        let slope = s.clone() + x * s.clone() * s.neg().add_scalar(1.0) * du;
+        restore(grad * slope, shape)
+    }
+
+    pub fn softmax<B: Backend>(x: FloatTensor<B>, causal: bool) -> FloatTensor<B> {
+        let (x, shape) = rows::<B>(x);
+        let x = if causal {
+            let [n, t] = x.dims();
+            let mask: Vec<f32> = (0..t * t)
+                .map(|i| {
+                    if i % t > i / t {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let mask = Tensor::<B, 3>::from_data(TensorData::new(mask, [1, t, t]), &x.device());
+            (x.reshape([n / t, t, t]) + mask).reshape([n, t])
+        } else {
+            x
+        };
+        restore(activation::softmax(x, 1), shape)
+    }
+
+    pub fn softmax_backward<B: Backend>(y: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
+        let (y, shape) = rows::<B>(y);
+        let (grad, _) = rows::<B>(grad);
+        let dot = (grad.clone() * y.clone()).sum_dim(1);
+        restore(y * (grad - dot), shape)
+    }
+
+    /// `(x − mean) / √(var + ε)` per row, and `1/√(var + ε)` as a column.
+    fn normalise<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let centred = x.clone() - x.mean_dim(1);
+        let var = (centred.clone() * centred.clone()).mean_dim(1);
+        let inv_std = var.add_scalar(f64::from(NORM_EPS)).sqrt().recip();
+        (centred * inv_std.clone(), inv_std)
+    }
+
+    pub fn layer_norm<B: Backend>(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        beta: FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        let (x, shape) = rows::<B>(x);
+        let (normed, _) = normalise(x);
+        restore(normed * row_vector(gamma) + row_vector(beta), shape)
+    }
+
+    pub fn layer_norm_backward<B: Backend>(
+        x: FloatTensor<B>,
+        gamma: FloatTensor<B>,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 3] {
+        let (x, shape) = rows::<B>(x);
+        let (grad, _) = rows::<B>(grad);
+        let cols = x.dims()[1];
+        let (normed, inv_std) = normalise(x);
+        let d_gamma = (grad.clone() * normed.clone()).sum_dim(0).reshape([cols]);
+        let d_beta = grad.clone().sum_dim(0).reshape([cols]);
+        let d_normed = grad * row_vector(gamma);
+        let d_x = (d_normed.clone()
+            - d_normed.clone().mean_dim(1)
+            - normed.clone() * (d_normed * normed).mean_dim(1))
+            * inv_std;
+        [
+            restore(d_x, shape),
+            d_gamma.into_primitive().tensor(),
+            d_beta.into_primitive().tensor(),
+        ]
+    }
+}
+
+/// The values of an f32 CPU tensor in row-major order: borrowed when contiguous.
+fn values(t: &NdArrayTensor) -> Cow<'_, [f32]> {
+    let NdArrayTensor::F32(storage) = t else {
+        panic!(
+            "fedshard's CPU kernels take f32 tensors, got {:?}",
+            t.dtype()
+        );
+    };
+    let view = storage.view();
+    match view.to_slice() {
+        Some(slice) => Cow::Borrowed(slice),
+        None => Cow::Owned(view.iter().copied().collect()),
+    }
+}
+
+fn tensor(values: Vec<f32>, shape: Shape) -> NdArrayTensor {
+    NdArrayTensor::from_data(TensorData::new(values, shape))
+}
+
+/// The length of the last dimension.
+fn row_len(shape: &Shape) -> usize {
+    shape[shape.num_dims() - 1]
+}
+
+/// `σ(2u)` of GPT-2's GELU at `x` (see [`composite`]).
+#[inline]
+fn half_one_plus_tanh(x: f32) -> f32 {
+    let u = GELU_C * x * (1.0 + GELU_A * x * x);
+    1.0 / (1.0 + (-2.0 * u).min(80.0).exp())
+}
+
+impl Kernels for NdArray<f32> {
+    fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let y = values(&x)
+            .iter()
+            .map(|&x| x * half_one_plus_tanh(x))
+            .collect();
+        tensor(y, shape)
+    }
+
+    fn fused_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let dx = values(&x)
+            .iter()
+            .zip(values(&grad).iter())
+            .map(|(&x, &g)| {
+                let s = half_one_plus_tanh(x);
+                let du = 2.0 * GELU_C * (1.0 + 3.0 * GELU_A * x * x);
+                g * (s + x * s * (1.0 - s) * du)
+            })
+            .collect();
+        tensor(dx, shape)
+    }
+
+    fn fused_softmax(x: FloatTensor<Self>, causal: bool) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let cols = row_len(&shape);
+        let mut y = values(&x).into_owned();
+        for (r, row) in y.chunks_exact_mut(cols).enumerate() {
+            // Row i of a causal T × T block sees positions 0..=i.
+            let seen = if causal { r % cols + 1 } else { cols };
+            let (kept, masked) = row.split_at_mut(seen);
+            let max = kept.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for v in kept.iter_mut() {
+                *v = (*v - max).exp();
+                sum += *v;
+            }
+            let inv = 1.0 / sum;
+            kept.iter_mut().for_each(|v| *v *= inv);
+            masked.fill(0.0);
+        }
+        tensor(y, shape)
+    }
+
+    fn fused_softmax_backward(y: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        let shape = y.shape();
+        let cols = row_len(&shape);
+        let mut dx = values(&grad).into_owned();
+        for (d, y) in dx.chunks_exact_mut(cols).zip(values(&y).chunks_exact(cols)) {
+            let dot: f32 = d.iter().zip(y).map(|(g, y)| g * y).sum();
+            d.iter_mut().zip(y).for_each(|(d, &y)| *d = y * (*d - dot));
+        }
+        tensor(dx, shape)
+    }
+
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let cols = row_len(&shape);
+        let (gamma, beta) = (values(&gamma), values(&beta));
+        let mut y = values(&x).into_owned();
+        for row in y.chunks_exact_mut(cols) {
+            let (mean, inv_std) = moments(row);
+            for ((v, g), b) in row.iter_mut().zip(gamma.iter()).zip(beta.iter()) {
+                *v = (*v - mean) * inv_std * g + b;
+            }
+        }
+        tensor(y, shape)
+    }
+
+    fn fused_layer_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        let shape = x.shape();
+        let cols = row_len(&shape);
+        let gamma = values(&gamma);
+        let grad = values(&grad);
+        let mut dx = values(&x).into_owned();
+        let mut d_gamma = vec![0.0f32; cols];
+        let mut d_beta = vec![0.0f32; cols];
+        let scale = 1.0 / cols as f32;
+        for (row, g) in dx.chunks_exact_mut(cols).zip(grad.chunks_exact(cols)) {
+            let (mean, inv_std) = moments(row);
+            // row ← x̂; accumulate the parameter gradients and the two row means of dx̂.
+            let (mut mean_d, mut mean_dx) = (0.0f32, 0.0f32);
+            for j in 0..cols {
+                let normed = (row[j] - mean) * inv_std;
+                row[j] = normed;
+                d_gamma[j] += g[j] * normed;
+                d_beta[j] += g[j];
+                let d = g[j] * gamma[j];
+                mean_d += d;
+                mean_dx += d * normed;
+            }
+            mean_d *= scale;
+            mean_dx *= scale;
+            for j in 0..cols {
+                let normed = row[j];
+                row[j] = (g[j] * gamma[j] - mean_d - normed * mean_dx) * inv_std;
+            }
+        }
+        [
+            tensor(dx, shape),
+            tensor(d_gamma, Shape::new([cols])),
+            tensor(d_beta, Shape::new([cols])),
+        ]
+    }
+}
+
+/// Mean and `1/√(var + ε)` of a row (population variance, as the composite version).
+fn moments(row: &[f32]) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mean = row.iter().sum::<f32>() / n;
+    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + NORM_EPS).sqrt())
+}
+
+/// A one-input graph node whose backward pass is `backward(saved, grad)`.
+#[derive(Debug)]
+struct UnaryKernel<B: Backend> {
+    backward: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
+}
+
+impl<B: Backend> Backward<B, 1> for UnaryKernel<B> {
+    type State = FloatTensor<B>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let saved = ops.state;
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+            (self.backward)(saved, grad)
+        });
+    }
+}
+
+/// Records `output = f(input)` in the graph, keeping `saved` for the backward pass.
+fn record_unary<B: Backend, C: CheckpointStrategy>(
+    input: FloatTensor<Autodiff<B, C>>,
+    output: FloatTensor<B>,
+    saved: FloatTensor<B>,
+    backward: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
+) -> FloatTensor<Autodiff<B, C>> {
+    let node = UnaryKernel { backward };
+    match node.prepare::<C>([input.node]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(saved, output),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    }
+}
+
+/// One graph node per kernel; the backward pass runs the inner backend's backward kernel.
+impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
+    fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let y = B::fused_gelu(x.primitive.clone());
+        let saved = x.primitive.clone();
+        record_unary::<B, C>(x, y, saved, B::fused_gelu_backward)
+    }
+
+    fn fused_softmax(x: FloatTensor<Self>, causal: bool) -> FloatTensor<Self> {
+        let y = B::fused_softmax(x.primitive.clone(), causal);
+        record_unary::<B, C>(x, y.clone(), y, B::fused_softmax_backward)
+    }
+
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct LayerNorm;
+
+        impl<B: Kernels> Backward<B, 3> for LayerNorm {
+            type State = (FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 3>,
+                grads: &mut Gradients,
+                _: &mut Checkpointer,
+            ) {
+                let (x, gamma) = ops.state;
+                let grad = grads.consume::<B>(&ops.node);
+                let d = B::fused_layer_norm_backward(x, gamma, grad);
+                for (parent, d) in ops.parents.into_iter().zip(d) {
+                    if let Some(parent) = parent {
+                        grads.register::<B>(parent.id, d);
+                    }
+                }
+            }
+        }
+
+        let y = B::fused_layer_norm(x.primitive.clone(), gamma.primitive.clone(), beta.primitive);
+        let nodes = [x.node, gamma.node, beta.node];
+        match LayerNorm.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((x.primitive, gamma.primitive), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+}
+
+fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// GPT-2's GELU through [`Kernels::fused_gelu`].
+pub fn gelu<B: Kernels, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    float(B::fused_gelu(x.into_primitive().tensor()))
+}
+
+/// Softmax over the last dimension through [`Kernels::fused_softmax`]; `causal` needs square
+/// last two dimensions.
+pub fn softmax<B: Kernels, const D: usize>(x: Tensor<B, D>, causal: bool) -> Tensor<B, D> {
+    float(B::fused_softmax(x.into_primitive().tensor(), causal))
+}
+
+/// Layer normalisation of the last dimension through [`Kernels::fused_layer_norm`].
+pub fn layer_norm<B: Kernels, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+) -> Tensor<B, D> {
+    float(B::fused_layer_norm(
+        x.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::Distribution;
+
+    type B = Autodiff<NdArray>;
+
+    fn random<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
+        B::seed(&Default::default(), seed);
+        Tensor::random(shape, Distribution::Normal(0.0, 2.0), &Default::default())
+    }
+
+    fn vec<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+        t.into_data().into_vec().expect("f32")
+    }
+
+    fn assert_close(fused: &[f32], composite: &[f32], what: &str) {
+        assert_eq!(fused.len(), composite.len(), "{what}: lengths");
+        for (i, (a, b)) in fused.iter().zip(composite).enumerate() {
+            assert!(
+                (a - b).abs() <= 2e-5 * (1.0 + b.abs()),
+                "{what}[{i}]: fused {a}, composite {b}"
+            );
+        }
+    }
+
+    fn as_autodiff(t: FloatTensor<B>) -> Tensor<B, 3> {
+        float(t)
+    }
+
+    /// Runs `fused` and `composite` on the same inputs, then backpropagates the same random
+    /// cotangent through both and compares outputs and every input's gradient.
+    fn check(
+        inputs: Vec<Tensor<B, 3>>,
+        fused: impl Fn(&[Tensor<B, 3>]) -> Tensor<B, 3>,
+        composite: impl Fn(&[Tensor<B, 3>]) -> Tensor<B, 3>,
+        what: &str,
+    ) {
+        let run = |f: &dyn Fn(&[Tensor<B, 3>]) -> Tensor<B, 3>| {
+            let xs: Vec<_> = inputs
+                .iter()
+                .map(|x| x.clone().detach().require_grad())
+                .collect();
+            let y = f(&xs);
+            let cotangent = random(y.dims(), 99);
+            let grads = (y.clone() * cotangent).sum().backward();
+            let dxs: Vec<Vec<f32>> = xs
+                .iter()
+                .map(|x| x.grad(&grads).expect("every input gets a gradient"))
+                .map(|g| g.into_data().into_vec().expect("f32"))
+                .collect();
+            (vec(y), dxs)
+        };
+        let (y_fused, d_fused) = run(&fused);
+        let (y_comp, d_comp) = run(&composite);
+        assert_close(&y_fused, &y_comp, &format!("{what} output"));
+        for (i, (a, b)) in d_fused.iter().zip(&d_comp).enumerate() {
+            assert_close(a, b, &format!("{what} gradient of input {i}"));
+        }
+    }
+
+    #[test]
+    fn fused_gelu_matches_the_composite_one() {
+        check(
+            vec![random([2, 5, 7], 1)],
+            |x| gelu(x[0].clone()),
+            |x| as_autodiff(composite::gelu::<B>(x[0].clone().into_primitive().tensor())),
+            "gelu",
+        );
+    }
+
+    #[test]
+    fn fused_softmax_matches_the_composite_one_with_and_without_the_causal_mask() {
+        for causal in [false, true] {
+            check(
+                vec![random([3, 6, 6], 2)],
+                |x| softmax(x[0].clone(), causal),
+                |x| {
+                    as_autodiff(composite::softmax::<B>(
+                        x[0].clone().into_primitive().tensor(),
+                        causal,
+                    ))
+                },
+                &format!("softmax (causal {causal})"),
+            );
+        }
+        // Causal: row i puts exactly zero mass on positions after i, and each row sums to 1.
+        let y = vec(softmax(random([1, 4, 4], 3), true));
+        for (i, row) in y.chunks(4).enumerate() {
+            assert!(row[i + 1..].iter().all(|&p| p == 0.0), "row {i}: {row:?}");
+            assert!(
+                (row.iter().sum::<f32>() - 1.0).abs() < 1e-6,
+                "row {i}: {row:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn fused_layer_norm_matches_the_composite_one_in_all_three_gradients() {
+        let gamma = random([1, 1, 9], 5);
+        let beta = random([1, 1, 9], 6);
+        let flat = |t: &Tensor<B, 3>| t.clone().reshape([9]);
+        check(
+            vec![random([2, 4, 9], 4), gamma, beta],
+            |x| layer_norm(x[0].clone(), flat(&x[1]), flat(&x[2])),
+            |x| {
+                as_autodiff(composite::layer_norm::<B>(
+                    x[0].clone().into_primitive().tensor(),
+                    flat(&x[1]).into_primitive().tensor(),
+                    flat(&x[2]).into_primitive().tensor(),
+                ))
+            },
+            "layer norm",
+        );
+    }
+
+    #[test]
+    fn gelu_is_gpt2s_tanh_form_with_finite_gradients_everywhere() {
+        let xs: Vec<f32> = vec![-200.0, -50.0, -8.0, -1.5, -0.3, 0.0, 0.4, 1.0, 3.0, 60.0];
+        for fused in [true, false] {
+            let x = Tensor::<B, 1>::from_data(
+                TensorData::new(xs.clone(), [xs.len()]),
+                &Default::default(),
+            )
+            .require_grad();
+            let y: Tensor<B, 1> = if fused {
+                gelu(x.clone())
+            } else {
+                float(composite::gelu::<B>(x.clone().into_primitive().tensor()))
+            };
+            let grads = y.clone().sum().backward();
+            let dy: Vec<f32> = x
+                .grad(&grads)
+                .expect("grad")
+                .into_data()
+                .into_vec()
+                .expect("f32");
+            let y = vec(y);
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            for ((&xi, &yi), &gi) in xs.iter().zip(&y).zip(&dy) {
+                let x = f64::from(xi);
+                let t = (c * (x + 0.044715 * x.powi(3))).tanh();
+                let expected = 0.5 * x * (1.0 + t);
+                let slope =
+                    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+                assert!(
+                    (f64::from(yi) - expected).abs() <= 1e-5 * (1.0 + expected.abs()),
+                    "gelu({x}), fused {fused}"
+                );
+                assert!(
+                    gi.is_finite() && (f64::from(gi) - slope).abs() <= 1e-4,
+                    "gelu'({x}) = {gi}, expected {slope}, fused {fused}"
+                );
+            }
+        }
+    }
+}
