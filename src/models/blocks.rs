@@ -94,23 +94,11 @@ impl<B: Kernels> SelfAttention<B> {
 
     /// `x`: `N × T × d`; `causal`: position i attends to positions 0..=i only.
     pub fn forward(&self, x: Tensor<B, 3>, causal: bool) -> Tensor<B, 3> {
-        let [n, t, d] = x.dims();
-        let h = self.heads;
-        let split = |y: Tensor<B, 3>| y.reshape([n, t, h, d / h]).swap_dims(1, 2);
-        // Scaling q (N·T·d values) rather than the scores (N·h·T·T) is the same product, cheaper.
-        let q = split(
-            self.q
-                .forward(x.clone())
-                .div_scalar(((d / h) as f64).sqrt()),
-        );
-        let k = split(self.k.forward(x.clone()));
-        let v = split(self.v.forward(x));
-        let scores = q.matmul(k.swap_dims(2, 3));
-        let context = kernels::softmax(scores, causal)
-            .matmul(v)
-            .swap_dims(1, 2)
-            .reshape([n, t, d]);
-        self.o.forward(context)
+        let q = self.q.forward(x.clone());
+        let k = self.k.forward(x.clone());
+        let v = self.v.forward(x);
+        self.o
+            .forward(kernels::attention(q, k, v, self.heads, causal))
     }
 
     pub fn weights(&self) -> [&Weight<B>; 4] {

@@ -17,7 +17,7 @@ use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
@@ -72,6 +72,44 @@ pub trait Kernels: Backend {
         grad: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 3] {
         composite::layer_norm_backward::<Self>(x, gamma, grad)
+    }
+
+    /// `x · wᵀ` over the last dimension of `x` (`… × in`), with `w` an `out × in` matrix
+    /// (any strides: a transposed factor is not copied).
+    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::linear::<Self>(x, w)
+    }
+
+    /// The gradients of [`Kernels::fused_linear`] with respect to `x` and `w`.
+    fn fused_linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        composite::linear_backward::<Self>(x, w, grad)
+    }
+
+    /// Multi-head scaled dot-product attention of `N × T × d` queries, keys and values split
+    /// into `heads` heads of width `d / heads`, with the heads merged back into `N × T × d`.
+    /// Returns the output and the attention probabilities (`N × heads × T × T`, kept for the
+    /// backward pass).
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        heads: usize,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 2] {
+        composite::attention::<Self>(q, k, v, heads, causal)
+    }
+
+    /// The gradients of [`Kernels::fused_attention`] with respect to `q`, `k` and `v`.
+    fn fused_attention_backward(
+        [q, k, v]: [FloatTensor<Self>; 3],
+        probs: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        composite::attention_backward::<Self>([q, k, v], probs, grad)
     }
 }
 
@@ -209,6 +247,103 @@ pub mod composite {
             d_beta.into_primitive().tensor(),
         ]
     }
+
+    fn matrix<B: Backend>(w: FloatTensor<B>) -> Tensor<B, 2> {
+        Tensor::from_primitive(TensorPrimitive::Float(w))
+    }
+
+    pub fn linear<B: Backend>(x: FloatTensor<B>, w: FloatTensor<B>) -> FloatTensor<B> {
+        let (x, shape) = rows::<B>(x);
+        let w = matrix::<B>(w);
+        let mut dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
+        *dims.last_mut().expect("rank ≥ 1") = w.dims()[0];
+        B::float_reshape(
+            x.matmul(w.transpose()).into_primitive().tensor(),
+            Shape::from(dims),
+        )
+    }
+
+    pub fn linear_backward<B: Backend>(
+        x: FloatTensor<B>,
+        w: FloatTensor<B>,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 2] {
+        let (x, shape) = rows::<B>(x);
+        let (grad, _) = rows::<B>(grad);
+        let w = matrix::<B>(w);
+        let d_x = restore(grad.clone().matmul(w), shape);
+        let d_w = grad.transpose().matmul(x);
+        [d_x, d_w.into_primitive().tensor()]
+    }
+
+    /// `N × T × d` → `N × heads × T × d/heads`.
+    fn split<B: Backend>(x: FloatTensor<B>, heads: usize) -> Tensor<B, 4> {
+        let x: Tensor<B, 3> = Tensor::from_primitive(TensorPrimitive::Float(x));
+        let [n, t, d] = x.dims();
+        x.reshape([n, t, heads, d / heads]).swap_dims(1, 2)
+    }
+
+    /// `N × heads × T × d/heads` → `N × T × d`.
+    fn merge<B: Backend>(x: Tensor<B, 4>) -> FloatTensor<B> {
+        let [n, h, t, w] = x.dims();
+        x.swap_dims(1, 2)
+            .reshape([n, t, h * w])
+            .into_primitive()
+            .tensor()
+    }
+
+    fn scale(width: usize) -> f64 {
+        1.0 / (width as f64).sqrt()
+    }
+
+    pub fn attention<B: Backend>(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        heads: usize,
+        causal: bool,
+    ) -> [FloatTensor<B>; 2] {
+        let (q, k, v) = (
+            split::<B>(q, heads),
+            split::<B>(k, heads),
+            split::<B>(v, heads),
+        );
+        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale(v.dims()[3]));
+        let probs: Tensor<B, 4> = Tensor::from_primitive(TensorPrimitive::Float(softmax::<B>(
+            scores.into_primitive().tensor(),
+            causal,
+        )));
+        [
+            merge(probs.clone().matmul(v)),
+            probs.into_primitive().tensor(),
+        ]
+    }
+
+    pub fn attention_backward<B: Backend>(
+        [q, k, v]: [FloatTensor<B>; 3],
+        probs: FloatTensor<B>,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 3] {
+        let heads = probs.shape()[1];
+        let (q, k, v) = (
+            split::<B>(q, heads),
+            split::<B>(k, heads),
+            split::<B>(v, heads),
+        );
+        let grad = split::<B>(grad, heads);
+        let probs: Tensor<B, 4> = Tensor::from_primitive(TensorPrimitive::Float(probs));
+        let d_v = probs.clone().swap_dims(2, 3).matmul(grad.clone());
+        let d_probs = grad.matmul(v.clone().swap_dims(2, 3));
+        let d_scores: Tensor<B, 4> =
+            Tensor::from_primitive(TensorPrimitive::Float(softmax_backward::<B>(
+                probs.into_primitive().tensor(),
+                d_probs.into_primitive().tensor(),
+            )))
+            .mul_scalar(scale(v.dims()[3]));
+        let d_q = d_scores.clone().matmul(k);
+        let d_k = d_scores.swap_dims(2, 3).matmul(q);
+        [merge(d_q), merge(d_k), merge(d_v)]
+    }
 }
 
 /// The values of an f32 CPU tensor in row-major order: borrowed when contiguous.
@@ -268,33 +403,15 @@ impl Kernels for NdArray<f32> {
 
     fn fused_softmax(x: FloatTensor<Self>, causal: bool) -> FloatTensor<Self> {
         let shape = x.shape();
-        let cols = row_len(&shape);
         let mut y = values(&x).into_owned();
-        for (r, row) in y.chunks_exact_mut(cols).enumerate() {
-            // Row i of a causal T × T block sees positions 0..=i.
-            let seen = if causal { r % cols + 1 } else { cols };
-            let (kept, masked) = row.split_at_mut(seen);
-            let max = kept.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for v in kept.iter_mut() {
-                *v = (*v - max).exp();
-                sum += *v;
-            }
-            let inv = 1.0 / sum;
-            kept.iter_mut().for_each(|v| *v *= inv);
-            masked.fill(0.0);
-        }
+        softmax_rows(&mut y, row_len(&shape), causal);
         tensor(y, shape)
     }
 
     fn fused_softmax_backward(y: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         let shape = y.shape();
-        let cols = row_len(&shape);
         let mut dx = values(&grad).into_owned();
-        for (d, y) in dx.chunks_exact_mut(cols).zip(values(&y).chunks_exact(cols)) {
-            let dot: f32 = d.iter().zip(y).map(|(g, y)| g * y).sum();
-            d.iter_mut().zip(y).for_each(|(d, &y)| *d = y * (*d - dot));
-        }
+        softmax_backward_rows(&values(&y), &mut dx, row_len(&shape));
         tensor(dx, shape)
     }
 
@@ -355,6 +472,159 @@ impl Kernels for NdArray<f32> {
             tensor(d_beta, Shape::new([cols])),
         ]
     }
+    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let inputs = row_len(&shape);
+        let x = values(&x);
+        let w = Strided::of(&w);
+        assert_eq!(w.cols, inputs, "linear: weight width vs input width");
+        let rows = x.len() / inputs;
+        let mut y = vec![0.0; rows * w.rows];
+        // y = x · wᵀ; wᵀ is w read with its strides swapped.
+        gemm(
+            [rows, inputs, w.rows],
+            1.0,
+            (&x, inputs as isize, 1),
+            (&w.values, w.cs, w.rs),
+            &mut y,
+            w.rows,
+        );
+        let mut dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
+        dims[shape.num_dims() - 1] = w.rows;
+        tensor(y, Shape::from(dims))
+    }
+
+    fn fused_linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        let shape = x.shape();
+        let inputs = row_len(&shape);
+        let (x, grad) = (values(&x), values(&grad));
+        let w = Strided::of(&w);
+        let rows = x.len() / inputs;
+        let outputs = w.rows;
+        let mut d_x = vec![0.0; rows * inputs];
+        gemm(
+            [rows, outputs, inputs],
+            1.0,
+            (&grad, outputs as isize, 1),
+            (&w.values, w.rs, w.cs),
+            &mut d_x,
+            inputs,
+        );
+        let mut d_w = vec![0.0; outputs * inputs];
+        gemm(
+            [outputs, rows, inputs],
+            1.0,
+            (&grad, 1, outputs as isize),
+            (&x, inputs as isize, 1),
+            &mut d_w,
+            inputs,
+        );
+        [
+            tensor(d_x, shape),
+            tensor(d_w, Shape::new([outputs, inputs])),
+        ]
+    }
+
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        heads: usize,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 2] {
+        let shape = q.shape();
+        let [n, t, d] = [shape[0], shape[1], shape[2]];
+        let (width, scale) = head_width(d, heads);
+        let (q, k, v) = (values(&q), values(&k), values(&v));
+        let mut out = vec![0.0; n * t * d];
+        let mut probs = vec![0.0; n * heads * t * t];
+        for (block, p) in probs.chunks_exact_mut(t * t).enumerate() {
+            // Head h of sample b is the column band [h·w, (h+1)·w) of the sample's T × d rows.
+            let base = (block / heads) * t * d + (block % heads) * width;
+            let d = d as isize;
+            gemm(
+                [t, width, t],
+                scale,
+                (&q[base..], d, 1),
+                (&k[base..], 1, d),
+                p,
+                t,
+            );
+            softmax_rows(p, t, causal);
+            gemm(
+                [t, t, width],
+                1.0,
+                (p, t as isize, 1),
+                (&v[base..], d, 1),
+                &mut out[base..],
+                d as usize,
+            );
+        }
+        [
+            tensor(out, shape),
+            tensor(probs, Shape::new([n, heads, t, t])),
+        ]
+    }
+
+    fn fused_attention_backward(
+        [q, k, v]: [FloatTensor<Self>; 3],
+        probs: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        let shape = q.shape();
+        let [t, d] = [shape[1], shape[2]];
+        let heads = probs.shape()[1];
+        let (width, scale) = head_width(d, heads);
+        let (q, k, v) = (values(&q), values(&k), values(&v));
+        let (probs, grad) = (values(&probs), values(&grad));
+        let [mut d_q, mut d_k, mut d_v] = [(); 3].map(|_| vec![0.0; q.len()]);
+        let mut d_scores = vec![0.0; t * t];
+        for (block, p) in probs.chunks_exact(t * t).enumerate() {
+            let base = (block / heads) * t * d + (block % heads) * width;
+            let (d, tt) = (d as isize, t as isize);
+            let g = &grad[base..];
+            // dP = dO · Vᵀ, then through the softmax; the score scale goes into dQ and dK.
+            gemm(
+                [t, width, t],
+                1.0,
+                (g, d, 1),
+                (&v[base..], 1, d),
+                &mut d_scores,
+                t,
+            );
+            softmax_backward_rows(p, &mut d_scores, t);
+            let ds = &d_scores;
+            gemm(
+                [t, t, width],
+                scale,
+                (ds, tt, 1),
+                (&k[base..], d, 1),
+                &mut d_q[base..],
+                d as usize,
+            );
+            gemm(
+                [t, t, width],
+                scale,
+                (ds, 1, tt),
+                (&q[base..], d, 1),
+                &mut d_k[base..],
+                d as usize,
+            );
+            gemm(
+                [t, t, width],
+                1.0,
+                (p, 1, tt),
+                (g, d, 1),
+                &mut d_v[base..],
+                d as usize,
+            );
+        }
+        [d_q, d_k, d_v].map(|values| tensor(values, shape.clone()))
+    }
 }
 
 /// Mean and `1/√(var + ε)` of a row (population variance, as the composite version).
@@ -365,33 +635,178 @@ fn moments(row: &[f32]) -> (f32, f32) {
     (mean, 1.0 / (var + NORM_EPS).sqrt())
 }
 
-/// A one-input graph node whose backward pass is `backward(saved, grad)`.
-#[derive(Debug)]
-struct UnaryKernel<B: Backend> {
-    backward: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
-}
-
-impl<B: Backend> Backward<B, 1> for UnaryKernel<B> {
-    type State = FloatTensor<B>;
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let saved = ops.state;
-        unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-            (self.backward)(saved, grad)
-        });
+/// Row-wise softmax of `values` (rows of `cols`); with `causal`, row r of each `cols × cols`
+/// block sees columns `0..=r % cols` and puts exactly 0 on the rest.
+fn softmax_rows(values: &mut [f32], cols: usize, causal: bool) {
+    for (r, row) in values.chunks_exact_mut(cols).enumerate() {
+        let seen = if causal { r % cols + 1 } else { cols };
+        let (kept, masked) = row.split_at_mut(seen);
+        let max = kept.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0;
+        for v in kept.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        let inv = 1.0 / sum;
+        kept.iter_mut().for_each(|v| *v *= inv);
+        masked.fill(0.0);
     }
 }
 
-/// Records `output = f(input)` in the graph, keeping `saved` for the backward pass.
-fn record_unary<B: Backend, C: CheckpointStrategy>(
-    input: FloatTensor<Autodiff<B, C>>,
+/// `grad ← y ⊙ (grad − Σ_j grad_j y_j)` row by row: the softmax backward pass in place.
+fn softmax_backward_rows(y: &[f32], grad: &mut [f32], cols: usize) {
+    for (d, y) in grad.chunks_exact_mut(cols).zip(y.chunks_exact(cols)) {
+        let dot: f32 = d.iter().zip(y).map(|(g, y)| g * y).sum();
+        d.iter_mut().zip(y).for_each(|(d, &y)| *d = y * (*d - dot));
+    }
+}
+
+/// The width of one head and the score scale `1/√width`.
+fn head_width(d: usize, heads: usize) -> (usize, f32) {
+    assert!(
+        heads > 0 && d.is_multiple_of(heads),
+        "attention: width {d} does not split into {heads} heads"
+    );
+    let width = d / heads;
+    (width, 1.0 / (width as f32).sqrt())
+}
+
+/// A CPU matrix with its element strides, borrowed when its memory is one block (a transposed
+/// view included), copied to row-major otherwise.
+struct Strided<'a> {
+    values: Cow<'a, [f32]>,
+    rows: usize,
+    cols: usize,
+    rs: isize,
+    cs: isize,
+}
+
+impl<'a> Strided<'a> {
+    fn of(t: &'a NdArrayTensor) -> Self {
+        let NdArrayTensor::F32(storage) = t else {
+            panic!(
+                "fedshard's CPU kernels take f32 tensors, got {:?}",
+                t.dtype()
+            );
+        };
+        let view = storage.view();
+        let &[rows, cols] = view.shape() else {
+            panic!(
+                "a linear layer's weight is a matrix, got shape {:?}",
+                view.shape()
+            );
+        };
+        let strides = view.strides();
+        match view.to_slice_memory_order() {
+            Some(block) if strides.iter().all(|&s| s >= 0) => Self {
+                values: Cow::Borrowed(block),
+                rows,
+                cols,
+                rs: strides[0],
+                cs: strides[1],
+            },
+            _ => Self {
+                values: Cow::Owned(view.iter().copied().collect()),
+                rows,
+                cols,
+                rs: cols as isize,
+                cs: 1,
+            },
+        }
+    }
+}
+
+/// `c ← α · a · b` for an `m × k` matrix `a` and a `k × n` matrix `b`, each given as values and
+/// (row, column) element strides from the start of the slice, into the first `n` columns of
+/// the rows of `c` (row stride `ldc`). Every index is checked against the slices before
+/// matrixmultiply reads or writes them.
+fn gemm(
+    [m, k, n]: [usize; 3],
+    alpha: f32,
+    (a, rsa, csa): (&[f32], isize, isize),
+    (b, rsb, csb): (&[f32], isize, isize),
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let last = |rows: usize, cols: usize, rs: isize, cs: isize| {
+        assert!(rs >= 0 && cs >= 0, "gemm: negative strides");
+        (rows.max(1) - 1) * rs as usize + (cols.max(1) - 1) * cs as usize
+    };
+    assert!(m > 0 && k > 0 && n > 0, "gemm: empty operand {m}×{k}×{n}");
+    assert!(last(m, k, rsa, csa) < a.len(), "gemm: a out of bounds");
+    assert!(last(k, n, rsb, csb) < b.len(), "gemm: b out of bounds");
+    assert!(
+        n <= ldc && last(m, n, ldc as isize, 1) < c.len(),
+        "gemm: c out of bounds"
+    );
+    // SAFETY: the asserts above keep every element matrixmultiply touches inside the three
+    // slices; `c` is borrowed mutably, so it aliases neither `a` nor `b`. With β = 0, c is
+    // written, never read.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            rsa,
+            csa,
+            b.as_ptr(),
+            rsb,
+            csb,
+            0.0,
+            c.as_mut_ptr(),
+            ldc as isize,
+            1,
+        );
+    }
+}
+
+/// A graph node with `N` inputs whose backward pass is `backward(state, grad)`, one gradient
+/// per input.
+#[derive(Debug)]
+struct KernelNode<B: Backend, S, const N: usize> {
+    backward: fn(S, FloatTensor<B>) -> [FloatTensor<B>; N],
+}
+
+impl<B, S, const N: usize> Backward<B, N> for KernelNode<B, S, N>
+where
+    B: Backend,
+    S: Clone + Send + std::fmt::Debug + 'static,
+{
+    type State = S;
+
+    fn backward(self, ops: Ops<S, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let gradients = (self.backward)(ops.state, grad);
+        for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
+            if let Some(parent) = parent {
+                grads.register::<B>(parent.id, gradient);
+            }
+        }
+    }
+}
+
+/// Records `output`, computed by a kernel from `inputs`, in the graph; `state` is what the
+/// backward pass needs.
+fn record<B, C, S, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
     output: FloatTensor<B>,
-    saved: FloatTensor<B>,
-    backward: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
-) -> FloatTensor<Autodiff<B, C>> {
-    let node = UnaryKernel { backward };
-    match node.prepare::<C>([input.node]).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => prep.finish(saved, output),
+    state: S,
+    backward: fn(S, FloatTensor<B>) -> [FloatTensor<B>; N],
+) -> FloatTensor<Autodiff<B, C>>
+where
+    B: Backend,
+    C: CheckpointStrategy,
+    S: Clone + Send + std::fmt::Debug + 'static,
+{
+    let node = KernelNode { backward };
+    match node
+        .prepare::<C>(inputs.map(|t| t.node))
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(state, output),
         OpsKind::UnTracked(prep) => prep.finish(output),
     }
 }
@@ -399,14 +814,13 @@ fn record_unary<B: Backend, C: CheckpointStrategy>(
 /// One graph node per kernel; the backward pass runs the inner backend's backward kernel.
 impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        let y = B::fused_gelu(x.primitive.clone());
-        let saved = x.primitive.clone();
-        record_unary::<B, C>(x, y, saved, B::fused_gelu_backward)
+        let (y, saved) = (B::fused_gelu(x.primitive.clone()), x.primitive.clone());
+        record::<B, C, _, 1>([x], y, saved, |x, g| [B::fused_gelu_backward(x, g)])
     }
 
     fn fused_softmax(x: FloatTensor<Self>, causal: bool) -> FloatTensor<Self> {
         let y = B::fused_softmax(x.primitive.clone(), causal);
-        record_unary::<B, C>(x, y.clone(), y, B::fused_softmax_backward)
+        record::<B, C, _, 1>([x], y.clone(), y, |y, g| [B::fused_softmax_backward(y, g)])
     }
 
     fn fused_layer_norm(
@@ -414,35 +828,49 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct LayerNorm;
+        let y = B::fused_layer_norm(
+            x.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive.clone(),
+        );
+        let state = (x.primitive.clone(), gamma.primitive.clone());
+        record::<B, C, _, 3>([x, gamma, beta], y, state, |(x, gamma), g| {
+            B::fused_layer_norm_backward(x, gamma, g)
+        })
+    }
 
-        impl<B: Kernels> Backward<B, 3> for LayerNorm {
-            type State = (FloatTensor<B>, FloatTensor<B>);
+    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        let y = B::fused_linear(x.primitive.clone(), w.primitive.clone());
+        let state = (x.primitive.clone(), w.primitive.clone());
+        record::<B, C, _, 2>([x, w], y, state, |(x, w), g| {
+            B::fused_linear_backward(x, w, g)
+        })
+    }
 
-            fn backward(
-                self,
-                ops: Ops<Self::State, 3>,
-                grads: &mut Gradients,
-                _: &mut Checkpointer,
-            ) {
-                let (x, gamma) = ops.state;
-                let grad = grads.consume::<B>(&ops.node);
-                let d = B::fused_layer_norm_backward(x, gamma, grad);
-                for (parent, d) in ops.parents.into_iter().zip(d) {
-                    if let Some(parent) = parent {
-                        grads.register::<B>(parent.id, d);
-                    }
-                }
-            }
-        }
-
-        let y = B::fused_layer_norm(x.primitive.clone(), gamma.primitive.clone(), beta.primitive);
-        let nodes = [x.node, gamma.node, beta.node];
-        match LayerNorm.prepare::<C>(nodes).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((x.primitive, gamma.primitive), y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        }
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        heads: usize,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 2] {
+        let qkv = [
+            q.primitive.clone(),
+            k.primitive.clone(),
+            v.primitive.clone(),
+        ];
+        let [out, probs] = B::fused_attention(
+            qkv[0].clone(),
+            qkv[1].clone(),
+            qkv[2].clone(),
+            heads,
+            causal,
+        );
+        let probs_out = probs.clone();
+        let out = record::<B, C, _, 3>([q, k, v], out, (qkv, probs), |(qkv, probs), g| {
+            B::fused_attention_backward(qkv, probs, g)
+        });
+        [out, Self::from_inner(probs_out)]
     }
 }
 
@@ -472,6 +900,32 @@ pub fn layer_norm<B: Kernels, const D: usize>(
         gamma.into_primitive().tensor(),
         beta.into_primitive().tensor(),
     ))
+}
+
+/// `x · wᵀ` through [`Kernels::fused_linear`].
+pub fn linear<B: Kernels, const D: usize>(x: Tensor<B, D>, w: Tensor<B, 2>) -> Tensor<B, D> {
+    float(B::fused_linear(
+        x.into_primitive().tensor(),
+        w.into_primitive().tensor(),
+    ))
+}
+
+/// Multi-head attention of `N × T × d` projections through [`Kernels::fused_attention`].
+pub fn attention<B: Kernels>(
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    v: Tensor<B, 3>,
+    heads: usize,
+    causal: bool,
+) -> Tensor<B, 3> {
+    let [out, _] = B::fused_attention(
+        q.into_primitive().tensor(),
+        k.into_primitive().tensor(),
+        v.into_primitive().tensor(),
+        heads,
+        causal,
+    );
+    float(out)
 }
 
 #[cfg(test)]
@@ -589,6 +1043,68 @@ mod tests {
             },
             "layer norm",
         );
+    }
+
+    #[test]
+    fn fused_linear_matches_the_composite_one_for_plain_and_transposed_weights() {
+        let plain = |w: &Tensor<B, 3>| w.clone().reshape([5, 7]);
+        check(
+            vec![random([2, 3, 7], 7), random([1, 5, 7], 8)],
+            |x| linear(x[0].clone(), plain(&x[1])),
+            |x| {
+                as_autodiff(composite::linear::<B>(
+                    x[0].clone().into_primitive().tensor(),
+                    plain(&x[1]).into_primitive().tensor(),
+                ))
+            },
+            "linear",
+        );
+        // A factor U (n × out) enters as Uᵀ: a strided view the kernel reads without a copy.
+        let transposed = |w: &Tensor<B, 3>| w.clone().reshape([7, 5]).transpose();
+        check(
+            vec![random([2, 3, 7], 9), random([1, 7, 5], 10)],
+            |x| linear(x[0].clone(), transposed(&x[1])),
+            |x| {
+                as_autodiff(composite::linear::<B>(
+                    x[0].clone().into_primitive().tensor(),
+                    transposed(&x[1]).into_primitive().tensor(),
+                ))
+            },
+            "linear with a transposed weight",
+        );
+    }
+
+    #[test]
+    fn fused_attention_matches_the_composite_one_in_q_k_and_v() {
+        for causal in [false, true] {
+            check(
+                vec![
+                    random([2, 5, 12], 11),
+                    random([2, 5, 12], 12),
+                    random([2, 5, 12], 13),
+                ],
+                |x| attention(x[0].clone(), x[1].clone(), x[2].clone(), 3, causal),
+                |x| {
+                    let [out, _] = composite::attention::<B>(
+                        x[0].clone().into_primitive().tensor(),
+                        x[1].clone().into_primitive().tensor(),
+                        x[2].clone().into_primitive().tensor(),
+                        3,
+                        causal,
+                    );
+                    as_autodiff(out)
+                },
+                &format!("attention (causal {causal})"),
+            );
+        }
+        // Causal: the first position attends to itself only, so its output is its own value.
+        let (q, k, v) = (
+            random([1, 4, 6], 14),
+            random([1, 4, 6], 15),
+            random([1, 4, 6], 16),
+        );
+        let out = vec(attention(q, k, v.clone(), 2, true));
+        assert_close(&out[..6], &vec(v)[..6], "first causal position");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! ω is a plain tensor field, not a `Param`: burn treats such a field as a constant, so it never
 //! gets a gradient and no optimizer ever sees it.
 
+use crate::models::kernels::{self, Kernels};
 use burn::module::{Module, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::conv2d;
@@ -111,28 +112,26 @@ pub struct Affine<B: Backend> {
     pub bias: Option<Param<Tensor<B, 1>>>,
 }
 
-impl<B: Backend> Affine<B> {
+impl<B: Kernels> Affine<B> {
     /// Applies the layer to the last dimension of `x`.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let dims = x.dims();
-        let features = dims[D - 1];
-        let rows = dims.iter().take(D - 1).product::<usize>();
-        let flat: Tensor<B, 2> = x.reshape([rows, features]);
-        let mut y = match &self.weight {
-            Weight::Dense(w) => flat.matmul(w.val().transpose()),
+        // A shape of ones but the last dimension, to broadcast a vector over the rows.
+        let along_rows = |v: Tensor<B, 1>| {
+            let mut shape = [1; D];
+            shape[D - 1] = v.dims()[0];
+            v.reshape(shape)
+        };
+        let y = match &self.weight {
+            Weight::Dense(w) => kernels::linear(x, w.val()),
             Weight::Factorized(f) => {
-                let n = f.terms();
-                let projected = flat.matmul(f.v.val().transpose());
-                (projected * f.omega.clone().reshape([1, n])).matmul(f.u.val())
+                let projected = kernels::linear(x, f.v.val()) * along_rows(f.omega.clone());
+                kernels::linear(projected, f.u.val().transpose())
             }
         };
-        if let Some(b) = &self.bias {
-            y = y + b.val().unsqueeze_dim(0);
+        match &self.bias {
+            Some(b) => y + along_rows(b.val()),
+            None => y,
         }
-        let out = y.dims()[1];
-        let mut shape = dims;
-        shape[D - 1] = out;
-        y.reshape(shape)
     }
 }
 

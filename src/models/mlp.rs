@@ -2,6 +2,7 @@
 //! layers in between (`64 → 128 → 10` is the `digits-mlp` reference point of `bench train`).
 
 use crate::models::builder::Builder;
+use crate::models::kernels::Kernels;
 use crate::models::layers::{Affine, Weight};
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -13,7 +14,7 @@ pub struct Mlp<B: Backend> {
     pub layers: Vec<Affine<B>>,
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: Kernels> Mlp<B> {
     /// Layers `fc0 … fc{L}` of widths `input → hidden… → classes`.
     pub fn new(
         b: &mut Builder<B>,

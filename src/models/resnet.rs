@@ -7,6 +7,7 @@
 
 use crate::models::blocks::GroupNorm;
 use crate::models::builder::Builder;
+use crate::models::kernels::Kernels;
 use crate::models::layers::{Affine, Conv, Weight};
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -19,7 +20,7 @@ pub const NORM_GROUPS: usize = 2;
 
 /// A shardable, bias-free `kernel × kernel` convolution with "same" padding, and the
 /// GroupNorm that follows it.
-fn conv_norm<B: Backend>(
+fn conv_norm<B: Kernels>(
     b: &mut Builder<B>,
     [conv, norm]: [String; 2],
     c_in: usize,
@@ -42,7 +43,7 @@ pub struct BasicBlock<B: Backend> {
     pub shortcut: Option<(Conv<B>, GroupNorm<B>)>,
 }
 
-impl<B: Backend> BasicBlock<B> {
+impl<B: Kernels> BasicBlock<B> {
     fn new(
         b: &mut Builder<B>,
         name: &str,
@@ -95,7 +96,7 @@ pub struct ResNet18<B: Backend> {
     pub fc: Affine<B>,
 }
 
-impl<B: Backend> ResNet18<B> {
+impl<B: Kernels> ResNet18<B> {
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
         let stem = b.conv("stem", 3, 64, 3, 1, 1, false, false)?;
         let stem_norm = GroupNorm::new(b, "stem_norm", 64, NORM_GROUPS)?;
