@@ -1047,31 +1047,26 @@ mod tests {
 
     #[test]
     fn fused_linear_matches_the_composite_one_for_plain_and_transposed_weights() {
-        let plain = |w: &Tensor<B, 3>| w.clone().reshape([5, 7]);
-        check(
-            vec![random([2, 3, 7], 7), random([1, 5, 7], 8)],
-            |x| linear(x[0].clone(), plain(&x[1])),
-            |x| {
-                as_autodiff(composite::linear::<B>(
-                    x[0].clone().into_primitive().tensor(),
-                    plain(&x[1]).into_primitive().tensor(),
-                ))
-            },
-            "linear",
-        );
         // A factor U (n × out) enters as Uᵀ: a strided view the kernel reads without a copy.
-        let transposed = |w: &Tensor<B, 3>| w.clone().reshape([7, 5]).transpose();
-        check(
-            vec![random([2, 3, 7], 9), random([1, 7, 5], 10)],
-            |x| linear(x[0].clone(), transposed(&x[1])),
-            |x| {
-                as_autodiff(composite::linear::<B>(
-                    x[0].clone().into_primitive().tensor(),
-                    transposed(&x[1]).into_primitive().tensor(),
-                ))
-            },
-            "linear with a transposed weight",
-        );
+        let plain: fn(&Tensor<B, 3>) -> Tensor<B, 2> = |w| w.clone().reshape([5, 7]);
+        let transposed: fn(&Tensor<B, 3>) -> Tensor<B, 2> =
+            |w| w.clone().reshape([7, 5]).transpose();
+        for (weight, stored, what) in [
+            (plain, [1, 5, 7], "linear"),
+            (transposed, [1, 7, 5], "linear with a transposed weight"),
+        ] {
+            check(
+                vec![random([2, 3, 7], 7), random(stored, 8)],
+                |x| linear(x[0].clone(), weight(&x[1])),
+                |x| {
+                    as_autodiff(composite::linear::<B>(
+                        x[0].clone().into_primitive().tensor(),
+                        weight(&x[1]).into_primitive().tensor(),
+                    ))
+                },
+                what,
+            );
+        }
     }
 
     #[test]
