@@ -159,6 +159,24 @@ fn malformed_updates_are_rejected_by_reason_and_never_applied() {
 }
 
 #[test]
+fn an_aggregate_that_overflows_never_replaces_the_model() {
+    let c = with_faults(r#""overflow""#, 1.0);
+    let initial = fedshard::train::initial_model(&c, c.run.seed);
+    let (model, summary) = run(&c);
+    assert_eq!(model.to_bytes(), initial.to_bytes());
+    for r in &summary.per_round {
+        assert!(!r.model_updated, "round {}", r.round);
+        assert_eq!(r.successes, r.participants, "the updates themselves pass the checks");
+        assert_eq!(
+            r.rejected.get("non_finite_aggregate").copied(),
+            Some(1),
+            "{:?}",
+            r.rejected
+        );
+    }
+}
+
+#[test]
 fn invalid_configs_name_the_field() {
     let cases = [
         (

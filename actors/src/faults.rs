@@ -24,6 +24,9 @@ pub enum FaultKind {
     WrongShape,
     /// A sharded layer reports indices it was not given.
     ForeignIndices,
+    /// Every factor value of the first sharded layer is `f32::MAX`: finite, so the update passes
+    /// the server's checks, but the recomposed layer `Σ u_i v_iᵀ` overflows to infinity.
+    Overflow,
 }
 
 /// Which faults to inject and how often.
@@ -110,6 +113,13 @@ impl LocalTrainer for FaultyTrainer {
                     }
                 }
                 None => return Err("foreign-indices fault needs a sharded layer".into()),
+            },
+            Some(FaultKind::Overflow) => match output.shards.first_mut() {
+                Some(shard) => {
+                    shard.left.fill(f32::MAX);
+                    shard.right.fill(f32::MAX);
+                }
+                None => return Err("overflow fault needs a sharded layer".into()),
             },
             _ => {}
         }
