@@ -166,7 +166,10 @@ fn an_aggregate_that_overflows_never_replaces_the_model() {
     assert_eq!(model.to_bytes(), initial.to_bytes());
     for r in &summary.per_round {
         assert!(!r.model_updated, "round {}", r.round);
-        assert_eq!(r.successes, r.participants, "the updates themselves pass the checks");
+        assert_eq!(
+            r.successes, r.participants,
+            "the updates themselves pass the checks"
+        );
         assert_eq!(
             r.rejected.get("non_finite_aggregate").copied(),
             Some(1),
