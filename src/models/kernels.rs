@@ -1,10 +1,12 @@
-//! Fused kernels for the element-wise hot spots of transformer training: GPT-2's GELU, the
-//! (causal) attention softmax and layer normalisation, each with a hand-written backward pass.
+//! Fused kernels for the hot spots of transformer training: GPT-2's GELU, layer normalisation,
+//! the linear layer and multi-head (causal) attention, each with a hand-written backward pass.
 //!
 //! Why: written with burn's tensor operations, each of these is a chain of 5–10 element-wise
 //! passes forward and as many again backward, every pass allocating a fresh tensor. On the CPU
-//! backend that chain, not the matrix products, dominated a char-transformer step. Here each is
-//! one pass forward and one backward over contiguous rows.
+//! backend that chain, not the matrix products, dominated a char-transformer step, and
+//! burn-ndarray's matmul copied every transposed operand first. Here each element-wise kernel is
+//! one pass forward and one backward over contiguous rows, and the products read transposes and
+//! per-head column bands in place.
 //!
 //! [`Kernels`] is a backend extension: the CPU backend ([`NdArray`]) runs the fused loops, and
 //! [`Autodiff`] records one graph node per kernel whose backward pass calls the inner
@@ -42,17 +44,6 @@ pub trait Kernels: Backend {
     /// The gradient of [`Kernels::fused_gelu`] at `x`, times `grad`.
     fn fused_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         composite::gelu_backward::<Self>(x, grad)
-    }
-
-    /// Softmax over the last dimension. With `causal`, the last two dimensions are a square
-    /// `T × T` score matrix and entry (i, j > i) is excluded (probability exactly 0).
-    fn fused_softmax(x: FloatTensor<Self>, causal: bool) -> FloatTensor<Self> {
-        composite::softmax::<Self>(x, causal)
-    }
-
-    /// The gradient of a softmax with output `y`, times `grad`: `y ⊙ (grad − Σ_j grad_j y_j)`.
-    fn fused_softmax_backward(y: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
-        composite::softmax_backward::<Self>(y, grad)
     }
 
     /// Layer normalisation of each row, scaled by `gamma` and shifted by `beta` (both of the
@@ -125,18 +116,18 @@ impl Kernels for burn::backend::Cuda {}
 /// The kernels written with burn's tensor operations: the reference for the fused loops, and
 /// the implementation on backends without them.
 pub mod composite {
-    use super::{GELU_A, GELU_C, NORM_EPS};
+    use super::{GELU_A, GELU_C, NORM_EPS, float, with_row_len};
     use burn::tensor::activation;
     use burn::tensor::backend::Backend;
     use burn::tensor::ops::FloatTensor;
-    use burn::tensor::{Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+    use burn::tensor::{Shape, Tensor, TensorData, TensorMetadata};
 
     /// The tensor as `rows × last dimension`, and its shape to restore.
     fn rows<B: Backend>(x: FloatTensor<B>) -> (Tensor<B, 2>, Shape) {
         let shape = x.shape();
         let cols = shape[shape.num_dims() - 1];
         let flat = B::float_reshape(x, Shape::new([shape.num_elements() / cols, cols]));
-        (Tensor::from_primitive(TensorPrimitive::Float(flat)), shape)
+        (float(flat), shape)
     }
 
     fn restore<B: Backend>(t: Tensor<B, 2>, shape: Shape) -> FloatTensor<B> {
@@ -145,10 +136,7 @@ pub mod composite {
 
     fn row_vector<B: Backend>(v: FloatTensor<B>) -> Tensor<B, 2> {
         let n = v.shape().num_elements();
-        Tensor::from_primitive(TensorPrimitive::Float(B::float_reshape(
-            v,
-            Shape::new([1, n]),
-        )))
+        float(B::float_reshape(v, Shape::new([1, n])))
     }
 
     /// `σ(2u)` with `u = √(2/π)(x + a x³)`; the exponent is clamped at 80 so that `e^{−2u}`
@@ -248,19 +236,11 @@ pub mod composite {
         ]
     }
 
-    fn matrix<B: Backend>(w: FloatTensor<B>) -> Tensor<B, 2> {
-        Tensor::from_primitive(TensorPrimitive::Float(w))
-    }
-
     pub fn linear<B: Backend>(x: FloatTensor<B>, w: FloatTensor<B>) -> FloatTensor<B> {
         let (x, shape) = rows::<B>(x);
-        let w = matrix::<B>(w);
-        let mut dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
-        *dims.last_mut().expect("rank ≥ 1") = w.dims()[0];
-        B::float_reshape(
-            x.matmul(w.transpose()).into_primitive().tensor(),
-            Shape::from(dims),
-        )
+        let w: Tensor<B, 2> = float(w);
+        let out = with_row_len(&shape, w.dims()[0]);
+        B::float_reshape(x.matmul(w.transpose()).into_primitive().tensor(), out)
     }
 
     pub fn linear_backward<B: Backend>(
@@ -270,7 +250,7 @@ pub mod composite {
     ) -> [FloatTensor<B>; 2] {
         let (x, shape) = rows::<B>(x);
         let (grad, _) = rows::<B>(grad);
-        let w = matrix::<B>(w);
+        let w: Tensor<B, 2> = float(w);
         let d_x = restore(grad.clone().matmul(w), shape);
         let d_w = grad.transpose().matmul(x);
         [d_x, d_w.into_primitive().tensor()]
@@ -278,7 +258,7 @@ pub mod composite {
 
     /// `N × T × d` → `N × heads × T × d/heads`.
     fn split<B: Backend>(x: FloatTensor<B>, heads: usize) -> Tensor<B, 4> {
-        let x: Tensor<B, 3> = Tensor::from_primitive(TensorPrimitive::Float(x));
+        let x: Tensor<B, 3> = float(x);
         let [n, t, d] = x.dims();
         x.reshape([n, t, heads, d / heads]).swap_dims(1, 2)
     }
@@ -309,10 +289,7 @@ pub mod composite {
             split::<B>(v, heads),
         );
         let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale(v.dims()[3]));
-        let probs: Tensor<B, 4> = Tensor::from_primitive(TensorPrimitive::Float(softmax::<B>(
-            scores.into_primitive().tensor(),
-            causal,
-        )));
+        let probs: Tensor<B, 4> = float(softmax::<B>(scores.into_primitive().tensor(), causal));
         [
             merge(probs.clone().matmul(v)),
             probs.into_primitive().tensor(),
@@ -331,28 +308,32 @@ pub mod composite {
             split::<B>(v, heads),
         );
         let grad = split::<B>(grad, heads);
-        let probs: Tensor<B, 4> = Tensor::from_primitive(TensorPrimitive::Float(probs));
+        let probs: Tensor<B, 4> = float(probs);
         let d_v = probs.clone().swap_dims(2, 3).matmul(grad.clone());
         let d_probs = grad.matmul(v.clone().swap_dims(2, 3));
-        let d_scores: Tensor<B, 4> =
-            Tensor::from_primitive(TensorPrimitive::Float(softmax_backward::<B>(
-                probs.into_primitive().tensor(),
-                d_probs.into_primitive().tensor(),
-            )))
-            .mul_scalar(scale(v.dims()[3]));
+        let d_scores: Tensor<B, 4> = float::<B, 4>(softmax_backward::<B>(
+            probs.into_primitive().tensor(),
+            d_probs.into_primitive().tensor(),
+        ))
+        .mul_scalar(scale(v.dims()[3]));
         let d_q = d_scores.clone().matmul(k);
         let d_k = d_scores.swap_dims(2, 3).matmul(q);
         [merge(d_q), merge(d_k), merge(d_v)]
     }
 }
 
+/// fedshard trains in f32 only; any other CPU tensor reaching a kernel is a bug.
+fn not_f32(t: &NdArrayTensor) -> ! {
+    panic!(
+        "fedshard's CPU kernels take f32 tensors, got {:?}",
+        t.dtype()
+    )
+}
+
 /// The values of an f32 CPU tensor in row-major order: borrowed when contiguous.
 fn values(t: &NdArrayTensor) -> Cow<'_, [f32]> {
     let NdArrayTensor::F32(storage) = t else {
-        panic!(
-            "fedshard's CPU kernels take f32 tensors, got {:?}",
-            t.dtype()
-        );
+        not_f32(t)
     };
     let view = storage.view();
     match view.to_slice() {
@@ -368,6 +349,13 @@ fn tensor(values: Vec<f32>, shape: Shape) -> NdArrayTensor {
 /// The length of the last dimension.
 fn row_len(shape: &Shape) -> usize {
     shape[shape.num_dims() - 1]
+}
+
+/// `shape` with its last dimension set to `len`.
+fn with_row_len(shape: &Shape, len: usize) -> Shape {
+    let mut dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
+    dims[shape.num_dims() - 1] = len;
+    Shape::from(dims)
 }
 
 /// `σ(2u)` of GPT-2's GELU at `x` (see [`composite`]).
@@ -398,20 +386,6 @@ impl Kernels for NdArray<f32> {
                 g * (s + x * s * (1.0 - s) * du)
             })
             .collect();
-        tensor(dx, shape)
-    }
-
-    fn fused_softmax(x: FloatTensor<Self>, causal: bool) -> FloatTensor<Self> {
-        let shape = x.shape();
-        let mut y = values(&x).into_owned();
-        softmax_rows(&mut y, row_len(&shape), causal);
-        tensor(y, shape)
-    }
-
-    fn fused_softmax_backward(y: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
-        let shape = y.shape();
-        let mut dx = values(&grad).into_owned();
-        softmax_backward_rows(&values(&y), &mut dx, row_len(&shape));
         tensor(dx, shape)
     }
 
@@ -489,9 +463,7 @@ impl Kernels for NdArray<f32> {
             &mut y,
             w.rows,
         );
-        let mut dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
-        dims[shape.num_dims() - 1] = w.rows;
-        tensor(y, Shape::from(dims))
+        tensor(y, with_row_len(&shape, w.rows))
     }
 
     fn fused_linear_backward(
@@ -684,10 +656,7 @@ struct Strided<'a> {
 impl<'a> Strided<'a> {
     fn of(t: &'a NdArrayTensor) -> Self {
         let NdArrayTensor::F32(storage) = t else {
-            panic!(
-                "fedshard's CPU kernels take f32 tensors, got {:?}",
-                t.dtype()
-            );
+            not_f32(t)
         };
         let view = storage.view();
         let &[rows, cols] = view.shape() else {
@@ -728,11 +697,12 @@ fn gemm(
     c: &mut [f32],
     ldc: usize,
 ) {
+    assert!(m > 0 && k > 0 && n > 0, "gemm: empty operand {m}×{k}×{n}");
+    // The offset of the last element of a positive-sized `rows × cols` operand.
     let last = |rows: usize, cols: usize, rs: isize, cs: isize| {
         assert!(rs >= 0 && cs >= 0, "gemm: negative strides");
-        (rows.max(1) - 1) * rs as usize + (cols.max(1) - 1) * cs as usize
+        (rows - 1) * rs as usize + (cols - 1) * cs as usize
     };
-    assert!(m > 0 && k > 0 && n > 0, "gemm: empty operand {m}×{k}×{n}");
     assert!(last(m, k, rsa, csa) < a.len(), "gemm: a out of bounds");
     assert!(last(k, n, rsb, csb) < b.len(), "gemm: b out of bounds");
     assert!(
@@ -818,11 +788,6 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         record::<B, C, _, 1>([x], y, saved, |x, g| [B::fused_gelu_backward(x, g)])
     }
 
-    fn fused_softmax(x: FloatTensor<Self>, causal: bool) -> FloatTensor<Self> {
-        let y = B::fused_softmax(x.primitive.clone(), causal);
-        record::<B, C, _, 1>([x], y.clone(), y, |y, g| [B::fused_softmax_backward(y, g)])
-    }
-
     fn fused_layer_norm(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -881,12 +846,6 @@ fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
 /// GPT-2's GELU through [`Kernels::fused_gelu`].
 pub fn gelu<B: Kernels, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     float(B::fused_gelu(x.into_primitive().tensor()))
-}
-
-/// Softmax over the last dimension through [`Kernels::fused_softmax`]; `causal` needs square
-/// last two dimensions.
-pub fn softmax<B: Kernels, const D: usize>(x: Tensor<B, D>, causal: bool) -> Tensor<B, D> {
-    float(B::fused_softmax(x.into_primitive().tensor(), causal))
 }
 
 /// Layer normalisation of the last dimension through [`Kernels::fused_layer_norm`].
@@ -1001,22 +960,30 @@ mod tests {
     }
 
     #[test]
-    fn fused_softmax_matches_the_composite_one_with_and_without_the_causal_mask() {
+    fn attention_softmax_rows_match_the_composite_softmax_forward_and_backward() {
+        let primitive = |t: &Tensor<B, 3>| t.clone().into_primitive().tensor();
         for causal in [false, true] {
-            check(
-                vec![random([3, 6, 6], 2)],
-                |x| softmax(x[0].clone(), causal),
-                |x| {
-                    as_autodiff(composite::softmax::<B>(
-                        x[0].clone().into_primitive().tensor(),
-                        causal,
-                    ))
-                },
+            let (x, grad) = (random([3, 6, 6], 2), random([3, 6, 6], 3));
+            let y = composite::softmax::<B>(primitive(&x), causal);
+            let dx = composite::softmax_backward::<B>(y.clone(), primitive(&grad));
+            let mut rows = vec(x);
+            softmax_rows(&mut rows, 6, causal);
+            assert_close(
+                &rows,
+                &vec(as_autodiff(y)),
                 &format!("softmax (causal {causal})"),
+            );
+            let mut d_rows = vec(grad);
+            softmax_backward_rows(&rows, &mut d_rows, 6);
+            assert_close(
+                &d_rows,
+                &vec(as_autodiff(dx)),
+                &format!("softmax backward (causal {causal})"),
             );
         }
         // Causal: row i puts exactly zero mass on positions after i, and each row sums to 1.
-        let y = vec(softmax(random([1, 4, 4], 3), true));
+        let mut y = vec(random([1, 4, 4], 3));
+        softmax_rows(&mut y, 4, true);
         for (i, row) in y.chunks(4).enumerate() {
             assert!(row[i + 1..].iter().all(|&p| p == 0.0), "row {i}: {row:?}");
             assert!(
