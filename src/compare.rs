@@ -4,7 +4,7 @@
 //! a no-sharding reference row.
 //!
 //! Runs are independent and run one after the other in this process, each through
-//! [`federation::build`] and the runtime's [`fedshard_actors::server::run`] (the loop behind
+//! [`federation::server`] and the runtime's [`fedshard_actors::server::run`] (the loop behind
 //! `fedshard run`) with no run folder and no metrics exporter. Every run is deterministic given
 //! its seed, so the whole grid is too.
 
@@ -156,7 +156,7 @@ impl Arm {
 /// runtime plans no shards and every client trains the dense model — the paper's "conventional
 /// full model". (Keep ratio 1 with the layer still sharded would train a full-rank
 /// factorisation, the paper's over-parameterised row; ask for it with the setup `1`.) ClipLR
-/// keeps following the strategy through [`federation::build`]; dense training has no factor
+/// keeps following the strategy through [`federation::server`]; dense training has no factor
 /// columns to clip.
 pub fn run_config(base: &Config, arm: &Arm, seed: u64) -> anyhow::Result<Config> {
     let mut config = base.clone();
@@ -261,9 +261,18 @@ pub fn compare(
 
 /// Runs one federation in memory; returns its final accuracy and its ANME averaged over rounds.
 fn run_one(config: &Config, runtime: &tokio::runtime::Runtime) -> anyhow::Result<(f64, f64)> {
-    let federation = federation::build(config)?;
+    let federation = federation::server(config)?;
+    let trainers = federation::clients(
+        config,
+        &federation
+            .registry
+            .clients
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+    )?;
     let (_, summary) = runtime
-        .block_on(fedshard_actors::server::run(federation))
+        .block_on(fedshard_actors::server::run(federation, trainers))
         .map_err(anyhow::Error::msg)?;
     let rounds = &summary.per_round;
     ensure!(!rounds.is_empty(), "the run completed no round");

@@ -1,16 +1,16 @@
 //! The TOML run configuration: parsed with `deny_unknown_fields`, then validated as a whole
 //! before anything starts, with errors that name the file, the field and what was expected.
 
-use crate::models::net::Architecture;
 use anyhow::{Context, bail};
 use fedshard_actors::faults::FaultPlan;
-use fedshard_actors::payload::Encoding;
+use fedshard_protocol::payload::Encoding;
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
 use fedshard_strategies::sharding::plan::StrategySpec;
+use fedshard_training::models::net::Architecture;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,76 +57,133 @@ pub struct RunSection {
 /// The error for `device = "cuda"` in a build without the `cuda` feature.
 pub const CUDA_NOT_BUILT: &str = "field `training.device`: expected `cpu`: this fedshard was built without CUDA (rebuild with `cargo build --release --features cuda`)";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DatasetName {
-    /// The 8×8 handwritten digits embedded in smartcore (1797 × 64, 10 classes).
-    Digits,
+/// The `[data]` section: `dataset = "…"` chooses the dataset, and each dataset takes only its
+/// own fields (any other is an error naming it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "dataset", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum DataSection {
+    /// The 8×8 handwritten digits embedded in smartcore (1797 × 64, 10 classes), split into a
+    /// training and a held-out set.
+    Digits {
+        /// Number of clients K.
+        clients: usize,
+        /// Held-out fraction for evaluation.
+        #[serde(default = "default_test_fraction")]
+        test_fraction: f64,
+        #[serde(flatten)]
+        split: LabelSplit,
+    },
     /// y = xᵀθ* + ε with x ~ N(0, I), θ* ~ U[0,1]^d, the one-shot setting of ALGORITHMS.md §3.3.
-    SyntheticLinear,
+    SyntheticLinear {
+        clients: usize,
+        /// Dimension d.
+        #[serde(default = "default_dim")]
+        dim: usize,
+        /// Client sizes ⌊LogNormal(γ ln K − ½, 1)⌋, mean K^γ.
+        #[serde(default = "default_gamma")]
+        gamma: f64,
+        /// Held-out samples.
+        #[serde(default = "default_test_samples")]
+        test_samples: usize,
+    },
     /// LEAF-style Shakespeare: one client per (play, role), next-character prediction; run
     /// `fedshard data shakespeare` once to fetch the texts.
-    Shakespeare,
-    /// CIFAR-10, binary version, from the local folder `data.path`; 3 × 32 × 32, 10 classes.
-    Cifar10,
-    /// CIFAR-100, binary version, from `data.path`; 100 fine classes under 20 coarse ones.
-    Cifar100,
-    /// MNIST in IDX format (optionally gzipped) from `data.path`; 28 × 28, 10 classes.
-    Mnist,
+    Shakespeare {
+        /// Clients drawn from the roles with `min_lines` lines.
+        clients: usize,
+        /// Test windows evaluated, drawn from all clients' test texts.
+        #[serde(default = "default_test_samples")]
+        test_samples: usize,
+        /// The most training windows per client (a seeded random subset); omit for all.
+        max_samples: Option<usize>,
+        /// The least lines a role must speak to become a client.
+        #[serde(default = "default_min_lines")]
+        min_lines: usize,
+        /// Where `fedshard data shakespeare` cached the texts (default: the user cache).
+        cache: Option<PathBuf>,
+    },
+    /// CIFAR-10, binary version, from the local folder `path`; 3 × 32 × 32, 10 classes.
+    Cifar10 {
+        clients: usize,
+        /// The folder holding the downloaded files.
+        path: PathBuf,
+        #[serde(flatten)]
+        split: LabelSplit,
+    },
+    /// CIFAR-100, binary version, from `path`; 100 fine classes under 20 coarse ones.
+    Cifar100 {
+        clients: usize,
+        path: PathBuf,
+        #[serde(flatten)]
+        split: LabelSplit,
+        /// The two-stage Pachinko split, `alpha` over the 20 coarse labels and `fine_alpha`
+        /// over the fine labels of each (the paper: 1 and 10); omit for a Dirichlet split over
+        /// the 100 fine labels.
+        fine_alpha: Option<f64>,
+    },
+    /// MNIST in IDX format (optionally gzipped) from `path`; 28 × 28, 10 classes.
+    Mnist {
+        clients: usize,
+        path: PathBuf,
+        #[serde(flatten)]
+        split: LabelSplit,
+    },
 }
 
-impl DatasetName {
-    /// Whether the data comes from files the user downloaded (`data.path`).
-    pub fn reads_local_files(self) -> bool {
-        matches!(self, Self::Cifar10 | Self::Cifar100 | Self::Mnist)
+/// How a labelled training set is dealt to the clients: Dirichlet(α·p) label skew and
+/// lognormal client sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabelSplit {
+    /// Dirichlet(α·p) label skew; omit for iid.
+    pub alpha: Option<f64>,
+    /// Log-standard deviation of the lognormal client sizes; 0 = equal sizes.
+    #[serde(default)]
+    pub size_sigma: f64,
+    /// The fewest training samples a client gets.
+    #[serde(default = "default_min_samples")]
+    pub min_samples: usize,
+}
+
+impl DataSection {
+    /// Number of clients K.
+    pub fn clients(&self) -> usize {
+        match self {
+            Self::Digits { clients, .. }
+            | Self::SyntheticLinear { clients, .. }
+            | Self::Shakespeare { clients, .. }
+            | Self::Cifar10 { clients, .. }
+            | Self::Cifar100 { clients, .. }
+            | Self::Mnist { clients, .. } => *clients,
+        }
+    }
+
+    /// The dataset's name as the config writes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Digits { .. } => "digits",
+            Self::SyntheticLinear { .. } => "synthetic-linear",
+            Self::Shakespeare { .. } => "shakespeare",
+            Self::Cifar10 { .. } => "cifar10",
+            Self::Cifar100 { .. } => "cifar100",
+            Self::Mnist { .. } => "mnist",
+        }
+    }
+
+    /// The label split of a labelled dataset (all but synthetic-linear and shakespeare).
+    pub fn label_split(&self) -> Option<&LabelSplit> {
+        match self {
+            Self::Digits { split, .. }
+            | Self::Cifar10 { split, .. }
+            | Self::Cifar100 { split, .. }
+            | Self::Mnist { split, .. } => Some(split),
+            Self::SyntheticLinear { .. } | Self::Shakespeare { .. } => None,
+        }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DataSection {
-    pub dataset: DatasetName,
-    /// Number of clients K (shakespeare: drawn from the roles with `min_lines` lines).
-    pub clients: usize,
-    /// Held-out fraction for evaluation (digits).
-    #[serde(default = "default_test_fraction")]
-    pub test_fraction: f64,
-    /// Dirichlet(α·p) label skew (digits); omit for iid.
-    pub alpha: Option<f64>,
-    /// Log-standard deviation of the lognormal client sizes (digits); 0 = equal sizes.
-    #[serde(default)]
-    pub size_sigma: f64,
-    #[serde(default = "default_min_samples")]
-    pub min_samples: usize,
-    /// Dimension d (synthetic-linear).
-    #[serde(default = "default_dim")]
-    pub dim: usize,
-    /// Client sizes ⌊LogNormal(γ ln K − ½, 1)⌋ (synthetic-linear), mean K^γ.
-    #[serde(default = "default_gamma")]
-    pub gamma: f64,
-    /// Held-out samples (synthetic-linear); test windows evaluated, drawn from all clients'
-    /// test texts (shakespeare).
-    #[serde(default = "default_test_samples")]
-    pub test_samples: usize,
-    /// Shakespeare: the most training windows per client (a seeded random subset); omit for all.
-    pub max_samples: Option<usize>,
-    /// Shakespeare: the least lines a role must speak to become a client.
-    #[serde(default = "default_min_lines")]
-    pub min_lines: usize,
-    /// Shakespeare: where `fedshard data shakespeare` cached the texts (default: the user cache).
-    pub cache: Option<std::path::PathBuf>,
-    /// CIFAR-10/100, MNIST: the folder holding the downloaded files (required for them).
-    pub path: Option<std::path::PathBuf>,
-    /// CIFAR-100: the two-stage Pachinko split, `alpha` over the 20 coarse labels and
-    /// `fine_alpha` over the fine labels of each (the paper: 1 and 10); omit for a Dirichlet
-    /// split over the 100 fine labels.
-    pub fine_alpha: Option<f64>,
-}
-
 fn default_min_lines() -> usize {
-    crate::data::shakespeare::DEFAULT_MIN_LINES
+    fedshard_training::data::shakespeare::DEFAULT_MIN_LINES
 }
-
 fn default_test_fraction() -> f64 {
     0.2
 }
@@ -146,7 +203,8 @@ fn default_test_samples() -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
-    /// Multinomial logistic regression trained by SGD.
+    /// Multinomial logistic regression on the digits: the burn MLP 64 → 10 without hidden layers
+    /// (its one layer, `fc0`, may be sharded), trained like any neural model.
     Softmax,
     /// Ridge regression fitted in closed form per client (mean-loss form, λ = 1/√n).
     Ridge,
@@ -158,8 +216,8 @@ pub enum ModelKind {
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
     pub kind: ModelKind,
-    /// Tensors trained as spectral shards (softmax: `weight`; neural: weight names such as
-    /// `fc0.weight`, or `["all"]` for every weight but the first and last layer's).
+    /// Tensors trained as spectral shards: weight names such as `fc0.weight` (softmax: its only
+    /// layer), or `["all"]` for every weight but the first and last layer's (softmax: `fc0`).
     #[serde(default)]
     pub sharded_layers: Vec<String>,
     /// The architecture of a neural model.
@@ -167,9 +225,23 @@ pub struct ModelSection {
 }
 
 impl ModelSection {
+    /// The burn network trained: `[model.network]` for a neural model, the MLP 64 → 10 without
+    /// hidden layers for softmax, none for ridge.
+    pub fn architecture(&self) -> Option<Architecture> {
+        match self.kind {
+            ModelKind::Neural => self.network.clone(),
+            ModelKind::Softmax => Some(Architecture::Mlp {
+                inputs: 64,
+                hidden: Vec::new(),
+                classes: 10,
+            }),
+            ModelKind::Ridge => None,
+        }
+    }
+
     /// The sharded tensor names with `all` expanded to the architecture's shardable weights.
     pub fn resolved_sharded_layers(&self) -> anyhow::Result<Vec<String>> {
-        match (&self.network, self.sharded_layers.as_slice()) {
+        match (&self.architecture(), self.sharded_layers.as_slice()) {
             (Some(net), [all]) if all == "all" => {
                 let (_, shardable) = net
                     .initial_state(0)
@@ -216,17 +288,10 @@ pub struct TrainingSection {
 }
 
 impl Default for TrainingSection {
+    /// Every field at its `#[serde(default …)]`: the defaults are written once, on the fields.
     fn default() -> Self {
-        Self {
-            learning_rate: default_lr(),
-            epochs: default_epochs(),
-            batch_size: default_batch(),
-            momentum: default_momentum(),
-            weight_decay: default_decay(),
-            cosine_schedule: true,
-            clip_tau: default_tau(),
-            device: Device::Cpu,
-        }
+        toml::from_str("")
+            .unwrap_or_else(|e| unreachable!("every training field has a default: {e}"))
     }
 }
 
@@ -307,6 +372,20 @@ fn default_min_successful() -> usize {
     1
 }
 
+/// The field an error in the `[data]` table is about: the dataset's tagged choice is read as a
+/// whole, so the parser points at the table and names the field only in its message
+/// (``unknown field `fine_alpha` ``, ``missing field `path` ``).
+fn data_field(text: &str, error: &toml::de::Error) -> Option<String> {
+    let table = text.get(error.span()?)?;
+    if table.trim() != "[data]" {
+        return None;
+    }
+    let message = error.message();
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}
+
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
@@ -317,8 +396,17 @@ impl Config {
 
     /// Parses and validates config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> anyhow::Result<Self> {
-        let config: Config = toml::from_str(text)
-            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let detail = e.to_string();
+            match data_field(text, &e) {
+                Some(name) => anyhow::anyhow!(
+                    "{}: field `data.{name}`: {}",
+                    path.display(),
+                    detail.trim_end()
+                ),
+                None => anyhow::anyhow!("{}: {}", path.display(), detail.trim_end()),
+            }
+        })?;
         config
             .validate()
             .with_context(|| format!("{}: invalid config", path.display()))?;
@@ -340,59 +428,7 @@ impl Config {
             "at least 1",
             self.run.rounds.to_string(),
         )?;
-        let d = &self.data;
-        field(
-            "data.clients",
-            d.clients >= 1,
-            "at least 1 client",
-            d.clients.to_string(),
-        )?;
-        field(
-            "data.test_fraction",
-            d.test_fraction > 0.0 && d.test_fraction < 1.0,
-            "a fraction in (0, 1)",
-            d.test_fraction.to_string(),
-        )?;
-        if let Some(alpha) = d.alpha {
-            field(
-                "data.alpha",
-                alpha > 0.0 && alpha.is_finite(),
-                "a positive number",
-                alpha.to_string(),
-            )?;
-        }
-        field(
-            "data.size_sigma",
-            d.size_sigma >= 0.0 && d.size_sigma.is_finite(),
-            "a non-negative number",
-            d.size_sigma.to_string(),
-        )?;
-        if let Some(alpha) = d.fine_alpha {
-            field(
-                "data.fine_alpha",
-                d.dataset == DatasetName::Cifar100 && alpha > 0.0 && alpha.is_finite(),
-                "a positive number, and only for cifar100",
-                format!("{alpha} for {:?}", d.dataset),
-            )?;
-        }
-        if d.dataset.reads_local_files() {
-            let path = d.path.as_deref();
-            field(
-                "data.path",
-                path.is_some_and(std::path::Path::is_dir),
-                "the folder holding the downloaded dataset files",
-                path.map_or("nothing".into(), |p| {
-                    format!("{} (not a folder)", p.display())
-                }),
-            )?;
-        }
-        field("data.dim", d.dim >= 1, "at least 1", d.dim.to_string())?;
-        field(
-            "data.gamma",
-            d.gamma.is_finite() && d.gamma > 0.0,
-            "a positive number",
-            d.gamma.to_string(),
-        )?;
+        self.validate_data(&field)?;
         let t = &self.training;
         field(
             "training.learning_rate",
@@ -508,29 +544,31 @@ impl Config {
             )?;
         }
         match self.model.kind {
-            ModelKind::Neural => self.validate_neural()?,
+            ModelKind::Neural => {
+                let Some(net) = &self.model.network else {
+                    bail!(
+                        "field `model.network`: expected a [model.network] table for `kind = \"neural\"`, found none"
+                    );
+                };
+                self.validate_network(net)?;
+            }
             ModelKind::Softmax => {
                 field(
                     "data.dataset",
-                    d.dataset == DatasetName::Digits,
+                    matches!(self.data, DataSection::Digits { .. }),
                     "digits for the softmax model",
-                    format!("{:?}", d.dataset),
+                    self.data.name().into(),
                 )?;
-                for l in &self.model.sharded_layers {
-                    field(
-                        "model.sharded_layers",
-                        l == "weight",
-                        "only `weight` for the softmax model",
-                        l.clone(),
-                    )?;
+                if let Some(net) = self.model.architecture() {
+                    self.validate_network(&net)?;
                 }
             }
             ModelKind::Ridge => {
                 field(
                     "data.dataset",
-                    d.dataset == DatasetName::SyntheticLinear,
+                    matches!(self.data, DataSection::SyntheticLinear { .. }),
                     "synthetic-linear for the ridge model",
-                    format!("{:?}", d.dataset),
+                    self.data.name().into(),
                 )?;
                 field(
                     "model.sharded_layers",
@@ -543,7 +581,7 @@ impl Config {
         if self.model.kind != ModelKind::Neural {
             field(
                 "data.dataset",
-                d.dataset != DatasetName::Shakespeare,
+                !matches!(self.data, DataSection::Shakespeare { .. }),
                 "a neural model (`model.kind = \"neural\"`, char-transformer) for shakespeare",
                 format!("{:?} model", self.model.kind),
             )?;
@@ -564,29 +602,94 @@ impl Config {
         Ok(())
     }
 
-    /// The neural-model part of [`Config::validate`]: an architecture that fits the dataset,
-    /// and sharded layers that the architecture can shard.
-    fn validate_neural(&self) -> anyhow::Result<()> {
-        let Some(net) = &self.model.network else {
-            bail!(
-                "field `model.network`: expected a [model.network] table for `kind = \"neural\"`, found none"
-            );
-        };
-        let fits = match (self.data.dataset, net) {
+    /// The `[data]` part of [`Config::validate`]: the ranges the types cannot express.
+    fn validate_data(
+        &self,
+        field: &dyn Fn(&str, bool, &str, String) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let clients = self.data.clients();
+        field(
+            "data.clients",
+            clients >= 1,
+            "at least 1 client",
+            clients.to_string(),
+        )?;
+        if let Some(split) = self.data.label_split() {
+            if let Some(alpha) = split.alpha {
+                field(
+                    "data.alpha",
+                    alpha > 0.0 && alpha.is_finite(),
+                    "a positive number",
+                    alpha.to_string(),
+                )?;
+            }
+            field(
+                "data.size_sigma",
+                split.size_sigma >= 0.0 && split.size_sigma.is_finite(),
+                "a non-negative number",
+                split.size_sigma.to_string(),
+            )?;
+        }
+        match &self.data {
+            DataSection::Digits { test_fraction, .. } => field(
+                "data.test_fraction",
+                *test_fraction > 0.0 && *test_fraction < 1.0,
+                "a fraction in (0, 1)",
+                test_fraction.to_string(),
+            ),
+            DataSection::SyntheticLinear { dim, gamma, .. } => {
+                field("data.dim", *dim >= 1, "at least 1", dim.to_string())?;
+                field(
+                    "data.gamma",
+                    gamma.is_finite() && *gamma > 0.0,
+                    "a positive number",
+                    gamma.to_string(),
+                )
+            }
+            DataSection::Shakespeare { .. } => Ok(()),
+            DataSection::Cifar10 { path, .. }
+            | DataSection::Cifar100 { path, .. }
+            | DataSection::Mnist { path, .. } => {
+                if let DataSection::Cifar100 {
+                    fine_alpha: Some(alpha),
+                    ..
+                } = &self.data
+                {
+                    field(
+                        "data.fine_alpha",
+                        *alpha > 0.0 && alpha.is_finite(),
+                        "a positive number",
+                        alpha.to_string(),
+                    )?;
+                }
+                field(
+                    "data.path",
+                    path.is_dir(),
+                    "the folder holding the downloaded dataset files",
+                    format!("{} (not a folder)", path.display()),
+                )
+            }
+        }
+    }
+
+    /// The network part of [`Config::validate`]: an architecture that fits the dataset, and
+    /// sharded layers that the architecture can shard.
+    fn validate_network(&self, net: &Architecture) -> anyhow::Result<()> {
+        let fits = match (&self.data, net) {
             (
-                DatasetName::Digits,
+                DataSection::Digits { .. },
                 Architecture::Mlp {
                     inputs: 64,
                     classes: 10,
                     ..
                 },
             ) => true,
-            (DatasetName::Digits, Architecture::DigitsCnn { classes: 10 }) => true,
-            (DatasetName::Shakespeare, Architecture::CharTransformer(s)) => {
-                s.vocab == crate::models::char_transformer::CharShape::default().vocab
+            (DataSection::Digits { .. }, Architecture::DigitsCnn { classes: 10 }) => true,
+            (DataSection::Shakespeare { .. }, Architecture::CharTransformer(s)) => {
+                s.vocab == fedshard_training::models::char_transformer::CharShape::default().vocab
             }
-            (DatasetName::Cifar10 | DatasetName::Cifar100, net) => {
-                let classes = if self.data.dataset == DatasetName::Cifar10 {
+            (DataSection::Cifar10 { .. } | DataSection::Cifar100 { .. }, net) => {
+                let classes = if matches!(self.data, DataSection::Cifar10 { .. }) {
                     10
                 } else {
                     100
@@ -597,12 +700,12 @@ impl Config {
                     }
                     Architecture::Mlp {
                         inputs, classes: c, ..
-                    } => *inputs == crate::data::cifar::IMAGE_DIM && *c == classes,
+                    } => *inputs == fedshard_training::data::cifar::IMAGE_DIM && *c == classes,
                     _ => false,
                 }
             }
             (
-                DatasetName::Mnist,
+                DataSection::Mnist { .. },
                 Architecture::Mlp {
                     inputs: 784,
                     classes: 10,
@@ -614,7 +717,7 @@ impl Config {
         if !fits {
             bail!(
                 "field `model.network`: expected an architecture for {:?} (digits: mlp with inputs = 64 and classes = 10, or digits-cnn with classes = 10; shakespeare: char-transformer with the default vocab; cifar10/cifar100: resnet18 or cct with classes = 10/100, or mlp with inputs = 3072; mnist: mlp with inputs = 784 and classes = 10), found {net:?}",
-                self.data.dataset
+                self.data.name()
             );
         }
         if self.training.device == Device::Cuda && !cfg!(feature = "cuda") {

@@ -1,111 +1,58 @@
-//! Turns a validated [`Config`] into a runnable [`Federation`]: loads and partitions the data,
-//! assigns keep ratios, builds each client's trainer and the server's evaluator.
+//! Turns a validated [`Config`] into the two halves of a federation: [`server`] builds the
+//! server side (model, registry with every client's D_c, evaluator, runtime config) and
+//! [`clients`] builds the trainers of the given client ids, on whichever node hosts them. Both
+//! load and partition the data the same way, so a client node trains exactly the data the
+//! in-process run gives that client.
 
-use crate::config::{Config, DatasetName, Device};
-use crate::data;
-use crate::models::net::Architecture;
-use crate::train::neural::{
-    CharWindows, Cpu, CpuTraining, Examples, NeuralClient, NeuralEvaluator,
-};
-use crate::train::{SoftmaxClient, SoftmaxEvaluator, initial_model, synthetic_clients};
+use crate::config::ModelKind;
+use crate::config::{Config, DataSection, Device, LabelSplit};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::faults::FaultyTrainer;
-use fedshard_actors::round::ShardingPolicy;
 use fedshard_actors::server::{Federation, RuntimeConfig};
-use fedshard_actors::trainer::{ClientId, Evaluator, LocalTrainer, Recipe};
+use fedshard_protocol::model::{ModelState, NamedTensor};
+use fedshard_protocol::shard_plan::ShardingPolicy;
+use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe};
 use fedshard_strategies::rng::{Purpose, stream};
+use fedshard_training::data;
+use fedshard_training::models::net::Architecture;
+use fedshard_training::train::neural::{
+    CharWindows, Cpu, CpuTraining, Examples, NeuralClient, NeuralEvaluator,
+};
+use fedshard_training::train::ridge::{RidgeClient, RidgeEvaluator};
+use fedshard_training::train::synthetic_clients;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Builds the federation of `config` (no run folder, no event sink: the caller sets those).
-pub fn build(config: &Config) -> anyhow::Result<Federation> {
+/// Every client's trainer, by id.
+pub type Trainers = BTreeMap<ClientId, Arc<dyn LocalTrainer>>;
+
+/// The server side of `config`'s federation (no run folder, no event sink: the caller sets
+/// those): the initial model, the registry with every client's keep ratio and sample count D_c
+/// (from the data partition, never from a client), the evaluator on the held-out set and the
+/// runtime config.
+pub fn server(config: &Config) -> anyhow::Result<Federation> {
     let seed = config.run.seed;
-    let (trainers, evaluator): Participants = match config.data.dataset {
-        DatasetName::Digits => {
-            let all = data::digits::load().context("loading the embedded digits")?;
-            let (train, test) = data::split::train_test(&all, config.data.test_fraction, seed)
-                .context("field `data.test_fraction`")?;
-            let parts = dirichlet_parts(config, &train)?;
-            match &config.model.network {
-                Some(net) => neural_clients(config, net, &train, test, &parts)?,
-                None => {
-                    let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
-                    for p in &parts {
-                        trainers.push(Arc::new(SoftmaxClient {
-                            data: train.subset(p)?,
-                        }));
-                    }
-                    (trainers, Arc::new(SoftmaxEvaluator { test }))
-                }
-            }
-        }
-        DatasetName::Cifar10 | DatasetName::Cifar100 | DatasetName::Mnist => {
-            let net = config
-                .model
-                .network
-                .as_ref()
-                .context("field `model.network`: image datasets need a neural model")?;
-            let (train, test, parts) = local_images(config)?;
-            neural_clients(config, net, &train, test, &parts)?
-        }
-        DatasetName::Shakespeare => {
-            let net = config
-                .model
-                .network
-                .as_ref()
-                .context("field `model.network`: shakespeare needs a char-transformer")?;
-            let (train, test) = shakespeare_windows(config, net.input_width())?;
-            let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(train.len());
-            for windows in train {
-                trainers.push(neural_trainer(config, net, Box::new(windows))?);
-            }
-            (trainers, neural_evaluator(config, net, Box::new(test))?)
-        }
-        DatasetName::SyntheticLinear => {
-            let (clients, evaluator, _theta) = synthetic_clients(
-                config.data.clients,
-                config.data.dim,
-                config.data.gamma,
-                config.data.test_samples,
-                seed,
-            )
-            .map_err(anyhow::Error::msg)?;
-            (
-                clients
-                    .into_iter()
-                    .map(|c| Arc::new(c) as Arc<dyn LocalTrainer>)
-                    .collect(),
-                Arc::new(evaluator),
-            )
-        }
-    };
+    let loaded = load(config)?;
+    let sizes = loaded.sizes();
+    let evaluator = loaded.into_evaluator(config)?;
     let keep_ratios = assign_keep_ratios(config, seed);
-    let mut by_id: BTreeMap<ClientId, Arc<dyn LocalTrainer>> = BTreeMap::new();
-    let mut clients = BTreeMap::new();
-    for (i, trainer) in trainers.into_iter().enumerate() {
-        let id = i as ClientId;
-        let samples = trainer.samples();
-        let trainer: Arc<dyn LocalTrainer> = match &config.faults {
-            Some(plan) => Arc::new(FaultyTrainer {
-                inner: trainer,
-                plan: plan.clone(),
-            }),
-            None => trainer,
-        };
-        by_id.insert(id, trainer);
-        clients.insert(
-            id,
-            ClientRecord {
+    let clients = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &samples)| {
+            let id = i as ClientId;
+            let record = ClientRecord {
                 id,
                 keep_ratio: keep_ratios[i],
                 samples,
-                alive: true,
                 failures: 0,
-            },
-        );
-    }
+            };
+            (id, record)
+        })
+        .collect();
     let f = &config.federation;
     let t = &config.training;
     let layers = config.model.resolved_sharded_layers()?;
@@ -141,7 +88,6 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
             budget: f.clients_per_round,
             max_clusters: f.max_clusters,
         },
-        trainers: by_id,
         evaluator,
         run_dir: None,
         history: Vec::new(),
@@ -149,152 +95,291 @@ pub fn build(config: &Config) -> anyhow::Result<Federation> {
     })
 }
 
-/// Builds the federation of `config` and runs it to its last round on a tokio runtime of its
-/// own, without a run folder: for tests and for programs that embed fedshard.
+/// The trainers of the clients `ids` of `config`'s federation (with the fault wrapper when the
+/// config has `[faults]`): client `c` trains the same data here as in any other process built
+/// from the same config, so a node can host any subset of the clients.
+pub fn clients(config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
+    let loaded = load(config)?;
+    let count = loaded.sizes().len();
+    if let Some(bad) = ids.iter().find(|&&id| id as usize >= count) {
+        anyhow::bail!(
+            "client id {bad}: expected an id in 0..{count} (field `data.clients` = {} gives {count} clients)",
+            config.data.clients()
+        );
+    }
+    let mut trainers = loaded.into_trainers(config, ids)?;
+    if let Some(plan) = &config.faults {
+        for trainer in trainers.values_mut() {
+            *trainer = Arc::new(FaultyTrainer {
+                inner: trainer.clone(),
+                plan: plan.clone(),
+            });
+        }
+    }
+    Ok(trainers)
+}
+
+/// Builds the federation of `config` with all its clients in this process and runs it to its
+/// last round on a tokio runtime of its own, without a run folder: for tests and for programs
+/// that embed fedshard.
 pub fn run_to_end(
     config: &Config,
 ) -> anyhow::Result<(
-    fedshard_actors::model::ModelState,
+    fedshard_protocol::model::ModelState,
     fedshard_actors::record::Summary,
 )> {
-    let federation = build(config)?;
+    let federation = server(config)?;
+    let ids: Vec<ClientId> = federation.registry.clients.keys().copied().collect();
+    let trainers = clients(config, &ids)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     runtime
-        .block_on(fedshard_actors::server::run(federation))
+        .block_on(fedshard_actors::server::run(federation, trainers))
         .map_err(anyhow::Error::msg)
+}
+
+/// The loaded and partitioned data of a federation: what [`server`] and [`clients`] share.
+enum Loaded {
+    /// A labelled table (digits, CIFAR, MNIST) split into one index list per client.
+    Table {
+        train: data::Dataset,
+        test: data::Dataset,
+        parts: Vec<Vec<usize>>,
+    },
+    /// Shakespeare: one window set per client and the sampled test windows.
+    Text {
+        train: Vec<CharWindows>,
+        test: CharWindows,
+    },
+    /// The synthetic linear-regression clients and their held-out set.
+    Linear {
+        clients: Vec<RidgeClient>,
+        test: RidgeEvaluator,
+    },
+}
+
+/// Loads and partitions `config`'s data: the one step both halves of a federation run.
+fn load(config: &Config) -> anyhow::Result<Loaded> {
+    use data::cifar::{Split, load_cifar10, load_cifar100};
+    let seed = config.run.seed;
+    let dir_context = |dir: &Path| format!("field `data.path` ({})", dir.display());
+    Ok(match &config.data {
+        DataSection::Digits {
+            clients,
+            test_fraction,
+            split,
+        } => {
+            let all = data::digits::load().context("loading the embedded digits")?;
+            let (train, test) = data::split::train_test(&all, *test_fraction, seed)
+                .context("field `data.test_fraction`")?;
+            let parts = dirichlet_parts(*clients, split, &train, seed)?;
+            Loaded::Table { train, test, parts }
+        }
+        DataSection::Cifar10 {
+            clients,
+            path,
+            split,
+        } => {
+            network(config, "image datasets need a neural model")?;
+            let train = load_cifar10(path, Split::Train).with_context(|| dir_context(path))?;
+            let test = load_cifar10(path, Split::Test).with_context(|| dir_context(path))?;
+            let parts = dirichlet_parts(*clients, split, &train, seed)?;
+            Loaded::Table { train, test, parts }
+        }
+        DataSection::Cifar100 {
+            clients,
+            path,
+            split,
+            fine_alpha,
+        } => {
+            network(config, "image datasets need a neural model")?;
+            let train = load_cifar100(path, Split::Train).with_context(|| dir_context(path))?;
+            let test = load_cifar100(path, Split::Test)
+                .with_context(|| dir_context(path))?
+                .data;
+            // With `fine_alpha`, two-stage Pachinko: every client gets ⌊train / clients⌋ images.
+            let parts = match fine_alpha {
+                Some(alpha_fine) => {
+                    let spec = data::pachinko::PachinkoSpec {
+                        clients: *clients,
+                        samples_per_client: train.data.len() / clients,
+                        alpha_coarse: split.alpha.unwrap_or(f64::INFINITY),
+                        alpha_fine: *alpha_fine,
+                    };
+                    data::pachinko::pachinko(&train.data.labels, &train.coarse, &spec, seed)
+                        .context("fields `data.alpha`, `data.fine_alpha`: the Pachinko split")?
+                }
+                None => dirichlet_parts(*clients, split, &train.data, seed)?,
+            };
+            Loaded::Table {
+                train: train.data,
+                test,
+                parts,
+            }
+        }
+        DataSection::Mnist {
+            clients,
+            path,
+            split,
+        } => {
+            network(config, "image datasets need a neural model")?;
+            let train = data::idx::load_mnist(path, true).with_context(|| dir_context(path))?;
+            let test = data::idx::load_mnist(path, false).with_context(|| dir_context(path))?;
+            let parts = dirichlet_parts(*clients, split, &train, seed)?;
+            Loaded::Table { train, test, parts }
+        }
+        DataSection::Shakespeare {
+            clients,
+            test_samples,
+            max_samples,
+            min_lines,
+            cache,
+        } => {
+            let net = network(config, "shakespeare needs a char-transformer")?;
+            let root = match cache {
+                Some(dir) => dir.clone(),
+                None => data::files::default_cache_root().context(
+                    "field `data.cache`: no cache directory given and none found ($FEDSHARD_CACHE, $XDG_CACHE_HOME, $HOME)",
+                )?,
+            };
+            let roles =
+                data::shakespeare::load_shakespeare(&root, *min_lines, Some(*clients), seed)?;
+            let (train, test) =
+                shakespeare_windows(roles, net.input_width(), *max_samples, *test_samples, seed);
+            Loaded::Text { train, test }
+        }
+        DataSection::SyntheticLinear {
+            clients,
+            dim,
+            gamma,
+            test_samples,
+        } => {
+            let (clients, test, _theta) =
+                synthetic_clients(*clients, *dim, *gamma, *test_samples, seed)
+                    .map_err(anyhow::Error::msg)?;
+            Loaded::Linear { clients, test }
+        }
+    })
+}
+
+/// The network `config` trains, or an error saying why the dataset needs one.
+fn network(config: &Config, why: &str) -> anyhow::Result<Architecture> {
+    config
+        .model
+        .architecture()
+        .with_context(|| format!("field `model.network`: {why}"))
+}
+
+impl Loaded {
+    /// Every client's sample count D_c, by client index.
+    fn sizes(&self) -> Vec<u64> {
+        match self {
+            Loaded::Table { parts, .. } => parts.iter().map(|p| p.len() as u64).collect(),
+            Loaded::Text { train, .. } => train.iter().map(|w| w.len() as u64).collect(),
+            Loaded::Linear { clients, .. } => clients.iter().map(|c| c.data.len() as u64).collect(),
+        }
+    }
+
+    /// The server's evaluator on the held-out set.
+    fn into_evaluator(self, config: &Config) -> anyhow::Result<Arc<dyn Evaluator>> {
+        match self {
+            Loaded::Table { test, .. } => {
+                let net = network(config, "labelled datasets need a network")?;
+                neural_evaluator(config, &net, Box::new(test))
+            }
+            Loaded::Text { test, .. } => {
+                let net = network(config, "shakespeare needs a char-transformer")?;
+                neural_evaluator(config, &net, Box::new(test))
+            }
+            Loaded::Linear { test, .. } => Ok(Arc::new(test)),
+        }
+    }
+
+    /// The trainers of the clients `ids` (each below `self.sizes().len()`).
+    fn into_trainers(self, config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
+        let mut trainers = Trainers::new();
+        match self {
+            Loaded::Table { train, parts, .. } => {
+                let net = network(config, "labelled datasets need a network")?;
+                for &id in ids {
+                    let data = train.subset(&parts[id as usize])?;
+                    trainers.insert(id, neural_trainer(config, &net, Box::new(data))?);
+                }
+            }
+            Loaded::Text { train, .. } => {
+                let net = network(config, "shakespeare needs a char-transformer")?;
+                for &id in ids {
+                    let windows = train[id as usize].clone();
+                    trainers.insert(id, neural_trainer(config, &net, Box::new(windows))?);
+                }
+            }
+            Loaded::Linear { clients, .. } => {
+                for &id in ids {
+                    trainers.insert(id, Arc::new(clients[id as usize].clone()));
+                }
+            }
+        }
+        Ok(trainers)
+    }
 }
 
 /// The clients' index lists of a Dirichlet(`data.alpha`·p) label split of `train` (iid when
 /// `alpha` is omitted).
-fn dirichlet_parts(config: &Config, train: &data::Dataset) -> anyhow::Result<Vec<Vec<usize>>> {
+fn dirichlet_parts(
+    clients: usize,
+    split: &LabelSplit,
+    train: &data::Dataset,
+    seed: u64,
+) -> anyhow::Result<Vec<Vec<usize>>> {
     let spec = data::partition::PartitionSpec {
-        clients: config.data.clients,
-        alpha: config.data.alpha.unwrap_or(f64::INFINITY),
-        size_sigma: config.data.size_sigma,
-        min_samples: config.data.min_samples,
+        clients,
+        alpha: split.alpha.unwrap_or(f64::INFINITY),
+        size_sigma: split.size_sigma,
+        min_samples: split.min_samples,
     };
-    data::partition::partition(&train.labels, train.classes, &spec, config.run.seed)
+    data::partition::partition(&train.labels, train.classes, &spec, seed)
         .context("field `data`: partitioning the training set")
 }
 
-/// The training set, test set and client split of a dataset read from `data.path`: the files'
-/// own train/test split; CIFAR-100 with `data.fine_alpha` is split by two-stage Pachinko
-/// (every client gets ⌊train / clients⌋ images), the others by [`dirichlet_parts`].
-fn local_images(
-    config: &Config,
-) -> anyhow::Result<(data::Dataset, data::Dataset, Vec<Vec<usize>>)> {
-    use data::cifar::{Split, load_cifar10, load_cifar100};
-    let d = &config.data;
-    let dir = d.path.as_deref().context("field `data.path`: missing")?;
-    let dir_context = || format!("field `data.path` ({})", dir.display());
-    Ok(match d.dataset {
-        DatasetName::Cifar10 => {
-            let train = load_cifar10(dir, Split::Train).with_context(dir_context)?;
-            let test = load_cifar10(dir, Split::Test).with_context(dir_context)?;
-            let parts = dirichlet_parts(config, &train)?;
-            (train, test, parts)
-        }
-        DatasetName::Cifar100 => {
-            let train = load_cifar100(dir, Split::Train).with_context(dir_context)?;
-            let test = load_cifar100(dir, Split::Test)
-                .with_context(dir_context)?
-                .data;
-            let parts = match d.fine_alpha {
-                Some(alpha_fine) => {
-                    let spec = data::pachinko::PachinkoSpec {
-                        clients: d.clients,
-                        samples_per_client: train.data.len() / d.clients,
-                        alpha_coarse: d.alpha.unwrap_or(f64::INFINITY),
-                        alpha_fine,
-                    };
-                    data::pachinko::pachinko(
-                        &train.data.labels,
-                        &train.coarse,
-                        &spec,
-                        config.run.seed,
-                    )
-                    .context("fields `data.alpha`, `data.fine_alpha`: the Pachinko split")?
-                }
-                None => dirichlet_parts(config, &train.data)?,
-            };
-            (train.data, test, parts)
-        }
-        DatasetName::Mnist => {
-            let train = data::idx::load_mnist(dir, true).with_context(dir_context)?;
-            let test = data::idx::load_mnist(dir, false).with_context(dir_context)?;
-            let parts = dirichlet_parts(config, &train)?;
-            (train, test, parts)
-        }
-        other => anyhow::bail!("field `data.dataset`: {other:?} is not read from `data.path`"),
-    })
-}
-
-/// Every client's trainer and the server's evaluator.
-type Participants = (Vec<Arc<dyn LocalTrainer>>, Arc<dyn Evaluator>);
-
-/// One neural trainer per index list of `train`, and the evaluator on `test`.
-fn neural_clients(
-    config: &Config,
-    net: &Architecture,
-    train: &data::Dataset,
-    test: data::Dataset,
-    parts: &[Vec<usize>],
-) -> anyhow::Result<Participants> {
-    let mut trainers: Vec<Arc<dyn LocalTrainer>> = Vec::with_capacity(parts.len());
-    for p in parts {
-        trainers.push(neural_trainer(config, net, Box::new(train.subset(p)?))?);
-    }
-    Ok((trainers, neural_evaluator(config, net, Box::new(test))?))
-}
-
-/// The Shakespeare clients' training windows and a seeded sample of `data.test_samples` test
-/// windows from all clients' test texts.
+/// The Shakespeare clients' training windows (at most `max_samples` each, a seeded subset) and
+/// a seeded sample of `test_samples` test windows from all clients' test texts.
 fn shakespeare_windows(
-    config: &Config,
+    roles: Vec<data::shakespeare::CharClient>,
     context: usize,
-) -> anyhow::Result<(Vec<CharWindows>, CharWindows)> {
-    let root = match &config.data.cache {
-        Some(dir) => dir.clone(),
-        None => data::files::default_cache_root().context(
-            "field `data.cache`: no cache directory given and none found ($FEDSHARD_CACHE, $XDG_CACHE_HOME, $HOME)",
-        )?,
-    };
-    let clients = data::shakespeare::load_shakespeare(
-        &root,
-        config.data.min_lines,
-        Some(config.data.clients),
-        config.run.seed,
-    )?;
+    max_samples: Option<usize>,
+    test_samples: usize,
+    seed: u64,
+) -> (Vec<CharWindows>, CharWindows) {
     let mut test_text = Vec::new();
     let mut test_starts = Vec::new();
-    let mut train = Vec::with_capacity(clients.len());
-    for client in clients {
-        let codes = client.test.codes();
+    let mut train = Vec::with_capacity(roles.len());
+    for role in roles {
+        let codes = role.test.codes();
         let offset = test_text.len();
         test_starts.extend((0..codes.len().saturating_sub(context)).map(|i| offset + i));
         test_text.extend_from_slice(codes);
-        let mut windows = CharWindows::all(client.train.codes().to_vec(), context);
-        if let Some(cap) = config.data.max_samples {
-            let mut rng = stream(config.run.seed, 0, 2 + train.len() as u64, Purpose::Data);
+        let mut windows = CharWindows::all(role.train.codes().to_vec(), context);
+        if let Some(cap) = max_samples {
+            let client = train.len() as u64;
+            let mut rng = stream(seed, 0, client, Purpose::ClientSubsample);
             data::shuffle(&mut windows.starts, &mut rng);
             windows.starts.truncate(cap);
             windows.starts.sort_unstable();
         }
         train.push(windows);
     }
-    let mut rng = stream(config.run.seed, 0, 1, Purpose::Data);
+    let mut rng = stream(seed, 0, 0, Purpose::TestSample);
     data::shuffle(&mut test_starts, &mut rng);
-    test_starts.truncate(config.data.test_samples);
+    test_starts.truncate(test_samples);
     test_starts.sort_unstable();
     let test = CharWindows {
         text: test_text,
         starts: test_starts,
         context,
     };
-    Ok((train, test))
+    (train, test)
 }
 
 /// A client training `net` on `examples` on the configured device.
@@ -398,9 +483,9 @@ mod cuda {
 /// Keep ratio of each client: the configured shares, rounded to whole clients (the last share
 /// takes the remainder), laid over a seeded permutation of the clients.
 pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
-    let k = config.data.clients;
+    let k = config.data.clients();
     let mut order: Vec<usize> = (0..k).collect();
-    data::shuffle(&mut order, &mut stream(seed, 0, 0, Purpose::Data));
+    data::shuffle(&mut order, &mut stream(seed, 0, 0, Purpose::KeepRatios));
     let mut ratios = vec![1.0; k];
     let shares = &config.federation.keep_ratios;
     let mut start = 0;
@@ -416,4 +501,30 @@ pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
         start += count;
     }
     ratios
+}
+
+/// The initial global model: the network's seeded initialisation (softmax: the MLP without
+/// hidden layers); ridge at zero.
+///
+/// # Panics
+/// For a network that cannot be built, which [`Config::validate`] rules out.
+pub fn initial_model(config: &Config, seed: u64) -> ModelState {
+    match config.model.kind {
+        ModelKind::Neural | ModelKind::Softmax => {
+            let net = config
+                .model
+                .architecture()
+                .unwrap_or_else(|| unreachable!("validated: a neural model has a network"));
+            net.initial_state(seed)
+                .unwrap_or_else(|e| unreachable!("validated: the network builds ({e})"))
+                .0
+        }
+        ModelKind::Ridge => {
+            let DataSection::SyntheticLinear { dim, .. } = config.data else {
+                unreachable!("validated: ridge runs on synthetic-linear data")
+            };
+            ModelState::new(vec![NamedTensor::zeros("weight", vec![1, dim])])
+                .unwrap_or_else(|e| unreachable!("one tensor: {e}"))
+        }
+    }
 }

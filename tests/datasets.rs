@@ -4,10 +4,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use fedshard::data::cifar::{self, Split};
-use fedshard::data::idx;
-use fedshard::data::pachinko::{PachinkoSpec, pachinko};
-use fedshard::data::shakespeare::{self, CONTEXT, CharClient, load_shakespeare};
+use fedshard_training::data::cifar::{self, Split};
+use fedshard_training::data::idx;
+use fedshard_training::data::pachinko::{PachinkoSpec, pachinko};
+use fedshard_training::data::shakespeare::{self, CONTEXT, CharClient, load_shakespeare};
 use flate2::{Compression, write::GzEncoder};
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -368,7 +368,7 @@ fn pachinko_small_alpha_skews_large_alpha_is_near_uniform() {
 fn pachinko_rejects_bad_specs() {
     let (fine, coarse) = hierarchy();
     let name = |spec: PachinkoSpec| match pachinko(&fine, &coarse, &spec, 0) {
-        Err(fedshard::data::DataError::InvalidParameter { name, .. }) => name,
+        Err(fedshard_training::data::DataError::InvalidParameter { name, .. }) => name,
         other => panic!("expected an error, got {other:?}"),
     };
     assert_eq!(name(PachinkoSpec::paper(0, 10)), "clients");
@@ -595,7 +595,7 @@ fn cifar100_files_split_by_pachinko() {
     assert!(summary.per_round.iter().all(|r| r.model_updated));
     // Each of the two clients gets ⌊8 / 2⌋ images.
     let config = fedshard::config::Config::parse(&text, Path::new("files.toml")).unwrap();
-    let fed = fedshard::federation::build(&config).unwrap();
+    let fed = fedshard::federation::server(&config).unwrap();
     let sizes: Vec<u64> = fed.registry.clients.values().map(|c| c.samples).collect();
     assert_eq!(sizes, [4, 4]);
 }
@@ -621,7 +621,7 @@ fn image_dataset_config_errors_name_the_field() {
     }
     // A folder without the files: the run stops before it starts, naming the missing file.
     let config = parse(image_config("cifar10", root.path(), 3072, 10, "")).unwrap();
-    let err = fedshard::federation::build(&config)
+    let err = fedshard::federation::server(&config)
         .err()
         .expect("no files");
     assert!(format!("{err:#}").contains("data_batch_1.bin"), "{err:#}");

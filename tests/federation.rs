@@ -2,8 +2,9 @@
 
 use fedshard::config::Config;
 use fedshard::federation;
-use fedshard_actors::model::ModelState;
 use fedshard_actors::record::Summary;
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::payload::RejectionKind;
 use std::path::Path;
 
 const DIGITS: &str = r#"
@@ -21,7 +22,7 @@ min_samples = 20
 
 [model]
 kind = "softmax"
-sharded_layers = ["weight"]
+sharded_layers = ["fc0.weight"]
 
 [training]
 learning_rate = 0.1
@@ -108,7 +109,7 @@ fn thirty_percent_failing_clients_are_counted_and_the_run_completes() {
     let kinds: std::collections::BTreeSet<&str> = summary
         .per_round
         .iter()
-        .flat_map(|r| r.failures.keys().map(String::as_str))
+        .flat_map(|r| r.failures.keys().map(|k| k.label()))
         .collect();
     assert!(
         kinds.contains("panic") || kinds.contains("error") || kinds.contains("timeout"),
@@ -125,7 +126,7 @@ fn thirty_percent_failing_clients_are_counted_and_the_run_completes() {
 #[test]
 fn failed_clients_never_update_the_model() {
     let c = with_faults(r#""error", "panic", "timeout""#, 1.0);
-    let initial = fedshard::train::initial_model(&c, c.run.seed);
+    let initial = fedshard::federation::initial_model(&c, c.run.seed);
     let (model, summary) = run(&c);
     assert_eq!(model.to_bytes(), initial.to_bytes());
     assert!(
@@ -144,12 +145,15 @@ fn malformed_updates_are_rejected_by_reason_and_never_applied() {
         ("foreign-indices", "indices"),
     ] {
         let c = with_faults(&format!("\"{kind}\""), 1.0);
-        let initial = fedshard::train::initial_model(&c, c.run.seed);
+        let initial = fedshard::federation::initial_model(&c, c.run.seed);
         let (model, summary) = run(&c);
         assert_eq!(model.to_bytes(), initial.to_bytes(), "{kind}");
         for r in &summary.per_round {
             assert_eq!(
-                r.rejected.get(label).copied(),
+                r.rejected
+                    .iter()
+                    .find(|(k, _)| k.label() == label)
+                    .map(|(_, n)| *n),
                 Some(r.participants),
                 "{kind}: {:?}",
                 r.rejected
@@ -161,7 +165,7 @@ fn malformed_updates_are_rejected_by_reason_and_never_applied() {
 #[test]
 fn an_aggregate_that_overflows_never_replaces_the_model() {
     let c = with_faults(r#""overflow""#, 1.0);
-    let initial = fedshard::train::initial_model(&c, c.run.seed);
+    let initial = fedshard::federation::initial_model(&c, c.run.seed);
     let (model, summary) = run(&c);
     assert_eq!(model.to_bytes(), initial.to_bytes());
     for r in &summary.per_round {
@@ -171,7 +175,7 @@ fn an_aggregate_that_overflows_never_replaces_the_model() {
             "the updates themselves pass the checks"
         );
         assert_eq!(
-            r.rejected.get("non_finite_aggregate").copied(),
+            r.rejected.get(&RejectionKind::NonFiniteAggregate).copied(),
             Some(1),
             "{:?}",
             r.rejected
@@ -269,5 +273,74 @@ fn optimal_partial_selection_runs_a_two_phase_round_and_learns() {
         summary.final_accuracy > 0.5,
         "final accuracy {}",
         summary.final_accuracy
+    );
+}
+
+/// A short run of the digits federation, for comparing ways of building it.
+fn short_digits() -> Config {
+    config(&DIGITS.replace("rounds = 15", "rounds = 3"))
+}
+
+#[test]
+fn a_client_built_alone_has_the_samples_the_server_registers() {
+    let c = short_digits();
+    let server = federation::server(&c).expect("server side builds");
+    let clients = federation::clients(&c, &[1]).expect("client 1 builds");
+    assert_eq!(clients.keys().copied().collect::<Vec<_>>(), [1]);
+    assert_eq!(clients[&1].samples(), server.registry.clients[&1].samples);
+    // D_c comes from the partition: every registered client holds data.
+    assert_eq!(server.registry.clients.len(), 12);
+    assert!(server.registry.clients.values().all(|r| r.samples >= 20));
+}
+
+#[test]
+fn server_and_clients_built_apart_run_the_same_federation_bit_for_bit() {
+    let c = short_digits();
+    let (expected, _) = run(&c);
+    let server = federation::server(&c).expect("server side builds");
+    // Two "nodes" each build their own half of the clients from the config alone.
+    let mut trainers = federation::clients(&c, &[0, 2, 4, 6, 8, 10]).unwrap();
+    trainers.extend(federation::clients(&c, &[1, 3, 5, 7, 9, 11]).unwrap());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (model, _) = runtime
+        .block_on(fedshard_actors::server::run(server, trainers))
+        .expect("run completes");
+    assert_eq!(model.to_bytes(), expected.to_bytes());
+}
+
+#[test]
+fn a_client_id_outside_the_federation_is_an_error_naming_data_clients() {
+    let c = short_digits();
+    let err = federation::clients(&c, &[3, 12])
+        .err()
+        .expect("client 12 of 12 does not exist");
+    let text = format!("{err:#}");
+    assert!(text.contains("data.clients"), "{text}");
+    assert!(text.contains("12"), "{text}");
+}
+
+#[test]
+fn a_field_of_another_dataset_is_an_error_naming_it() {
+    // `dim` belongs to synthetic-linear; digits takes only its own fields.
+    let text = DIGITS.replace("min_samples = 20", "min_samples = 20\ndim = 8");
+    let err = format!(
+        "{:#}",
+        Config::parse(&text, Path::new("bad.toml")).unwrap_err()
+    );
+    assert!(
+        err.contains("bad.toml") && err.contains("data.dim") && err.contains("unknown field"),
+        "{err}"
+    );
+    let err = format!(
+        "{:#}",
+        Config::parse(
+            &DIGITS.replace("dataset = \"digits\"", "dataset = \"mnist\""),
+            Path::new("bad.toml")
+        )
+        .unwrap_err()
+    );
+    assert!(
+        err.contains("data.path") && err.contains("missing"),
+        "{err}"
     );
 }

@@ -6,13 +6,13 @@ use burn::module::Param;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
-use fedshard::models::layers::{Affine, Conv, Factors, Weight, param};
-use fedshard::models::net::Architecture;
-use fedshard::train::neural::{CpuTraining, clip_lr, frobenius_decay, single_client_task};
-use fedshard_actors::model::ModelState;
-use fedshard_actors::trainer::LayerShard;
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::task::LayerShard;
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use fedshard_strategies::svd::factorize;
+use fedshard_training::models::layers::{Affine, Conv, Factors, Weight, param};
+use fedshard_training::models::net::Architecture;
+use fedshard_training::train::neural::{CpuTraining, clip_lr, frobenius_decay, single_client_task};
 
 type B = CpuTraining;
 
@@ -297,7 +297,7 @@ fn the_im2col_conv_is_burns_conv() {
     .into_iter()
     .map(f64::from)
     .collect();
-    let actual = values(fedshard::models::layers::im2col_conv(
+    let actual = values(fedshard_training::models::layers::im2col_conv(
         x,
         tensor(&w, [c_out, c_in * k * k]),
         [k, k],
@@ -357,7 +357,7 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
     let (dense, shards) = single_client_task(&state, &shardable, 0.4, 7).expect("plans");
     assert_eq!(shards.len(), 3);
     let (net, layout) = arch.load::<B>(&dense, &shards, &device()).expect("loads");
-    let recipe = fedshard_actors::trainer::Recipe {
+    let recipe = fedshard_protocol::task::Recipe {
         learning_rate: 0.1,
         epochs: 0,
         batch_size: 8,
@@ -365,9 +365,10 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
         weight_decay: 1e-4,
         clip_lr: Some(10.0),
     };
-    let examples = fedshard::data::digits::load().expect("digits");
-    let (net, _) = fedshard::train::neural::train(net, &examples, &recipe, 1, 1, 0, &device())
-        .expect("zero epochs");
+    let examples = fedshard_training::data::digits::load().expect("digits");
+    let (net, _) =
+        fedshard_training::train::neural::train(net, &examples, &recipe, 1, 1, 0, &device())
+            .expect("zero epochs");
     let (dense_out, shards_out) = net.export(&layout, &dense, &shards).expect("exports");
     assert_eq!(dense_out, dense);
     assert_eq!(shards_out.len(), shards.len());
@@ -386,7 +387,10 @@ fn a_task_naming_a_layer_the_model_lacks_is_an_error() {
     let (mut state, _) = arch.initial_state(3).expect("builds");
     state
         .tensors
-        .push(fedshard_actors::model::NamedTensor::zeros("extra", vec![2]));
+        .push(fedshard_protocol::model::NamedTensor::zeros(
+            "extra",
+            vec![2],
+        ));
     let state = ModelState::new(state.tensors).expect("distinct names");
     let err = arch
         .load::<B>(&state, &[], &device())
@@ -478,7 +482,7 @@ fn cct_builds_runs_and_shards() {
 #[test]
 fn char_transformer_builds_runs_and_shards() {
     let arch = Architecture::CharTransformer(Default::default());
-    let shape = fedshard::models::char_transformer::CharShape::default();
+    let shape = fedshard_training::models::char_transformer::CharShape::default();
     let tokens: Vec<f32> = (0..2 * shape.context)
         .map(|i| (i % shape.vocab) as f32)
         .collect();
@@ -521,11 +525,11 @@ fn a_digits_cnn_federation_learns_under_every_strategy() {
 
 #[test]
 fn local_training_then_evaluation_learns_the_digits() {
-    use fedshard::train::neural::{Cpu, NeuralClient, NeuralEvaluator};
-    use fedshard_actors::trainer::{LocalTrainer, Recipe, TrainTask};
+    use fedshard_protocol::task::{LocalTrainer, Recipe, TrainTask};
+    use fedshard_training::train::neural::{Cpu, NeuralClient, NeuralEvaluator};
     let arch = digits_cnn();
     let (state, _) = arch.initial_state(2).expect("builds");
-    let digits = fedshard::data::digits::load().expect("digits");
+    let digits = fedshard_training::data::digits::load().expect("digits");
     let client = NeuralClient::<B> {
         architecture: arch.clone(),
         examples: Box::new(digits.clone()),
@@ -586,13 +590,13 @@ fn local_training_is_bit_for_bit_deterministic() {
 
 /// The bits of every trained value, twice from the same task.
 fn train_twice(arch: &Architecture, keep_ratio: f64, clip_lr: Option<f64>) -> (Vec<u32>, Vec<u32>) {
-    use fedshard::train::neural::NeuralClient;
-    use fedshard_actors::trainer::{LocalTrainer, Recipe, TrainOutput, TrainTask};
+    use fedshard_protocol::task::{LocalTrainer, Recipe, TrainOutput, TrainTask};
+    use fedshard_training::train::neural::NeuralClient;
     let (state, shardable) = arch.initial_state(5).expect("builds");
     let (dense, shards) = single_client_task(&state, &shardable, keep_ratio, 7).expect("plans");
     let client = NeuralClient::<B> {
         architecture: arch.clone(),
-        examples: Box::new(fedshard::data::digits::load().expect("digits")),
+        examples: Box::new(fedshard_training::data::digits::load().expect("digits")),
         device: device(),
     };
     let task = TrainTask {

@@ -1,23 +1,49 @@
 //! A real Prometheus scrapes a real `fedshard run`, and every PromQL query of
-//! `dashboards/fedshard.json` returns data; the scraped final values agree with `metrics.jsonl`.
+//! `dashboards/fedshard.json` returns data; the scraped final values agree with `metrics.jsonl`;
+//! and, while the run is still up, headless Chromium screenshots Prometheus's own graph page for
+//! the accuracy and the uplink bitrate (the live view without Grafana), saved as test artefacts in
+//! `target/test-artefacts/`.
 //!
-//! Needs the `prometheus` binary (Debian: `apt-get install prometheus`). Without it the tests
-//! fail under CI (env `CI` set) and are skipped loudly elsewhere. Everything listens on
-//! 127.0.0.1; both processes are killed at the end; every wait is bounded.
+//! Needs the `prometheus` binary on `PATH` (Debian: `apt-get install prometheus`; `.ci/run`
+//! installs it). Without it every test fails and says how to get it: a pass always means a real
+//! Prometheus scraped a real run. The screenshot test needs `chromium` as well (Debian: `apt-get
+//! install chromium`) and fails likewise without it. Everything listens on 127.0.0.1; every
+//! process is killed at the end; every wait is bounded.
 
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fedshard");
 const RUN: &str = "prom-test";
-const ROUNDS: usize = 60;
+const ROUNDS: usize = 80;
 /// What `$__rate_interval` becomes: several 1 s scrapes.
 const RATE_INTERVAL: &str = "10s";
+/// A round waits for its slowest client up to this deadline …
+const DEADLINE_MS: u64 = 200;
+/// … and about two rounds in three have a client that sleeps past it: the run then lasts long
+/// enough (tens of 1 s scrapes) for Prometheus to record curves, not just the final values.
+const PACING_FAULTS: &str = "\n[faults]\nrate = 0.1\nkinds = [\"timeout\"]\ndelay_ms = 400\n";
+/// `--linger`: long enough that the run still serves `/metrics` while the queries are evaluated
+/// and the screenshots taken (the processes are killed at the end anyway).
+const LINGER_S: &str = "40";
+/// The live-view screenshots: (file name in `target/test-artefacts/`, PromQL on the graph page).
+fn screenshot_queries() -> [(&'static str, String); 2] {
+    [
+        (
+            "prometheus-accuracy.png",
+            format!("fedshard_test_accuracy{{run=\"{RUN}\"}}"),
+        ),
+        (
+            "prometheus-uplink-bitrate.png",
+            format!("rate(fedshard_uplink_bits_total{{run=\"{RUN}\"}}[{RATE_INTERVAL}])"),
+        ),
+    ]
+}
 
 struct Outcome {
     /// (expr, number of series) for every query of the dashboard.
@@ -26,6 +52,16 @@ struct Outcome {
     scraped_uplink_total: f64,
     jsonl_accuracy: f64,
     jsonl_uplink_total: f64,
+    /// The saved screenshots, or why there are none.
+    screenshots: Result<Vec<Screenshot>, String>,
+}
+
+struct Screenshot {
+    path: PathBuf,
+    /// The page's DOM after the same rendering time, to tell a graph from "no data".
+    dom: String,
+    /// Whether `fedshard run` was still running when it was taken.
+    during_run: bool,
 }
 
 /// Kills and reaps its processes when dropped, panics included.
@@ -40,13 +76,23 @@ impl Drop for Processes {
     }
 }
 
-fn prometheus_installed() -> bool {
-    Command::new("prometheus")
+/// How to get the binary, for the failure message.
+const INSTALL_HINT: &str = "these tests start a real Prometheus: install it (Debian/Ubuntu: \
+    `apt-get install prometheus`; elsewhere https://prometheus.io/download/) or run `.ci/run`, \
+    which installs it";
+
+/// Fails, saying how to install it, unless `prometheus --version` runs and succeeds.
+fn require_prometheus() {
+    let status = Command::new("prometheus")
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        Ok(status) => panic!("`prometheus --version` failed ({status}); {INSTALL_HINT}"),
+        Err(e) => panic!("cannot run `prometheus` ({e}): is it on PATH? {INSTALL_HINT}"),
+    }
 }
 
 fn free_port() -> u16 {
@@ -150,20 +196,90 @@ fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// `target/test-artefacts/`, created: where tests leave files for a person to look at.
+fn artefacts() -> PathBuf {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
+    let dir = target.join("test-artefacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const CHROMIUM_HINT: &str = "the live-view test drives headless Chromium: install it (Debian: \
+    `apt-get install chromium`; Ubuntu: the `chromium` snap or Google Chrome as `chromium` on \
+    PATH) or run `.ci/run`, which installs it";
+
+/// Runs headless Chromium on `url` twice, with the same virtual rendering time (the page's
+/// scripts fetch and draw the data): once saving a 1280×800 screenshot at `png`, once dumping
+/// the DOM, which it returns. Each run is bounded to 60 s.
+fn chromium(tmp: &Path, url: &str, png: &Path) -> Result<String, String> {
+    let run = |mode: &str| -> Result<Vec<u8>, String> {
+        let mut child = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .args(["--window-size=1280,800", "--virtual-time-budget=10000"])
+            .arg(format!(
+                "--user-data-dir={}",
+                tmp.join("chromium").display()
+            ))
+            .arg(mode)
+            .arg(url)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(tmp.join("chromium.log")).unwrap())
+            .spawn()
+            .map_err(|e| format!("cannot run `chromium` ({e}): is it on PATH? {CHROMIUM_HINT}"))?;
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            stdout.read_to_end(&mut out).map(|_| out)
+        });
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("chromium {mode} {url} took over 60 s"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let out = reader.join().unwrap().map_err(|e| e.to_string())?;
+        if !status.success() {
+            let log = std::fs::read_to_string(tmp.join("chromium.log")).unwrap_or_default();
+            return Err(format!("chromium {mode} {url} failed ({status}): {log}"));
+        }
+        Ok(out)
+    };
+    run(&format!("--screenshot={}", png.display()))?;
+    let dom = run("--dump-dom")?;
+    Ok(String::from_utf8_lossy(&dom).into_owned())
+}
+
 fn scenario(tmp: &Path) -> Outcome {
     let config = tmp.join("config.toml");
     let text = std::fs::read_to_string("config/digits-linear.toml")
         .unwrap()
         .replace("name = \"digits-linear\"", &format!("name = \"{RUN}\""))
-        .replace("rounds = 30", &format!("rounds = {ROUNDS}"));
+        .replace("rounds = 30", &format!("rounds = {ROUNDS}"))
+        .replace(
+            "deadline_ms = 30000",
+            &format!("deadline_ms = {DEADLINE_MS}"),
+        )
+        + PACING_FAULTS;
     std::fs::write(&config, text).unwrap();
+    let started = Instant::now();
     let metrics_port = free_port();
     let prom_port = free_port();
     let run_dir = tmp.join("run");
     let mut processes = Processes(Vec::new());
     processes.0.push(
         Command::new(BIN)
-            .args(["run", "--quiet", "--linger", "8", "--metrics-addr"])
+            .args(["run", "--quiet", "--linger", LINGER_S, "--metrics-addr"])
             .arg(format!("127.0.0.1:{metrics_port}"))
             .arg("--out")
             .arg(&run_dir)
@@ -221,6 +337,26 @@ fn scenario(tmp: &Path) -> Outcome {
     // Leave a scrape or two after `at`, then evaluate everything at `at`.
     std::thread::sleep(Duration::from_millis(1500));
 
+    // The live view, taken while `fedshard run` still serves `/metrics` (it lingers).
+    let range_s = started.elapsed().as_secs() + 5;
+    let screenshots = screenshot_queries()
+        .iter()
+        .map(|(name, expr)| {
+            let url = format!(
+                "http://127.0.0.1:{prom_port}/graph?g0.expr={}&g0.tab=0&g0.range_input={range_s}s",
+                encode(expr)
+            );
+            let path = artefacts().join(name);
+            let dom = chromium(tmp, &url, &path)?;
+            let during_run = processes.0[0].try_wait().is_ok_and(|s| s.is_none());
+            Ok(Screenshot {
+                path,
+                dom,
+                during_run,
+            })
+        })
+        .collect();
+
     let queries = dashboard_exprs()
         .into_iter()
         .map(|e| {
@@ -253,36 +389,25 @@ fn scenario(tmp: &Path) -> Outcome {
             .iter()
             .map(|r| r["uplink_bits"].as_u64().unwrap() as f64)
             .sum(),
+        screenshots,
     };
     drop(processes);
     outcome
 }
 
-/// Runs the scenario once for both tests; None when skipped.
-fn outcome() -> Option<&'static Outcome> {
-    static OUTCOME: OnceLock<Option<Outcome>> = OnceLock::new();
-    OUTCOME
-        .get_or_init(|| {
-            if !prometheus_installed() {
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "prometheus is not installed (CI must install it: see .ci/run)"
-                );
-                // Straight to stderr, past the test harness's capture.
-                let _ = std::io::stderr().write_all(
-                    b"\n\n**************** SKIPPED: prometheus not installed ****************\n\n",
-                );
-                return None;
-            }
-            let tmp = tempfile::tempdir().unwrap();
-            Some(scenario(tmp.path()))
-        })
-        .as_ref()
+/// Runs the scenario once for both tests; fails both when `prometheus` is missing.
+fn outcome() -> &'static Outcome {
+    static OUTCOME: OnceLock<Outcome> = OnceLock::new();
+    OUTCOME.get_or_init(|| {
+        require_prometheus();
+        let tmp = tempfile::tempdir().unwrap();
+        scenario(tmp.path())
+    })
 }
 
 #[test]
 fn every_dashboard_query_returns_data_from_a_real_prometheus() {
-    let Some(outcome) = outcome() else { return };
+    let outcome = outcome();
     assert!(outcome.queries.len() >= 10, "too few queries found");
     let bad: Vec<String> = outcome
         .queries
@@ -295,7 +420,7 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
 
 #[test]
 fn scraped_final_values_agree_with_metrics_jsonl() {
-    let Some(o) = outcome() else { return };
+    let o = outcome();
     assert!(
         (o.scraped_accuracy - o.jsonl_accuracy).abs() < 1e-12,
         "accuracy: scraped {} vs metrics.jsonl {}",
@@ -306,4 +431,55 @@ fn scraped_final_values_agree_with_metrics_jsonl() {
         o.scraped_uplink_total, o.jsonl_uplink_total,
         "uplink bits: scraped vs the sum of metrics.jsonl"
     );
+}
+
+/// The live view without Grafana: Prometheus's own graph page, rendered by headless Chromium
+/// during the run, shows the accuracy and the uplink bitrate of this run.
+#[test]
+fn prometheus_graph_page_screenshots_show_accuracy_and_bitrate() {
+    let screenshots = match &outcome().screenshots {
+        Ok(screenshots) => screenshots,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(screenshots.len(), screenshot_queries().len());
+    for shot in screenshots {
+        let png =
+            std::fs::read(&shot.path).unwrap_or_else(|e| panic!("{}: {e}", shot.path.display()));
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "{} is not a PNG",
+            shot.path.display()
+        );
+        // IHDR, the first chunk, holds the width and height (big-endian) at bytes 16..24.
+        assert_eq!(&png[12..16], b"IHDR", "{}", shot.path.display());
+        let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+        let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
+        assert_eq!((width, height), (1280, 800), "{}", shot.path.display());
+        // A blank 1280×800 page compresses to a few kB; the graph page with its plot and legend
+        // is tens of kB.
+        assert!(
+            png.len() > 20_000,
+            "{}: only {} bytes, hardly a rendered graph",
+            shot.path.display(),
+            png.len()
+        );
+        // The rendered page drew this run's series: its legend names the run, and the page has
+        // no "no data" notice.
+        assert!(
+            shot.dom.contains(&format!("run=\"{RUN}\"")),
+            "{}: the rendered page has no series of the run:\n{}",
+            shot.path.display(),
+            shot.dom
+        );
+        assert!(
+            !shot.dom.contains("No datapoints found"),
+            "{}",
+            shot.path.display()
+        );
+        assert!(
+            shot.during_run,
+            "{}: `fedshard run` had already exited when it was taken",
+            shot.path.display()
+        );
+    }
 }

@@ -3,15 +3,15 @@
 //! never a torn one.
 
 use crate::coordinator::Registry;
-use crate::model::ModelState;
 use crate::record::RoundRecord;
+use fedshard_protocol::model::ModelState;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the layout changes; older checkpoints are refused with a clear error.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 pub const FILE_NAME: &str = "checkpoint.bin";
 
 /// Everything needed to continue a run exactly: every random stream is derived from

@@ -2,25 +2,12 @@
 //! executor. A trainer error is reported as a failure; a panic is reported and then fails the
 //! actor, so its supervisor (the server) restarts it.
 
-use crate::payload::{Encoding, Payload, encode};
-use crate::trainer::{ClientId, LocalTrainer, TrainOutput, TrainTask};
+use fedshard_protocol::payload::{Encoding, UpdateEnvelope, encode};
+use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// An encoded update as the server receives it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UpdateEnvelope {
-    pub client: ClientId,
-    pub round: u64,
-    pub samples: u64,
-    pub loss: f64,
-    /// ‖update − sent‖₂ over everything the client trained (the norm of 002's U_k).
-    pub update_norm: f64,
-    pub train_seconds: f64,
-    pub payload: Payload,
-}
 
 /// What a client answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,11 +15,7 @@ pub enum ClientReply {
     /// The encoded update.
     Update(UpdateEnvelope),
     /// Phase one of a two-phase round: trained, update kept until asked for.
-    Trained {
-        client: ClientId,
-        update_norm: f64,
-        samples: u64,
-    },
+    Trained { client: ClientId, update_norm: f64 },
     /// Training failed; the text says why.
     Failed {
         client: ClientId,
@@ -130,17 +113,16 @@ impl Actor for ClientActor {
                     let output = trainer.train(&task);
                     output.map(|o| {
                         let norm = update_norm(&task, &o);
-                        (encode(&o, encoding), o.samples, o.loss, norm, task.round)
+                        (encode(&o, encoding), o.loss, norm, task.round)
                     })
                 })
                 .await;
                 let id = state.id;
                 match joined {
-                    Ok(Ok((payload, samples, loss, update_norm, round))) => {
+                    Ok(Ok((payload, loss, update_norm, round))) => {
                         let envelope = UpdateEnvelope {
                             client: id,
                             round,
-                            samples,
                             loss,
                             update_norm,
                             train_seconds: started.elapsed().as_secs_f64(),
@@ -153,7 +135,6 @@ impl Actor for ClientActor {
                             let _ = reply.send(ClientReply::Trained {
                                 client: id,
                                 update_norm,
-                                samples,
                             });
                         }
                     }
@@ -194,5 +175,135 @@ impl Actor for ClientActor {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fedshard_protocol::model::{ModelState, NamedTensor};
+    use fedshard_protocol::task::Recipe;
+
+    /// Adds `step` to every dense value; panics when the step is NaN.
+    struct Shift(f32);
+
+    impl LocalTrainer for Shift {
+        fn samples(&self) -> u64 {
+            4
+        }
+        fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+            assert!(!self.0.is_nan(), "asked to panic");
+            if self.0 < 0.0 {
+                return Err("negative step".into());
+            }
+            let mut dense = task.dense.clone();
+            dense.tensors[0].data.iter_mut().for_each(|x| *x += self.0);
+            Ok(TrainOutput {
+                dense,
+                shards: vec![],
+                loss: 0.5,
+            })
+        }
+    }
+
+    fn task(round: u64) -> Box<TrainTask> {
+        Box::new(TrainTask {
+            round,
+            client: 7,
+            seed: 1,
+            dense: ModelState::new(vec![NamedTensor::zeros("b", vec![4])]).unwrap(),
+            shards: vec![],
+            recipe: Recipe {
+                learning_rate: 0.1,
+                epochs: 1,
+                batch_size: 1,
+                momentum: 0.0,
+                weight_decay: 0.0,
+                clip_lr: None,
+            },
+        })
+    }
+
+    async fn train(actor: &ActorRef<ClientMsg>, round: u64, upload: bool) -> ClientReply {
+        ractor::call!(actor, |reply| ClientMsg::Train {
+            task: task(round),
+            upload,
+            encoding: Encoding::Identity,
+            reply,
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_client_trains_reports_its_norm_and_keeps_its_update_for_its_round_only() {
+        let (actor, handle) = Actor::spawn(None, ClientActor, (7, Arc::new(Shift(0.5)) as _))
+            .await
+            .unwrap();
+        match train(&actor, 3, true).await {
+            ClientReply::Update(e) => {
+                assert_eq!((e.client, e.round), (7, 3));
+                // ‖(0.5, 0.5, 0.5, 0.5)‖ = 1.
+                assert!((e.update_norm - 1.0).abs() < 1e-12);
+                assert_eq!(e.payload.bits, 8 * e.payload.bytes.len() as u64);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Two-phase: trained, kept, and released only for the same round.
+        let trained = train(&actor, 4, false).await;
+        assert_eq!(
+            trained,
+            ClientReply::Trained {
+                client: 7,
+                update_norm: 1.0
+            }
+        );
+        let wrong = ractor::call!(actor, |reply| ClientMsg::Upload { round: 5, reply }).unwrap();
+        assert!(matches!(
+            wrong,
+            ClientReply::Failed {
+                panicked: false,
+                ..
+            }
+        ));
+        // The wrong-round request consumed nothing it could give: round 4's update is gone
+        // too, so a replayed upload request never returns an old update twice.
+        let again = ractor::call!(actor, |reply| ClientMsg::Upload { round: 4, reply }).unwrap();
+        assert!(matches!(again, ClientReply::Failed { .. }));
+        actor.stop(None);
+        handle.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn errors_are_reported_and_panics_fail_the_actor() {
+        let (actor, handle) = Actor::spawn(None, ClientActor, (7, Arc::new(Shift(-1.0)) as _))
+            .await
+            .unwrap();
+        let reply = train(&actor, 1, true).await;
+        assert_eq!(
+            reply,
+            ClientReply::Failed {
+                client: 7,
+                reason: "negative step".into(),
+                panicked: false
+            }
+        );
+        actor.stop(None);
+        handle.await.unwrap();
+
+        let (actor, handle) = Actor::spawn(None, ClientActor, (7, Arc::new(Shift(f32::NAN)) as _))
+            .await
+            .unwrap();
+        match train(&actor, 1, true).await {
+            ClientReply::Failed {
+                reason, panicked, ..
+            } => {
+                assert!(panicked);
+                assert!(reason.contains("asked to panic"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The actor itself fails, so its supervisor (the client host) restarts it.
+        handle.await.unwrap();
+        assert_eq!(actor.get_status(), ractor::ActorStatus::Stopped);
     }
 }

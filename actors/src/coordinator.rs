@@ -1,7 +1,7 @@
 //! The coordinator: who the clients are, how they cluster by keep ratio, and who takes part in
 //! each round. The logic is in [`Registry`]; [`Coordinator`] is the actor around it.
 
-use crate::trainer::ClientId;
+use fedshard_protocol::task::ClientId;
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_strategies::selection::{ClientStats, SelectorName};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -16,7 +16,6 @@ pub struct ClientRecord {
     pub keep_ratio: f64,
     /// D_c, its number of training samples.
     pub samples: u64,
-    pub alive: bool,
     /// Rounds in which it failed, over the whole run.
     pub failures: u64,
 }
@@ -62,7 +61,6 @@ impl Registry {
     fn stats(&self, norms: Option<&BTreeMap<ClientId, f64>>) -> Vec<ClientStats> {
         self.clients
             .values()
-            .filter(|c| c.alive)
             .map(|c| ClientStats {
                 id: c.id,
                 samples: c.samples as f64,
@@ -160,8 +158,6 @@ pub enum CoordinatorMsg {
         norms: Option<BTreeMap<ClientId, f64>>,
         reply: RpcReplyPort<Result<RoundSelection, String>>,
     },
-    /// Marks a client dead (crashed and not yet restarted) or alive again.
-    SetAlive { client: ClientId, alive: bool },
     /// Counts a failed round of a client.
     CountFailure { client: ClientId },
     /// The registry as it is now, for checkpoints.
@@ -199,11 +195,6 @@ impl Actor for Coordinator {
             } => {
                 let _ = reply.send(registry.select(seed, round, norms.as_ref()));
             }
-            CoordinatorMsg::SetAlive { client, alive } => {
-                if let Some(c) = registry.clients.get_mut(&client) {
-                    c.alive = alive;
-                }
-            }
             CoordinatorMsg::CountFailure { client } => {
                 if let Some(c) = registry.clients.get_mut(&client) {
                     c.failures += 1;
@@ -233,7 +224,6 @@ mod tests {
                             id: i as u64,
                             keep_ratio: r,
                             samples: 10,
-                            alive: true,
                             failures: 0,
                         },
                     )
@@ -265,12 +255,15 @@ mod tests {
     }
 
     #[test]
-    fn selection_is_deterministic_and_skips_dead_clients() {
-        let mut r = registry(&[0.5; 6], None);
-        r.clients.get_mut(&0).unwrap().alive = false;
+    fn selection_is_deterministic_under_a_seed() {
+        let r = registry(&[0.5; 6], None);
         let a = r.select(3, 1, None).unwrap();
         assert_eq!(a, r.select(3, 1, None).unwrap());
         assert_eq!(a.participants.len(), 2);
-        assert!(a.participants.iter().all(|(c, _)| *c != 0));
+        assert_ne!(
+            a,
+            r.select(3, 2, None).unwrap(),
+            "another round, another draw"
+        );
     }
 }

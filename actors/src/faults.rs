@@ -2,7 +2,7 @@
 //! [`FaultyTrainer`] wraps a client's trainer and, in a fraction of (round, client) pairs drawn
 //! from the stream (seed, round, client, Experiment), fails in one of the configured ways.
 
-use crate::trainer::{ClientId, LocalTrainer, TrainOutput, TrainTask};
+use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

@@ -9,11 +9,13 @@
 //! `_bits`), `_total` for counters, and a constant `run` label (the run name) on every series.
 
 use crate::record::RoundRecord;
+use crate::round::FailureKind;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use fedshard_protocol::payload::RejectionKind;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -24,10 +26,6 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-/// Client failure reasons that always have a series (zero until they happen).
-pub const FAILURE_REASONS: [&str; 4] = ["error", "panic", "timeout", "unreachable"];
-/// Update rejection reasons that always have a series (zero until they happen).
-pub const REJECTION_REASONS: [&str; 4] = ["malformed", "shape", "non_finite", "indices"];
 /// The default listen address of `fedshard run`.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
 
@@ -182,11 +180,11 @@ impl Metrics {
         metrics.downlink_bits.with_label_values(none);
         metrics.successes.with_label_values(none);
         metrics.model_updates.with_label_values(none);
-        for reason in FAILURE_REASONS {
-            metrics.failures.with_label_values(&[reason]);
+        for kind in FailureKind::ALL {
+            metrics.failures.with_label_values(&[kind.label()]);
         }
-        for reason in REJECTION_REASONS {
-            metrics.rejected.with_label_values(&[reason]);
+        for kind in RejectionKind::ALL {
+            metrics.rejected.with_label_values(&[kind.label()]);
         }
         Ok(metrics)
     }
@@ -215,11 +213,15 @@ impl Metrics {
         self.successes
             .with_label_values(none)
             .inc_by(r.successes as u64);
-        for (reason, n) in &r.failures {
-            self.failures.with_label_values(&[reason]).inc_by(*n as u64);
+        for (kind, n) in &r.failures {
+            self.failures
+                .with_label_values(&[kind.label()])
+                .inc_by(*n as u64);
         }
-        for (reason, n) in &r.rejected {
-            self.rejected.with_label_values(&[reason]).inc_by(*n as u64);
+        for (kind, n) in &r.rejected {
+            self.rejected
+                .with_label_values(&[kind.label()])
+                .inc_by(*n as u64);
         }
         if r.model_updated {
             self.model_updates.with_label_values(none).inc();
@@ -353,7 +355,7 @@ async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::GroupStats;
+    use fedshard_protocol::shard_plan::GroupStats;
     use std::collections::BTreeMap;
 
     fn record(round: u64) -> RoundRecord {
@@ -361,7 +363,7 @@ mod tests {
             round,
             participants: 10,
             successes: 8,
-            failures: BTreeMap::from([("timeout".to_string(), 2)]),
+            failures: BTreeMap::from([(FailureKind::Timeout, 2)]),
             rejected: BTreeMap::new(),
             model_updated: true,
             accuracy: 0.5,

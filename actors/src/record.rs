@@ -1,7 +1,9 @@
 //! What a round reports: one [`RoundRecord`] per round, the single source for `metrics.jsonl`,
 //! the progress bar and the Prometheus metrics.
 
-use crate::round::GroupStats;
+use crate::round::FailureKind;
+use fedshard_protocol::payload::RejectionKind;
+use fedshard_protocol::shard_plan::GroupStats;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -12,11 +14,12 @@ pub struct RoundRecord {
     pub participants: usize,
     /// Updates accepted into the aggregate.
     pub successes: usize,
-    /// Clients that failed, by reason (`error`, `panic`, `timeout`, `unreachable`).
-    pub failures: BTreeMap<String, usize>,
-    /// Updates rejected by validation, by reason (`malformed`, `shape`, `non_finite`, `indices`),
-    /// and `non_finite_aggregate` when the accepted updates summed past f32 (model unchanged).
-    pub rejected: BTreeMap<String, usize>,
+    /// Clients that failed, by kind (`error`, `panic`, `timeout`, `unreachable`).
+    pub failures: BTreeMap<FailureKind, usize>,
+    /// Updates rejected by validation, by kind (`malformed`, `shape`, `non_finite`, `indices`,
+    /// `stale`, `forged`), and `non_finite_aggregate` when the accepted updates summed past f32
+    /// (model unchanged).
+    pub rejected: BTreeMap<RejectionKind, usize>,
     /// Whether the global model changed (false when below the minimum of successful clients).
     pub model_updated: bool,
     pub accuracy: f64,

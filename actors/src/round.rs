@@ -1,251 +1,914 @@
-//! One round's logic as plain functions over plain data, so it is unit-tested without actors:
-//! plan the shards of every participant (ALGORITHMS.md §1.1 steps 1–3) and fold the accepted
-//! updates into the global model (step 5, and §2.4 for inverse-probability weights).
+//! One round as plain functions over plain data, so each step is unit-tested without actors:
+//! build every participant's task ([`build_tasks`]), sort the clients' answers into updates and
+//! failures ([`classify`]), open and check each update against its task ([`validate`]), fold the
+//! accepted ones through the aggregation policy ([`fold`]) and sum the round up ([`record`]).
+//! The server actor only moves messages between these.
 
-use crate::model::{ModelState, NamedTensor};
-use crate::payload::DecodedUpdate;
-use crate::trainer::{ClientId, LayerShard};
-use fedshard_strategies::metrics::anme_layer;
-use fedshard_strategies::rng::{Purpose, stream};
-use fedshard_strategies::sampling::SamplerName;
-use fedshard_strategies::sharding::plan::StrategySpec;
-use fedshard_strategies::spectrum::kept_terms;
-use fedshard_strategies::svd::{Factors, factorize, recompose};
+use crate::client::ClientReply;
+use crate::coordinator::Registry;
+use crate::record::RoundRecord;
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::payload::{DecodedUpdate, RejectionKind, UpdateEnvelope, open};
+use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, dense_part};
+use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
+use fedshard_strategies::aggregation::{
+    Aggregator, BlockUpdate, Contribution, Failure, Fit, FitRound, RoundOutcome,
+};
+use fedshard_strategies::svd::recompose;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Which layers are sharded and how.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShardingPolicy {
-    pub strategy: StrategySpec,
-    pub sampler: SamplerName,
-    /// Names of the decomposable tensors (never the first or last layer of a network).
-    pub layers: Vec<String>,
+/// Why a selected client gave no update; the label is the `reason` of the failure counters in
+/// `metrics.jsonl` and Prometheus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// Local training returned an error.
+    Error,
+    /// Local training panicked (the client actor is restarted).
+    Panic,
+    /// No answer before the round's deadline.
+    Timeout,
+    /// The client could not be reached, or answered out of protocol.
+    Unreachable,
 }
 
-/// A participant of the round and the keep ratio of its cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Participant {
+impl FailureKind {
+    pub const ALL: [FailureKind; 4] = [
+        FailureKind::Error,
+        FailureKind::Panic,
+        FailureKind::Timeout,
+        FailureKind::Unreachable,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            FailureKind::Error => "error",
+            FailureKind::Panic => "panic",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// A failed client: what kind of failure, and the text for the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientFailure {
+    pub kind: FailureKind,
+    pub reason: String,
+}
+
+/// How one dispatched client ended its phase, as the transport saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Reply(ClientReply),
+    Timeout,
+    Unreachable(String),
+}
+
+/// The tasks of a round and the bits they take on the downlink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tasks {
+    pub tasks: BTreeMap<ClientId, TrainTask>,
+    /// 8 × the bincode length of every task.
+    pub downlink_bits: u64,
+}
+
+/// Every participant's task: the dense part of the model, its shards of the plan (none without
+/// a sharding policy) and the round's recipe.
+pub fn build_tasks(
+    global: &ModelState,
+    policy: Option<&ShardingPolicy>,
+    plan: Option<&ShardPlan>,
+    participants: &[Participant],
+    (seed, round): (u64, u64),
+    recipe: &Recipe,
+) -> Tasks {
+    let dense = dense_part(global, policy);
+    let mut tasks = BTreeMap::new();
+    let mut downlink_bits = 0u64;
+    for p in participants {
+        let shards = plan
+            .and_then(|pl| pl.shards.get(&p.client).cloned())
+            .unwrap_or_default();
+        let task = TrainTask {
+            round,
+            client: p.client,
+            seed,
+            dense: dense.clone(),
+            shards,
+            recipe: recipe.clone(),
+        };
+        downlink_bits += 8 * bincode::serde::encode_to_vec(&task, bincode::config::standard())
+            .map_or(0, |b| b.len() as u64);
+        tasks.insert(p.client, task);
+    }
+    Tasks {
+        tasks,
+        downlink_bits,
+    }
+}
+
+/// The answers of one phase, sorted.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Classified {
+    /// Uploaded updates, keyed by the client the task went to.
+    pub envelopes: BTreeMap<ClientId, UpdateEnvelope>,
+    /// Phase one of a two-phase round: the update norms of the clients that trained.
+    pub norms: BTreeMap<ClientId, f64>,
+    pub failures: BTreeMap<ClientId, ClientFailure>,
+}
+
+/// Sorts the outcomes of the clients in `asked`: an update, a norm (phase one), or a failure. A
+/// client in `asked` without an outcome is `unreachable`; an outcome of a client not asked is
+/// ignored.
+pub fn classify(
+    asked: impl IntoIterator<Item = ClientId>,
+    mut outcomes: BTreeMap<ClientId, Outcome>,
+) -> Classified {
+    let mut c = Classified::default();
+    for id in asked {
+        let failure = |kind, reason: String| ClientFailure { kind, reason };
+        match outcomes.remove(&id) {
+            Some(Outcome::Reply(ClientReply::Update(e))) => {
+                c.envelopes.insert(id, e);
+            }
+            Some(Outcome::Reply(ClientReply::Trained { update_norm, .. })) => {
+                c.norms.insert(id, update_norm);
+            }
+            Some(Outcome::Reply(ClientReply::Failed {
+                reason, panicked, ..
+            })) => {
+                let kind = if panicked {
+                    FailureKind::Panic
+                } else {
+                    FailureKind::Error
+                };
+                c.failures.insert(id, failure(kind, reason));
+            }
+            Some(Outcome::Timeout) => {
+                let reason = "missed the round deadline".into();
+                c.failures.insert(id, failure(FailureKind::Timeout, reason));
+            }
+            Some(Outcome::Unreachable(reason)) => {
+                c.failures
+                    .insert(id, failure(FailureKind::Unreachable, reason));
+            }
+            None => {
+                let reason = "no reply".into();
+                c.failures
+                    .insert(id, failure(FailureKind::Unreachable, reason));
+            }
+        }
+    }
+    c
+}
+
+/// An update that passed every check, with what the record needs of its envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accepted {
     pub client: ClientId,
-    pub keep_ratio: f64,
+    pub update: DecodedUpdate,
+    pub loss: f64,
+    pub train_seconds: f64,
 }
 
-/// Per (layer, cluster) statistics of the plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GroupStats {
-    pub layer: String,
-    pub keep_ratio: f64,
-    pub clients: usize,
-    pub kept: usize,
-    pub anme: f64,
-    pub expected_discrepancy: Option<f64>,
+/// The updates that may touch the model, and the others counted by reason.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Validated {
+    /// Ascending by client.
+    pub accepted: Vec<Accepted>,
+    pub rejected: BTreeMap<RejectionKind, usize>,
 }
 
-/// The factorised sharded layers of this round and every participant's shards.
-#[derive(Debug, Default)]
-pub struct ShardPlan {
-    /// The round's SVD of each sharded layer, in policy order.
-    pub factors: Vec<(String, Factors<f32>)>,
-    /// Each participant's shards, keyed by client id.
-    pub shards: BTreeMap<ClientId, Vec<LayerShard>>,
-    pub groups: Vec<GroupStats>,
+/// Opens every envelope against the task its client was given ([`open`]: the right client and
+/// round, a payload that decodes to the task's tensors and indices, finite values).
+pub fn validate(
+    envelopes: &BTreeMap<ClientId, UpdateEnvelope>,
+    tasks: &BTreeMap<ClientId, TrainTask>,
+) -> Validated {
+    let mut v = Validated::default();
+    for (id, envelope) in envelopes {
+        let Some(task) = tasks.get(id) else {
+            *v.rejected.entry(RejectionKind::Forged).or_default() += 1;
+            continue;
+        };
+        match open(envelope, task) {
+            Ok(update) => v.accepted.push(Accepted {
+                client: *id,
+                update,
+                loss: envelope.loss,
+                train_seconds: envelope.train_seconds,
+            }),
+            Err(rejection) => {
+                tracing::warn!(client = id, %rejection, "update rejected");
+                *v.rejected.entry(rejection.kind()).or_default() += 1;
+            }
+        }
+    }
+    v
 }
 
-impl ShardPlan {
-    /// Mean ANME over layers and clusters (0 when nothing is sharded).
-    pub fn anme(&self) -> f64 {
-        if self.groups.is_empty() {
+/// What folding a round did to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Folded {
+    /// The global model is the aggregate.
+    Updated,
+    /// The model is unchanged; the text says why (too few updates, the policy declined).
+    Unchanged(String),
+    /// The aggregate overflowed f32 (finite updates can sum past its range); the model is
+    /// unchanged.
+    NonFinite,
+}
+
+/// Everything the aggregation policy is told about the round besides the updates.
+#[derive(Debug, Clone, Copy)]
+pub struct FoldContext<'a> {
+    pub registry: &'a Registry,
+    /// p_k of each participant (1 when every client takes part).
+    pub probabilities: &'a BTreeMap<ClientId, f64>,
+    pub failures: &'a BTreeMap<ClientId, ClientFailure>,
+    /// Below this many accepted updates the model stays.
+    pub min_successful: usize,
+}
+
+/// Folds the accepted updates into `global` through `aggregator`.
+///
+/// The model is laid out as blocks: every dense tensor, then each singular vector of each
+/// sharded layer's factors `U'` and `V'` (the round's SVD in `plan`). A client's update covers
+/// the dense blocks and the vectors it held, so the policy's fold is the per-singular-vector
+/// average of ALGORITHMS.md §1.1 step 5 (vectors nobody held stay). Sharded layers are then
+/// recomposed as `W = Σ u'_i v'_iᵀ`. Results go to the policy in client-id order with the
+/// registry's D_c as their sample count, never a client's own claim.
+///
+/// The aggregate is built on a copy; `global` changes only when the policy moved it and every
+/// value is finite.
+pub fn fold(
+    global: &mut ModelState,
+    plan: Option<&ShardPlan>,
+    accepted: &[Accepted],
+    aggregator: &dyn Aggregator,
+    ctx: FoldContext<'_>,
+) -> Result<Folded, String> {
+    if accepted.len() < ctx.min_successful.max(1) {
+        return Ok(Folded::Unchanged(format!(
+            "{} accepted updates, the minimum is {}",
+            accepted.len(),
+            ctx.min_successful.max(1)
+        )));
+    }
+    let mut order: Vec<&Accepted> = accepted.iter().collect();
+    order.sort_by_key(|a| a.client);
+    let samples = |id: ClientId| -> Result<f64, String> {
+        ctx.registry
+            .clients
+            .get(&id)
+            .map(|c| c.samples as f64)
+            .ok_or_else(|| format!("client {id} is not in the registry"))
+    };
+    let results = order
+        .iter()
+        .map(|a| {
+            Ok(Contribution {
+                client: a.client,
+                samples: samples(a.client)?,
+                inclusion_probability: ctx.probabilities.get(&a.client).copied().unwrap_or(1.0),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let failures: Vec<Failure> = ctx
+        .failures
+        .iter()
+        .map(|(id, f)| Failure {
+            client: *id,
+            reason: format!("{}: {}", f.kind.label(), f.reason),
+        })
+        .collect();
+    let population_samples = ctx
+        .registry
+        .clients
+        .values()
+        .map(|c| c.samples as f64)
+        .sum();
+
+    let mut next = global.clone();
+    let mut factors: Vec<_> = plan
+        .map(|p| p.factors.iter().map(|(_, f)| f.clone()).collect())
+        .unwrap_or_default();
+    let dense_index: BTreeMap<&str, usize> = global
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    // Block b < tensors: tensor b; then, layer by layer, U' terms then V' terms.
+    let mut layer_start = Vec::with_capacity(factors.len());
+    let mut start = global.tensors.len();
+    for f in &factors {
+        layer_start.push(start);
+        start += 2 * f.singular_values.len();
+    }
+    let updates = order
+        .iter()
+        .map(|a| blocks_of(a, &dense_index, &factors, &layer_start))
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut blocks: Vec<&mut [f32]> = next
+        .tensors
+        .iter_mut()
+        .map(|t| t.data.as_mut_slice())
+        .collect();
+    for f in factors.iter_mut() {
+        let (rows, cols) = (f.rows, f.cols);
+        blocks.extend(f.left.chunks_mut(rows));
+        blocks.extend(f.right.chunks_mut(cols));
+    }
+    let round = FitRound {
+        outcome: RoundOutcome {
+            results: &results,
+            failures: &failures,
+            population_samples,
+        },
+        updates: &updates,
+    };
+    let fit = aggregator
+        .aggregate_fit(&mut blocks, &round)
+        .map_err(|e| format!("aggregator {}: {e}", aggregator.name()))?;
+    if let Fit::NoUpdate(why) = fit {
+        return Ok(Folded::Unchanged(why));
+    }
+    if let Some(plan) = plan {
+        for ((name, _), f) in plan.factors.iter().zip(&factors) {
+            if let Some(tensor) = next.get_mut(name) {
+                tensor.data = recompose(f);
+            }
+        }
+    }
+    if !next.is_finite() {
+        return Ok(Folded::NonFinite);
+    }
+    *global = next;
+    Ok(Folded::Updated)
+}
+
+/// The blocks one accepted update trained: its dense tensors by name, and for each sharded layer
+/// the U' and V' vectors of the terms it held.
+fn blocks_of<'a>(
+    a: &'a Accepted,
+    dense_index: &BTreeMap<&str, usize>,
+    factors: &[fedshard_strategies::svd::Factors<f32>],
+    layer_start: &[usize],
+) -> Result<Vec<BlockUpdate<'a>>, String> {
+    let mut blocks = Vec::new();
+    for t in &a.update.dense.tensors {
+        let b = dense_index
+            .get(t.name.as_str())
+            .ok_or_else(|| format!("client {}: unknown tensor `{}`", a.client, t.name))?;
+        blocks.push((*b, t.data.as_slice()));
+    }
+    if a.update.shards.len() != factors.len() {
+        return Err(format!(
+            "client {}: {} sharded layers in the update, {} in the plan",
+            a.client,
+            a.update.shards.len(),
+            factors.len()
+        ));
+    }
+    for ((shard, f), &start) in a.update.shards.iter().zip(factors).zip(layer_start) {
+        let terms = f.singular_values.len();
+        for (j, &term) in shard.indices.iter().enumerate() {
+            let left = shard.left.get(j * f.rows..(j + 1) * f.rows);
+            let right = shard.right.get(j * f.cols..(j + 1) * f.cols);
+            let (Some(left), Some(right)) = (left, right) else {
+                return Err(format!(
+                    "client {}: short factors of `{}`",
+                    a.client, shard.name
+                ));
+            };
+            blocks.push((start + term, left));
+            blocks.push((start + terms + term, right));
+        }
+    }
+    Ok(blocks)
+}
+
+/// Everything a round's record is made of.
+#[derive(Debug, Clone)]
+pub struct RoundSummary<'a> {
+    pub round: u64,
+    pub tasks: &'a Tasks,
+    pub envelopes: &'a BTreeMap<ClientId, UpdateEnvelope>,
+    pub failures: &'a BTreeMap<ClientId, ClientFailure>,
+    pub validated: &'a Validated,
+    pub folded: &'a Folded,
+    pub plan: Option<&'a ShardPlan>,
+    pub evaluation: fedshard_protocol::task::Evaluation,
+    pub parameters: usize,
+    pub learning_rate: f64,
+    pub seconds: f64,
+}
+
+/// The round's [`RoundRecord`]: counts by kind, bits on both links, losses and timings.
+pub fn record(s: &RoundSummary<'_>) -> RoundRecord {
+    let accepted = &s.validated.accepted;
+    let mut failures: BTreeMap<FailureKind, usize> = BTreeMap::new();
+    for f in s.failures.values() {
+        *failures.entry(f.kind).or_default() += 1;
+    }
+    let mut rejected = s.validated.rejected.clone();
+    if *s.folded == Folded::NonFinite {
+        *rejected
+            .entry(RejectionKind::NonFiniteAggregate)
+            .or_default() += 1;
+    }
+    let uplink_bits: u64 = s.envelopes.values().map(|e| e.payload.bits).sum();
+    let train_loss = if accepted.is_empty() {
+        f64::NAN
+    } else {
+        accepted.iter().map(|a| a.loss).sum::<f64>() / accepted.len() as f64
+    };
+    let (anme, groups) = s
+        .plan
+        .map_or((0.0, vec![]), |p| (p.anme(), p.groups.clone()));
+    RoundRecord {
+        round: s.round,
+        participants: s.tasks.tasks.len(),
+        successes: accepted.len(),
+        failures,
+        rejected,
+        model_updated: *s.folded == Folded::Updated,
+        accuracy: s.evaluation.accuracy,
+        loss: s.evaluation.loss,
+        train_loss,
+        uplink_bits,
+        downlink_bits: s.tasks.downlink_bits,
+        bits_per_parameter: if accepted.is_empty() {
             0.0
         } else {
-            self.groups.iter().map(|g| g.anme).sum::<f64>() / self.groups.len() as f64
-        }
-    }
-}
-
-/// The model without its sharded layers: what every client trains densely.
-pub fn dense_part(global: &ModelState, policy: Option<&ShardingPolicy>) -> ModelState {
-    let sharded = |name: &str| policy.is_some_and(|p| p.layers.iter().any(|l| l == name));
-    ModelState {
-        tensors: global
-            .tensors
-            .iter()
-            .filter(|t| !sharded(&t.name))
-            .cloned()
-            .collect(),
-    }
-}
-
-/// Plans the shards of one round: the SVD of each sharded layer (once per round), the strategy
-/// per keep-ratio cluster with C = that cluster's participants, and one joint-sampler draw per
-/// client from the stream (seed, round, client, Sharding), layers drawn in policy order.
-pub fn plan_shards(
-    global: &ModelState,
-    policy: &ShardingPolicy,
-    participants: &[Participant],
-    seed: u64,
-    round: u64,
-) -> Result<ShardPlan, String> {
-    let mut clusters: BTreeMap<u64, Vec<ClientId>> = BTreeMap::new();
-    for p in participants {
-        clusters
-            .entry(p.keep_ratio.to_bits())
-            .or_default()
-            .push(p.client);
-    }
-    let mut rngs: BTreeMap<ClientId, _> = participants
-        .iter()
-        .map(|p| (p.client, stream(seed, round, p.client, Purpose::Sharding)))
-        .collect();
-    let mut shards: BTreeMap<ClientId, Vec<LayerShard>> = BTreeMap::new();
-    let mut factors = Vec::new();
-    let mut groups = Vec::new();
-    for name in &policy.layers {
-        let tensor = global
-            .get(name)
-            .ok_or_else(|| format!("sharded layer `{name}` is not a tensor of the model"))?;
-        let (rows, cols) = tensor.matrix_shape();
-        let layer =
-            factorize(&tensor.data, rows, cols).map_err(|e| format!("layer `{name}`: {e}"))?;
-        let spectrum: Vec<f64> = layer
-            .singular_values
-            .iter()
-            .map(|&s| f64::from(s))
-            .collect();
-        for (ratio_bits, members) in &clusters {
-            let keep_ratio = f64::from_bits(*ratio_bits);
-            let kept = kept_terms(spectrum.len(), keep_ratio).map_err(|e| e.to_string())?;
-            let plan = policy
-                .strategy
-                .plan(&spectrum, keep_ratio, kept, members.len(), policy.sampler)
-                .map_err(|e| format!("layer `{name}`, keep ratio {keep_ratio}: {e}"))?;
-            groups.push(GroupStats {
-                layer: name.clone(),
-                keep_ratio,
-                clients: members.len(),
-                kept,
-                anme: anme_layer(&plan.marginals.inclusion_probabilities, kept),
-                expected_discrepancy: plan.marginals.expected_discrepancy,
-            });
-            for client in members {
-                let rng = rngs.get_mut(client).ok_or("participant without a stream")?;
-                let shard = plan.draw(rng);
-                shards.entry(*client).or_default().push(LayerShard {
-                    name: name.clone(),
-                    shape: tensor.shape.clone(),
-                    left: gather_rows(&layer.left, rows, &shard.indices),
-                    right: gather_rows(&layer.right, cols, &shard.indices),
-                    multipliers: shard.multipliers.iter().map(|&w| w as f32).collect(),
-                    indices: shard.indices,
-                });
-            }
-        }
-        factors.push((name.clone(), layer));
-    }
-    Ok(ShardPlan {
-        factors,
-        shards,
+            uplink_bits as f64 / s.parameters.max(1) as f64 / s.envelopes.len() as f64
+        },
+        anme,
         groups,
-    })
-}
-
-fn gather_rows(matrix: &[f32], width: usize, rows: &[usize]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(rows.len() * width);
-    for &r in rows {
-        out.extend_from_slice(&matrix[r * width..(r + 1) * width]);
+        learning_rate: s.learning_rate,
+        client_train_seconds: accepted.iter().map(|a| a.train_seconds).collect(),
+        seconds: s.seconds,
     }
-    out
 }
 
-/// An accepted update with its aggregation weight.
-#[derive(Debug)]
-pub struct WeightedUpdate<'a> {
-    pub client: ClientId,
-    pub weight: f64,
-    pub update: &'a DecodedUpdate,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::ClientRecord;
+    use fedshard_protocol::model::NamedTensor;
+    use fedshard_protocol::payload::{Encoding, encode};
+    use fedshard_protocol::shard_plan::plan_shards;
+    use fedshard_protocol::task::{Evaluation, TrainOutput};
+    use fedshard_strategies::aggregation::AggregatorName;
+    use fedshard_strategies::sampling::SamplerName;
+    use fedshard_strategies::selection::SelectorName;
+    use fedshard_strategies::sharding::plan::{Base, StrategySpec};
 
-/// Folds the accepted updates into the global model.
-///
-/// Every coordinate moves by the weighted mean (or, when `normalised` is false, the weighted
-/// sum — the unbiased inverse-probability estimator of §2.4) of the changes of the clients that
-/// trained it: all clients for dense tensors, the holders of term i for column i of the factors
-/// (§1.1 step 5: terms nobody held stay unchanged). Sharded layers are then recomposed as
-/// W = Σ u'_i v'_iᵀ. Updates are folded in client-id order so the result does not depend on
-/// arrival order.
-pub fn aggregate(
-    global: &mut ModelState,
-    plan: &ShardPlan,
-    updates: &mut [WeightedUpdate<'_>],
-    normalised: bool,
-) {
-    if updates.is_empty() {
-        return;
+    fn global() -> ModelState {
+        ModelState::new(vec![
+            NamedTensor::new("b", vec![2], vec![0.5, -0.5]).unwrap(),
+            NamedTensor::new("w", vec![2, 3], vec![3.0, 0.0, 1.0, 0.0, 2.0, 0.5]).unwrap(),
+        ])
+        .unwrap()
     }
-    updates.sort_by_key(|u| u.client);
-    for tensor in global.tensors.iter_mut() {
-        let holders: Vec<(f64, &NamedTensor)> = updates
-            .iter()
-            .filter_map(|u| u.update.dense.get(&tensor.name).map(|t| (u.weight, t)))
-            .collect();
-        fold(
-            &mut tensor.data,
-            &holders
+
+    fn policy() -> ShardingPolicy {
+        ShardingPolicy {
+            strategy: StrategySpec::new(Base::TopN),
+            sampler: SamplerName::ConditionalPoisson,
+            layers: vec!["w".into()],
+        }
+    }
+
+    fn recipe() -> Recipe {
+        Recipe {
+            learning_rate: 0.1,
+            epochs: 1,
+            batch_size: 4,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            clip_lr: None,
+        }
+    }
+
+    fn registry(samples: &[(ClientId, u64)]) -> Registry {
+        Registry {
+            clients: samples
                 .iter()
-                .map(|(w, t)| (*w, t.data.as_slice()))
-                .collect::<Vec<_>>(),
-            normalised,
-        );
+                .map(|&(id, samples)| {
+                    let record = ClientRecord {
+                        id,
+                        keep_ratio: 0.5,
+                        samples,
+                        failures: 0,
+                    };
+                    (id, record)
+                })
+                .collect(),
+            selector: SelectorName::Uniform,
+            budget: samples.len() as f64,
+            max_clusters: None,
+        }
     }
-    for (layer_index, (name, factors)) in plan.factors.iter().enumerate() {
-        let mut factors = factors.clone();
+
+    /// The round's plan and tasks for clients 1 and 2 at keep ratio 0.5 (one of two terms).
+    fn planned() -> (ShardPlan, Tasks) {
+        let participants = [1, 2].map(|client| Participant {
+            client,
+            keep_ratio: 0.5,
+        });
+        let plan = plan_shards(&global(), &policy(), &participants, 7, 3).unwrap();
+        let tasks = build_tasks(
+            &global(),
+            Some(&policy()),
+            Some(&plan),
+            &participants,
+            (7, 3),
+            &recipe(),
+        );
+        (plan, tasks)
+    }
+
+    fn envelope(task: &TrainTask, output: &TrainOutput) -> UpdateEnvelope {
+        UpdateEnvelope {
+            client: task.client,
+            round: task.round,
+            loss: 1.0,
+            update_norm: 0.0,
+            train_seconds: 0.25,
+            payload: encode(output, Encoding::Identity),
+        }
+    }
+
+    /// What a client that trained zero steps returns: its task, unchanged.
+    fn unchanged(task: &TrainTask) -> TrainOutput {
+        TrainOutput {
+            dense: task.dense.clone(),
+            shards: task.shards.clone(),
+            loss: 1.0,
+        }
+    }
+
+    fn accepted(tasks: &Tasks, edit: impl Fn(ClientId, &mut TrainOutput)) -> Vec<Accepted> {
+        let envelopes = tasks
+            .tasks
+            .iter()
+            .map(|(id, t)| {
+                let mut out = unchanged(t);
+                edit(*id, &mut out);
+                (*id, envelope(t, &out))
+            })
+            .collect();
+        let v = validate(&envelopes, &tasks.tasks);
+        assert!(v.rejected.is_empty(), "{:?}", v.rejected);
+        v.accepted
+    }
+
+    fn context<'a>(
+        registry: &'a Registry,
+        probabilities: &'a BTreeMap<ClientId, f64>,
+        failures: &'a BTreeMap<ClientId, ClientFailure>,
+        min_successful: usize,
+    ) -> FoldContext<'a> {
+        FoldContext {
+            registry,
+            probabilities,
+            failures,
+            min_successful,
+        }
+    }
+
+    fn fedavg() -> Box<dyn Aggregator> {
+        AggregatorName::Fedavg.build().unwrap()
+    }
+
+    /// FedAvg over `updates` with full participation and no failures.
+    fn fold_fedavg(
+        model: &mut ModelState,
+        plan: &ShardPlan,
+        updates: &[Accepted],
+        registry: &Registry,
+        min_successful: usize,
+    ) -> Folded {
+        let (p, f) = (BTreeMap::new(), BTreeMap::new());
+        let ctx = context(registry, &p, &f, min_successful);
+        fold(model, Some(plan), updates, fedavg().as_ref(), ctx).unwrap()
+    }
+
+    #[test]
+    fn tasks_carry_the_dense_part_and_each_clients_shards() {
+        let (plan, tasks) = planned();
+        assert_eq!(tasks.tasks.len(), 2);
+        let mut bits = 0;
+        for (id, task) in &tasks.tasks {
+            assert_eq!((task.client, task.round, task.seed), (*id, 3, 7));
+            assert_eq!(task.dense.tensors.len(), 1, "only `b` is trained densely");
+            assert_eq!(task.shards, plan.shards[id]);
+            assert_eq!(
+                task.shards[0].indices,
+                vec![0],
+                "top-n keeps the largest term"
+            );
+            bits += 8 * bincode::serde::encode_to_vec(task, bincode::config::standard())
+                .unwrap()
+                .len() as u64;
+        }
+        assert_eq!(tasks.downlink_bits, bits);
+        let dense = build_tasks(
+            &global(),
+            None,
+            None,
+            &[Participant {
+                client: 4,
+                keep_ratio: 1.0,
+            }],
+            (7, 3),
+            &recipe(),
+        );
+        assert_eq!(dense.tasks[&4].dense, global());
+        assert!(dense.tasks[&4].shards.is_empty());
+    }
+
+    #[test]
+    fn every_outcome_is_sorted_and_silence_is_unreachable() {
+        let (_, tasks) = planned();
+        let task = &tasks.tasks[&1];
+        let update = envelope(task, &unchanged(task));
+        let outcomes = BTreeMap::from([
+            (1, Outcome::Reply(ClientReply::Update(update.clone()))),
+            (
+                2,
+                Outcome::Reply(ClientReply::Trained {
+                    client: 2,
+                    update_norm: 0.5,
+                }),
+            ),
+            (
+                3,
+                Outcome::Reply(ClientReply::Failed {
+                    client: 3,
+                    reason: "boom".into(),
+                    panicked: true,
+                }),
+            ),
+            (
+                4,
+                Outcome::Reply(ClientReply::Failed {
+                    client: 4,
+                    reason: "diverged".into(),
+                    panicked: false,
+                }),
+            ),
+            (5, Outcome::Timeout),
+            (6, Outcome::Unreachable("node down".into())),
+            (8, Outcome::Timeout),
+        ]);
+        let c = classify(1..=7, outcomes);
+        assert_eq!(c.envelopes, BTreeMap::from([(1, update)]));
+        assert_eq!(c.norms, BTreeMap::from([(2, 0.5)]));
+        let kinds: Vec<(ClientId, FailureKind)> =
+            c.failures.iter().map(|(id, f)| (*id, f.kind)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (3, FailureKind::Panic),
+                (4, FailureKind::Error),
+                (5, FailureKind::Timeout),
+                (6, FailureKind::Unreachable),
+                (7, FailureKind::Unreachable),
+            ],
+            "client 8 was not asked and is ignored"
+        );
+        assert_eq!(c.failures[&3].reason, "boom");
+    }
+
+    #[test]
+    fn stale_forged_and_malformed_envelopes_are_counted_never_accepted() {
+        let (_, tasks) = planned();
+        let good = |id: ClientId| envelope(&tasks.tasks[&id], &unchanged(&tasks.tasks[&id]));
+        let mut stale = good(2);
+        stale.round = 2;
+        // Client 2's actor answers, but the envelope claims to come from client 1.
+        let mut forged = good(1);
+        forged.client = 1;
+        let mut truncated = good(2);
+        truncated.payload.bytes.truncate(5);
+        for (envelope, kind) in [
+            (stale, RejectionKind::Stale),
+            (forged, RejectionKind::Forged),
+            (truncated, RejectionKind::Malformed),
+        ] {
+            let envelopes = BTreeMap::from([(1, good(1)), (2, envelope)]);
+            let v = validate(&envelopes, &tasks.tasks);
+            assert_eq!(v.rejected, BTreeMap::from([(kind, 1)]), "{kind:?}");
+            assert_eq!(v.accepted.len(), 1);
+            assert_eq!(v.accepted[0].client, 1);
+        }
+        let mut foreign = good(1);
+        foreign.client = 9;
+        // An envelope from a client that was given no task at all.
+        let v = validate(&BTreeMap::from([(9, foreign)]), &tasks.tasks);
+        assert_eq!(v.rejected, BTreeMap::from([(RejectionKind::Forged, 1)]));
+        assert!(v.accepted.is_empty());
+    }
+
+    /// Client 1 (D = 1) and client 2 (D = 3) both hold term 0 of `w`; client 1 moves `b` by +4
+    /// and every factor value by +1, client 2 moves nothing. FedAvg weights from the registry are
+    /// 1/4 and 3/4, so each coordinate moves by a quarter of client 1's change.
+    #[test]
+    fn the_fold_is_the_hand_computed_weighted_mean_with_the_registrys_weights() {
+        let (plan, tasks) = planned();
+        let updates = accepted(&tasks, |id, out| {
+            if id == 1 {
+                out.dense.tensors[0].data.iter_mut().for_each(|x| *x += 4.0);
+                let s = &mut out.shards[0];
+                s.left
+                    .iter_mut()
+                    .chain(s.right.iter_mut())
+                    .for_each(|x| *x += 1.0);
+            }
+        });
+        let reg = registry(&[(1, 1), (2, 3)]);
+        let mut model = global();
+        let folded = fold_fedavg(&mut model, &plan, &updates, &reg, 1);
+        assert_eq!(folded, Folded::Updated);
+        assert_eq!(model.get("b").unwrap().data, vec![1.5, 0.5]);
+        let mut factors = plan.factors[0].1.clone();
         let (rows, cols) = (factors.rows, factors.cols);
-        for term in 0..factors.singular_values.len() {
-            let mut left = Vec::new();
-            let mut right = Vec::new();
-            for u in updates.iter() {
-                let shard = &u.update.shards[layer_index];
-                if let Ok(j) = shard.indices.binary_search(&term) {
-                    left.push((u.weight, &shard.left[j * rows..(j + 1) * rows]));
-                    right.push((u.weight, &shard.right[j * cols..(j + 1) * cols]));
+        factors.left[..rows].iter_mut().for_each(|x| *x += 0.25);
+        factors.right[..cols].iter_mut().for_each(|x| *x += 0.25);
+        let want = recompose(&factors);
+        for (g, w) in model.get("w").unwrap().data.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+        // The envelope carries no sample count: only the registry decides. D = (3, 1) moves the
+        // model by three quarters instead.
+        let reg = registry(&[(1, 3), (2, 1)]);
+        let mut model = global();
+        fold_fedavg(&mut model, &plan, &updates, &reg, 1);
+        assert_eq!(model.get("b").unwrap().data, vec![3.5, 2.5]);
+    }
+
+    #[test]
+    fn zero_local_steps_leave_the_dense_part_bit_identical() {
+        let (plan, tasks) = planned();
+        let updates = accepted(&tasks, |_, _| {});
+        let reg = registry(&[(1, 5), (2, 7)]);
+        let mut model = global();
+        fold_fedavg(&mut model, &plan, &updates, &reg, 1);
+        assert_eq!(
+            model.get("b").unwrap().data,
+            global().get("b").unwrap().data
+        );
+        // The sharded layer is recomposed from its own SVD: equal up to the SVD's rounding.
+        for (g, w) in model
+            .get("w")
+            .unwrap()
+            .data
+            .iter()
+            .zip(&global().get("w").unwrap().data)
+        {
+            assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn too_few_updates_or_an_overflowing_aggregate_leave_the_model() {
+        let (plan, tasks) = planned();
+        let reg = registry(&[(1, 1), (2, 1)]);
+        let updates = accepted(&tasks, |_, _| {});
+        let mut model = global();
+        let folded = fold_fedavg(&mut model, &plan, &updates, &reg, 3);
+        assert!(matches!(folded, Folded::Unchanged(_)), "{folded:?}");
+        assert_eq!(model.to_bytes(), global().to_bytes());
+
+        let huge = accepted(&tasks, |_, out| {
+            let s = &mut out.shards[0];
+            s.left
+                .iter_mut()
+                .chain(s.right.iter_mut())
+                .for_each(|x| *x = f32::MAX);
+        });
+        let folded = fold_fedavg(&mut model, &plan, &huge, &reg, 1);
+        assert_eq!(folded, Folded::NonFinite);
+        assert_eq!(model.to_bytes(), global().to_bytes());
+    }
+
+    /// A policy the runtime has never seen plugs in through the trait alone: this one moves
+    /// every block to its last holder's values, and declines rounds with a failure.
+    #[derive(Debug)]
+    struct LastWins;
+
+    impl Aggregator for LastWins {
+        fn name(&self) -> &'static str {
+            "last-wins"
+        }
+        fn aggregate_fit(
+            &self,
+            global: &mut [&mut [f32]],
+            round: &FitRound,
+        ) -> fedshard_strategies::Result<Fit> {
+            if !round.outcome.failures.is_empty() {
+                return Ok(Fit::NoUpdate("a client failed".into()));
+            }
+            for blocks in round.updates {
+                for (b, values) in blocks {
+                    global[*b].copy_from_slice(values);
                 }
             }
-            fold(
-                &mut factors.left[term * rows..(term + 1) * rows],
-                &left,
-                normalised,
-            );
-            fold(
-                &mut factors.right[term * cols..(term + 1) * cols],
-                &right,
-                normalised,
-            );
-        }
-        if let Some(tensor) = global.get_mut(name) {
-            tensor.data = recompose(&factors);
+            Ok(Fit::Updated)
         }
     }
-}
 
-/// `x ← x + Σ_c w_c (x_c − x) / (Σ_c w_c if normalised)`, accumulated in f64.
-fn fold(target: &mut [f32], contributions: &[(f64, &[f32])], normalised: bool) {
-    if contributions.is_empty() {
-        return;
+    #[test]
+    fn any_aggregator_folds_the_round_and_may_decline() {
+        let (plan, tasks) = planned();
+        let updates = accepted(&tasks, |id, out| {
+            out.dense.tensors[0].data = vec![id as f32; 2];
+        });
+        let reg = registry(&[(1, 1), (2, 1)]);
+        let p = BTreeMap::new();
+        let mut model = global();
+        let none = BTreeMap::new();
+        let folded = fold(
+            &mut model,
+            Some(&plan),
+            &updates,
+            &LastWins,
+            context(&reg, &p, &none, 1),
+        );
+        assert_eq!(folded.unwrap(), Folded::Updated);
+        assert_eq!(
+            model.get("b").unwrap().data,
+            vec![2.0, 2.0],
+            "client 2 folds last"
+        );
+        let failed = BTreeMap::from([(
+            3,
+            ClientFailure {
+                kind: FailureKind::Timeout,
+                reason: "late".into(),
+            },
+        )]);
+        let mut model = global();
+        let folded = fold(
+            &mut model,
+            Some(&plan),
+            &updates,
+            &LastWins,
+            context(&reg, &p, &failed, 1),
+        );
+        assert_eq!(folded.unwrap(), Folded::Unchanged("a client failed".into()));
+        assert_eq!(model.to_bytes(), global().to_bytes());
     }
-    let scale = if normalised {
-        let total: f64 = contributions.iter().map(|(w, _)| w).sum();
-        if total <= 0.0 {
-            return;
-        }
-        1.0 / total
-    } else {
-        1.0
-    };
-    for (k, x) in target.iter_mut().enumerate() {
-        let old = f64::from(*x);
-        let delta: f64 = contributions
+
+    #[test]
+    fn the_record_counts_by_kind_and_bits_by_envelope() {
+        let (plan, tasks) = planned();
+        let envelopes: BTreeMap<ClientId, UpdateEnvelope> = tasks
+            .tasks
             .iter()
-            .map(|(w, c)| w * (f64::from(c[k]) - old))
-            .sum();
-        *x = (old + scale * delta) as f32;
+            .map(|(id, t)| (*id, envelope(t, &unchanged(t))))
+            .collect();
+        let validated = validate(&envelopes, &tasks.tasks);
+        let failures = BTreeMap::from([(
+            5,
+            ClientFailure {
+                kind: FailureKind::Timeout,
+                reason: "late".into(),
+            },
+        )]);
+        let r = record(&RoundSummary {
+            round: 3,
+            tasks: &tasks,
+            envelopes: &envelopes,
+            failures: &failures,
+            validated: &validated,
+            folded: &Folded::NonFinite,
+            plan: Some(&plan),
+            evaluation: Evaluation {
+                accuracy: 0.5,
+                loss: 1.5,
+            },
+            parameters: 8,
+            learning_rate: 0.1,
+            seconds: 1.0,
+        });
+        let uplink: u64 = envelopes.values().map(|e| e.payload.bits).sum();
+        assert_eq!(r.uplink_bits, uplink);
+        assert_eq!(r.downlink_bits, tasks.downlink_bits);
+        assert_eq!(r.bits_per_parameter, uplink as f64 / 8.0 / 2.0);
+        assert_eq!(r.failures, BTreeMap::from([(FailureKind::Timeout, 1)]));
+        assert_eq!(
+            r.rejected,
+            BTreeMap::from([(RejectionKind::NonFiniteAggregate, 1)])
+        );
+        assert!(!r.model_updated);
+        assert_eq!((r.successes, r.participants), (2, 2));
+        assert_eq!(r.train_loss, 1.0);
+        assert_eq!(r.client_train_seconds, vec![0.25, 0.25]);
     }
 }

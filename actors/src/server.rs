@@ -1,24 +1,28 @@
-//! The server actor: holds the global model, drives rounds, supervises the clients.
+//! The server actor: holds the global model and drives rounds; client actors register with it
+//! from whichever [`ClientHost`] runs them.
 //!
 //! One round (DESIGN.md "One round"): ask the coordinator for participants, plan every
-//! participant's shards, dispatch tasks under a deadline, decode and validate each update,
-//! aggregate in client-id order, evaluate, checkpoint, report. Heavy work (SVD, aggregation,
+//! participant's shards, dispatch tasks under a deadline, then the plain functions of
+//! [`crate::round`]: classify the answers, open and check each update against its task, fold the
+//! accepted ones through the aggregation policy, and record. Heavy work (SVD, aggregation,
 //! evaluation) runs on blocking threads so the executor keeps delivering messages.
 
 use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
-use crate::client::{ClientActor, ClientMsg, ClientReply, UpdateEnvelope};
+use crate::client::ClientMsg;
 use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection};
-use crate::model::ModelState;
-use crate::payload::{DecodedUpdate, Encoding, decode_and_validate};
+use crate::host::ClientHost;
 use crate::record::{RoundRecord, Summary};
 use crate::round::{
-    Participant, ShardPlan, ShardingPolicy, WeightedUpdate, aggregate, dense_part, plan_shards,
+    FoldContext, Folded, Outcome, RoundSummary, build_tasks, classify, fold, record, validate,
 };
-use crate::trainer::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
-use fedshard_strategies::aggregation::{AggregatorName, Contribution, Failure, RoundOutcome};
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call};
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::payload::Encoding;
+use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, plan_shards};
+use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
+use fedshard_strategies::aggregation::AggregatorName;
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
@@ -62,7 +66,6 @@ pub struct Federation {
     pub config: RuntimeConfig,
     pub model: ModelState,
     pub registry: Registry,
-    pub trainers: BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
     pub evaluator: Arc<dyn Evaluator>,
     /// Where checkpoints and `metrics.jsonl` go; `None` keeps the run in memory.
     pub run_dir: Option<PathBuf>,
@@ -108,23 +111,44 @@ impl Federation {
     }
 }
 
-/// Runs the federation to its last round and returns the final model and summary.
-pub async fn run(federation: Federation) -> Result<(ModelState, Summary), String> {
+/// Runs the federation to its last round in this process and returns the final model and
+/// summary. The clients are hosted by a [`ClientHost`] beside the server, as a client node
+/// would host them: the server owns no trainer, it only talks to client actors that registered.
+pub async fn run(
+    federation: Federation,
+    trainers: BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
+) -> Result<(ModelState, Summary), String> {
     let (done, finished) = oneshot::channel();
-    let (server, handle) = Actor::spawn(None, Server, (federation, done))
+    let (server, server_handle) = Actor::spawn(None, Server, (federation, done))
         .await
         .map_err(|e| format!("server failed to start: {e}"))?;
+    // The host registers every client before `Start` is sent, so round 1 sees them all.
+    let (host, host_handle) = Actor::spawn(None, ClientHost, (server.clone(), trainers))
+        .await
+        .map_err(|e| format!("client host failed to start: {e}"))?;
+    server
+        .send_message(ServerMsg::Start)
+        .map_err(|e| format!("server stopped before the first round: {e}"))?;
     let result = finished
         .await
         .map_err(|_| "server stopped without a result".to_string())?;
+    host.stop(None);
     server.stop(None);
-    let _ = handle.await;
+    let _ = host_handle.await;
+    let _ = server_handle.await;
     result
 }
 
 pub struct Server;
 
 pub enum ServerMsg {
+    /// A client actor ready to train (again, after a restart) for `client`.
+    Register {
+        client: ClientId,
+        actor: ActorRef<ClientMsg>,
+    },
+    /// Start the first round.
+    Start,
     /// Run the next round.
     NextRound,
 }
@@ -132,8 +156,8 @@ pub enum ServerMsg {
 pub struct ServerState {
     fed: Federation,
     coordinator: ActorRef<CoordinatorMsg>,
+    /// The registered client actors; a selected client without one is `unreachable`.
     clients: BTreeMap<ClientId, ActorRef<ClientMsg>>,
-    by_actor: HashMap<ActorId, ClientId>,
     done: Option<oneshot::Sender<Result<(ModelState, Summary), String>>>,
 }
 
@@ -151,19 +175,12 @@ impl Actor for Server {
     ) -> Result<ServerState, ActorProcessingErr> {
         let (coordinator, _) =
             Actor::spawn_linked(None, Coordinator, fed.registry.clone(), myself.get_cell()).await?;
-        let mut state = ServerState {
+        Ok(ServerState {
             fed,
             coordinator,
             clients: BTreeMap::new(),
-            by_actor: HashMap::new(),
             done: Some(done),
-        };
-        let ids: Vec<ClientId> = state.fed.trainers.keys().copied().collect();
-        for id in ids {
-            state.spawn_client(id, myself.get_cell()).await?;
-        }
-        myself.send_message(ServerMsg::NextRound)?;
-        Ok(state)
+        })
     }
 
     async fn handle(
@@ -173,6 +190,17 @@ impl Actor for Server {
         state: &mut ServerState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            ServerMsg::Register { client, actor } => {
+                if state.fed.registry.clients.contains_key(&client) {
+                    state.clients.insert(client, actor);
+                } else {
+                    tracing::warn!(
+                        client,
+                        "a client the registry does not know tried to register; ignored"
+                    );
+                }
+            }
+            ServerMsg::Start => myself.send_message(ServerMsg::NextRound)?,
             ServerMsg::NextRound => {
                 let round = state.fed.history.len() as u64 + 1;
                 if round > state.fed.config.rounds {
@@ -190,7 +218,7 @@ impl Actor for Server {
 
     async fn handle_supervisor_evt(
         &self,
-        myself: ActorRef<Self::Msg>,
+        _myself: ActorRef<Self::Msg>,
         event: SupervisionEvent,
         state: &mut ServerState,
     ) -> Result<(), ActorProcessingErr> {
@@ -199,40 +227,14 @@ impl Actor for Server {
             SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell.get_id()),
             _ => None,
         };
-        if let Some(actor) = dead {
-            if let Some(client) = state.by_actor.remove(&actor) {
-                if state.done.is_some() {
-                    tracing::warn!(client, "client actor died; restarting it");
-                    state.spawn_client(client, myself.get_cell()).await?;
-                }
-            } else if actor == state.coordinator.get_id() && state.done.is_some() {
-                state.finish(Err("the coordinator died".into()));
-            }
+        if dead == Some(state.coordinator.get_id()) && state.done.is_some() {
+            state.finish(Err("the coordinator died".into()));
         }
         Ok(())
     }
 }
 
-/// How a dispatched client ended its phase.
-enum Outcome {
-    Reply(ClientReply),
-    Timeout,
-    Unreachable(String),
-}
-
 impl ServerState {
-    async fn spawn_client(
-        &mut self,
-        id: ClientId,
-        supervisor: ActorCell,
-    ) -> Result<(), ActorProcessingErr> {
-        let trainer = Arc::clone(&self.fed.trainers[&id]);
-        let (actor, _) = Actor::spawn_linked(None, ClientActor, (id, trainer), supervisor).await?;
-        self.by_actor.insert(actor.get_id(), id);
-        self.clients.insert(id, actor);
-        Ok(())
-    }
-
     fn finish(&mut self, result: Result<(), String>) {
         if let Some(done) = self.done.take() {
             let summary = Summary::from_history(&self.fed.history);
@@ -315,206 +317,100 @@ impl ServerState {
         let config = self.fed.config.clone();
         let two_phase = self.fed.registry.two_phase();
         let first = self.select(round, None).await?;
-
-        // Plan every first-phase participant's shards off the executor.
         let participants: Vec<Participant> = first
             .participants
             .iter()
             .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
             .collect();
+
+        // The round's SVDs and draws, off the executor.
         let model = self.fed.model.clone();
         let policy = config.sharding.clone();
-        let seed = config.seed;
         let planned = participants.clone();
-        let plan: Option<ShardPlan> = tokio::task::spawn_blocking(move || match &policy {
-            Some(policy) => plan_shards(&model, policy, &planned, seed, round).map(Some),
+        let seed = config.seed;
+        let plan: Option<Arc<ShardPlan>> = tokio::task::spawn_blocking(move || match &policy {
+            Some(policy) => {
+                plan_shards(&model, policy, &planned, seed, round).map(|p| Some(Arc::new(p)))
+            }
             None => Ok(None),
         })
         .await
         .map_err(|e| format!("sharding plan panicked: {e}"))??;
-        let dense = dense_part(&self.fed.model, config.sharding.as_ref());
         let recipe = Recipe {
             learning_rate: config.learning_rate(round),
             ..config.recipe.clone()
         };
-        let mut tasks: BTreeMap<ClientId, TrainTask> = BTreeMap::new();
-        let mut downlink_bits = 0u64;
-        for p in &participants {
-            let shards = plan
-                .as_ref()
-                .and_then(|pl| pl.shards.get(&p.client).cloned())
-                .unwrap_or_default();
-            let task = TrainTask {
-                round,
-                client: p.client,
-                seed: config.seed,
-                dense: dense.clone(),
-                shards,
-                recipe: recipe.clone(),
-            };
-            downlink_bits += 8 * bincode::serde::encode_to_vec(&task, bincode::config::standard())
-                .map_or(0, |b| b.len() as u64);
-            tasks.insert(p.client, task);
-        }
+        let tasks = build_tasks(
+            &self.fed.model,
+            config.sharding.as_ref(),
+            plan.as_deref(),
+            &participants,
+            (seed, round),
+            &recipe,
+        );
 
-        let mut failures: BTreeMap<ClientId, (String, String)> = BTreeMap::new();
-        let mut envelopes: BTreeMap<ClientId, UpdateEnvelope> = BTreeMap::new();
-        let mut probabilities: BTreeMap<ClientId, f64> = first
-            .participants
-            .iter()
-            .map(|p| p.0)
-            .zip(first.probabilities.iter().copied())
-            .collect();
+        let mut probabilities = selection_probabilities(&first);
         let messages = tasks
+            .tasks
             .iter()
             .map(|(id, t)| (*id, Some(Box::new(t.clone()))))
             .collect();
         let outcomes = self.dispatch(messages, !two_phase, round).await;
-        let mut norms = BTreeMap::new();
-        for (id, outcome) in outcomes {
-            match outcome {
-                Outcome::Reply(ClientReply::Update(e)) => {
-                    envelopes.insert(id, e);
-                }
-                Outcome::Reply(ClientReply::Trained { update_norm, .. }) => {
-                    norms.insert(id, update_norm);
-                }
-                other => {
-                    failures.insert(id, failure_reason(other));
-                }
-            }
-        }
-        for id in tasks.keys() {
-            if !envelopes.contains_key(id) && !norms.contains_key(id) && !failures.contains_key(id)
-            {
-                failures.insert(*id, ("unreachable".into(), "no reply".into()));
-            }
-        }
+        let mut answers = classify(tasks.tasks.keys().copied(), outcomes);
         if two_phase {
-            let second = self.select(round, Some(norms)).await?;
-            probabilities = second
-                .participants
-                .iter()
-                .map(|p| p.0)
-                .zip(second.probabilities.iter().copied())
-                .collect();
+            let second = self
+                .select(round, Some(std::mem::take(&mut answers.norms)))
+                .await?;
+            probabilities = selection_probabilities(&second);
             let uploads = second.participants.iter().map(|p| (p.0, None)).collect();
-            for (id, outcome) in self.dispatch(uploads, true, round).await {
-                match outcome {
-                    Outcome::Reply(ClientReply::Update(e)) => {
-                        envelopes.insert(id, e);
-                    }
-                    other => {
-                        failures.insert(id, failure_reason(other));
-                    }
-                }
-            }
+            let outcomes = self.dispatch(uploads, true, round).await;
+            let uploaded = classify(second.participants.iter().map(|p| p.0), outcomes);
+            answers.envelopes.extend(uploaded.envelopes);
+            answers.failures.extend(uploaded.failures);
         }
-
-        // Decode and validate before anything touches the model.
-        let mut rejected: BTreeMap<String, usize> = BTreeMap::new();
-        let mut accepted: Vec<(ClientId, DecodedUpdate, &UpdateEnvelope)> = Vec::new();
-        let uplink_bits: u64 = envelopes.values().map(|e| e.payload.bits).sum();
-        for (id, envelope) in &envelopes {
-            match decode_and_validate(&envelope.payload, &tasks[id]) {
-                Ok(update) => accepted.push((*id, update, envelope)),
-                Err(rejection) => {
-                    tracing::warn!(client = id, %rejection, "update rejected");
-                    *rejected.entry(rejection.label().to_string()).or_default() += 1;
-                }
-            }
-        }
-        for id in failures.keys() {
+        for id in answers.failures.keys() {
             let _ = self
                 .coordinator
                 .cast(CoordinatorMsg::CountFailure { client: *id });
         }
 
-        let contributions: Vec<Contribution> = accepted
-            .iter()
-            .map(|(id, _, e)| Contribution {
-                client: *id,
-                samples: e.samples as f64,
-                inclusion_probability: probabilities.get(id).copied().unwrap_or(1.0),
-            })
-            .collect();
-        let failure_list: Vec<Failure> = failures
-            .iter()
-            .map(|(id, (_, reason))| Failure {
-                client: *id,
-                reason: reason.clone(),
-            })
-            .collect();
-        let population_samples = self
-            .fed
-            .registry
-            .clients
-            .values()
-            .map(|c| c.samples as f64)
-            .sum();
-        let mut model_updated = accepted.len() >= config.min_successful.max(1);
-        let (anme, groups) = plan
-            .as_ref()
-            .map_or((0.0, vec![]), |p| (p.anme(), p.groups.clone()));
-        if model_updated {
-            let weights = config
-                .aggregator
-                .build()
-                .map_err(|e| format!("aggregator {}: {e}", config.aggregator))?
-                .weights(&RoundOutcome {
-                    results: &contributions,
-                    failures: &failure_list,
-                    population_samples,
-                })
-                .map_err(|e| format!("aggregator {}: {e}", config.aggregator))?;
-            let normalised = config.aggregator != AggregatorName::InverseProbability;
-            let mut model = std::mem::take(&mut self.fed.model);
-            let updates: Vec<(ClientId, f64, DecodedUpdate)> = accepted
-                .iter()
-                .zip(&weights)
-                .map(|((id, u, _), w)| (*id, *w, u.clone()))
-                .collect();
-            let plan = plan.unwrap_or_default();
-            // Finite updates can still sum past f32's range (large ω, a high learning rate):
-            // such an aggregate never replaces the global model. The copy kept for that case
-            // and the check run with the aggregation, off the actor's executor thread.
-            let (model, finite) = tokio::task::spawn_blocking(move || {
-                let previous = model.clone();
-                let mut weighted: Vec<WeightedUpdate> = updates
-                    .iter()
-                    .map(|(client, weight, update)| WeightedUpdate {
-                        client: *client,
-                        weight: *weight,
-                        update,
-                    })
-                    .collect();
-                aggregate(&mut model, &plan, &mut weighted, normalised);
-                if model.is_finite() {
-                    (model, true)
-                } else {
-                    (previous, false)
-                }
-            })
-            .await
-            .map_err(|e| format!("aggregation panicked: {e}"))?;
-            self.fed.model = model;
-            if !finite {
-                tracing::warn!(
-                    round,
-                    "the aggregate of the accepted updates is not finite (diverging local training: lower the learning rate); global model unchanged"
-                );
-                model_updated = false;
-                *rejected
-                    .entry("non_finite_aggregate".to_string())
-                    .or_default() += 1;
-            }
-        } else {
-            tracing::warn!(
-                round,
-                accepted = accepted.len(),
-                minimum = config.min_successful,
-                "too few successful clients; global model unchanged"
+        // Nothing touches the model before it is opened and checked against its task.
+        let validated = validate(&answers.envelopes, &tasks.tasks);
+        let aggregator = config
+            .aggregator
+            .build()
+            .map_err(|e| format!("aggregator {}: {e}", config.aggregator))?;
+        let mut model = std::mem::take(&mut self.fed.model);
+        let registry = self.fed.registry.clone();
+        let min_successful = config.min_successful;
+        let failures = std::mem::take(&mut answers.failures);
+        let plan_for_fold = plan.clone();
+        let (model, folded, validated, failures) = tokio::task::spawn_blocking(move || {
+            let folded = fold(
+                &mut model,
+                plan_for_fold.as_deref(),
+                &validated.accepted,
+                aggregator.as_ref(),
+                FoldContext {
+                    registry: &registry,
+                    probabilities: &probabilities,
+                    failures: &failures,
+                    min_successful,
+                },
             );
+            (model, folded, validated, failures)
+        })
+        .await
+        .map_err(|e| format!("aggregation panicked: {e}"))?;
+        self.fed.model = model;
+        let folded = folded?;
+        match &folded {
+            Folded::Updated => {}
+            Folded::Unchanged(why) => tracing::warn!(round, "global model unchanged: {why}"),
+            Folded::NonFinite => tracing::warn!(
+                round,
+                "the aggregate of the accepted updates is not finite (diverging local training: lower the learning rate); global model unchanged"
+            ),
         }
 
         let evaluator = Arc::clone(&self.fed.evaluator);
@@ -522,39 +418,19 @@ impl ServerState {
         let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
             .await
             .map_err(|e| format!("evaluation panicked: {e}"))?;
-        let mut failure_counts: BTreeMap<String, usize> = BTreeMap::new();
-        for (kind, _) in failures.values() {
-            *failure_counts.entry(kind.clone()).or_default() += 1;
-        }
-        let train_loss = if accepted.is_empty() {
-            f64::NAN
-        } else {
-            accepted.iter().map(|(_, _, e)| e.loss).sum::<f64>() / accepted.len() as f64
-        };
-        let parameters = self.fed.model.num_parameters().max(1) as f64;
-        let record = RoundRecord {
+        let record = record(&RoundSummary {
             round,
-            participants: tasks.len(),
-            successes: accepted.len(),
-            failures: failure_counts,
-            rejected,
-            model_updated,
-            accuracy: evaluation.accuracy,
-            loss: evaluation.loss,
-            train_loss,
-            uplink_bits,
-            downlink_bits,
-            bits_per_parameter: if accepted.is_empty() {
-                0.0
-            } else {
-                uplink_bits as f64 / parameters / envelopes.len() as f64
-            },
-            anme,
-            groups,
+            tasks: &tasks,
+            envelopes: &answers.envelopes,
+            failures: &failures,
+            validated: &validated,
+            folded: &folded,
+            plan: plan.as_deref(),
+            evaluation,
+            parameters: self.fed.model.num_parameters(),
             learning_rate: recipe.learning_rate,
-            client_train_seconds: accepted.iter().map(|(_, _, e)| e.train_seconds).collect(),
             seconds: started.elapsed().as_secs_f64(),
-        };
+        });
         self.fed.history.push(record.clone());
         self.persist(&record).await?;
         if let Some(events) = &self.fed.events {
@@ -596,13 +472,12 @@ impl ServerState {
     }
 }
 
-fn failure_reason(outcome: Outcome) -> (String, String) {
-    match outcome {
-        Outcome::Reply(ClientReply::Failed {
-            reason, panicked, ..
-        }) => ((if panicked { "panic" } else { "error" }).into(), reason),
-        Outcome::Timeout => ("timeout".into(), "missed the round deadline".into()),
-        Outcome::Unreachable(e) => ("unreachable".into(), e),
-        Outcome::Reply(other) => ("error".into(), format!("unexpected reply {other:?}")),
-    }
+/// p_k of each participant of a selection.
+fn selection_probabilities(selection: &RoundSelection) -> BTreeMap<ClientId, f64> {
+    selection
+        .participants
+        .iter()
+        .map(|p| p.0)
+        .zip(selection.probabilities.iter().copied())
+        .collect()
 }

@@ -4,16 +4,15 @@
 
 use clap::{Args, Subcommand};
 use fedshard_actors::coordinator::{ClientRecord, Registry};
-use fedshard_actors::model::{ModelState, NamedTensor};
-use fedshard_actors::payload::Encoding;
 use fedshard_actors::server::{Federation, RuntimeConfig, run};
-use fedshard_actors::trainer::{
+use fedshard_protocol::model::{ModelState, NamedTensor};
+use fedshard_protocol::payload::Encoding;
+use fedshard_protocol::task::{
     ClientId, Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask,
 };
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::selection::SelectorName;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,7 +59,6 @@ impl LocalTrainer for EchoTrainer {
         Ok(TrainOutput {
             dense: task.dense.clone(),
             shards: task.shards.clone(),
-            samples: 1,
             loss: 0.0,
         })
     }
@@ -127,7 +125,6 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
                             id,
                             keep_ratio: 1.0,
                             samples: 1,
-                            alive: true,
                             failures: 0,
                         },
                     )
@@ -137,9 +134,6 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             budget: args.clients as f64,
             max_clusters: None,
         },
-        trainers: ids
-            .map(|id| (id, Arc::clone(&trainer)))
-            .collect::<BTreeMap<_, _>>(),
         evaluator: Arc::new(NoEvaluation),
         run_dir: None,
         history: vec![],
@@ -148,8 +142,9 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let trainers = ids.map(|id| (id, Arc::clone(&trainer))).collect();
     let (_, summary) = runtime
-        .block_on(run(federation))
+        .block_on(run(federation, trainers))
         .map_err(anyhow::Error::msg)?;
     let round_seconds: f64 =
         summary.per_round.iter().map(|r| r.seconds).sum::<f64>() / args.rounds as f64;

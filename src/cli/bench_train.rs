@@ -4,13 +4,15 @@
 //! The reference points were measured with PyTorch 2.15 on CPU on this machine, one thread:
 //! `digits-mlp` 88 000 samples/s and `char-transformer` 181 samples/s.
 
-use crate::models::char_transformer::CharShape;
-use crate::models::net::Architecture;
-use crate::train::neural::{CharWindows, CpuTraining, Examples, single_client_task, train};
 use clap::{Args, ValueEnum};
-use fedshard_actors::model::ModelState;
-use fedshard_actors::trainer::{LayerShard, Recipe};
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::task::{LayerShard, Recipe};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
+use fedshard_training::models::char_transformer::CharShape;
+use fedshard_training::models::net::Architecture;
+use fedshard_training::train::neural::{
+    CharWindows, CpuTraining, Examples, single_client_task, train,
+};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -69,14 +71,15 @@ struct Setup {
 }
 
 fn setup(model: BenchModel) -> anyhow::Result<Setup> {
-    let digits =
-        || -> anyhow::Result<Box<dyn Examples>> { Ok(Box::new(crate::data::digits::load()?)) };
+    let digits = || -> anyhow::Result<Box<dyn Examples>> {
+        Ok(Box::new(fedshard_training::data::digits::load()?))
+    };
     let images = |classes: usize| -> anyhow::Result<Box<dyn Examples>> {
-        let mut rng = stream(0, 0, 0, Purpose::Data);
+        let mut rng = stream(0, 0, 0, Purpose::Experiment);
         let n = 64;
         let features = (0..n * 3072).map(|_| uniform(&mut rng) as f32).collect();
         let labels = (0..n).map(|i| (i % classes) as u32).collect();
-        Ok(Box::new(crate::data::Dataset::new(
+        Ok(Box::new(fedshard_training::data::Dataset::new(
             features, labels, 3072, classes,
         )?))
     };
@@ -95,7 +98,7 @@ fn setup(model: BenchModel) -> anyhow::Result<Setup> {
         },
         BenchModel::CharTransformer => {
             let shape = CharShape::default();
-            let mut rng = stream(0, 0, 0, Purpose::Data);
+            let mut rng = stream(0, 0, 1, Purpose::Experiment);
             let text = (0..4000)
                 .map(|_| (uniform(&mut rng) * shape.vocab as f64) as u8)
                 .collect();

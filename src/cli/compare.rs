@@ -75,7 +75,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         names(seeds.iter().map(ToString::to_string).collect()),
         args.config.display(),
         config.run.rounds,
-        config.data.clients,
+        config.data.clients(),
         config.federation.clients_per_round
     );
     println!(

@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::data::files::default_cache_root;
-use crate::data::shakespeare::{self, DEFAULT_MIN_LINES, fetch};
+use fedshard_training::data::files::default_cache_root;
+use fedshard_training::data::shakespeare::{self, DEFAULT_MIN_LINES, fetch};
 
 #[derive(Debug, Subcommand)]
 pub enum DataCommand {

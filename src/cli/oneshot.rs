@@ -1,7 +1,7 @@
 //! `fedshard oneshot …`: one-shot federated learning experiments.
 
-use crate::oneshot::{RidgeConfig, RidgeForm, run_ridge};
 use clap::{Args, Subcommand};
+use fedshard_training::oneshot::{RidgeConfig, RidgeForm, run_ridge};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Debug, Subcommand)]

@@ -104,7 +104,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     let text = toml::to_string(&config).context("serialising the config")?;
     write_atomically(&dir.join(CONFIG_FILE), text.as_bytes())?;
 
-    let mut fed = federation::build(&config)?;
+    let mut fed = federation::server(&config)?;
+    let trainers = federation::clients(
+        &config,
+        &fed.registry.clients.keys().copied().collect::<Vec<_>>(),
+    )?;
     fed.run_dir = Some(dir.clone());
     if args.resume.is_some() {
         let resumed = fed.resume_from_checkpoint().map_err(anyhow::Error::msg)?;
@@ -147,7 +151,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
                 }
             }
         });
-        let result = fedshard_actors::server::run(fed).await;
+        let result = fedshard_actors::server::run(fed, trainers).await;
         let _ = watcher.await;
         if let Some(exporter) = &mut exporter {
             exporter.flush().await;

@@ -10,6 +10,7 @@
 //! `fedshard-actors` and `fedshard`.
 
 pub mod aggregation;
+pub mod compression;
 pub mod error;
 pub mod fesc;
 pub mod metrics;

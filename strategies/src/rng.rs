@@ -23,6 +23,25 @@ pub enum Purpose {
     Compression = 6,
     /// Research commands and experiments.
     Experiment = 7,
+    /// The permutation of the clients that the keep-ratio shares are laid over.
+    KeepRatios = 8,
+    /// The sample of held-out examples evaluated (Shakespeare's test windows).
+    TestSample = 9,
+    /// A client's subset of its own training examples (Shakespeare's `max_samples`); the client
+    /// slot is the client's index.
+    ClientSubsample = 10,
+    /// The ground truth of synthetic data: θ* and the client sizes of the one-shot setting.
+    SyntheticTruth = 11,
+    /// A synthetic client's samples; the client slot is the client's index.
+    SyntheticSamples = 12,
+    /// The held-out synthetic samples.
+    SyntheticTest = 13,
+    /// KLMS candidates shared by client and server (ALGORITHMS.md §4.2): the ChaCha stream id is
+    /// the block index, so the server regenerates every block's candidates from
+    /// `(seed, round, client)` alone.
+    KlmsCandidates = 14,
+    /// A KLMS client's private choice of the candidate index (§4.1 step 3).
+    KlmsSelection = 15,
 }
 
 /// The stream for `(seed, round, client, purpose)`: the 32-byte ChaCha key is the four numbers in

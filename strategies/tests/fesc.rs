@@ -6,7 +6,7 @@
 //! (§3.2) with the `K` the table states is checked to 1e-12.
 
 use fedshard_strategies::aggregation::{
-    Aggregator, Contribution, Fesc, FescOracle, RoundOutcome, validate_weights,
+    Contribution, Fesc, FescOracle, RoundOutcome, Weighting, validate_weights,
 };
 use fedshard_strategies::fesc::{fesc_weights, water_filling};
 use proptest::prelude::*;

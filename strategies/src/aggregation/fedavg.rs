@@ -1,6 +1,6 @@
 //! FedAvg weights.
 
-use super::{Aggregator, RoundOutcome, result_samples, validate_weights};
+use super::{RoundOutcome, Weighting, result_samples, validate_weights};
 use crate::{Result, StrategyError};
 
 /// `w_c = n_c / Σ_results n` (FedAvg; the "federated" baseline of ALGORITHMS.md §3.2).
@@ -20,7 +20,7 @@ pub(super) fn sample_weights(samples: &[f64]) -> Result<Vec<f64>> {
     Ok(samples.iter().map(|n| n / total).collect())
 }
 
-impl Aggregator for FedAvg {
+impl Weighting for FedAvg {
     fn name(&self) -> &'static str {
         "fedavg"
     }

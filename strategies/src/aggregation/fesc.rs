@@ -1,6 +1,6 @@
 //! FESC weights as an aggregator.
 
-use super::{Aggregator, RoundOutcome, result_samples, validate_weights};
+use super::{RoundOutcome, Weighting, result_samples, validate_weights};
 use crate::fesc::{fesc_weights, water_filling};
 use crate::{Result, StrategyError};
 
@@ -9,7 +9,7 @@ use crate::{Result, StrategyError};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fesc;
 
-impl Aggregator for Fesc {
+impl Weighting for Fesc {
     fn name(&self) -> &'static str {
         "fesc"
     }
@@ -34,7 +34,7 @@ pub struct FescOracle {
     pub b: Vec<f64>,
 }
 
-impl Aggregator for FescOracle {
+impl Weighting for FescOracle {
     fn name(&self) -> &'static str {
         "fesc-oracle"
     }

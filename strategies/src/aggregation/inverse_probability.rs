@@ -1,6 +1,6 @@
 //! Inverse-probability (Horvitz–Thompson) weights for sampled clients.
 
-use super::{Aggregator, RoundOutcome, result_samples, validate_weights};
+use super::{RoundOutcome, Scale, Weighting, result_samples, validate_weights};
 use crate::{Result, StrategyError};
 
 /// `w_c = n_c / (p_c Σ_population n)`: with these weights `Σ_c w_c U_c` is an unbiased estimate
@@ -13,9 +13,14 @@ use crate::{Result, StrategyError};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InverseProbability;
 
-impl Aggregator for InverseProbability {
+impl Weighting for InverseProbability {
     fn name(&self) -> &'static str {
         "inverse-probability"
+    }
+
+    /// The weights are unbiased only as a sum (§2.4): they do not add up to 1.
+    fn scale(&self) -> Scale {
+        Scale::Sum
     }
 
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {

@@ -1,8 +1,12 @@
-//! Aggregation weights (Flower's `aggregate_fit` seam, see STYLE.md): from the round's
-//! successful results and its failures, the weight of each result in the server update.
+//! Aggregation (Flower's `aggregate_fit` seam, see STYLE.md): an [`Aggregator`] receives the
+//! round's successful results, with the blocks of the model each one trained, and its failures,
+//! and folds them into the global blocks, or declines ([`Fit::NoUpdate`]). The server never
+//! looks inside: a new aggregator is a new type here and a name in [`AggregatorName`].
 //!
-//! Every [`Aggregator`] returns one weight per result, in results order, checked by
-//! [`validate_weights`] before it leaves the policy:
+//! The aggregators of the papers are [`Weighting`]s: one weight per result, in results order,
+//! checked by [`validate_weights`], then the shared [`fold_weighted`] (every block moves to its
+//! holders' weighted mean, or sum for inverse probability; a block nobody trained stays, which
+//! is the per-singular-vector average of §1.1 step 5 when a block is one singular vector):
 //! * [`FedAvg`] (`fedavg`): `n_c / Σ_results n`.
 //! * [`UniformWeights`] (`uniform`): `1/|results|`.
 //! * [`InverseProbability`] (`inverse-probability`): `n_c / (p_c Σ_population n)`, the unbiased
@@ -10,8 +14,6 @@
 //! * [`Fesc`] (`fesc`): FESC weights from the sample sizes (§3.2).
 //! * [`FescOracle`] (`fesc-oracle`): water-filling with caller-given variances and biases
 //!   (§3.2, oracle version).
-//! * [`Spectral`] (`spectral`): FedAvg weights for the non-sharded parameters, plus
-//!   [`average_columns`] for the per-singular-vector average of sharded layers (§1.1 step 5).
 //!
 //! Failed clients get no weight: the weights are computed over the results alone, so a failure
 //! acts like a client that was not selected. For the normalised aggregators that is the usual
@@ -19,14 +21,14 @@
 
 mod fedavg;
 mod fesc;
+mod fit;
 mod inverse_probability;
-mod spectral;
 mod uniform;
 
 pub use fedavg::FedAvg;
 pub use fesc::{Fesc, FescOracle};
+pub use fit::{BlockUpdate, Fit, FitRound, Scale, fold_weighted};
 pub use inverse_probability::InverseProbability;
-pub use spectral::{ColumnUpdate, Spectral, average_columns};
 pub use uniform::UniformWeights;
 
 use crate::{Result, StrategyError};
@@ -66,13 +68,57 @@ pub struct RoundOutcome<'a> {
     pub population_samples: f64,
 }
 
-/// A weighting policy: one weight per result.
+/// An aggregation policy: Flower's `aggregate_fit(results, failures)`.
 pub trait Aggregator: Send + Sync + fmt::Debug {
+    /// The registry name.
+    fn name(&self) -> &'static str;
+    /// Folds the round into the global blocks (`global[b]` is block `b`), or declines with
+    /// [`Fit::NoUpdate`] and leaves them untouched. On `Err` the blocks are untouched too.
+    fn aggregate_fit(&self, global: &mut [&mut [f32]], round: &FitRound) -> Result<Fit>;
+}
+
+/// A policy that weighs each result and folds with [`fold_weighted`]; every `Weighting` is an
+/// [`Aggregator`].
+pub trait Weighting: Send + Sync + fmt::Debug {
     /// The registry name.
     fn name(&self) -> &'static str;
     /// The weight of every result, in `round.results` order, validated by
     /// [`validate_weights`].
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>>;
+    /// Whether the weights are a mean ([`Scale::Mean`], the default) or an unbiased sum.
+    fn scale(&self) -> Scale {
+        Scale::Mean
+    }
+}
+
+impl<W: Weighting> Aggregator for W {
+    fn name(&self) -> &'static str {
+        Weighting::name(self)
+    }
+
+    /// A round without results does not move the model; otherwise the weights of
+    /// [`Weighting::weights`] go through [`fold_weighted`].
+    fn aggregate_fit(&self, global: &mut [&mut [f32]], round: &FitRound) -> Result<Fit> {
+        if round.outcome.results.is_empty() {
+            return Ok(Fit::NoUpdate(format!(
+                "no successful results ({} failures)",
+                round.outcome.failures.len()
+            )));
+        }
+        if round.updates.len() != round.outcome.results.len() {
+            return Err(StrategyError::invalid(
+                "round",
+                format!(
+                    "{} updates for {} results",
+                    round.updates.len(),
+                    round.outcome.results.len()
+                ),
+            ));
+        }
+        let weights = self.weights(&round.outcome)?;
+        fold_weighted(global, round.updates, &weights, self.scale())?;
+        Ok(Fit::Updated)
+    }
 }
 
 /// Tolerance on `|Σw − 1|` for the normalised aggregators.
@@ -151,8 +197,6 @@ fn result_samples(round: &RoundOutcome, positive: bool) -> Result<Vec<f64>> {
 pub enum AggregatorName {
     /// [`FedAvg`].
     Fedavg,
-    /// [`Spectral`].
-    Spectral,
     /// [`InverseProbability`].
     InverseProbability,
     /// [`Fesc`].
@@ -165,9 +209,8 @@ pub enum AggregatorName {
 
 impl AggregatorName {
     /// Every aggregator, in registry order.
-    pub const ALL: [AggregatorName; 6] = [
+    pub const ALL: [AggregatorName; 5] = [
         AggregatorName::Fedavg,
-        AggregatorName::Spectral,
         AggregatorName::InverseProbability,
         AggregatorName::Fesc,
         AggregatorName::FescOracle,
@@ -178,7 +221,6 @@ impl AggregatorName {
     pub fn as_str(&self) -> &'static str {
         match self {
             AggregatorName::Fedavg => "fedavg",
-            AggregatorName::Spectral => "spectral",
             AggregatorName::InverseProbability => "inverse-probability",
             AggregatorName::Fesc => "fesc",
             AggregatorName::FescOracle => "fesc-oracle",
@@ -191,7 +233,6 @@ impl AggregatorName {
     pub fn build(&self) -> Result<Box<dyn Aggregator>> {
         Ok(match self {
             AggregatorName::Fedavg => Box::new(FedAvg),
-            AggregatorName::Spectral => Box::new(Spectral),
             AggregatorName::InverseProbability => Box::new(InverseProbability),
             AggregatorName::Fesc => Box::new(Fesc),
             AggregatorName::Uniform => Box::new(UniformWeights),
@@ -226,7 +267,7 @@ mod tests {
                 assert_eq!(kind, "aggregator");
                 assert_eq!(
                     valid,
-                    "fedavg, spectral, inverse-probability, fesc, fesc-oracle, uniform"
+                    "fedavg, inverse-probability, fesc, fesc-oracle, uniform"
                 );
             }
             other => panic!("{other:?}"),

@@ -1,13 +1,13 @@
 //! Equal weights.
 
-use super::{Aggregator, RoundOutcome, result_samples, validate_weights};
+use super::{RoundOutcome, Weighting, result_samples, validate_weights};
 use crate::Result;
 
 /// `w_c = 1/m` for the `m` results, whatever their sizes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UniformWeights;
 
-impl Aggregator for UniformWeights {
+impl Weighting for UniformWeights {
     fn name(&self) -> &'static str {
         "uniform"
     }

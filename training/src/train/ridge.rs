@@ -3,8 +3,8 @@
 
 use crate::data::synthetic::linear_regression;
 use faer::{Col, Mat};
-use fedshard_actors::model::{ModelState, NamedTensor};
-use fedshard_actors::trainer::{Evaluation, Evaluator, LocalTrainer, TrainOutput, TrainTask};
+use fedshard_protocol::model::{ModelState, NamedTensor};
+use fedshard_protocol::task::{Evaluation, Evaluator, LocalTrainer, TrainOutput, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream};
 use rand::Rng;
 
@@ -49,6 +49,7 @@ pub fn fit(data: &RegressionData) -> Result<Vec<f64>, String> {
     Ok((0..d).map(|i| theta[i]).collect())
 }
 
+#[derive(Debug, Clone)]
 pub struct RidgeClient {
     pub data: RegressionData,
 }
@@ -72,7 +73,6 @@ impl LocalTrainer for RidgeClient {
         Ok(TrainOutput {
             dense,
             shards: vec![],
-            samples: self.samples(),
             loss,
         })
     }
@@ -131,14 +131,14 @@ pub fn synthetic_clients(
     test_samples: usize,
     seed: u64,
 ) -> Result<(Vec<RidgeClient>, RidgeEvaluator, Vec<f64>), String> {
-    let mut rng = stream(seed, 0, 0, Purpose::Data);
+    let mut rng = stream(seed, 0, 0, Purpose::SyntheticTruth);
     let theta_star = crate::oneshot::data::true_parameter(&mut rng, dim);
     let theta: Vec<f64> = (0..dim).map(|i| theta_star[i]).collect();
     let sizes = crate::oneshot::data::sample_sizes(&mut rng, clients, gamma)
         .map_err(|e| format!("{e:#}"))?;
     let mut out = Vec::with_capacity(clients);
     for (c, &n) in sizes.iter().enumerate() {
-        let data_seed = stream(seed, 0, c as u64 + 1, Purpose::Data).next_u64();
+        let data_seed = stream(seed, 0, c as u64, Purpose::SyntheticSamples).next_u64();
         let (features, targets) = linear_regression(n as usize, dim, &theta, 1.0, data_seed)
             .map_err(|e| e.to_string())?;
         out.push(RidgeClient {
@@ -149,8 +149,9 @@ pub fn synthetic_clients(
             },
         });
     }
-    let (features, targets) = linear_regression(test_samples, dim, &theta, 1.0, seed ^ 0x7e57)
-        .map_err(|e| e.to_string())?;
+    let test_seed = stream(seed, 0, 0, Purpose::SyntheticTest).next_u64();
+    let (features, targets) =
+        linear_regression(test_samples, dim, &theta, 1.0, test_seed).map_err(|e| e.to_string())?;
     Ok((
         out,
         RidgeEvaluator {

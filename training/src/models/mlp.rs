@@ -1,5 +1,7 @@
 //! A multilayer perceptron on flat features: dense first and last layers, shardable hidden
 //! layers in between (`64 → 128 → 10` is the `digits-mlp` reference point of `bench train`).
+//! Without hidden layers it is softmax regression, and its one layer, both first and last, is
+//! shardable: it is the whole model, so keeping it dense would leave nothing to shard.
 
 use crate::models::builder::Builder;
 use crate::models::kernels::Kernels;
@@ -27,10 +29,11 @@ impl<B: Kernels> Mlp<B> {
             .chain(std::iter::once(classes))
             .collect();
         let last = widths.len() - 2;
+        let shardable = |i: usize| last == 0 || (i != 0 && i != last);
         let layers = widths
             .windows(2)
             .enumerate()
-            .map(|(i, w)| b.affine(&format!("fc{i}"), w[0], w[1], true, i != 0 && i != last))
+            .map(|(i, w)| b.affine(&format!("fc{i}"), w[0], w[1], true, shardable(i)))
             .collect::<Result<_, _>>()?;
         Ok(Self { layers })
     }

@@ -11,8 +11,8 @@ use crate::models::resnet::ResNet18;
 use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use fedshard_actors::model::ModelState;
-use fedshard_actors::trainer::LayerShard;
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::task::LayerShard;
 use serde::{Deserialize, Serialize};
 
 /// A neural architecture and its sizes, as the `[model]` section names it.

@@ -11,9 +11,9 @@ use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use fedshard_actors::model::ModelState;
-use fedshard_actors::round::{Participant, ShardingPolicy, dense_part, plan_shards};
-use fedshard_actors::trainer::{
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::shard_plan::{Participant, ShardingPolicy, dense_part, plan_shards};
+use fedshard_protocol::task::{
     Evaluation, Evaluator, LayerShard, LocalTrainer, Recipe, TrainOutput, TrainTask,
 };
 use fedshard_strategies::rng::{Purpose, stream};
@@ -254,7 +254,6 @@ impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
         Ok(TrainOutput {
             dense,
             shards,
-            samples: self.samples(),
             loss,
         })
     }

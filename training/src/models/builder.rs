@@ -3,7 +3,7 @@
 //! A model's constructor asks a [`Builder`] for its layers by name (`fc1`, `block0.attn.q`, …).
 //! In [`Builder::init`] mode the builder draws each tensor's initial value from a ChaCha stream
 //! and records it, which gives the server's initial [`ModelState`]; in [`Builder::load`] mode it
-//! takes the tensors of a [`TrainTask`](fedshard_actors::trainer::TrainTask): dense tensors from
+//! takes the tensors of a [`TrainTask`](fedshard_protocol::task::TrainTask): dense tensors from
 //! the task's state and, for every layer the task sends as a [`LayerShard`], the factors and ω.
 //! Either way the builder remembers which burn parameter holds which named tensor, so
 //! [`export`] can turn a trained module back into the server's tensors without any per-model
@@ -13,8 +13,8 @@ use crate::models::layers::{Affine, Conv, Factors, Weight, param};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use fedshard_actors::model::{ModelState, NamedTensor};
-use fedshard_actors::trainer::LayerShard;
+use fedshard_protocol::model::{ModelState, NamedTensor};
+use fedshard_protocol::task::LayerShard;
 use fedshard_strategies::rng::{ChaCha20Rng, Purpose, stream, uniform};
 use std::collections::{BTreeSet, HashMap};
 

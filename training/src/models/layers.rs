@@ -4,7 +4,7 @@
 //! layer of a client that trains the whole model) or as a spectral shard (ALGORITHMS.md §1.1,
 //! §1.8): trainable factors `U` (`n × c_out`, row j = u'_{I_j}) and `V` (`n × c_in_eff`, row j =
 //! v'_{I_j}) and the frozen multipliers ω. The factors are stored exactly as the server's
-//! [`LayerShard`](fedshard_actors::trainer::LayerShard) lays them out (one row per term), so
+//! [`LayerShard`](fedshard_protocol::task::LayerShard) lays them out (one row per term), so
 //! loading a shard into a layer and reading it back are single copies.
 //!
 //! ω is a plain tensor field, not a `Param`: burn treats such a field as a constant, so it never

@@ -72,15 +72,14 @@ pub struct TrainTask {
 pub struct TrainOutput {
     pub dense: ModelState,
     pub shards: Vec<LayerShard>,
-    /// D_c, the number of local samples (the aggregation weight).
-    pub samples: u64,
     /// Mean training loss over the round.
     pub loss: f64,
 }
 
 /// A client's local training. Implementations hold the client's data shard.
 pub trait LocalTrainer: Send + Sync + 'static {
-    /// Number of local training samples D_c.
+    /// Number of local training samples D_c. The server's registry takes D_c from the same
+    /// partition of the config, never from what a client reports.
     fn samples(&self) -> u64;
     /// Trains on the task. An `Err` is reported to the server as a failed client; a panic is
     /// caught by the client actor, reported, and the actor is restarted.

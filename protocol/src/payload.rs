@@ -5,7 +5,7 @@
 //! [`Encoding`] seam later.
 
 use crate::model::ModelState;
-use crate::trainer::{LayerShard, TrainOutput, TrainTask};
+use crate::task::{ClientId, LayerShard, TrainOutput, TrainTask};
 use serde::{Deserialize, Serialize};
 
 /// How an update is turned into bytes.
@@ -26,6 +26,21 @@ pub struct Payload {
     pub bits: u64,
 }
 
+/// An encoded update as the server receives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Every field is what the client says: `client` and `round` are checked against the task
+/// ([`open`]), and the aggregation weight never comes from here but from the server's registry.
+pub struct UpdateEnvelope {
+    pub client: ClientId,
+    pub round: u64,
+    pub loss: f64,
+    /// ‖update − sent‖₂ over everything the client trained (the norm of 002's U_k).
+    pub update_norm: f64,
+    pub train_seconds: f64,
+    pub payload: Payload,
+}
+
 /// What the server learns from a decoded update.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct UpdateBody {
@@ -44,16 +59,68 @@ pub enum Rejection {
     NonFinite(String),
     #[error("indices not given to this client: {0}")]
     Indices(String),
+    #[error("update for round {found}, expected round {expected}")]
+    Stale { expected: u64, found: u64 },
+    #[error("update signed by client {found}, but the task went to client {expected}")]
+    Forged { expected: ClientId, found: ClientId },
 }
 
 impl Rejection {
-    /// A short, stable label for counting (`malformed`, `shape`, `non_finite`, `indices`).
-    pub fn label(&self) -> &'static str {
+    /// What kind of rejection this is, for counting.
+    pub fn kind(&self) -> RejectionKind {
         match self {
-            Rejection::Malformed(_) => "malformed",
-            Rejection::Shape(_) => "shape",
-            Rejection::NonFinite(_) => "non_finite",
-            Rejection::Indices(_) => "indices",
+            Rejection::Malformed(_) => RejectionKind::Malformed,
+            Rejection::Shape(_) => RejectionKind::Shape,
+            Rejection::NonFinite(_) => RejectionKind::NonFinite,
+            Rejection::Indices(_) => RejectionKind::Indices,
+            Rejection::Stale { .. } => RejectionKind::Stale,
+            Rejection::Forged { .. } => RejectionKind::Forged,
+        }
+    }
+
+    /// A short, stable label for counting (see [`RejectionKind::label`]).
+    pub fn label(&self) -> &'static str {
+        self.kind().label()
+    }
+}
+
+/// Why an update, or a round's aggregate, never reached the global model; the label of each is
+/// the `reason` of the rejection counters in `metrics.jsonl` and Prometheus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectionKind {
+    Malformed,
+    Shape,
+    NonFinite,
+    Indices,
+    /// The envelope names another round than the task's (a replayed or late update).
+    Stale,
+    /// The envelope names another client than the one the task went to.
+    Forged,
+    /// Every update passed, but their aggregate overflowed f32 (model left unchanged).
+    NonFiniteAggregate,
+}
+
+impl RejectionKind {
+    pub const ALL: [RejectionKind; 7] = [
+        RejectionKind::Malformed,
+        RejectionKind::Shape,
+        RejectionKind::NonFinite,
+        RejectionKind::Indices,
+        RejectionKind::Stale,
+        RejectionKind::Forged,
+        RejectionKind::NonFiniteAggregate,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RejectionKind::Malformed => "malformed",
+            RejectionKind::Shape => "shape",
+            RejectionKind::NonFinite => "non_finite",
+            RejectionKind::Indices => "indices",
+            RejectionKind::Stale => "stale",
+            RejectionKind::Forged => "forged",
+            RejectionKind::NonFiniteAggregate => "non_finite_aggregate",
         }
     }
 }
@@ -83,6 +150,25 @@ pub fn encode(output: &TrainOutput, encoding: Encoding) -> Payload {
 pub struct DecodedUpdate {
     pub dense: ModelState,
     pub shards: Vec<LayerShard>,
+}
+
+/// Opens an envelope that answers `task`: it must name the task's client and round (else
+/// [`Rejection::Forged`] or [`Rejection::Stale`]), then its payload goes through
+/// [`decode_and_validate`].
+pub fn open(envelope: &UpdateEnvelope, task: &TrainTask) -> Result<DecodedUpdate, Rejection> {
+    if envelope.client != task.client {
+        return Err(Rejection::Forged {
+            expected: task.client,
+            found: envelope.client,
+        });
+    }
+    if envelope.round != task.round {
+        return Err(Rejection::Stale {
+            expected: task.round,
+            found: envelope.round,
+        });
+    }
+    decode_and_validate(&envelope.payload, task)
 }
 
 /// Decodes `payload` and checks it against the task the client was given: the same dense
@@ -165,7 +251,7 @@ pub fn decode_and_validate(
 mod tests {
     use super::*;
     use crate::model::NamedTensor;
-    use crate::trainer::Recipe;
+    use crate::task::Recipe;
 
     fn task() -> TrainTask {
         TrainTask {
@@ -196,7 +282,6 @@ mod tests {
         TrainOutput {
             dense: task.dense.clone(),
             shards: task.shards.clone(),
-            samples: 5,
             loss: 1.0,
         }
     }
@@ -208,6 +293,28 @@ mod tests {
         assert_eq!(p.bits, 8 * p.bytes.len() as u64);
         let d = decode_and_validate(&p, &t).unwrap();
         assert_eq!(d.shards[0].indices, vec![0, 2]);
+    }
+
+    #[test]
+    fn envelopes_must_answer_their_task() {
+        let t = task();
+        let envelope = |client, round| UpdateEnvelope {
+            client,
+            round,
+            loss: 1.0,
+            update_norm: 0.0,
+            train_seconds: 0.0,
+            payload: encode(&output(&t), Encoding::Identity),
+        };
+        assert!(open(&envelope(3, 1), &t).is_ok());
+        assert_eq!(
+            open(&envelope(4, 1), &t).unwrap_err(),
+            Rejection::Forged {
+                expected: 3,
+                found: 4
+            }
+        );
+        assert_eq!(open(&envelope(3, 0), &t).unwrap_err().label(), "stale");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use super::ridge::{RidgeForm, fit, fit_with_oracle};
 use anyhow::{Context, ensure};
 use faer::{Col, Mat};
 use fedshard_strategies::aggregation::{
-    Aggregator, Contribution, FedAvg, Fesc, FescOracle, RoundOutcome,
+    Contribution, FedAvg, Fesc, FescOracle, RoundOutcome, Weighting,
 };
 use fedshard_strategies::rng::{Purpose, stream};
 use rayon::prelude::*;

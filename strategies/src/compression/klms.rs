@@ -1,0 +1,410 @@
+//! The KLMS coder of one block and of a whole partitioned vector (ALGORITHMS.md §4.1–4.2).
+//!
+//! Encoder (client): draw `K` candidates `y_1..y_K ~ p_I` from the shared stream of the block,
+//! weigh them by `l_k = Σ_{j ∈ I} ln q_j(y_kj) − ln p_j(y_kj)`, normalise in log space
+//! (`π(k) = exp(l_k − max l) / Σ exp(l_k' − max l)`), draw `k* ~ π` from the client's private
+//! stream and send `k*`. Decoder (server): regenerate the shared stream and read candidate `k*`.
+//! Only the index travels; the sample never does.
+
+use std::ops::Range;
+
+use super::blocks::Partition;
+use super::distribution::{ProductDistribution, check_block, check_same_len};
+use crate::error::{Result, StrategyError};
+use crate::rng::{ChaCha20Rng, Purpose, stream, uniform};
+
+/// The largest number of candidates per block: an index must fit in a `u32`.
+pub const MAX_CANDIDATES: usize = 1 << 32;
+
+/// The shared seed `sd(t, c, ·)` of one client's uplink in one round (§4.2): client and server
+/// both know `(seed, round, client)`, so both derive every block's candidate stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SharedSeed {
+    /// The run's base seed, exchanged once with the model initialisation.
+    pub seed: u64,
+    /// The round `t`.
+    pub round: u64,
+    /// The client id `c`.
+    pub client: u64,
+}
+
+impl SharedSeed {
+    /// The candidate stream of block `m`: the ChaCha key of `(seed, round, client,
+    /// Purpose::KlmsCandidates)` with the block index as the ChaCha stream id, so every block of
+    /// every client and round has its own independent stream.
+    pub fn candidate_stream(&self, block: u64) -> ChaCha20Rng {
+        let mut rng = stream(self.seed, self.round, self.client, Purpose::KlmsCandidates);
+        rng.set_stream(block);
+        rng
+    }
+
+    /// The client's private stream for drawing `k*` (§4.1 step 3). Any independent stream
+    /// serves; this one makes a client's uplink reproducible under a seed.
+    pub fn selection_stream(&self) -> ChaCha20Rng {
+        stream(self.seed, self.round, self.client, Purpose::KlmsSelection)
+    }
+}
+
+/// Checks `1 ≤ K ≤ 2³²`.
+pub fn check_candidate_count(k: usize) -> Result<()> {
+    if k == 0 || k > MAX_CANDIDATES {
+        return Err(StrategyError::invalid(
+            "number of candidates K",
+            format!("K = {k}; expected 1 ≤ K ≤ 2^32"),
+        ));
+    }
+    Ok(())
+}
+
+/// Normalises log-weights `l` in place into `π(k) = exp(l_k − max l) / Σ_k' exp(l_k' − max l)`
+/// (§4.1 step 2, log-sum-exp). NaN counts as `−∞`. If some `l_k = +∞` (a candidate `p` cannot
+/// draw but `q` can), those share the mass; if every `l_k = −∞` (no candidate is possible under
+/// `q`, the mass loss of §4.1), `π` is uniform.
+pub fn normalise_log_weights(l: &mut [f64]) {
+    for x in l.iter_mut() {
+        if x.is_nan() {
+            *x = f64::NEG_INFINITY;
+        }
+    }
+    let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::INFINITY {
+        l.iter_mut()
+            .for_each(|x| *x = f64::from(u8::from(*x == f64::INFINITY)));
+    } else if max == f64::NEG_INFINITY {
+        l.iter_mut().for_each(|x| *x = 1.0);
+    } else {
+        l.iter_mut().for_each(|x| *x = (*x - max).exp());
+    }
+    let total: f64 = l.iter().sum();
+    l.iter_mut().for_each(|x| *x /= total);
+}
+
+/// Draws `k ~ π` by inverting the cumulative sum with one 53-bit uniform; rounding beyond the
+/// last cumulative value falls on the last index of positive weight.
+pub fn draw_index(pi: &[f64], rng: &mut ChaCha20Rng) -> usize {
+    let u = uniform(rng);
+    let mut cumulative = 0.0;
+    let mut last_positive = 0;
+    for (k, &w) in pi.iter().enumerate() {
+        if w > 0.0 {
+            cumulative += w;
+            last_positive = k;
+            if u < cumulative {
+                return k;
+            }
+        }
+    }
+    last_positive
+}
+
+/// The normalised importance weights `π` of given candidates (§4.1 step 2): `candidates` holds
+/// `K` candidates of the coordinates `block`, row after row.
+pub fn importance_weights<D: ProductDistribution>(
+    q: &D,
+    p: &D,
+    block: Range<usize>,
+    candidates: &[D::Symbol],
+) -> Result<Vec<f64>> {
+    check_same_len(q, p)?;
+    check_block(&block, q.len())?;
+    let len = block.len();
+    if candidates.is_empty() || candidates.len() % len != 0 {
+        return Err(StrategyError::invalid(
+            "candidates",
+            format!(
+                "{} values are not a whole, non-zero number of candidates of {len} coordinates",
+                candidates.len()
+            ),
+        ));
+    }
+    let ratios: Vec<D::LogRatio> = block.map(|j| D::log_ratio(q, p, j)).collect();
+    let mut pi: Vec<f64> = candidates
+        .chunks_exact(len)
+        .map(|y| log_weight::<D>(&ratios, y))
+        .collect();
+    normalise_log_weights(&mut pi);
+    Ok(pi)
+}
+
+/// `l = Σ_j ln q_j(y_j) − ln p_j(y_j)` of one candidate.
+#[inline]
+fn log_weight<D: ProductDistribution>(ratios: &[D::LogRatio], y: &[D::Symbol]) -> f64 {
+    ratios
+        .iter()
+        .zip(y)
+        .map(|(r, &x)| D::eval_log_ratio(r, x))
+        .sum()
+}
+
+/// The client side of KLMS, with scratch buffers reused across blocks and rounds.
+#[derive(Debug)]
+pub struct KlmsEncoder<D: ProductDistribution> {
+    ratios: Vec<D::LogRatio>,
+    candidates: Vec<D::Symbol>,
+    weights: Vec<f64>,
+}
+
+impl<D: ProductDistribution> Default for KlmsEncoder<D> {
+    fn default() -> Self {
+        Self {
+            ratios: Vec::new(),
+            candidates: Vec::new(),
+            weights: Vec::new(),
+        }
+    }
+}
+
+impl<D: ProductDistribution> KlmsEncoder<D> {
+    /// An encoder with empty scratch buffers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Encodes the coordinates `block` (block number `block_index`) with `k` candidates: returns
+    /// `k*` and writes the selected candidate `y_{k*}`, the value the server will decode, into
+    /// `selected`. Cost: `K · |block|` draws from `p` and log-ratio evaluations, plus
+    /// `|block|` log-ratio preparations.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_block(
+        &mut self,
+        q: &D,
+        p: &D,
+        block: Range<usize>,
+        block_index: u64,
+        k: usize,
+        shared: &SharedSeed,
+        selection: &mut ChaCha20Rng,
+        selected: &mut [D::Symbol],
+    ) -> Result<u32> {
+        check_same_len(q, p)?;
+        check_block(&block, q.len())?;
+        check_candidate_count(k)?;
+        check_output_len(selected.len(), block.len())?;
+        let len = block.len();
+        self.ratios.clear();
+        self.ratios
+            .extend(block.clone().map(|j| D::log_ratio(q, p, j)));
+        self.candidates.clear();
+        self.candidates.resize(k * len, D::Symbol::default());
+        self.weights.clear();
+        let mut rng = shared.candidate_stream(block_index);
+        for candidate in self.candidates.chunks_exact_mut(len) {
+            let l = p.sample_and_weigh(block.clone(), &mut rng, &self.ratios, candidate);
+            self.weights.push(l);
+        }
+        normalise_log_weights(&mut self.weights);
+        let index = draw_index(&self.weights, selection);
+        selected.copy_from_slice(&self.candidates[index * len..(index + 1) * len]);
+        Ok(index as u32)
+    }
+
+    /// Encodes every block of `partition` with `k` candidates each; block `m` uses the
+    /// candidate stream `m`. Returns the indices `k*_m` and writes the selected sample (the
+    /// server's decoded vector) into `selected` (length `d`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode(
+        &mut self,
+        q: &D,
+        p: &D,
+        partition: &Partition,
+        k: usize,
+        shared: &SharedSeed,
+        selection: &mut ChaCha20Rng,
+        selected: &mut [D::Symbol],
+    ) -> Result<Vec<u32>> {
+        check_partition(partition, q.len())?;
+        check_output_len(selected.len(), q.len())?;
+        partition
+            .blocks()
+            .enumerate()
+            .map(|(m, block)| {
+                let out = &mut selected[block.clone()];
+                self.encode_block(q, p, block, m as u64, k, shared, selection, out)
+            })
+            .collect()
+    }
+}
+
+/// Decodes one block (§4.1, decoder): regenerates candidate `index` of block `block_index` from
+/// the shared stream into `out`. The stream is advanced straight to that candidate (every
+/// candidate consumes a fixed number of words), so decoding costs `|block|` draws, not `K·|block|`.
+/// An index `≥ K` (a corrupted message) is an error.
+pub fn decode_block<D: ProductDistribution>(
+    p: &D,
+    block: Range<usize>,
+    block_index: u64,
+    k: usize,
+    index: u32,
+    shared: &SharedSeed,
+    out: &mut [D::Symbol],
+) -> Result<()> {
+    check_block(&block, p.len())?;
+    check_candidate_count(k)?;
+    check_output_len(out.len(), block.len())?;
+    if index as usize >= k {
+        return Err(StrategyError::invalid(
+            "candidate index",
+            format!("block {block_index} has index {index}, but K = {k}"),
+        ));
+    }
+    let mut rng = shared.candidate_stream(block_index);
+    let words = u128::from(index) * u128::from(D::words_per_candidate(block.len()));
+    rng.set_word_pos(words);
+    p.sample_block(block, &mut rng, out);
+    Ok(())
+}
+
+/// Decodes every block of `partition` from its index into `out` (length `d`).
+pub fn decode<D: ProductDistribution>(
+    p: &D,
+    partition: &Partition,
+    k: usize,
+    indices: &[u32],
+    shared: &SharedSeed,
+    out: &mut [D::Symbol],
+) -> Result<()> {
+    check_partition(partition, p.len())?;
+    check_output_len(out.len(), p.len())?;
+    if indices.len() != partition.num_blocks() {
+        return Err(StrategyError::invalid(
+            "candidate indices",
+            format!(
+                "{} indices for {} blocks",
+                indices.len(),
+                partition.num_blocks()
+            ),
+        ));
+    }
+    for ((m, block), &index) in partition.blocks().enumerate().zip(indices) {
+        let slot = &mut out[block.clone()];
+        decode_block(p, block, m as u64, k, index, shared, slot)?;
+    }
+    Ok(())
+}
+
+fn check_output_len(got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(StrategyError::invalid(
+            "output buffer",
+            format!("{got} slots for {want} coordinates"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_partition(partition: &Partition, len: usize) -> Result<()> {
+    if partition.len() != len {
+        return Err(StrategyError::invalid(
+            "partition",
+            format!(
+                "covers {} coordinates but the distributions have {len}",
+                partition.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compression::distribution::{Bernoulli, Gaussian};
+
+    #[test]
+    fn log_sum_exp_is_stable_for_long_blocks() {
+        // Linear-space products underflow at l ≈ −745; log space does not.
+        let mut l = vec![-2000.0, -2001.0, -2000.0 - 2f64.ln()];
+        normalise_log_weights(&mut l);
+        let e = (-1f64).exp();
+        let want = [1.0 / (1.5 + e), e / (1.5 + e), 0.5 / (1.5 + e)];
+        for (got, want) in l.iter().zip(want) {
+            assert!((got - want).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn impossible_candidates_fall_back_to_uniform() {
+        let mut l = vec![f64::NEG_INFINITY; 4];
+        normalise_log_weights(&mut l);
+        assert_eq!(l, vec![0.25; 4]);
+        let mut l = vec![0.0, f64::INFINITY, f64::NAN];
+        normalise_log_weights(&mut l);
+        assert_eq!(l, vec![0.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn draw_index_never_returns_zero_weight() {
+        let mut rng = stream(1, 2, 3, Purpose::Experiment);
+        for _ in 0..1000 {
+            assert_eq!(draw_index(&[0.0, 1.0, 0.0], &mut rng), 1);
+        }
+    }
+
+    /// Skipping to the chosen candidate gives the same values as generating all of them.
+    #[test]
+    fn decoder_skip_equals_sequential_generation() {
+        let means = [0.1, -0.4, 2.0];
+        let sigmas = [1.0, 0.5, 2.0];
+        let g = Gaussian::new(&means, &sigmas).unwrap();
+        let probs = [0.3, 0.9, 0.5, 0.01, 0.7];
+        let b = Bernoulli::new(&probs).unwrap();
+        let shared = SharedSeed {
+            seed: 9,
+            round: 4,
+            client: 2,
+        };
+        for k_star in 0..6u32 {
+            let mut rng = shared.candidate_stream(7);
+            let mut y = [0.0; 3];
+            for _ in 0..=k_star {
+                g.sample_block(0..3, &mut rng, &mut y);
+            }
+            let mut z = [0.0; 3];
+            decode_block(&g, 0..3, 7, 6, k_star, &shared, &mut z).unwrap();
+            assert_eq!(y.map(f64::to_bits), z.map(f64::to_bits));
+
+            let mut rng = shared.candidate_stream(7);
+            let mut y = [false; 5];
+            for _ in 0..=k_star {
+                b.sample_block(0..5, &mut rng, &mut y);
+            }
+            let mut z = [false; 5];
+            decode_block(&b, 0..5, 7, 6, k_star, &shared, &mut z).unwrap();
+            assert_eq!(y, z);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let probs = [0.5; 4];
+        let b = Bernoulli::new(&probs).unwrap();
+        let short = [0.5; 3];
+        let c = Bernoulli::new(&short).unwrap();
+        let shared = SharedSeed {
+            seed: 1,
+            round: 1,
+            client: 1,
+        };
+        let mut sel = shared.selection_stream();
+        let mut enc = KlmsEncoder::new();
+        let mut out = [false; 4];
+        assert!(
+            enc.encode_block(&b, &b, 0..4, 0, 0, &shared, &mut sel, &mut out)
+                .is_err()
+        );
+        assert!(
+            enc.encode_block(&b, &b, 2..2, 0, 4, &shared, &mut sel, &mut out[..0])
+                .is_err()
+        );
+        assert!(
+            enc.encode_block(&b, &b, 0..5, 0, 4, &shared, &mut sel, &mut out)
+                .is_err()
+        );
+        assert!(
+            enc.encode_block(&c, &b, 0..3, 0, 4, &shared, &mut sel, &mut out[..3])
+                .is_err()
+        );
+        assert!(decode_block(&b, 0..4, 0, 4, 4, &shared, &mut out).is_err());
+        assert!(decode_block(&b, 0..4, 0, 4, 3, &shared, &mut out[..2]).is_err());
+    }
+}

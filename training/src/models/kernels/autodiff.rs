@@ -1,0 +1,121 @@
+//! The kernels under [`Autodiff`]: one graph node per kernel, whose backward pass calls the
+//! inner backend's backward kernel.
+//!
+//! Why: burn's autodiff would otherwise record the 5–10 operations of each composite kernel and
+//! replay them backward; one node keeps the fused loops on both passes.
+
+use super::Kernels;
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+
+/// A graph node with `N` inputs whose backward pass is `backward(state, grad)`, one gradient
+/// per input.
+#[derive(Debug)]
+struct KernelNode<B: Backend, S, const N: usize> {
+    backward: fn(S, FloatTensor<B>) -> [FloatTensor<B>; N],
+}
+
+impl<B, S, const N: usize> Backward<B, N> for KernelNode<B, S, N>
+where
+    B: Backend,
+    S: Clone + Send + std::fmt::Debug + 'static,
+{
+    type State = S;
+
+    fn backward(self, ops: Ops<S, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let gradients = (self.backward)(ops.state, grad);
+        for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
+            if let Some(parent) = parent {
+                grads.register::<B>(parent.id, gradient);
+            }
+        }
+    }
+}
+
+/// Records `output`, computed by a kernel from `inputs`, in the graph; `state` is what the
+/// backward pass needs.
+fn record<B, C, S, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+    output: FloatTensor<B>,
+    state: S,
+    backward: fn(S, FloatTensor<B>) -> [FloatTensor<B>; N],
+) -> FloatTensor<Autodiff<B, C>>
+where
+    B: Backend,
+    C: CheckpointStrategy,
+    S: Clone + Send + std::fmt::Debug + 'static,
+{
+    let node = KernelNode { backward };
+    match node
+        .prepare::<C>(inputs.map(|t| t.node))
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(state, output),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    }
+}
+
+/// One graph node per kernel; the backward pass runs the inner backend's backward kernel.
+impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
+    fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (y, saved) = (B::fused_gelu(x.primitive.clone()), x.primitive.clone());
+        record::<B, C, _, 1>([x], y, saved, |x, g| [B::fused_gelu_backward(x, g)])
+    }
+
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let y = B::fused_layer_norm(
+            x.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive.clone(),
+        );
+        let state = (x.primitive.clone(), gamma.primitive.clone());
+        record::<B, C, _, 3>([x, gamma, beta], y, state, |(x, gamma), g| {
+            B::fused_layer_norm_backward(x, gamma, g)
+        })
+    }
+
+    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        let y = B::fused_linear(x.primitive.clone(), w.primitive.clone());
+        let state = (x.primitive.clone(), w.primitive.clone());
+        record::<B, C, _, 2>([x, w], y, state, |(x, w), g| {
+            B::fused_linear_backward(x, w, g)
+        })
+    }
+
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        heads: usize,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 2] {
+        let qkv = [
+            q.primitive.clone(),
+            k.primitive.clone(),
+            v.primitive.clone(),
+        ];
+        let [out, probs] = B::fused_attention(
+            qkv[0].clone(),
+            qkv[1].clone(),
+            qkv[2].clone(),
+            heads,
+            causal,
+        );
+        let probs_out = probs.clone();
+        let out = record::<B, C, _, 3>([q, k, v], out, (qkv, probs), |(qkv, probs), g| {
+            B::fused_attention_backward(qkv, probs, g)
+        });
+        [out, Self::from_inner(probs_out)]
+    }
+}

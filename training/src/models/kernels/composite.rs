@@ -1,0 +1,210 @@
+//! The kernels written with burn's tensor operations: the reference for the fused loops, and
+//! the implementation on backends without them.
+//!
+//! Why a separate module: these run on any backend (CUDA included) and are the oracle the tests
+//! hold the fused CPU loops and the autodiff nodes to, so they must stay plain burn code.
+
+use super::{GELU_A, GELU_C, NORM_EPS, float, with_row_len};
+use burn::tensor::activation;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Shape, Tensor, TensorData, TensorMetadata};
+
+/// The tensor as `rows × last dimension`, and its shape to restore.
+fn rows<B: Backend>(x: FloatTensor<B>) -> (Tensor<B, 2>, Shape) {
+    let shape = x.shape();
+    let cols = shape[shape.num_dims() - 1];
+    let flat = B::float_reshape(x, Shape::new([shape.num_elements() / cols, cols]));
+    (float(flat), shape)
+}
+
+fn restore<B: Backend>(t: Tensor<B, 2>, shape: Shape) -> FloatTensor<B> {
+    B::float_reshape(t.into_primitive().tensor(), shape)
+}
+
+fn row_vector<B: Backend>(v: FloatTensor<B>) -> Tensor<B, 2> {
+    let n = v.shape().num_elements();
+    float(B::float_reshape(v, Shape::new([1, n])))
+}
+
+/// `σ(2u)` with `u = √(2/π)(x + a x³)`; the exponent is clamped at 80 so that `e^{−2u}`
+/// stays finite.
+fn half_one_plus_tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let u = x.clone() * (x.clone() * x).mul_scalar(GELU_A).add_scalar(1.0);
+    u.mul_scalar(-2.0 * GELU_C)
+        .clamp_max(80.0)
+        .exp()
+        .add_scalar(1.0)
+        .recip()
+}
+
+pub fn gelu<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    let (x, shape) = rows::<B>(x);
+    restore(x.clone() * half_one_plus_tanh(x), shape)
+}
+
+pub fn gelu_backward<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
+    let (x, shape) = rows::<B>(x);
+    let (grad, _) = rows::<B>(grad);
+    let s = half_one_plus_tanh(x.clone());
+    let du = (x.clone() * x.clone())
+        .mul_scalar(3.0 * GELU_A)
+        .add_scalar(1.0)
+        .mul_scalar(2.0 * GELU_C);
+    let slope = s.clone() + x * s.clone() * s.neg().add_scalar(1.0) * du;
+    restore(grad * slope, shape)
+}
+
+pub fn softmax<B: Backend>(x: FloatTensor<B>, causal: bool) -> FloatTensor<B> {
+    let (x, shape) = rows::<B>(x);
+    let x = if causal {
+        let [n, t] = x.dims();
+        let mask: Vec<f32> = (0..t * t)
+            .map(|i| {
+                if i % t > i / t {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mask = Tensor::<B, 3>::from_data(TensorData::new(mask, [1, t, t]), &x.device());
+        (x.reshape([n / t, t, t]) + mask).reshape([n, t])
+    } else {
+        x
+    };
+    restore(activation::softmax(x, 1), shape)
+}
+
+pub fn softmax_backward<B: Backend>(y: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
+    let (y, shape) = rows::<B>(y);
+    let (grad, _) = rows::<B>(grad);
+    let dot = (grad.clone() * y.clone()).sum_dim(1);
+    restore(y * (grad - dot), shape)
+}
+
+/// `(x − mean) / √(var + ε)` per row, and `1/√(var + ε)` as a column.
+fn normalise<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let centred = x.clone() - x.mean_dim(1);
+    let var = (centred.clone() * centred.clone()).mean_dim(1);
+    let inv_std = var.add_scalar(f64::from(NORM_EPS)).sqrt().recip();
+    (centred * inv_std.clone(), inv_std)
+}
+
+pub fn layer_norm<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let (x, shape) = rows::<B>(x);
+    let (normed, _) = normalise(x);
+    restore(normed * row_vector(gamma) + row_vector(beta), shape)
+}
+
+pub fn layer_norm_backward<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 3] {
+    let (x, shape) = rows::<B>(x);
+    let (grad, _) = rows::<B>(grad);
+    let cols = x.dims()[1];
+    let (normed, inv_std) = normalise(x);
+    let d_gamma = (grad.clone() * normed.clone()).sum_dim(0).reshape([cols]);
+    let d_beta = grad.clone().sum_dim(0).reshape([cols]);
+    let d_normed = grad * row_vector(gamma);
+    let d_x = (d_normed.clone()
+        - d_normed.clone().mean_dim(1)
+        - normed.clone() * (d_normed * normed).mean_dim(1))
+        * inv_std;
+    [
+        restore(d_x, shape),
+        d_gamma.into_primitive().tensor(),
+        d_beta.into_primitive().tensor(),
+    ]
+}
+
+pub fn linear<B: Backend>(x: FloatTensor<B>, w: FloatTensor<B>) -> FloatTensor<B> {
+    let (x, shape) = rows::<B>(x);
+    let w: Tensor<B, 2> = float(w);
+    let out = with_row_len(&shape, w.dims()[0]);
+    B::float_reshape(x.matmul(w.transpose()).into_primitive().tensor(), out)
+}
+
+pub fn linear_backward<B: Backend>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 2] {
+    let (x, shape) = rows::<B>(x);
+    let (grad, _) = rows::<B>(grad);
+    let w: Tensor<B, 2> = float(w);
+    let d_x = restore(grad.clone().matmul(w), shape);
+    let d_w = grad.transpose().matmul(x);
+    [d_x, d_w.into_primitive().tensor()]
+}
+
+/// `N × T × d` → `N × heads × T × d/heads`.
+fn split<B: Backend>(x: FloatTensor<B>, heads: usize) -> Tensor<B, 4> {
+    let x: Tensor<B, 3> = float(x);
+    let [n, t, d] = x.dims();
+    x.reshape([n, t, heads, d / heads]).swap_dims(1, 2)
+}
+
+/// `N × heads × T × d/heads` → `N × T × d`.
+fn merge<B: Backend>(x: Tensor<B, 4>) -> FloatTensor<B> {
+    let [n, h, t, w] = x.dims();
+    x.swap_dims(1, 2)
+        .reshape([n, t, h * w])
+        .into_primitive()
+        .tensor()
+}
+
+fn scale(width: usize) -> f64 {
+    1.0 / (width as f64).sqrt()
+}
+
+pub fn attention<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    heads: usize,
+    causal: bool,
+) -> [FloatTensor<B>; 2] {
+    let (q, k, v) = (
+        split::<B>(q, heads),
+        split::<B>(k, heads),
+        split::<B>(v, heads),
+    );
+    let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale(v.dims()[3]));
+    let probs: Tensor<B, 4> = float(softmax::<B>(scores.into_primitive().tensor(), causal));
+    [
+        merge(probs.clone().matmul(v)),
+        probs.into_primitive().tensor(),
+    ]
+}
+
+pub fn attention_backward<B: Backend>(
+    [q, k, v]: [FloatTensor<B>; 3],
+    probs: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 3] {
+    let heads = probs.shape()[1];
+    let (q, k, v) = (
+        split::<B>(q, heads),
+        split::<B>(k, heads),
+        split::<B>(v, heads),
+    );
+    let grad = split::<B>(grad, heads);
+    let probs: Tensor<B, 4> = float(probs);
+    let d_v = probs.clone().swap_dims(2, 3).matmul(grad.clone());
+    let d_probs = grad.matmul(v.clone().swap_dims(2, 3));
+    let d_scores: Tensor<B, 4> = float::<B, 4>(softmax_backward::<B>(
+        probs.into_primitive().tensor(),
+        d_probs.into_primitive().tensor(),
+    ))
+    .mul_scalar(scale(v.dims()[3]));
+    let d_q = d_scores.clone().matmul(k);
+    let d_k = d_scores.swap_dims(2, 3).matmul(q);
+    [merge(d_q), merge(d_k), merge(d_v)]
+}

@@ -1,0 +1,399 @@
+//! Fused kernels for the hot spots of transformer training: GPT-2's GELU, layer normalisation,
+//! the linear layer and multi-head (causal) attention, each with a hand-written backward pass.
+//!
+//! Why: written with burn's tensor operations, each of these is a chain of 5–10 element-wise
+//! passes forward and as many again backward, every pass allocating a fresh tensor. On the CPU
+//! backend that chain, not the matrix products, dominated a char-transformer step, and
+//! burn-ndarray's matmul copied every transposed operand first. Here each element-wise kernel is
+//! one pass forward and one backward over contiguous rows, and the products read transposes and
+//! per-head column bands in place.
+//!
+//! [`Kernels`] is a backend extension: the CPU backend ([`NdArray`](burn::backend::NdArray))
+//! runs the fused loops (`ndarray.rs`), and [`Autodiff`](burn::backend::autodiff::Autodiff)
+//! records one graph node per kernel whose backward pass calls the inner backend's backward
+//! kernel (`autodiff.rs`). Any other backend (CUDA) gets the [`composite`] versions, which are
+//! the same functions written with burn's tensor operations; the tests check that both agree,
+//! values and gradients.
+
+pub mod composite;
+
+mod autodiff;
+mod ndarray;
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Shape, Tensor, TensorPrimitive};
+
+/// √(2/π), GPT-2's GELU constant.
+const GELU_C: f32 = 0.797_884_6;
+/// The cubic coefficient of GPT-2's GELU.
+const GELU_A: f32 = 0.044_715;
+/// Variance floor of the layer norm.
+pub const NORM_EPS: f32 = 1e-5;
+
+/// A backend with the fused kernels. Every function works on the last dimension of a
+/// contiguous tensor of any rank (its "rows").
+pub trait Kernels: Backend {
+    /// GPT-2's GELU, `x · ½(1 + tanh(√(2/π)(x + 0.044715 x³)))`.
+    fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::gelu::<Self>(x)
+    }
+
+    /// The gradient of [`Kernels::fused_gelu`] at `x`, times `grad`.
+    fn fused_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::gelu_backward::<Self>(x, grad)
+    }
+
+    /// Layer normalisation of each row, scaled by `gamma` and shifted by `beta` (both of the
+    /// row's length).
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        composite::layer_norm::<Self>(x, gamma, beta)
+    }
+
+    /// The gradients of [`Kernels::fused_layer_norm`] with respect to `x`, `gamma` and `beta`.
+    fn fused_layer_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        composite::layer_norm_backward::<Self>(x, gamma, grad)
+    }
+
+    /// `x · wᵀ` over the last dimension of `x` (`… × in`), with `w` an `out × in` matrix
+    /// (any strides: a transposed factor is not copied).
+    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::linear::<Self>(x, w)
+    }
+
+    /// The gradients of [`Kernels::fused_linear`] with respect to `x` and `w`.
+    fn fused_linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        composite::linear_backward::<Self>(x, w, grad)
+    }
+
+    /// Multi-head scaled dot-product attention of `N × T × d` queries, keys and values split
+    /// into `heads` heads of width `d / heads`, with the heads merged back into `N × T × d`.
+    /// Returns the output and the attention probabilities (`N × heads × T × T`, kept for the
+    /// backward pass).
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        heads: usize,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 2] {
+        composite::attention::<Self>(q, k, v, heads, causal)
+    }
+
+    /// The gradients of [`Kernels::fused_attention`] with respect to `q`, `k` and `v`.
+    fn fused_attention_backward(
+        [q, k, v]: [FloatTensor<Self>; 3],
+        probs: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        composite::attention_backward::<Self>([q, k, v], probs, grad)
+    }
+}
+
+/// A training backend: autodiff over a backend that has the kernels too (for evaluation on
+/// the inner backend).
+pub trait TrainingBackend: AutodiffBackend<InnerBackend: Kernels> + Kernels {}
+
+impl<B> TrainingBackend for B where B: AutodiffBackend<InnerBackend: Kernels> + Kernels {}
+
+#[cfg(feature = "cuda")]
+impl Kernels for burn::backend::Cuda {}
+
+/// `shape` with its last dimension set to `len`.
+fn with_row_len(shape: &Shape, len: usize) -> Shape {
+    let mut dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
+    dims[shape.num_dims() - 1] = len;
+    Shape::from(dims)
+}
+
+/// A float primitive as a tensor of rank `D`.
+fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// GPT-2's GELU through [`Kernels::fused_gelu`].
+pub fn gelu<B: Kernels, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    float(B::fused_gelu(x.into_primitive().tensor()))
+}
+
+/// Layer normalisation of the last dimension through [`Kernels::fused_layer_norm`].
+pub fn layer_norm<B: Kernels, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+) -> Tensor<B, D> {
+    float(B::fused_layer_norm(
+        x.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+    ))
+}
+
+/// `x · wᵀ` through [`Kernels::fused_linear`].
+pub fn linear<B: Kernels, const D: usize>(x: Tensor<B, D>, w: Tensor<B, 2>) -> Tensor<B, D> {
+    float(B::fused_linear(
+        x.into_primitive().tensor(),
+        w.into_primitive().tensor(),
+    ))
+}
+
+/// Multi-head attention of `N × T × d` projections through [`Kernels::fused_attention`].
+pub fn attention<B: Kernels>(
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    v: Tensor<B, 3>,
+    heads: usize,
+    causal: bool,
+) -> Tensor<B, 3> {
+    let [out, _] = B::fused_attention(
+        q.into_primitive().tensor(),
+        k.into_primitive().tensor(),
+        v.into_primitive().tensor(),
+        heads,
+        causal,
+    );
+    float(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ndarray::{softmax_backward_rows, softmax_rows};
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::{Distribution, TensorData};
+    use std::sync::{Mutex, PoisonError};
+
+    type B = Autodiff<NdArray>;
+
+    /// Normal(0, 2) values drawn right after seeding burn-ndarray's process-wide generator.
+    /// The lock keeps seeding and drawing together: without it a test on another thread could
+    /// reseed or draw in between, and the fused and composite runs would get different inputs.
+    fn random<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
+        static SEEDED: Mutex<()> = Mutex::new(());
+        let _seeded = SEEDED.lock().unwrap_or_else(PoisonError::into_inner);
+        B::seed(&Default::default(), seed);
+        Tensor::random(shape, Distribution::Normal(0.0, 2.0), &Default::default())
+    }
+
+    fn vec<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+        t.into_data().into_vec().expect("f32")
+    }
+
+    fn assert_close(fused: &[f32], composite: &[f32], what: &str) {
+        assert_eq!(fused.len(), composite.len(), "{what}: lengths");
+        for (i, (a, b)) in fused.iter().zip(composite).enumerate() {
+            assert!(
+                (a - b).abs() <= 2e-5 * (1.0 + b.abs()),
+                "{what}[{i}]: fused {a}, composite {b}"
+            );
+        }
+    }
+
+    fn as_autodiff(t: FloatTensor<B>) -> Tensor<B, 3> {
+        float(t)
+    }
+
+    /// Runs `fused` and `composite` on the same inputs, then backpropagates the same random
+    /// cotangent through both and compares outputs and every input's gradient.
+    fn check(
+        inputs: Vec<Tensor<B, 3>>,
+        fused: impl Fn(&[Tensor<B, 3>]) -> Tensor<B, 3>,
+        composite: impl Fn(&[Tensor<B, 3>]) -> Tensor<B, 3>,
+        what: &str,
+    ) {
+        let run = |f: &dyn Fn(&[Tensor<B, 3>]) -> Tensor<B, 3>| {
+            let xs: Vec<_> = inputs
+                .iter()
+                .map(|x| x.clone().detach().require_grad())
+                .collect();
+            let y = f(&xs);
+            let cotangent = random(y.dims(), 99);
+            let grads = (y.clone() * cotangent).sum().backward();
+            let dxs: Vec<Vec<f32>> = xs
+                .iter()
+                .map(|x| x.grad(&grads).expect("every input gets a gradient"))
+                .map(|g| g.into_data().into_vec().expect("f32"))
+                .collect();
+            (vec(y), dxs)
+        };
+        let (y_fused, d_fused) = run(&fused);
+        let (y_comp, d_comp) = run(&composite);
+        assert_close(&y_fused, &y_comp, &format!("{what} output"));
+        for (i, (a, b)) in d_fused.iter().zip(&d_comp).enumerate() {
+            assert_close(a, b, &format!("{what} gradient of input {i}"));
+        }
+    }
+
+    #[test]
+    fn fused_gelu_matches_the_composite_one() {
+        check(
+            vec![random([2, 5, 7], 1)],
+            |x| gelu(x[0].clone()),
+            |x| as_autodiff(composite::gelu::<B>(x[0].clone().into_primitive().tensor())),
+            "gelu",
+        );
+    }
+
+    #[test]
+    fn attention_softmax_rows_match_the_composite_softmax_forward_and_backward() {
+        let primitive = |t: &Tensor<B, 3>| t.clone().into_primitive().tensor();
+        for causal in [false, true] {
+            let (x, grad) = (random([3, 6, 6], 2), random([3, 6, 6], 3));
+            let y = composite::softmax::<B>(primitive(&x), causal);
+            let dx = composite::softmax_backward::<B>(y.clone(), primitive(&grad));
+            let mut rows = vec(x);
+            softmax_rows(&mut rows, 6, causal);
+            assert_close(
+                &rows,
+                &vec(as_autodiff(y)),
+                &format!("softmax (causal {causal})"),
+            );
+            let mut d_rows = vec(grad);
+            softmax_backward_rows(&rows, &mut d_rows, 6);
+            assert_close(
+                &d_rows,
+                &vec(as_autodiff(dx)),
+                &format!("softmax backward (causal {causal})"),
+            );
+        }
+        // Causal: row i puts exactly zero mass on positions after i, and each row sums to 1.
+        let mut y = vec(random([1, 4, 4], 3));
+        softmax_rows(&mut y, 4, true);
+        for (i, row) in y.chunks(4).enumerate() {
+            assert!(row[i + 1..].iter().all(|&p| p == 0.0), "row {i}: {row:?}");
+            assert!(
+                (row.iter().sum::<f32>() - 1.0).abs() < 1e-6,
+                "row {i}: {row:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn fused_layer_norm_matches_the_composite_one_in_all_three_gradients() {
+        let gamma = random([1, 1, 9], 5);
+        let beta = random([1, 1, 9], 6);
+        let flat = |t: &Tensor<B, 3>| t.clone().reshape([9]);
+        check(
+            vec![random([2, 4, 9], 4), gamma, beta],
+            |x| layer_norm(x[0].clone(), flat(&x[1]), flat(&x[2])),
+            |x| {
+                as_autodiff(composite::layer_norm::<B>(
+                    x[0].clone().into_primitive().tensor(),
+                    flat(&x[1]).into_primitive().tensor(),
+                    flat(&x[2]).into_primitive().tensor(),
+                ))
+            },
+            "layer norm",
+        );
+    }
+
+    #[test]
+    fn fused_linear_matches_the_composite_one_for_plain_and_transposed_weights() {
+        // A factor U (n × out) enters as Uᵀ: a strided view the kernel reads without a copy.
+        let plain: fn(&Tensor<B, 3>) -> Tensor<B, 2> = |w| w.clone().reshape([5, 7]);
+        let transposed: fn(&Tensor<B, 3>) -> Tensor<B, 2> =
+            |w| w.clone().reshape([7, 5]).transpose();
+        for (weight, stored, what) in [
+            (plain, [1, 5, 7], "linear"),
+            (transposed, [1, 7, 5], "linear with a transposed weight"),
+        ] {
+            check(
+                vec![random([2, 3, 7], 7), random(stored, 8)],
+                |x| linear(x[0].clone(), weight(&x[1])),
+                |x| {
+                    as_autodiff(composite::linear::<B>(
+                        x[0].clone().into_primitive().tensor(),
+                        weight(&x[1]).into_primitive().tensor(),
+                    ))
+                },
+                what,
+            );
+        }
+    }
+
+    #[test]
+    fn fused_attention_matches_the_composite_one_in_q_k_and_v() {
+        for causal in [false, true] {
+            check(
+                vec![
+                    random([2, 5, 12], 11),
+                    random([2, 5, 12], 12),
+                    random([2, 5, 12], 13),
+                ],
+                |x| attention(x[0].clone(), x[1].clone(), x[2].clone(), 3, causal),
+                |x| {
+                    let [out, _] = composite::attention::<B>(
+                        x[0].clone().into_primitive().tensor(),
+                        x[1].clone().into_primitive().tensor(),
+                        x[2].clone().into_primitive().tensor(),
+                        3,
+                        causal,
+                    );
+                    as_autodiff(out)
+                },
+                &format!("attention (causal {causal})"),
+            );
+        }
+        // Causal: the first position attends to itself only, so its output is its own value.
+        let (q, k, v) = (
+            random([1, 4, 6], 14),
+            random([1, 4, 6], 15),
+            random([1, 4, 6], 16),
+        );
+        let out = vec(attention(q, k, v.clone(), 2, true));
+        assert_close(&out[..6], &vec(v)[..6], "first causal position");
+    }
+
+    #[test]
+    fn gelu_is_gpt2s_tanh_form_with_finite_gradients_everywhere() {
+        let xs: Vec<f32> = vec![-200.0, -50.0, -8.0, -1.5, -0.3, 0.0, 0.4, 1.0, 3.0, 60.0];
+        for fused in [true, false] {
+            let x = Tensor::<B, 1>::from_data(
+                TensorData::new(xs.clone(), [xs.len()]),
+                &Default::default(),
+            )
+            .require_grad();
+            let y: Tensor<B, 1> = if fused {
+                gelu(x.clone())
+            } else {
+                float(composite::gelu::<B>(x.clone().into_primitive().tensor()))
+            };
+            let grads = y.clone().sum().backward();
+            let dy: Vec<f32> = x
+                .grad(&grads)
+                .expect("grad")
+                .into_data()
+                .into_vec()
+                .expect("f32");
+            let y = vec(y);
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            for ((&xi, &yi), &gi) in xs.iter().zip(&y).zip(&dy) {
+                let x = f64::from(xi);
+                let t = (c * (x + 0.044715 * x.powi(3))).tanh();
+                let expected = 0.5 * x * (1.0 + t);
+                let slope =
+                    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+                assert!(
+                    (f64::from(yi) - expected).abs() <= 1e-5 * (1.0 + expected.abs()),
+                    "gelu({x}), fused {fused}"
+                );
+                assert!(
+                    gi.is_finite() && (f64::from(gi) - slope).abs() <= 1e-4,
+                    "gelu'({x}) = {gi}, expected {slope}, fused {fused}"
+                );
+            }
+        }
+    }
+}

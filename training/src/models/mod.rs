@@ -1,0 +1,19 @@
+//! Models: the neural models (burn modules with factorized layers) built from and exported to
+//! named tensors; softmax regression is the [`mlp::Mlp`] without hidden layers.
+//!
+//! Nothing here reads files or knows how data was partitioned: a model sees a
+//! [`crate::data::Dataset`] and a seed, and exchanges its parameters as a [`ModelState`].
+
+pub mod blocks;
+pub mod builder;
+pub mod cct;
+pub mod char_transformer;
+pub mod cnn;
+pub mod kernels;
+pub mod layers;
+pub mod mlp;
+pub mod net;
+pub mod resnet;
+pub mod tensors;
+
+pub use tensors::{ModelState, NamedTensor};
