@@ -163,7 +163,7 @@ pub fn run_config(base: &Config, arm: &Arm, seed: u64) -> anyhow::Result<Config>
     config.run.seed = seed;
     match arm {
         Arm::NoSharding => {
-            config.model.sharded_layers.clear();
+            config.model.clear_sharded_layers();
             config.federation.keep_ratios = Setup::uniform(1.0).keep_ratios;
         }
         Arm::Sharded { strategy, setup } => {
@@ -220,7 +220,7 @@ pub fn compare(
     on_run: &mut dyn FnMut(usize, usize, &RunResult),
 ) -> anyhow::Result<Vec<RunResult>> {
     ensure!(
-        !config.model.sharded_layers.is_empty(),
+        !config.model.sharded_layers().is_empty(),
         "the config's `model.sharded_layers` is empty: every strategy would train the same dense \
          model, so there is nothing to compare"
     );

@@ -200,55 +200,83 @@ fn default_test_samples() -> usize {
     2000
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ModelKind {
+/// The `[model]` section: `kind = "…"` chooses the model, and each kind takes only its own
+/// fields, so a network is required exactly for `neural` and ridge has nothing to shard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ModelSection {
     /// Multinomial logistic regression on the digits: the burn MLP 64 → 10 without hidden layers
     /// (its one layer, `fc0`, may be sharded), trained like any neural model.
-    Softmax,
-    /// Ridge regression fitted in closed form per client (mean-loss form, λ = 1/√n).
-    Ridge,
+    Softmax {
+        /// Tensors trained as spectral shards: `fc0.weight`, or `["all"]`.
+        #[serde(default)]
+        sharded_layers: Vec<String>,
+    },
+    /// Ridge regression fitted in closed form per client (mean-loss form, λ = 1/√n); a 1 × d
+    /// weight has rank 1, so nothing is sharded.
+    Ridge {},
     /// A burn network (`[model.network]`) trained by SGD on the clients.
-    Neural,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelSection {
-    pub kind: ModelKind,
-    /// Tensors trained as spectral shards: weight names such as `fc0.weight` (softmax: its only
-    /// layer), or `["all"]` for every weight but the first and last layer's (softmax: `fc0`).
-    #[serde(default)]
-    pub sharded_layers: Vec<String>,
-    /// The architecture of a neural model.
-    pub network: Option<Architecture>,
+    Neural {
+        /// Tensors trained as spectral shards: weight names such as `fc1.weight`, or `["all"]`
+        /// for every weight but the first and last layer's.
+        #[serde(default)]
+        sharded_layers: Vec<String>,
+        network: Architecture,
+    },
 }
 
 impl ModelSection {
+    /// The kind's name as the config spells it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelSection::Softmax { .. } => "softmax",
+            ModelSection::Ridge {} => "ridge",
+            ModelSection::Neural { .. } => "neural",
+        }
+    }
+
     /// The burn network trained: `[model.network]` for a neural model, the MLP 64 → 10 without
     /// hidden layers for softmax, none for ridge.
     pub fn architecture(&self) -> Option<Architecture> {
-        match self.kind {
-            ModelKind::Neural => self.network.clone(),
-            ModelKind::Softmax => Some(Architecture::Mlp {
+        match self {
+            ModelSection::Neural { network, .. } => Some(network.clone()),
+            ModelSection::Softmax { .. } => Some(Architecture::Mlp {
                 inputs: 64,
                 hidden: Vec::new(),
                 classes: 10,
             }),
-            ModelKind::Ridge => None,
+            ModelSection::Ridge {} => None,
+        }
+    }
+
+    /// The tensors named in `sharded_layers` (none for ridge).
+    pub fn sharded_layers(&self) -> &[String] {
+        match self {
+            ModelSection::Softmax { sharded_layers }
+            | ModelSection::Neural { sharded_layers, .. } => sharded_layers,
+            ModelSection::Ridge {} => &[],
+        }
+    }
+
+    /// Trains every tensor densely (the reference arm of `fedshard compare`).
+    pub fn clear_sharded_layers(&mut self) {
+        if let ModelSection::Softmax { sharded_layers }
+        | ModelSection::Neural { sharded_layers, .. } = self
+        {
+            sharded_layers.clear();
         }
     }
 
     /// The sharded tensor names with `all` expanded to the architecture's shardable weights.
     pub fn resolved_sharded_layers(&self) -> anyhow::Result<Vec<String>> {
-        match (&self.architecture(), self.sharded_layers.as_slice()) {
+        match (&self.architecture(), self.sharded_layers()) {
             (Some(net), [all]) if all == "all" => {
                 let (_, shardable) = net
                     .initial_state(0)
                     .map_err(|e| anyhow::anyhow!("field `model.network`: {e}"))?;
                 Ok(shardable)
             }
-            _ => Ok(self.sharded_layers.clone()),
+            (_, layers) => Ok(layers.to_vec()),
         }
     }
 }
@@ -531,28 +559,13 @@ impl Config {
         let partial = f.keep_ratios.iter().any(|k| k.ratio < 1.0);
         field(
             "model.sharded_layers",
-            !partial || !self.model.sharded_layers.is_empty(),
+            !partial || !self.model.sharded_layers().is_empty(),
             "at least one sharded layer when a keep ratio is below 1",
             "none".into(),
         )?;
-        if self.model.kind != ModelKind::Neural {
-            field(
-                "model.network",
-                self.model.network.is_none(),
-                "no network unless `model.kind = \"neural\"`",
-                "a [model.network] table".into(),
-            )?;
-        }
-        match self.model.kind {
-            ModelKind::Neural => {
-                let Some(net) = &self.model.network else {
-                    bail!(
-                        "field `model.network`: expected a [model.network] table for `kind = \"neural\"`, found none"
-                    );
-                };
-                self.validate_network(net)?;
-            }
-            ModelKind::Softmax => {
+        match &self.model {
+            ModelSection::Neural { network, .. } => self.validate_network(network)?,
+            ModelSection::Softmax { .. } => {
                 field(
                     "data.dataset",
                     matches!(self.data, DataSection::Digits { .. }),
@@ -563,27 +576,19 @@ impl Config {
                     self.validate_network(&net)?;
                 }
             }
-            ModelKind::Ridge => {
-                field(
-                    "data.dataset",
-                    matches!(self.data, DataSection::SyntheticLinear { .. }),
-                    "synthetic-linear for the ridge model",
-                    self.data.name().into(),
-                )?;
-                field(
-                    "model.sharded_layers",
-                    self.model.sharded_layers.is_empty(),
-                    "no sharded layers for ridge (a 1 × d weight has rank 1)",
-                    format!("{:?}", self.model.sharded_layers),
-                )?;
-            }
+            ModelSection::Ridge {} => field(
+                "data.dataset",
+                matches!(self.data, DataSection::SyntheticLinear { .. }),
+                "synthetic-linear for the ridge model",
+                self.data.name().into(),
+            )?,
         }
-        if self.model.kind != ModelKind::Neural {
+        if !matches!(self.model, ModelSection::Neural { .. }) {
             field(
                 "data.dataset",
                 !matches!(self.data, DataSection::Shakespeare { .. }),
                 "a neural model (`model.kind = \"neural\"`, char-transformer) for shakespeare",
-                format!("{:?} model", self.model.kind),
+                format!("a {} model", self.model.kind()),
             )?;
         }
         if let Some(m) = &self.metrics
@@ -726,10 +731,10 @@ impl Config {
         let (_, shardable) = net
             .initial_state(0)
             .map_err(|e| anyhow::anyhow!("field `model.network`: {e}"))?;
-        if self.model.sharded_layers == ["all"] {
+        if self.model.sharded_layers() == ["all"] {
             return Ok(());
         }
-        for layer in &self.model.sharded_layers {
+        for layer in self.model.sharded_layers() {
             if !shardable.contains(layer) {
                 bail!(
                     "field `model.sharded_layers`: expected `all` or names among {shardable:?}, found {layer:?}"

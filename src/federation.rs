@@ -4,7 +4,6 @@
 //! load and partition the data the same way, so a client node trains exactly the data the
 //! in-process run gives that client.
 
-use crate::config::ModelKind;
 use crate::config::{Config, DataSection, Device, LabelSplit};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
@@ -509,17 +508,13 @@ pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
 /// # Panics
 /// For a network that cannot be built, which [`Config::validate`] rules out.
 pub fn initial_model(config: &Config, seed: u64) -> ModelState {
-    match config.model.kind {
-        ModelKind::Neural | ModelKind::Softmax => {
-            let net = config
-                .model
-                .architecture()
-                .unwrap_or_else(|| unreachable!("validated: a neural model has a network"));
+    match config.model.architecture() {
+        Some(net) => {
             net.initial_state(seed)
                 .unwrap_or_else(|e| unreachable!("validated: the network builds ({e})"))
                 .0
         }
-        ModelKind::Ridge => {
+        None => {
             let DataSection::SyntheticLinear { dim, .. } = config.data else {
                 unreachable!("validated: ridge runs on synthetic-linear data")
             };

@@ -344,3 +344,30 @@ fn a_field_of_another_dataset_is_an_error_naming_it() {
         "{err}"
     );
 }
+
+#[test]
+fn each_model_kind_takes_only_its_own_fields() {
+    let parse = |text: &str| {
+        format!(
+            "{:#}",
+            Config::parse(text, Path::new("bad.toml")).unwrap_err()
+        )
+    };
+    // A network belongs to `kind = "neural"` alone.
+    let err = parse(&DIGITS.replace(
+        "sharded_layers = [\"fc0.weight\"]",
+        "sharded_layers = [\"fc0.weight\"]\n\n[model.network]\narchitecture = \"digits-cnn\"\nclasses = 10",
+    ));
+    assert!(
+        err.contains("bad.toml")
+            && err.contains("[model]")
+            && err.contains("unknown field `network`"),
+        "{err}"
+    );
+    // And a neural model cannot go without one.
+    let err = parse(&DIGITS.replace("kind = \"softmax\"", "kind = \"neural\""));
+    assert!(
+        err.contains("[model]") && err.contains("missing field `network`"),
+        "{err}"
+    );
+}
