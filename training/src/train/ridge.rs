@@ -122,7 +122,7 @@ impl Evaluator for RidgeEvaluator {
     }
 }
 
-/// Clients of the synthetic one-shot setting: θ* ~ U[0,1]^d, client sizes
+/// Clients of the synthetic one-shot setting: θ* ~ U(0, 1)^d, client sizes
 /// n_i = max(1, ⌊X_i⌋), X_i ~ LogNormal(γ ln K − ½, 1), data y = xᵀθ* + N(0, 1).
 pub fn synthetic_clients(
     clients: usize,
