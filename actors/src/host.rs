@@ -70,15 +70,20 @@ impl Actor for ClientHost {
         event: SupervisionEvent,
         state: &mut HostState,
     ) -> Result<(), ActorProcessingErr> {
-        let dead = match &event {
-            SupervisionEvent::ActorFailed(cell, _) => Some(cell.get_id()),
-            SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell.get_id()),
-            _ => None,
-        };
-        if let Some(client) = dead.and_then(|actor| state.by_actor.remove(&actor)) {
+        if let Some(client) = stopped_actor(&event).and_then(|actor| state.by_actor.remove(&actor))
+        {
             tracing::warn!(client, "client actor died; restarting it");
             state.start_client(client, myself.get_cell()).await?;
         }
         Ok(())
+    }
+}
+
+/// The actor a supervision event says has failed or stopped, if any.
+pub(crate) fn stopped_actor(event: &SupervisionEvent) -> Option<ActorId> {
+    match event {
+        SupervisionEvent::ActorFailed(cell, _) => Some(cell.get_id()),
+        SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell.get_id()),
+        _ => None,
     }
 }

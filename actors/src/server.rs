@@ -10,7 +10,7 @@
 use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
 use crate::client::ClientMsg;
 use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection};
-use crate::host::ClientHost;
+use crate::host::{ClientHost, stopped_actor};
 use crate::record::{RoundRecord, Summary};
 use crate::round::{
     FoldContext, Folded, Outcome, RoundSummary, build_tasks, classify, fold, record, validate,
@@ -222,12 +222,7 @@ impl Actor for Server {
         event: SupervisionEvent,
         state: &mut ServerState,
     ) -> Result<(), ActorProcessingErr> {
-        let dead = match &event {
-            SupervisionEvent::ActorFailed(cell, _) => Some(cell.get_id()),
-            SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell.get_id()),
-            _ => None,
-        };
-        if dead == Some(state.coordinator.get_id()) && state.done.is_some() {
+        if stopped_actor(&event) == Some(state.coordinator.get_id()) && state.done.is_some() {
             state.finish(Err("the coordinator died".into()));
         }
         Ok(())
