@@ -4,7 +4,7 @@
 //! a no-sharding reference row.
 //!
 //! Runs are independent and run one after the other in this process, each through
-//! [`federation::server`] and the runtime's [`fedshard_actors::server::run`] (the loop behind
+//! [`federation::in_process`] and the runtime's [`fedshard_actors::server::run`] (the loop behind
 //! `fedshard run`) with no run folder and no metrics exporter. Every run is deterministic given
 //! its seed, so the whole grid is too.
 
@@ -261,16 +261,7 @@ pub fn compare(
 
 /// Runs one federation in memory; returns its final accuracy and its ANME averaged over rounds.
 fn run_one(config: &Config, runtime: &tokio::runtime::Runtime) -> anyhow::Result<(f64, f64)> {
-    let federation = federation::server(config)?;
-    let trainers = federation::clients(
-        config,
-        &federation
-            .registry
-            .clients
-            .keys()
-            .copied()
-            .collect::<Vec<_>>(),
-    )?;
+    let (federation, trainers) = federation::in_process(config)?;
     let (_, summary) = runtime
         .block_on(fedshard_actors::server::run(federation, trainers))
         .map_err(anyhow::Error::msg)?;

@@ -33,8 +33,27 @@ pub type Trainers = BTreeMap<ClientId, Arc<dyn LocalTrainer>>;
 /// (from the data partition, never from a client), the evaluator on the held-out set and the
 /// runtime config.
 pub fn server(config: &Config) -> anyhow::Result<Federation> {
-    let seed = config.run.seed;
+    server_side(config, load(config)?)
+}
+
+/// The trainers of the clients `ids` of `config`'s federation (with the fault wrapper when the
+/// config has `[faults]`): client `c` trains the same data here as in any other process built
+/// from the same config, so a node can host any subset of the clients.
+pub fn clients(config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
+    trainers_of(config, &load(config)?, ids)
+}
+
+/// Both halves of the federation in this process, from one load of the data: the server side
+/// and the trainers of every client.
+pub fn in_process(config: &Config) -> anyhow::Result<(Federation, Trainers)> {
     let loaded = load(config)?;
+    let ids: Vec<ClientId> = (0..loaded.sizes().len() as ClientId).collect();
+    let trainers = trainers_of(config, &loaded, &ids)?;
+    Ok((server_side(config, loaded)?, trainers))
+}
+
+fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
+    let seed = config.run.seed;
     let sizes = loaded.sizes();
     let evaluator = loaded.into_evaluator(config)?;
     let keep_ratios = assign_keep_ratios(config, seed);
@@ -94,11 +113,7 @@ pub fn server(config: &Config) -> anyhow::Result<Federation> {
     })
 }
 
-/// The trainers of the clients `ids` of `config`'s federation (with the fault wrapper when the
-/// config has `[faults]`): client `c` trains the same data here as in any other process built
-/// from the same config, so a node can host any subset of the clients.
-pub fn clients(config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
-    let loaded = load(config)?;
+fn trainers_of(config: &Config, loaded: &Loaded, ids: &[ClientId]) -> anyhow::Result<Trainers> {
     let count = loaded.sizes().len();
     if let Some(bad) = ids.iter().find(|&&id| id as usize >= count) {
         anyhow::bail!(
@@ -106,7 +121,7 @@ pub fn clients(config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
             config.data.clients()
         );
     }
-    let mut trainers = loaded.into_trainers(config, ids)?;
+    let mut trainers = loaded.trainers(config, ids)?;
     if let Some(plan) = &config.faults {
         for trainer in trainers.values_mut() {
             *trainer = Arc::new(FaultyTrainer {
@@ -127,9 +142,7 @@ pub fn run_to_end(
     fedshard_protocol::model::ModelState,
     fedshard_actors::record::Summary,
 )> {
-    let federation = server(config)?;
-    let ids: Vec<ClientId> = federation.registry.clients.keys().copied().collect();
-    let trainers = clients(config, &ids)?;
+    let (federation, trainers) = in_process(config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -297,7 +310,7 @@ impl Loaded {
     }
 
     /// The trainers of the clients `ids` (each below `self.sizes().len()`).
-    fn into_trainers(self, config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
+    fn trainers(&self, config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
         let mut trainers = Trainers::new();
         match self {
             Loaded::Table { train, parts, .. } => {

@@ -265,8 +265,8 @@ mod tests {
                 ..
             }
         ));
-        // The wrong-round request consumed nothing it could give: round 4's update is gone
-        // too, so a replayed upload request never returns an old update twice.
+        // A request for another round still discards the kept update, so no later request,
+        // replayed or not, can release an update from an earlier round.
         let again = ractor::call!(actor, |reply| ClientMsg::Upload { round: 4, reply }).unwrap();
         assert!(matches!(again, ClientReply::Failed { .. }));
         actor.stop(None);

@@ -104,11 +104,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     let text = toml::to_string(&config).context("serialising the config")?;
     write_atomically(&dir.join(CONFIG_FILE), text.as_bytes())?;
 
-    let mut fed = federation::server(&config)?;
-    let trainers = federation::clients(
-        &config,
-        &fed.registry.clients.keys().copied().collect::<Vec<_>>(),
-    )?;
+    let (mut fed, trainers) = federation::in_process(&config)?;
     fed.run_dir = Some(dir.clone());
     if args.resume.is_some() {
         let resumed = fed.resume_from_checkpoint().map_err(anyhow::Error::msg)?;
