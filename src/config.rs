@@ -4,6 +4,7 @@
 use anyhow::{Context, bail};
 use fedshard_actors::faults::FaultPlan;
 use fedshard_protocol::payload::Encoding;
+use fedshard_protocol::task::Recipe;
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
@@ -292,24 +293,16 @@ pub enum Device {
     Cuda,
 }
 
+/// `[training]`: the local recipe (flattened, so its fields and defaults are
+/// [`Recipe`]'s), the server's learning-rate schedule and where neural clients train.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainingSection {
-    #[serde(default = "default_lr")]
-    pub learning_rate: f64,
-    #[serde(default = "default_epochs")]
-    pub epochs: usize,
-    #[serde(default = "default_batch")]
-    pub batch_size: usize,
-    #[serde(default = "default_momentum")]
-    pub momentum: f64,
-    #[serde(default = "default_decay")]
-    pub weight_decay: f64,
+    #[serde(flatten)]
+    pub recipe: Recipe,
+    /// Anneal the learning rate with a cosine over the rounds (server side).
     #[serde(default = "default_true")]
     pub cosine_schedule: bool,
-    /// ClipLR threshold τ (used by strategies that clip).
-    #[serde(default = "default_tau")]
-    pub clip_tau: f64,
     /// Backend of neural local training.
     #[serde(default)]
     pub device: Device,
@@ -323,26 +316,8 @@ impl Default for TrainingSection {
     }
 }
 
-fn default_lr() -> f64 {
-    0.1
-}
-fn default_epochs() -> usize {
-    1
-}
-fn default_batch() -> usize {
-    32
-}
-fn default_momentum() -> f64 {
-    0.9
-}
-fn default_decay() -> f64 {
-    1e-4
-}
 fn default_true() -> bool {
     true
-}
-fn default_tau() -> f64 {
-    10.0
 }
 
 /// A share of the clients with a given keep ratio.
@@ -457,7 +432,7 @@ impl Config {
             self.run.rounds.to_string(),
         )?;
         self.validate_data(&field)?;
-        let t = &self.training;
+        let t = &self.training.recipe;
         field(
             "training.learning_rate",
             t.learning_rate > 0.0 && t.learning_rate.is_finite(),
@@ -488,12 +463,20 @@ impl Config {
             "a non-negative number",
             t.weight_decay.to_string(),
         )?;
-        field(
-            "training.clip_tau",
-            t.clip_tau > 0.0,
-            "a positive number",
-            t.clip_tau.to_string(),
-        )?;
+        if let Some(tau) = t.clip_lr {
+            field(
+                "training.clip_lr",
+                tau > 0.0 && tau.is_finite(),
+                "a positive number",
+                tau.to_string(),
+            )?;
+            field(
+                "training.clip_lr",
+                self.federation.strategy.uses_clip_lr(),
+                "no value: only the +ClipLR strategies clip, and `federation.strategy` is",
+                format!("{tau} with strategy `{}`", self.federation.strategy),
+            )?;
+        }
         let f = &self.federation;
         field(
             "federation.clients_per_round",

@@ -11,7 +11,7 @@ use fedshard_actors::faults::FaultyTrainer;
 use fedshard_actors::server::{Federation, RuntimeConfig};
 use fedshard_protocol::model::{ModelState, NamedTensor};
 use fedshard_protocol::shard_plan::ShardingPolicy;
-use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe};
+use fedshard_protocol::task::{ClientId, DEFAULT_CLIP_LR, Evaluator, LocalTrainer, Recipe};
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_training::data;
 use fedshard_training::models::net::Architecture;
@@ -85,12 +85,11 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
         aggregator: f.aggregator,
         sharding,
         recipe: Recipe {
-            learning_rate: t.learning_rate,
-            epochs: t.epochs,
-            batch_size: t.batch_size,
-            momentum: t.momentum,
-            weight_decay: t.weight_decay,
-            clip_lr: f.strategy.uses_clip_lr().then_some(t.clip_tau),
+            clip_lr: f
+                .strategy
+                .uses_clip_lr()
+                .then(|| t.recipe.clip_lr.unwrap_or(DEFAULT_CLIP_LR)),
+            ..t.recipe.clone()
         },
         cosine_schedule: t.cosine_schedule,
         deadline: Duration::from_millis(f.deadline_ms),

@@ -371,3 +371,33 @@ fn each_model_kind_takes_only_its_own_fields() {
         "{err}"
     );
 }
+
+#[test]
+fn the_training_table_is_the_recipe_the_clients_get() {
+    let parse = |text: &str| Config::parse(text, Path::new("bad.toml"));
+    // Unbiased clips: an unset τ becomes the documented default, a set one travels as set.
+    let fed = federation::server(&config(DIGITS)).expect("server");
+    assert_eq!(
+        fed.config.recipe.clip_lr,
+        Some(fedshard_protocol::task::DEFAULT_CLIP_LR)
+    );
+    let with_tau = DIGITS.replace("epochs = 2", "epochs = 2\nclip_lr = 4.0");
+    let fed = federation::server(&config(&with_tau)).expect("server");
+    assert_eq!(fed.config.recipe.clip_lr, Some(4.0));
+    assert_eq!(fed.config.recipe.epochs, 2);
+    // A τ under a strategy that never clips is a mistake, not something to ignore.
+    let err = format!(
+        "{:#}",
+        parse(&with_tau.replace("strategy = \"unbiased\"", "strategy = \"prism\"")).unwrap_err()
+    );
+    assert!(
+        err.contains("bad.toml") && err.contains("training.clip_lr") && err.contains("prism"),
+        "{err}"
+    );
+    // The old name is refused by name.
+    let err = format!(
+        "{:#}",
+        parse(&DIGITS.replace("epochs = 2", "epochs = 2\nclip_tau = 4.0")).unwrap_err()
+    );
+    assert!(err.contains("clip_tau"), "{err}");
+}

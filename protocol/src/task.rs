@@ -10,19 +10,61 @@ use serde::{Deserialize, Serialize};
 /// A client's identity, stable across rounds and restarts.
 pub type ClientId = u64;
 
-/// The local recipe for one round (ALGORITHMS.md §1.7).
+/// The local recipe for one round (ALGORITHMS.md §1.7): the one type for both the `[training]`
+/// table of a config (which flattens it, so the defaults below are the config's) and the message
+/// a client receives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recipe {
-    /// Learning rate for this round (already annealed by the server's schedule).
+    /// Learning rate. In a config, the base rate; in a task, already annealed by the server's
+    /// schedule for that round.
+    #[serde(default = "default_learning_rate")]
     pub learning_rate: f64,
+    #[serde(default = "default_epochs")]
     pub epochs: usize,
+    #[serde(default = "default_batch_size")]
     pub batch_size: usize,
+    #[serde(default = "default_momentum")]
     pub momentum: f64,
     /// Weight decay on dense tensors; Frobenius decay on the effective weight of sharded layers.
+    #[serde(default = "default_weight_decay")]
     pub weight_decay: f64,
-    /// ClipLR threshold τ: gradients of factor column i are scaled by min(1, τ/ω_i).
+    /// ClipLR threshold τ: gradients of factor column i are scaled by min(1, τ/ω_i). Only the
+    /// +ClipLR strategies clip; a task carries `None` under every other strategy.
+    #[serde(default)]
     pub clip_lr: Option<f64>,
 }
+
+impl Default for Recipe {
+    fn default() -> Self {
+        Self {
+            learning_rate: default_learning_rate(),
+            epochs: default_epochs(),
+            batch_size: default_batch_size(),
+            momentum: default_momentum(),
+            weight_decay: default_weight_decay(),
+            clip_lr: None,
+        }
+    }
+}
+
+fn default_learning_rate() -> f64 {
+    0.1
+}
+fn default_epochs() -> usize {
+    1
+}
+fn default_batch_size() -> usize {
+    32
+}
+fn default_momentum() -> f64 {
+    0.9
+}
+fn default_weight_decay() -> f64 {
+    1e-4
+}
+
+/// The ClipLR threshold τ of the +ClipLR strategies when a config does not set one.
+pub const DEFAULT_CLIP_LR: f64 = 10.0;
 
 /// One sharded layer as a client receives and returns it: the columns `I` of the factors
 /// `U' = [√λ_i u_i]` and `V' = [√λ_i v_i]` and the frozen multipliers `ω_I`
