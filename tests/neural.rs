@@ -556,6 +556,7 @@ fn local_training_then_evaluation_learns_the_digits() {
             weight_decay: 1e-4,
             clip_lr: None,
         },
+        uplink: Default::default(),
     };
     let out = client.train(&task).expect("trains");
     let after = evaluator.try_evaluate(&out.dense).expect("evaluates");
@@ -613,6 +614,7 @@ fn train_twice(arch: &Architecture, keep_ratio: f64, clip_lr: Option<f64>) -> (V
             weight_decay: 1e-4,
             clip_lr,
         },
+        uplink: Default::default(),
     };
     let bits = |out: TrainOutput| {
         let dense = out.dense.tensors.into_iter().flat_map(|t| t.data);

@@ -5,13 +5,14 @@
 use crate::coordinator::Registry;
 use crate::record::RoundRecord;
 use fedshard_protocol::model::ModelState;
+use fedshard_protocol::uplink::state::UplinkState;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the layout changes; older checkpoints are refused with a clear error.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 pub const FILE_NAME: &str = "checkpoint.bin";
 
 /// Everything needed to continue a run exactly: every random stream is derived from
@@ -24,6 +25,8 @@ pub struct Checkpoint {
     pub model: ModelState,
     pub registry: Registry,
     pub history: Vec<RoundRecord>,
+    /// The compressor's memory (version 3 on).
+    pub uplink: UplinkState,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +112,7 @@ mod tests {
                 max_clusters: None,
             },
             history: vec![],
+            uplink: Default::default(),
         };
         save(dir.path(), &cp).unwrap();
         assert_eq!(load(dir.path()).unwrap().unwrap(), cp);

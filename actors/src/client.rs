@@ -2,7 +2,7 @@
 //! executor. A trainer error is reported as a failure; a panic is reported and then fails the
 //! actor, so its supervisor (the server) restarts it.
 
-use fedshard_protocol::payload::{Encoding, UpdateEnvelope, encode};
+use fedshard_protocol::payload::{UpdateEnvelope, encode};
 use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
@@ -29,7 +29,6 @@ pub enum ClientMsg {
     Train {
         task: Box<TrainTask>,
         upload: bool,
-        encoding: Encoding,
         reply: RpcReplyPort<ClientReply>,
     },
     /// Send the update kept from phase one of `round`.
@@ -104,17 +103,16 @@ impl Actor for ClientActor {
             ClientMsg::Train {
                 task,
                 upload,
-                encoding,
                 reply,
             } => {
                 let trainer = Arc::clone(&state.trainer);
                 let started = Instant::now();
                 let joined = tokio::task::spawn_blocking(move || {
-                    let output = trainer.train(&task);
-                    output.map(|o| {
-                        let norm = update_norm(&task, &o);
-                        (encode(&o, encoding), o.loss, norm, task.round)
-                    })
+                    let output = trainer.train(&task)?;
+                    let norm = update_norm(&task, &output);
+                    let payload =
+                        encode(&task, &output).map_err(|e| format!("encoding the update: {e}"))?;
+                    Ok((payload, output.loss, norm, task.round))
                 })
                 .await;
                 let id = state.id;
@@ -221,6 +219,7 @@ mod tests {
                 weight_decay: 0.0,
                 clip_lr: None,
             },
+            uplink: Default::default(),
         })
     }
 
@@ -228,7 +227,6 @@ mod tests {
         ractor::call!(actor, |reply| ClientMsg::Train {
             task: task(round),
             upload,
-            encoding: Encoding::Identity,
             reply,
         })
         .unwrap()

@@ -20,3 +20,10 @@ pub mod metrics;
 pub mod record;
 pub mod round;
 pub mod server;
+
+// With ractor's `cluster` feature (always on, see Cargo.toml) there is no blanket `Message`
+// impl: each message type opts in. These stay in-process (the default impl is "not
+// serialisable"); fedshard-cluster moves their work across machines as validated bytes.
+impl ractor::Message for client::ClientMsg {}
+impl ractor::Message for coordinator::CoordinatorMsg {}
+impl ractor::Message for server::ServerMsg {}

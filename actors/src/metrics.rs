@@ -266,6 +266,8 @@ pub fn cluster_label(keep_ratio: f64) -> String {
 /// A running exporter: send records with [`Exporter::sender`], stop with [`Exporter::shutdown`].
 pub struct Exporter {
     addr: SocketAddr,
+    /// The served registry, so other parts of a node can add their series.
+    registry: Registry,
     sender: Option<mpsc::UnboundedSender<RoundRecord>>,
     updater: JoinHandle<()>,
     stop: oneshot::Sender<()>,
@@ -294,6 +296,7 @@ impl Exporter {
                 })
                 .await
         });
+        let registry = metrics.registry.clone();
         let (sender, mut receiver) = mpsc::unbounded_channel::<RoundRecord>();
         let updater = tokio::spawn(async move {
             while let Some(record) = receiver.recv().await {
@@ -302,11 +305,21 @@ impl Exporter {
         });
         Ok(Self {
             addr,
+            registry,
             sender: Some(sender),
             updater,
             stop,
             server,
         })
+    }
+
+    /// Serves `collector`'s series beside the run's (with the same `run` label): the cluster
+    /// transport's counters on a server node.
+    pub fn register(
+        &self,
+        collector: Box<dyn prometheus::core::Collector>,
+    ) -> Result<(), prometheus::Error> {
+        self.registry.register(collector)
     }
 
     /// The bound address (the real port when started on port 0).

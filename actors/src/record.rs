@@ -1,11 +1,17 @@
 //! What a round reports: one [`RoundRecord`] per round, the single source for `metrics.jsonl`,
-//! the progress bar and the Prometheus metrics.
+//! `metrics.csv`, the progress bar and the Prometheus metrics.
 
 use crate::round::FailureKind;
 use fedshard_protocol::payload::RejectionKind;
 use fedshard_protocol::shard_plan::GroupStats;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+/// The spreadsheet twin of `metrics.jsonl` in a run folder.
+pub const CSV_FILE: &str = "metrics.csv";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
@@ -42,6 +48,133 @@ impl RoundRecord {
     pub fn failures_total(&self) -> usize {
         self.failures.values().sum()
     }
+
+    pub fn rejected_total(&self) -> usize {
+        self.rejected.values().sum()
+    }
+
+    /// This round as one line of `metrics.csv` (no newline), in the order of [`csv_header`].
+    ///
+    /// Every cell is a number or `true`/`false`, so nothing needs quoting. A non-finite float
+    /// (the train loss of a round with no accepted update is NaN) is an empty cell, as it is
+    /// `null` in `metrics.jsonl`; finite floats are written in Rust's shortest round-trip form,
+    /// so a cell parses back to the very value of the JSON line.
+    pub fn csv_row(&self) -> String {
+        let count = |n: usize| n.to_string();
+        let mut cells = vec![
+            self.round.to_string(),
+            count(self.participants),
+            count(self.successes),
+            count(self.failures_total()),
+        ];
+        for kind in FailureKind::ALL {
+            cells.push(count(self.failures.get(&kind).copied().unwrap_or(0)));
+        }
+        cells.push(count(self.rejected_total()));
+        for kind in RejectionKind::ALL {
+            cells.push(count(self.rejected.get(&kind).copied().unwrap_or(0)));
+        }
+        let group_anme = || self.groups.iter().map(|g| g.anme);
+        let seconds = &self.client_train_seconds;
+        cells.extend([
+            self.model_updated.to_string(),
+            csv_float(self.accuracy),
+            csv_float(self.loss),
+            csv_float(self.train_loss),
+            self.uplink_bits.to_string(),
+            self.downlink_bits.to_string(),
+            csv_float(self.bits_per_parameter),
+            csv_float(self.anme),
+            count(self.groups.len()),
+            csv_float(group_anme().fold(f64::NAN, f64::min)),
+            csv_float(group_anme().fold(f64::NAN, f64::max)),
+            csv_float(self.learning_rate),
+            count(seconds.len()),
+            csv_float(seconds.iter().sum::<f64>() / seconds.len() as f64),
+            csv_float(seconds.iter().copied().fold(f64::NAN, f64::max)),
+            csv_float(self.seconds),
+        ]);
+        cells.join(",")
+    }
+}
+
+/// The header of `metrics.csv` (no newline): the scalar fields of [`RoundRecord`] under their
+/// JSON names; the maps `failures` and `rejected` flattened into a total and one column per kind
+/// (`failures_timeout`, `rejected_stale`, …, every kind always present, so rows of different
+/// rounds line up); the per-cluster `groups` as their count and the least and largest cluster
+/// ANME (`anme` is their mean); `client_train_seconds` as count, mean and maximum (the slowest
+/// client is what a deadline has to cover).
+pub fn csv_header() -> String {
+    let mut columns = vec![
+        "round".to_string(),
+        "participants".into(),
+        "successes".into(),
+        "failures_total".into(),
+    ];
+    columns.extend(FailureKind::ALL.map(|k| format!("failures_{}", k.label())));
+    columns.push("rejected_total".into());
+    columns.extend(RejectionKind::ALL.map(|k| format!("rejected_{}", k.label())));
+    columns.extend(
+        [
+            "model_updated",
+            "accuracy",
+            "loss",
+            "train_loss",
+            "uplink_bits",
+            "downlink_bits",
+            "bits_per_parameter",
+            "anme",
+            "groups",
+            "groups_anme_min",
+            "groups_anme_max",
+            "learning_rate",
+            "client_train_seconds_count",
+            "client_train_seconds_mean",
+            "client_train_seconds_max",
+            "seconds",
+        ]
+        .map(String::from),
+    );
+    columns.join(",")
+}
+
+/// A whole `metrics.csv`: the header and one line per round of `history`.
+pub fn csv_document(history: &[RoundRecord]) -> String {
+    let mut text = csv_header();
+    text.push('\n');
+    for record in history {
+        let _ = writeln!(text, "{}", record.csv_row());
+    }
+    text
+}
+
+/// Appends one [`RoundRecord::csv_row`] to `path`, writing the header first when the file is new
+/// or empty, so a run folder's CSV grows round by round like `metrics.jsonl` (a resumed run
+/// rewrites both whole with [`csv_document`]).
+pub fn append_csv_row(path: &Path, row: &str) -> Result<(), String> {
+    let failed = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(failed)?;
+    let mut text = String::new();
+    if file.metadata().map_err(failed)?.len() == 0 {
+        text.push_str(&csv_header());
+        text.push('\n');
+    }
+    text.push_str(row);
+    text.push('\n');
+    file.write_all(text.as_bytes()).map_err(failed)
+}
+
+/// A float cell: empty for NaN and infinities, which CSV has no agreed spelling for.
+fn csv_float(value: f64) -> String {
+    if value.is_finite() {
+        value.to_string()
+    } else {
+        String::new()
+    }
 }
 
 /// `summary.json` of a run.
@@ -68,12 +201,117 @@ impl Summary {
             uplink_bits_total: history.iter().map(|r| r.uplink_bits).sum(),
             downlink_bits_total: history.iter().map(|r| r.downlink_bits).sum(),
             failures_total: history.iter().map(RoundRecord::failures_total).sum(),
-            rejected_total: history
-                .iter()
-                .map(|r| r.rejected.values().sum::<usize>())
-                .sum(),
+            rejected_total: history.iter().map(RoundRecord::rejected_total).sum(),
             seconds_total: history.iter().map(|r| r.seconds).sum(),
             per_round: history.to_vec(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> RoundRecord {
+        RoundRecord {
+            round: 3,
+            participants: 5,
+            successes: 3,
+            failures: BTreeMap::from([(FailureKind::Timeout, 1)]),
+            rejected: BTreeMap::from([(RejectionKind::Stale, 1)]),
+            model_updated: true,
+            accuracy: 0.875,
+            loss: 0.4,
+            train_loss: f64::NAN,
+            uplink_bits: 12_000,
+            downlink_bits: 48_000,
+            bits_per_parameter: 32.0,
+            anme: 0.25,
+            groups: [0.1, 0.4]
+                .map(|anme| GroupStats {
+                    layer: "fc0.weight".into(),
+                    keep_ratio: 0.4,
+                    clients: 2,
+                    kept: 4,
+                    anme,
+                    expected_discrepancy: None,
+                })
+                .to_vec(),
+            learning_rate: 0.05,
+            client_train_seconds: vec![1.0, 2.0, 6.0],
+            seconds: 7.5,
+        }
+    }
+
+    /// Every header column has its cell; maps are flattened with a column per kind (zero for the
+    /// kinds that did not occur), lists summarised, NaN left empty.
+    #[test]
+    fn a_row_lines_up_with_the_header() {
+        let header = csv_header();
+        let row = record().csv_row();
+        let cells: BTreeMap<&str, &str> = header.split(',').zip(row.split(',')).collect();
+        assert_eq!(header.split(',').count(), row.split(',').count());
+        assert_eq!(cells.len(), header.split(',').count(), "duplicate column");
+        let expected = [
+            ("round", "3"),
+            ("failures_total", "1"),
+            ("failures_timeout", "1"),
+            ("failures_panic", "0"),
+            ("rejected_total", "1"),
+            ("rejected_stale", "1"),
+            ("rejected_non_finite_aggregate", "0"),
+            ("model_updated", "true"),
+            ("accuracy", "0.875"),
+            ("train_loss", ""),
+            ("uplink_bits", "12000"),
+            ("bits_per_parameter", "32"),
+            ("groups", "2"),
+            ("groups_anme_min", "0.1"),
+            ("groups_anme_max", "0.4"),
+            ("client_train_seconds_count", "3"),
+            ("client_train_seconds_mean", "3"),
+            ("client_train_seconds_max", "6"),
+            ("seconds", "7.5"),
+        ];
+        for (column, value) in expected {
+            assert_eq!(cells[column], value, "column {column}");
+        }
+    }
+
+    /// A round with no accepted client has no train-time mean or maximum: empty cells, not NaN.
+    #[test]
+    fn empty_lists_give_empty_cells() {
+        let mut r = record();
+        r.client_train_seconds.clear();
+        r.groups.clear();
+        let header = csv_header();
+        let row = r.csv_row();
+        let cells: BTreeMap<&str, &str> = header.split(',').zip(row.split(',')).collect();
+        for column in [
+            "client_train_seconds_mean",
+            "client_train_seconds_max",
+            "groups_anme_min",
+        ] {
+            assert_eq!(cells[column], "", "column {column}");
+        }
+        assert_eq!(cells["groups"], "0");
+    }
+
+    #[test]
+    fn appending_writes_the_header_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CSV_FILE);
+        let mut history = vec![record()];
+        append_csv_row(&path, &history[0].csv_row()).unwrap();
+        history.push(RoundRecord {
+            round: 4,
+            ..record()
+        });
+        append_csv_row(&path, &history[1].csv_row()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, csv_document(&history));
+        assert_eq!(text.lines().count(), 3);
+        let err = append_csv_row(&dir.path().join("missing/metrics.csv"), "1").unwrap_err();
+        assert!(err.contains("missing/metrics.csv"), "{err}");
     }
 }

@@ -11,6 +11,7 @@ use fedshard_protocol::model::ModelState;
 use fedshard_protocol::payload::{DecodedUpdate, RejectionKind, UpdateEnvelope, open};
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, dense_part};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
+use fedshard_protocol::uplink::Uplink;
 use fedshard_strategies::aggregation::{
     Aggregator, BlockUpdate, Contribution, Failure, Fit, FitRound, RoundOutcome,
 };
@@ -98,15 +99,36 @@ pub fn build_tasks(
             dense: dense.clone(),
             shards,
             recipe: recipe.clone(),
+            uplink: Uplink::default(),
         };
-        downlink_bits += 8 * bincode::serde::encode_to_vec(&task, bincode::config::standard())
-            .map_or(0, |b| b.len() as u64);
+        downlink_bits += task_bits(&task);
         tasks.insert(p.client, task);
     }
     Tasks {
         tasks,
         downlink_bits,
     }
+}
+
+impl Tasks {
+    /// Sets every task's uplink from `uplink` (the compressor's settings for that task) and
+    /// recounts the downlink bits, which include them.
+    pub fn attach_uplinks(
+        &mut self,
+        uplink: impl Fn(&TrainTask) -> Result<Uplink, String>,
+    ) -> Result<(), String> {
+        self.downlink_bits = 0;
+        for task in self.tasks.values_mut() {
+            task.uplink = uplink(task)?;
+            self.downlink_bits += task_bits(task);
+        }
+        Ok(())
+    }
+}
+
+fn task_bits(task: &TrainTask) -> u64 {
+    8 * bincode::serde::encode_to_vec(task, bincode::config::standard())
+        .map_or(0, |b| b.len() as u64)
 }
 
 /// The answers of one phase, sorted.
@@ -459,7 +481,7 @@ mod tests {
     use super::*;
     use crate::coordinator::ClientRecord;
     use fedshard_protocol::model::NamedTensor;
-    use fedshard_protocol::payload::{Encoding, encode};
+    use fedshard_protocol::payload::encode;
     use fedshard_protocol::shard_plan::plan_shards;
     use fedshard_protocol::task::{Evaluation, TrainOutput};
     use fedshard_strategies::aggregation::AggregatorName;
@@ -539,7 +561,7 @@ mod tests {
             loss: 1.0,
             update_norm: 0.0,
             train_seconds: 0.25,
-            payload: encode(output, Encoding::Identity),
+            payload: encode(task, output).expect("identity encodes"),
         }
     }
 

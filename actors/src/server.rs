@@ -16,9 +16,10 @@ use crate::round::{
     FoldContext, Folded, Outcome, RoundSummary, build_tasks, classify, fold, record, validate,
 };
 use fedshard_protocol::model::ModelState;
-use fedshard_protocol::payload::Encoding;
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, plan_shards};
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
+use fedshard_protocol::uplink::state::UplinkState;
+use fedshard_protocol::uplink::{CompressionConfig, Compressor};
 use fedshard_strategies::aggregation::AggregatorName;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call};
 use serde::{Deserialize, Serialize};
@@ -46,7 +47,10 @@ pub struct RuntimeConfig {
     pub deadline: Duration,
     /// Below this many accepted updates the round leaves the model unchanged.
     pub min_successful: usize,
-    pub encoding: Encoding,
+    /// How clients send their updates (`[federation] compressor`).
+    pub compressor: Compressor,
+    /// The compressors' settings (`[compression]`).
+    pub compression: CompressionConfig,
 }
 
 impl RuntimeConfig {
@@ -73,12 +77,14 @@ pub struct Federation {
     pub history: Vec<RoundRecord>,
     /// Receives every round's record as soon as it is written.
     pub events: Option<mpsc::UnboundedSender<RoundRecord>>,
+    /// What the compressor remembers between rounds (block ends, QSGD's symbol counts).
+    pub uplink: UplinkState,
 }
 
 impl Federation {
     /// Continues from the checkpoint in `run_dir`, if there is one: model, registry and history
-    /// are replaced by the checkpoint's, and `metrics.jsonl` is rewritten from the history so it
-    /// holds exactly the completed rounds.
+    /// are replaced by the checkpoint's, and `metrics.jsonl` and `metrics.csv` are rewritten from
+    /// the history so they hold exactly the completed rounds.
     pub fn resume_from_checkpoint(&mut self) -> Result<bool, String> {
         let Some(dir) = &self.run_dir else {
             return Ok(false);
@@ -100,12 +106,16 @@ impl Federation {
         self.model = cp.model;
         self.registry = cp.registry;
         self.history = cp.history;
+        self.uplink = cp.uplink;
         let mut lines = String::new();
         for r in &self.history {
             lines.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
             lines.push('\n');
         }
         checkpoint::write_atomically(&dir.join("metrics.jsonl"), lines.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let csv = crate::record::csv_document(&self.history);
+        checkpoint::write_atomically(&dir.join(crate::record::CSV_FILE), csv.as_bytes())
             .map_err(|e| e.to_string())?;
         Ok(true)
     }
@@ -260,7 +270,6 @@ impl ServerState {
         round: u64,
     ) -> BTreeMap<ClientId, Outcome> {
         let deadline = self.fed.config.deadline;
-        let encoding = self.fed.config.encoding;
         let mut set = JoinSet::new();
         for (id, task) in messages {
             let Some(actor) = self.clients.get(&id).cloned() else {
@@ -274,7 +283,6 @@ impl ServerState {
                                 |reply| ClientMsg::Train {
                                     task,
                                     upload,
-                                    encoding,
                                     reply,
                                 },
                                 Some(deadline),
@@ -335,7 +343,7 @@ impl ServerState {
             learning_rate: config.learning_rate(round),
             ..config.recipe.clone()
         };
-        let tasks = build_tasks(
+        let mut tasks = build_tasks(
             &self.fed.model,
             config.sharding.as_ref(),
             plan.as_deref(),
@@ -343,6 +351,8 @@ impl ServerState {
             (seed, round),
             &recipe,
         );
+        let state = &self.fed.uplink;
+        tasks.attach_uplinks(|task| state.uplink(config.compressor, &config.compression, task))?;
 
         let mut probabilities = selection_probabilities(&first);
         let messages = tasks
@@ -371,6 +381,15 @@ impl ServerState {
 
         // Nothing touches the model before it is opened and checked against its task.
         let validated = validate(&answers.envelopes, &tasks.tasks);
+        let sides: Vec<_> = validated
+            .accepted
+            .iter()
+            .filter_map(|a| Some((tasks.tasks.get(&a.client)?, a.update.side.as_ref()?)))
+            .collect();
+        self.fed
+            .uplink
+            .observe(config.compressor, &config.compression, &sides)
+            .map_err(|e| format!("uplink state after round {round}: {e}"))?;
         let aggregator = config
             .aggregator
             .build()
@@ -434,8 +453,8 @@ impl ServerState {
         Ok(())
     }
 
-    /// Checkpoint first, then the metrics line: a crash between the two is repaired on resume,
-    /// which rewrites `metrics.jsonl` from the checkpoint's history.
+    /// Checkpoint first, then the metrics lines (JSON, then CSV): a crash between them is repaired
+    /// on resume, which rewrites `metrics.jsonl` and `metrics.csv` from the checkpoint's history.
     async fn persist(&mut self, record: &RoundRecord) -> Result<(), String> {
         let Some(dir) = self.fed.run_dir.clone() else {
             return Ok(());
@@ -450,8 +469,10 @@ impl ServerState {
             model: self.fed.model.clone(),
             registry,
             history: self.fed.history.clone(),
+            uplink: self.fed.uplink.clone(),
         };
         let line = serde_json::to_string(record).map_err(|e| e.to_string())?;
+        let csv_row = record.csv_row();
         tokio::task::spawn_blocking(move || -> Result<(), String> {
             checkpoint::save(&dir, &cp).map_err(|e| e.to_string())?;
             let path = dir.join("metrics.jsonl");
@@ -460,7 +481,8 @@ impl ServerState {
                 .append(true)
                 .open(&path)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
-            writeln!(file, "{line}").map_err(|e| format!("{}: {e}", path.display()))
+            writeln!(file, "{line}").map_err(|e| format!("{}: {e}", path.display()))?;
+            crate::record::append_csv_row(&dir.join(crate::record::CSV_FILE), &csv_row)
         })
         .await
         .map_err(|e| format!("checkpoint writer panicked: {e}"))?

@@ -9,3 +9,4 @@ pub mod model;
 pub mod payload;
 pub mod shard_plan;
 pub mod task;
+pub mod uplink;

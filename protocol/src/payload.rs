@@ -1,28 +1,21 @@
 //! Uplink payloads: opaque bytes with an exact bit count, decoded and validated on the server
 //! before anything touches the global model.
 //!
-//! The identity encoding comes first; compressors (KLMS and its hosts) plug in behind the same
-//! [`Encoding`] seam later.
+//! The identity encoding is bincode of the trained values; the compressors (QSGD, SignSGD,
+//! FedPM, each with or without KLMS) are in [`crate::uplink`], selected by the task's
+//! [`Uplink`](crate::uplink::Uplink).
 
 use crate::model::ModelState;
 use crate::task::{ClientId, LayerShard, TrainOutput, TrainTask};
+use crate::uplink::{self, Compressor, UplinkSide};
 use serde::{Deserialize, Serialize};
-
-/// How an update is turned into bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum Encoding {
-    /// bincode of the updated tensors, f32 little-endian: 32 bits per value plus framing.
-    #[default]
-    Identity,
-}
 
 /// An encoded update as it travels: bytes plus the exact number of bits that carry it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Payload {
-    pub encoding: Encoding,
+    pub compressor: Compressor,
     pub bytes: Vec<u8>,
-    /// Bits on the wire for this update (8 × bytes for the identity encoding).
+    /// Bits on the wire for this update: `8 × bytes.len()`, every padding bit included.
     pub bits: u64,
 }
 
@@ -125,24 +118,26 @@ impl RejectionKind {
     }
 }
 
-/// Encodes a client's training output.
-pub fn encode(output: &TrainOutput, encoding: Encoding) -> Payload {
-    match encoding {
-        Encoding::Identity => {
+/// Encodes a client's training output as its task's uplink asks. An error (a FedPM output
+/// that is not a probability, a non-finite QSGD norm) fails the client, like a training error.
+pub fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Payload, String> {
+    let compressor = task.uplink.compressor;
+    let bytes = match compressor {
+        Compressor::Identity => {
             let body = UpdateBody {
                 dense: output.dense.clone(),
                 shards: output.shards.clone(),
             };
-            let bytes = bincode::serde::encode_to_vec(&body, bincode::config::standard())
-                .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"));
-            let bits = 8 * bytes.len() as u64;
-            Payload {
-                encoding,
-                bytes,
-                bits,
-            }
+            bincode::serde::encode_to_vec(&body, bincode::config::standard())
+                .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"))
         }
-    }
+        _ => uplink::encode(task, output)?,
+    };
+    Ok(Payload {
+        compressor,
+        bits: 8 * bytes.len() as u64,
+        bytes,
+    })
 }
 
 /// The validated content of an update.
@@ -150,6 +145,8 @@ pub fn encode(output: &TrainOutput, encoding: Encoding) -> Payload {
 pub struct DecodedUpdate {
     pub dense: ModelState,
     pub shards: Vec<LayerShard>,
+    /// What a compressed uplink tells the server besides the values (`None` for identity).
+    pub side: Option<UplinkSide>,
 }
 
 /// Opens an envelope that answers `task`: it must name the task's client and round (else
@@ -178,10 +175,20 @@ pub fn decode_and_validate(
     payload: &Payload,
     task: &TrainTask,
 ) -> Result<DecodedUpdate, Rejection> {
-    let body: UpdateBody = match payload.encoding {
-        Encoding::Identity => {
-            let (body, used) =
-                bincode::serde::decode_from_slice(&payload.bytes, bincode::config::standard())
+    if payload.compressor != task.uplink.compressor {
+        return Err(Rejection::Malformed(format!(
+            "payload encoded with `{}`, the task asked for `{}`",
+            payload.compressor, task.uplink.compressor
+        )));
+    }
+    let (body, side) = match payload.compressor {
+        Compressor::Identity => {
+            // bincode allocates a string's claimed length before reading it: without a cap,
+            // a 17-byte payload from a client node claiming a 16 TiB tensor name aborts the
+            // server. Names are short; tensors are sequences, which grow only as values arrive.
+            let config = bincode::config::standard().with_limit::<{ 16 << 20 }>();
+            let (body, used): (UpdateBody, usize) =
+                bincode::serde::decode_from_slice(&payload.bytes, config)
                     .map_err(|e| Rejection::Malformed(e.to_string()))?;
             if used != payload.bytes.len() {
                 return Err(Rejection::Malformed(format!(
@@ -189,9 +196,22 @@ pub fn decode_and_validate(
                     payload.bytes.len() - used
                 )));
             }
-            body
+            (body, None)
+        }
+        _ => {
+            let (values, side) =
+                uplink::decode(task, &payload.bytes).map_err(Rejection::Malformed)?;
+            let (dense, shards) = uplink::unflatten(task, &values);
+            (UpdateBody { dense, shards }, Some(side))
         }
     };
+    if payload.bits != 8 * payload.bytes.len() as u64 {
+        return Err(Rejection::Malformed(format!(
+            "payload claims {} bits but carries {} bytes",
+            payload.bits,
+            payload.bytes.len()
+        )));
+    }
     body.dense
         .check_compatible(&task.dense)
         .map_err(|e| Rejection::Shape(e.to_string()))?;
@@ -244,6 +264,7 @@ pub fn decode_and_validate(
     Ok(DecodedUpdate {
         dense: body.dense,
         shards: body.shards,
+        side,
     })
 }
 
@@ -275,6 +296,7 @@ mod tests {
                 weight_decay: 0.0,
                 clip_lr: None,
             },
+            uplink: Default::default(),
         }
     }
 
@@ -289,7 +311,7 @@ mod tests {
     #[test]
     fn identity_round_trip_counts_bits() {
         let t = task();
-        let p = encode(&output(&t), Encoding::Identity);
+        let p = encode(&t, &output(&t)).unwrap();
         assert_eq!(p.bits, 8 * p.bytes.len() as u64);
         let d = decode_and_validate(&p, &t).unwrap();
         assert_eq!(d.shards[0].indices, vec![0, 2]);
@@ -304,7 +326,7 @@ mod tests {
             loss: 1.0,
             update_norm: 0.0,
             train_seconds: 0.0,
-            payload: encode(&output(&t), Encoding::Identity),
+            payload: encode(&t, &output(&t)).unwrap(),
         };
         assert!(open(&envelope(3, 1), &t).is_ok());
         assert_eq!(
@@ -323,7 +345,7 @@ mod tests {
         let mut bad = output(&t);
         bad.shards[0].indices = vec![0, 1];
         assert_eq!(
-            decode_and_validate(&encode(&bad, Encoding::Identity), &t)
+            decode_and_validate(&encode(&t, &bad).unwrap(), &t)
                 .unwrap_err()
                 .label(),
             "indices"
@@ -331,7 +353,7 @@ mod tests {
         let mut bad = output(&t);
         bad.shards[0].right.pop();
         assert_eq!(
-            decode_and_validate(&encode(&bad, Encoding::Identity), &t)
+            decode_and_validate(&encode(&t, &bad).unwrap(), &t)
                 .unwrap_err()
                 .label(),
             "shape"
@@ -339,12 +361,12 @@ mod tests {
         let mut bad = output(&t);
         bad.dense.tensors[0].data[0] = f32::NAN;
         assert_eq!(
-            decode_and_validate(&encode(&bad, Encoding::Identity), &t)
+            decode_and_validate(&encode(&t, &bad).unwrap(), &t)
                 .unwrap_err()
                 .label(),
             "non_finite"
         );
-        let mut p = encode(&output(&t), Encoding::Identity);
+        let mut p = encode(&t, &output(&t)).unwrap();
         p.bytes.truncate(3);
         assert_eq!(
             decode_and_validate(&p, &t).unwrap_err().label(),

@@ -5,6 +5,7 @@
 //! serde data, so the same task can cross a process boundary unchanged.
 
 use crate::model::ModelState;
+use crate::uplink::Uplink;
 use serde::{Deserialize, Serialize};
 
 /// A client's identity, stable across rounds and restarts.
@@ -107,6 +108,9 @@ pub struct TrainTask {
     /// The sharded layers, one shard each.
     pub shards: Vec<LayerShard>,
     pub recipe: Recipe,
+    /// How to send the update back (the identity encoding unless a compressor is configured).
+    #[serde(default)]
+    pub uplink: Uplink,
 }
 
 /// The result of local training: the same tensors and shard indices as the task, updated.

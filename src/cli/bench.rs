@@ -6,10 +6,10 @@ use clap::{Args, Subcommand};
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::server::{Federation, RuntimeConfig, run};
 use fedshard_protocol::model::{ModelState, NamedTensor};
-use fedshard_protocol::payload::Encoding;
 use fedshard_protocol::task::{
     ClientId, Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask,
 };
+use fedshard_protocol::uplink::Compressor;
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::selection::SelectorName;
 use serde::Serialize;
@@ -28,6 +28,12 @@ pub enum BenchWhat {
     Orchestration(OrchestrationArgs),
     /// Local-training throughput of a model (samples per second).
     Train(super::bench_train::TrainBenchArgs),
+    /// Per-round cost and bytes on the wire of the cluster transport against the in-process
+    /// runtime (client nodes as child processes on loopback).
+    Cluster(super::bench_cluster::ClusterBenchArgs),
+    /// One client node of `bench cluster` (started by it).
+    #[command(hide = true)]
+    ClusterNode(super::bench_cluster::ClusterNodeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -111,7 +117,8 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             cosine_schedule: false,
             deadline: Duration::from_secs(600),
             min_successful: 1,
-            encoding: Encoding::Identity,
+            compressor: Compressor::Identity,
+            compression: Default::default(),
         },
         model: ModelState::new(vec![NamedTensor::zeros("weight", vec![10])])
             .map_err(anyhow::Error::msg)?,
@@ -138,6 +145,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
         run_dir: None,
         history: vec![],
         events: None,
+        uplink: Default::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

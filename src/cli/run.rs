@@ -8,7 +8,10 @@ use fedshard_actors::checkpoint::{self, write_atomically};
 use fedshard_actors::metrics::{self, Exporter};
 use fedshard_actors::record::{RoundRecord, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -24,9 +27,14 @@ pub struct RunArgs {
     /// Override `run.seed`.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// No progress bar.
+    /// No progress bar or progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// When stderr is not a terminal (a log file, CI), print a progress line every K rounds and
+    /// at the last one; default: a hundredth of the rounds, rounded up, so a run prints at most
+    /// about 100 lines.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub progress_every: Option<u64>,
     /// Continue the run in this folder from its last checkpoint.
     #[arg(long, conflicts_with_all = ["config", "out", "seed"])]
     pub resume: Option<PathBuf>,
@@ -118,7 +126,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let done = fed.history.len() as u64;
-    let bar = progress_bar(config.run.rounds, done, args.quiet);
+    let progress = Progress::new(config.run.rounds, done, args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -129,7 +137,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
             })?),
             None => None,
         };
-        // Fan out: every record goes to the progress bar and to the exporter.
+        if let Some(exporter) = &exporter {
+            progress.serving(exporter.addr());
+        }
+        // Fan out: every record goes to the progress report and to the exporter.
         let to_exporter = exporter.as_ref().map(Exporter::sender);
         if let Some(sender) = &to_exporter {
             // A resumed run starts from its history, so the counters cover the whole run.
@@ -137,11 +148,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
                 let _ = sender.send(record.clone());
             }
         }
-        let bar = bar.clone();
+        let progress = progress.clone();
         let watcher = tokio::spawn(async move {
             while let Some(record) = receiver.recv().await {
-                bar.set_position(record.round);
-                bar.set_message(progress_message(&record));
+                progress.round(&record);
                 if let Some(sender) = &to_exporter {
                     let _ = sender.send(record);
                 }
@@ -158,9 +168,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     let finished = summary
         .map_err(anyhow::Error::msg)
         .and_then(|(model, summary)| {
-            bar.finish();
+            progress.finish();
             write_atomically(&dir.join(MODEL_FILE), &model.to_bytes())?;
             write_summary(&dir, &summary)?;
+            crate::report::write_run_plots(&dir, &summary.per_round)?;
             Ok(summary)
         });
     if let Some(exporter) = exporter {
@@ -181,17 +192,89 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     finished
 }
 
-fn progress_bar(rounds: u64, done: u64, quiet: bool) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
+/// How the rounds are reported on stderr while the run goes.
+#[derive(Clone)]
+enum Progress {
+    /// An interactive bar, when stderr is a terminal.
+    Bar(ProgressBar),
+    /// A plain line every `every` rounds and at the last, when stderr is a file or a pipe (a
+    /// log, CI), where indicatif draws nothing at all and a redrawn bar would be noise.
+    Lines {
+        every: u64,
+        total: u64,
+        started: Instant,
+    },
+    Quiet,
+}
+
+const BAR_TEMPLATE: &str = "round {pos}/{len} [{elapsed_precise}] {bar:30} {msg}";
+
+impl Progress {
+    fn new(total: u64, done: u64, args: &RunArgs) -> Self {
+        if args.quiet {
+            return Progress::Quiet;
+        }
+        if !std::io::stderr().is_terminal() {
+            let every = args.progress_every.unwrap_or(total.div_ceil(100)).max(1);
+            return Progress::Lines {
+                every,
+                total,
+                started: Instant::now(),
+            };
+        }
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template(BAR_TEMPLATE)
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_position(done);
+        Progress::Bar(bar)
     }
-    let bar = ProgressBar::new(rounds);
-    bar.set_style(
-        ProgressStyle::with_template("round {pos}/{len} [{elapsed_precise}] {bar:30} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_position(done);
-    bar
+
+    /// Says where `/metrics` is served: on a second line under the bar, or once as a line.
+    fn serving(&self, addr: SocketAddr) {
+        let line = format!("metrics on http://{addr}/metrics");
+        match self {
+            Progress::Bar(bar) => {
+                let template = format!("{BAR_TEMPLATE}\n{line}");
+                if let Ok(style) = ProgressStyle::with_template(&template) {
+                    bar.set_style(style);
+                }
+            }
+            Progress::Lines { .. } => eprintln!("{line}"),
+            Progress::Quiet => {}
+        }
+    }
+
+    fn round(&self, record: &RoundRecord) {
+        match self {
+            Progress::Bar(bar) => {
+                bar.set_position(record.round);
+                bar.set_message(progress_message(record));
+            }
+            Progress::Lines {
+                every,
+                total,
+                started,
+            } => {
+                if record.round.is_multiple_of(*every) || record.round >= *total {
+                    eprintln!(
+                        "round {}/{total} [{:.1} s] {}",
+                        record.round,
+                        started.elapsed().as_secs_f64(),
+                        progress_message(record)
+                    );
+                }
+            }
+            Progress::Quiet => {}
+        }
+    }
+
+    fn finish(&self) {
+        if let Progress::Bar(bar) = self {
+            bar.finish();
+        }
+    }
 }
 
 fn progress_message(r: &RoundRecord) -> String {

@@ -42,6 +42,14 @@ pub enum Purpose {
     KlmsCandidates = 14,
     /// A KLMS client's private choice of the candidate index (§4.1 step 3).
     KlmsSelection = 15,
+    /// FedPM's frozen random weights `w_init` (ALGORITHMS.md §4.6): the client slot is a hash
+    /// of the tensor's name, so clients and the server's evaluator draw the same weights from
+    /// the run seed without shipping them.
+    FedpmWeights = 16,
+    /// The Bernoulli masks a FedPM client samples in each local training step.
+    FedpmMasks = 17,
+    /// The one mask the server's FedPM evaluator samples from the global θ.
+    FedpmEvalMask = 18,
 }
 
 /// The stream for `(seed, round, client, purpose)`: the 32-byte ChaCha key is the four numbers in

@@ -88,6 +88,13 @@ pub enum FileError {
     /// The decoded data broke a [`Dataset`](super::Dataset) invariant.
     #[error("{}: {cause}", path.display())]
     Data { path: PathBuf, cause: DataError },
+    /// A text file (JSON, …) that does not have the expected form; `cause` says where it breaks.
+    #[error("{}: expected {expected}: {cause}", path.display())]
+    Format {
+        path: PathBuf,
+        expected: &'static str,
+        cause: String,
+    },
 }
 
 /// The whole file, gunzipped when it starts with the gzip magic bytes `1f 8b`. Detecting the

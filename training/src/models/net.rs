@@ -7,6 +7,7 @@ use crate::models::cnn::DigitsCnn;
 use crate::models::kernels::Kernels;
 use crate::models::layers::Weight;
 use crate::models::mlp::Mlp;
+use crate::models::mnist_cnn::MnistCnn;
 use crate::models::resnet::ResNet18;
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -27,6 +28,8 @@ pub enum Architecture {
     },
     /// The small CNN for 8×8 digits.
     DigitsCnn { classes: usize },
+    /// The digits CNN's shape for 28×28 images (MNIST).
+    MnistCnn { classes: usize },
     /// The 3-block GPT-2-style character model.
     CharTransformer(CharShape),
     /// ResNet-18 (GroupNorm, 3×3 first conv) for 3×32×32 inputs.
@@ -50,6 +53,7 @@ impl Architecture {
         match self {
             Architecture::Mlp { inputs, .. } => *inputs,
             Architecture::DigitsCnn { .. } => 64,
+            Architecture::MnistCnn { .. } => 28 * 28,
             Architecture::CharTransformer(s) => s.context,
             Architecture::Resnet18 { .. } | Architecture::Cct { .. } => 3 * 32 * 32,
         }
@@ -66,6 +70,7 @@ impl Architecture {
             Architecture::DigitsCnn { classes } => {
                 Net::DigitsCnn(DigitsCnn::new(builder, *classes)?)
             }
+            Architecture::MnistCnn { classes } => Net::MnistCnn(MnistCnn::new(builder, *classes)?),
             Architecture::CharTransformer(s) => {
                 Net::CharTransformer(CharTransformer::new(builder, *s)?)
             }
@@ -104,6 +109,7 @@ impl Architecture {
 pub enum Net<B: Backend> {
     Mlp(Mlp<B>),
     DigitsCnn(DigitsCnn<B>),
+    MnistCnn(MnistCnn<B>),
     CharTransformer(CharTransformer<B>),
     Resnet18(ResNet18<B>),
     Cct(Cct<B>),
@@ -116,6 +122,7 @@ impl<B: Kernels> Net<B> {
         match self {
             Net::Mlp(m) => m.forward(x),
             Net::DigitsCnn(m) => m.forward(x),
+            Net::MnistCnn(m) => m.forward(x),
             Net::CharTransformer(m) => m.forward(x),
             Net::Resnet18(m) => m.forward(x),
             Net::Cct(m) => m.forward(x),
@@ -127,6 +134,7 @@ impl<B: Kernels> Net<B> {
         match self {
             Net::Mlp(m) => m.weights(),
             Net::DigitsCnn(m) => m.weights(),
+            Net::MnistCnn(m) => m.weights(),
             Net::CharTransformer(m) => m.weights(),
             Net::Resnet18(m) => m.weights(),
             Net::Cct(m) => m.weights(),

@@ -1,10 +1,12 @@
 //! Local training for the runtime: [`LocalTrainer`] and [`Evaluator`] implementations that wire
 //! the model code (`crate::models`) to the data (`crate::data`): the burn networks (softmax
-//! regression among them, as an MLP without hidden layers) and closed-form ridge.
+//! regression among them, as an MLP without hidden layers), FedPM's masked networks and
+//! closed-form ridge.
 //!
 //! [`LocalTrainer`]: fedshard_protocol::task::LocalTrainer
 //! [`Evaluator`]: fedshard_protocol::task::Evaluator
 
+pub mod fedpm;
 pub mod neural;
 pub mod ridge;
 

@@ -1,0 +1,39 @@
+//! fedshard across machines: a server node and client nodes joined by `ractor_cluster`.
+//!
+//! Only the transport changes; the round logic is the in-process one. On the server node a
+//! [`gateway::Gateway`] stands in for every remote client with a local proxy actor that speaks
+//! the `ClientMsg` protocol and registers with the unchanged `Server` actor, so the server
+//! cannot tell a remote client from a local one: a deadline is the same deadline, a lost node
+//! is the same `unreachable` failure. On a client node an [`agent::Agent`] receives the
+//! server's requests and drives an ordinary `ClientHost` and its client actors.
+//!
+//! Nodes find each other through process groups ([`GATEWAY_GROUP`], [`agent_group`]), not the
+//! named registry, which does not hold remote actors. Everything that crosses the wire is a
+//! versioned frame of bytes ([`wire`]) that the receiving actor decodes and checks itself, so a
+//! malformed, replayed or forged frame is a counted rejection ([`metrics`]), never a panic and
+//! never a change to the model. Nodes authenticate with a shared secret ([`secret`]; a node
+//! with another secret is refused and counted) and may talk TLS ([`tls`]).
+//!
+//! Not here: the rounds themselves (`fedshard-actors`), building a federation from a config and
+//! the command line (`fedshard`).
+
+pub mod agent;
+pub mod gateway;
+pub mod join;
+pub mod message;
+pub mod metrics;
+pub mod node;
+pub mod request;
+pub mod secret;
+pub mod serve;
+pub mod tls;
+pub mod wire;
+
+/// The process group of the server node's gateway; client nodes watch it to find the server.
+pub const GATEWAY_GROUP: &str = "fedshard.gateway";
+
+/// The process group of the client-node agent whose session key is `key`: the gateway finds
+/// the agent that sent a hello here, and only that node knows its key.
+pub fn agent_group(key: wire::SessionKey) -> String {
+    format!("fedshard.agent.{key:032x}")
+}

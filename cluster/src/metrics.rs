@@ -1,0 +1,157 @@
+//! The cluster transport's counters, in Prometheus form so the server node's `/metrics` shows
+//! them beside the run's (`fedshard_cluster_*`), and readable in-process for tests and benches.
+
+use crate::wire::RejectionKind;
+use prometheus::core::Collector;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
+
+/// Counters of one node. Cloning shares them.
+#[derive(Clone)]
+pub struct ClusterMetrics {
+    rejected: IntCounterVec,
+    refused_sessions: IntCounter,
+    disconnects: IntCounter,
+    sessions: IntGauge,
+    clients: IntGauge,
+    frame_bytes: IntCounterVec,
+}
+
+impl ClusterMetrics {
+    pub fn new() -> Self {
+        let counter_vec = |name: &str, help: &str, label: &str| {
+            IntCounterVec::new(Opts::new(name, help), &[label])
+                .unwrap_or_else(|e| unreachable!("static metric {name}: {e}"))
+        };
+        let counter = |name: &str, help: &str| {
+            IntCounter::new(name, help)
+                .unwrap_or_else(|e| unreachable!("static metric {name}: {e}"))
+        };
+        let gauge = |name: &str, help: &str| {
+            IntGauge::new(name, help).unwrap_or_else(|e| unreachable!("static metric {name}: {e}"))
+        };
+        let metrics = Self {
+            rejected: counter_vec(
+                "fedshard_cluster_frames_rejected_total",
+                "Frames from other nodes dropped before they reached an actor's logic, by reason.",
+                "reason",
+            ),
+            refused_sessions: counter(
+                "fedshard_cluster_sessions_refused_total",
+                "Node sessions that closed before authenticating (a wrong secret, a TLS mismatch, or not a fedshard node).",
+            ),
+            disconnects: counter(
+                "fedshard_cluster_node_disconnects_total",
+                "Authenticated node sessions that were lost.",
+            ),
+            sessions: gauge("fedshard_cluster_nodes", "Authenticated node sessions now."),
+            clients: gauge("fedshard_cluster_clients", "Remote clients registered now."),
+            frame_bytes: counter_vec(
+                "fedshard_cluster_frame_bytes_total",
+                "Bytes of frames sent (`out`) and received (`in`), before ractor_cluster's envelope.",
+                "direction",
+            ),
+        };
+        for kind in RejectionKind::ALL {
+            metrics.rejected.with_label_values(&[kind.label()]);
+        }
+        for direction in ["in", "out"] {
+            metrics.frame_bytes.with_label_values(&[direction]);
+        }
+        metrics
+    }
+
+    /// Every series, to register with a Prometheus registry.
+    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.rejected.clone()),
+            Box::new(self.refused_sessions.clone()),
+            Box::new(self.disconnects.clone()),
+            Box::new(self.sessions.clone()),
+            Box::new(self.clients.clone()),
+            Box::new(self.frame_bytes.clone()),
+        ]
+    }
+
+    pub fn reject(&self, kind: RejectionKind) {
+        self.rejected.with_label_values(&[kind.label()]).inc();
+    }
+
+    pub fn rejected(&self, kind: RejectionKind) -> u64 {
+        self.rejected.with_label_values(&[kind.label()]).get()
+    }
+
+    pub fn rejected_total(&self) -> u64 {
+        RejectionKind::ALL.iter().map(|&k| self.rejected(k)).sum()
+    }
+
+    pub fn session_refused(&self) {
+        self.refused_sessions.inc();
+    }
+
+    pub fn sessions_refused(&self) -> u64 {
+        self.refused_sessions.get()
+    }
+
+    pub fn session_up(&self) {
+        self.sessions.inc();
+    }
+
+    pub fn session_lost(&self) {
+        self.sessions.dec();
+        self.disconnects.inc();
+    }
+
+    pub fn set_clients(&self, n: usize) {
+        self.clients.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    pub fn bytes_in(&self, n: usize) {
+        self.frame_bytes.with_label_values(&["in"]).inc_by(n as u64);
+    }
+
+    pub fn bytes_out(&self, n: usize) {
+        self.frame_bytes
+            .with_label_values(&["out"])
+            .inc_by(n as u64);
+    }
+
+    /// Frame bytes received and sent so far.
+    pub fn frame_bytes(&self) -> (u64, u64) {
+        (
+            self.frame_bytes.with_label_values(&["in"]).get(),
+            self.frame_bytes.with_label_values(&["out"]).get(),
+        )
+    }
+}
+
+impl Default for ClusterMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Logs rejected frames without flooding the log under attack: the first few in full, then one
+/// line per thousand.
+#[derive(Debug, Default)]
+pub(crate) struct RejectionLog {
+    seen: u64,
+}
+
+impl RejectionLog {
+    const IN_FULL: u64 = 20;
+
+    pub(crate) fn log(&mut self, what: &str, rejection: &crate::wire::Rejection) {
+        self.seen += 1;
+        if self.seen <= Self::IN_FULL {
+            tracing::warn!("{what}: rejected a frame ({rejection})");
+            if self.seen == Self::IN_FULL {
+                tracing::warn!("{what}: further rejected frames are logged once per thousand");
+            }
+        } else if self.seen.is_multiple_of(1000) {
+            tracing::warn!(
+                "{what}: {} frames rejected so far (latest: {rejection})",
+                self.seen
+            );
+        }
+    }
+}

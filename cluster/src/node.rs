@@ -1,0 +1,147 @@
+//! Starting a ractor_cluster node, hearing about its sessions, and connecting to another node.
+//!
+//! Two ractor_cluster behaviours shape this module. `client_connect` returns `Ok` as soon as
+//! the TCP (or TLS) connection is open, before the secret is checked, and a peer with another
+//! secret is simply disconnected; so a node learns whether it was accepted only from the
+//! session events it subscribes to ([`SessionEvent`]): a session that closes without having
+//! authenticated was refused. And ractor_cluster never reconnects by itself: the same events
+//! tell a client node its server is gone, and it reconnects ([`crate::join`]).
+
+use crate::secret::Secret;
+use ractor::{Actor, ActorRef};
+use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
+use ractor_cluster::{
+    IncomingEncryptionMode, NodeEventSubscription, NodeId, NodeServer, NodeServerMessage,
+};
+use std::net::SocketAddr;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// Something that happened to one of a node's sessions with another node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// A connection opened (not yet authenticated).
+    Opened { node: NodeId, peer: String },
+    /// The peer proved it holds the secret.
+    Authenticated { node: NodeId, peer: String },
+    /// The session ended, authenticated or not.
+    Disconnected { node: NodeId, peer: String },
+}
+
+/// Forwards ractor_cluster's (synchronous) session callbacks to a function, typically a cast to
+/// an actor or a send on a channel.
+struct Subscription<F>(F);
+
+impl<F: Fn(SessionEvent) + Send + 'static> NodeEventSubscription for Subscription<F> {
+    fn node_session_opened(&self, ses: NodeServerSessionInformation) {
+        (self.0)(SessionEvent::Opened {
+            node: ses.node_id,
+            peer: ses.peer_addr,
+        });
+    }
+
+    fn node_session_disconnected(&self, ses: NodeServerSessionInformation) {
+        (self.0)(SessionEvent::Disconnected {
+            node: ses.node_id,
+            peer: ses.peer_addr,
+        });
+    }
+
+    fn node_session_authenticated(&self, ses: NodeServerSessionInformation) {
+        (self.0)(SessionEvent::Authenticated {
+            node: ses.node_id,
+            peer: ses.peer_addr,
+        });
+    }
+}
+
+/// How to start a node.
+pub struct NodeSettings {
+    /// ractor_cluster's node name; unique per process, since two sessions from nodes of the
+    /// same name are taken for a duplicate connection and one is closed.
+    pub name: String,
+    pub secret: Secret,
+    /// Where to accept other nodes (port 0: any free port).
+    pub listen: SocketAddr,
+    /// TLS for incoming connections.
+    pub tls: Option<TlsAcceptor>,
+    /// ractor_cluster's inbound frame cap ([`crate::wire::transport_cap`]).
+    pub max_frame: u64,
+}
+
+/// Starts a node (isolated: it connects only to the nodes it is told to, never to its peers'
+/// peers) and subscribes `on_event` to its sessions.
+pub async fn start(
+    settings: NodeSettings,
+    on_event: impl Fn(SessionEvent) + Send + 'static,
+) -> Result<ActorRef<NodeServerMessage>, String> {
+    let encryption = match settings.tls {
+        Some(acceptor) => IncomingEncryptionMode::Tls(acceptor),
+        None => IncomingEncryptionMode::Raw,
+    };
+    let server = NodeServer::new(
+        settings.listen.port(),
+        settings.secret.cookie(),
+        settings.name,
+        settings.listen.ip().to_string(),
+        Some(encryption),
+        Some(NodeConnectionMode::Isolated),
+    )
+    .with_listen_addr(settings.listen.ip())
+    .with_max_inbound_frame_size(settings.max_frame);
+    let (node, _) = Actor::spawn(None, server, ())
+        .await
+        .map_err(|e| format!("cannot listen for nodes on {}: {e}", settings.listen))?;
+    node.cast(NodeServerMessage::SubscribeToEvents {
+        id: "fedshard".into(),
+        subscription: Box::new(Subscription(on_event)),
+    })
+    .map_err(|e| format!("the node stopped while starting: {e}"))?;
+    Ok(node)
+}
+
+/// TLS settings of an outgoing connection.
+#[derive(Clone)]
+pub struct TlsClient {
+    pub connector: TlsConnector,
+    /// The name the server's certificate must carry.
+    pub server_name: ServerName<'static>,
+}
+
+/// Why a connection attempt failed.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// Nothing answered at the address (yet): worth retrying.
+    Unreachable(String),
+    /// Something answered but the connection cannot work (TLS refused, node stopped).
+    Fatal(String),
+}
+
+/// Opens a connection from `node` to the node at `addr`. `Ok` means only that the connection
+/// is open: the handshake follows, and its outcome arrives as a [`SessionEvent`].
+pub async fn connect(
+    node: &ActorRef<NodeServerMessage>,
+    addr: &str,
+    tls: Option<&TlsClient>,
+) -> Result<(), ConnectError> {
+    use ractor_cluster::ClientConnectErr as E;
+    let result = match tls {
+        Some(tls) => {
+            ractor_cluster::client_connect_enc(
+                node,
+                addr,
+                tls.connector.clone(),
+                tls.server_name.clone(),
+            )
+            .await
+        }
+        None => ractor_cluster::client_connect(node, addr).await,
+    };
+    result.map_err(|e| match e {
+        E::Socket(e) => ConnectError::Unreachable(format!("{addr}: {e}")),
+        E::Encryption(e) => ConnectError::Fatal(format!(
+            "TLS handshake with {addr} failed: {e} (check --tls-ca and --tls-server-name)"
+        )),
+        E::Messaging(e) => ConnectError::Fatal(format!("this node stopped: {e}")),
+    })
+}

@@ -1,0 +1,116 @@
+//! A server node: the unchanged `Server` actor, a [`Gateway`] for its remote clients, and a
+//! ractor_cluster node that client nodes connect to.
+
+use crate::gateway::{Gateway, GatewayArgs, GatewayMsg};
+use crate::metrics::ClusterMetrics;
+use crate::node::{self, NodeSettings};
+use crate::secret::Secret;
+use crate::wire;
+use fedshard_actors::record::Summary;
+use fedshard_actors::server::{Federation, Server};
+use fedshard_protocol::model::ModelState;
+use ractor::Actor;
+use ractor::rpc::CallResult;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a finished server waits for its client nodes to hear so and leave.
+const FAREWELL: Duration = Duration::from_secs(5);
+
+pub struct ServeOptions {
+    /// Where client nodes connect (the firewall port to open).
+    pub listen: SocketAddr,
+    pub secret: Secret,
+    pub tls: Option<TlsAcceptor>,
+    /// Length of the model's `ModelState::to_bytes`, which sizes the frame limits.
+    pub model_bytes: usize,
+    pub metrics: ClusterMetrics,
+}
+
+/// Serves `federation` to client nodes until its last round, and returns the final model and
+/// summary, as `fedshard_actors::server::run` does with clients in the same process. The first
+/// round starts once every client of the federation has registered; a resumed federation
+/// continues after its last checkpointed round.
+pub async fn serve(
+    options: ServeOptions,
+    federation: Federation,
+) -> Result<(ModelState, Summary), String> {
+    let expected = federation
+        .registry
+        .clients
+        .iter()
+        .map(|(&id, record)| (id, record.samples))
+        .collect();
+    let deadline = federation.config.deadline;
+    let (done, finished) = oneshot::channel();
+    let (server, server_handle) = Actor::spawn(None, Server, (federation, done))
+        .await
+        .map_err(|e| format!("server failed to start: {e}"))?;
+    let gateway = Actor::spawn(
+        None,
+        Gateway,
+        GatewayArgs {
+            server: server.clone(),
+            expected,
+            deadline,
+            frame_limit: wire::frame_limit(options.model_bytes),
+            metrics: options.metrics.clone(),
+        },
+    )
+    .await;
+    let (gateway, gateway_handle) = match gateway {
+        Ok(started) => started,
+        Err(e) => {
+            server.stop(None);
+            return Err(format!("gateway failed to start: {e}"));
+        }
+    };
+    let events = gateway.clone();
+    let settings = NodeSettings {
+        name: format!("fedshard-server-{:016x}", rand::random::<u64>()),
+        secret: options.secret,
+        listen: options.listen,
+        tls: options.tls,
+        max_frame: wire::transport_cap(options.model_bytes),
+    };
+    let node = match node::start(settings, move |event| {
+        let _ = events.cast(GatewayMsg::Session(event));
+    })
+    .await
+    {
+        Ok(node) => node,
+        Err(e) => {
+            gateway.stop(None);
+            server.stop(None);
+            return Err(e);
+        }
+    };
+    tracing::info!("listening for client nodes on {}", options.listen);
+
+    let result = finished
+        .await
+        .unwrap_or_else(|_| Err("server stopped without a result".into()));
+    let error = result.as_ref().err().cloned();
+    let told = gateway
+        .call(|told| GatewayMsg::Finish { error, told }, Some(FAREWELL))
+        .await;
+    if let Ok(CallResult::Success(n)) = told
+        && n > 0
+    {
+        let started = Instant::now();
+        while started.elapsed() < FAREWELL {
+            match gateway.call(GatewayMsg::Nodes, Some(FAREWELL)).await {
+                Ok(CallResult::Success(0)) | Err(_) => break,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+    node.stop(None);
+    gateway.stop(None);
+    server.stop(None);
+    let _ = gateway_handle.await;
+    let _ = server_handle.await;
+    result
+}

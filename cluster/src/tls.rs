@@ -1,0 +1,304 @@
+//! TLS between nodes (rustls through ractor_cluster's `IncomingEncryptionMode::Tls` and
+//! `client_connect_enc`), with certificates and keys read from PEM files, and [`generate`] to
+//! make a private CA and a node certificate for tests and small deployments (`fedshard cert`).
+//!
+//! The server node always presents a certificate, which client nodes check against a CA they
+//! are given (`--tls-ca`): the secret authenticates a node to the federation, TLS keeps the
+//! traffic private and tells a client node it reached the real server. Mutual TLS is optional:
+//! a server given `--tls-client-ca` accepts only client nodes whose certificate that CA signed.
+//!
+//! The crypto provider is ring, named explicitly: the build also carries aws-lc-rs (through
+//! tokio-rustls's defaults in ractor_cluster), and with two providers compiled in, rustls
+//! cannot pick a process default by itself.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("certificate file {}: {e}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("certificate file {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "certificate file {}: no PEM certificate in it",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
+
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("key file {}: {e}", path.display()))
+}
+
+fn roots(path: &Path) -> Result<Arc<RootCertStore>, String> {
+    let mut store = RootCertStore::empty();
+    for cert in certificates(path)? {
+        store
+            .add(cert)
+            .map_err(|e| format!("CA file {}: {e}", path.display()))?;
+    }
+    Ok(Arc::new(store))
+}
+
+/// The server node's side: its certificate chain and key, and the CA of client certificates
+/// when client nodes must present one.
+pub fn acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<TlsAcceptor, String> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider())
+                .build()
+                .map_err(|e| format!("client CA {}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(certificates(cert)?, private_key(key)?)
+        .map_err(|e| {
+            format!(
+                "certificate {} and key {} do not make a TLS identity: {e}",
+                cert.display(),
+                key.display()
+            )
+        })?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// A client node's side: the CA that signed the server's certificate, and the node's own
+/// certificate and key when the server asks for one.
+pub fn connector(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<TlsConnector, String> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots(ca)?);
+    let config = match identity {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(certificates(cert)?, private_key(key)?)
+            .map_err(|e| {
+                format!(
+                    "certificate {} and key {} do not make a TLS identity: {e}",
+                    cert.display(),
+                    key.display()
+                )
+            })?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// The name a client node expects in the server's certificate: an IP address or a DNS name.
+pub fn server_name(name: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(name.to_string())
+        .map_err(|e| format!("`{name}` is not a host name or IP address for TLS: {e}"))
+}
+
+/// The files [`generate`] writes.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub node_cert: PathBuf,
+    pub node_key: PathBuf,
+}
+
+/// Writes a new private CA (`ca.pem`, `ca-key.pem`) and one node certificate it signs
+/// (`node.pem`, `node-key.pem`), valid for every name in `names` (IP addresses or DNS names)
+/// as a server and as a client, into `dir`. Keys are written readable by their owner only.
+///
+/// One certificate for every node keeps a small deployment simple; give each machine its own
+/// by running this once per machine with the same CA kept aside (or use your own PKI).
+pub fn generate(dir: &Path, names: &[String]) -> Result<Generated, String> {
+    if names.is_empty() {
+        return Err("give at least one name (IP address or DNS name) for the certificate".into());
+    }
+    let err = |what: &str, e: rcgen::Error| format!("{what}: {e}");
+    let mut ca_params =
+        CertificateParams::new(Vec::<String>::new()).map_err(|e| err("CA parameters", e))?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "fedshard private CA");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_key = KeyPair::generate().map_err(|e| err("CA key", e))?;
+    let ca_cert = ca_params
+        .self_signed(&ca_key)
+        .map_err(|e| err("CA certificate", e))?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let mut params =
+        CertificateParams::new(names.to_vec()).map_err(|e| err("certificate names", e))?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, names[0].clone());
+    params.use_authority_key_identifier_extension = true;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = KeyPair::generate().map_err(|e| err("node key", e))?;
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(|e| err("node certificate", e))?;
+
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let files = Generated {
+        ca_cert: dir.join("ca.pem"),
+        ca_key: dir.join("ca-key.pem"),
+        node_cert: dir.join("node.pem"),
+        node_key: dir.join("node-key.pem"),
+    };
+    write(&files.ca_cert, &ca_cert.pem(), false)?;
+    write(&files.ca_key, &ca_key_pem, true)?;
+    write(&files.node_cert, &cert.pem(), false)?;
+    write(&files.node_key, &key.serialize_pem(), true)?;
+    Ok(files)
+}
+
+fn write(path: &Path, text: &str, private: bool) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    use std::io::Write;
+    options
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_files_make_a_server_and_a_client_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = generate(dir.path(), &["127.0.0.1".into(), "localhost".into()]).unwrap();
+        acceptor(&files.node_cert, &files.node_key, None).unwrap();
+        acceptor(&files.node_cert, &files.node_key, Some(&files.ca_cert)).unwrap();
+        connector(&files.ca_cert, None).unwrap();
+        connector(&files.ca_cert, Some((&files.node_cert, &files.node_key))).unwrap();
+        server_name("127.0.0.1").unwrap();
+        server_name("localhost").unwrap();
+        // A key file where a certificate should be is an error naming the file.
+        let Err(wrong) = acceptor(&files.node_key, &files.node_key, None) else {
+            panic!("a key file taken for a certificate was accepted");
+        };
+        assert!(wrong.contains("node-key.pem"), "{wrong}");
+    }
+
+    /// A real handshake over loopback: the client trusts the generated CA and the name.
+    #[tokio::test]
+    async fn a_client_trusting_the_ca_completes_a_handshake() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let files = generate(dir.path(), &["127.0.0.1".into()]).unwrap();
+        let acceptor = acceptor(&files.node_cert, &files.node_key, None).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let mut buf = [0u8; 5];
+            tls.read_exact(&mut buf).await.unwrap();
+            buf
+        });
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let connector = connector(&files.ca_cert, None).unwrap();
+        let mut tls = connector
+            .connect(server_name("127.0.0.1").unwrap(), tcp)
+            .await
+            .unwrap();
+        tls.write_all(b"hello").await.unwrap();
+        tls.flush().await.unwrap();
+        assert_eq!(&server.await.unwrap(), b"hello");
+
+        // Another CA's client refuses the server.
+        let other = tempfile::tempdir().unwrap();
+        let other = generate(other.path(), &["127.0.0.1".into()]).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor2 = super::acceptor(&files.node_cert, &files.node_key, None).unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _ = acceptor2.accept(tcp).await;
+        });
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let untrusting = super::connector(&other.ca_cert, None).unwrap();
+        assert!(
+            untrusting
+                .connect(server_name("127.0.0.1").unwrap(), tcp)
+                .await
+                .is_err()
+        );
+    }
+
+    /// Mutual TLS: a server given a client CA accepts a client presenting a certificate it
+    /// signed, and refuses one presenting none.
+    #[tokio::test]
+    async fn a_server_with_a_client_ca_needs_a_client_certificate() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let files = generate(dir.path(), &["127.0.0.1".into()]).unwrap();
+        for with_identity in [true, false] {
+            let acceptor =
+                acceptor(&files.node_cert, &files.node_key, Some(&files.ca_cert)).unwrap();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = tokio::spawn(async move {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let mut tls = acceptor.accept(tcp).await.ok()?;
+                let mut buf = [0u8; 2];
+                tls.read_exact(&mut buf).await.ok()?;
+                Some(buf)
+            });
+            let identity =
+                with_identity.then_some((files.node_cert.as_path(), files.node_key.as_path()));
+            let connector = connector(&files.ca_cert, identity).unwrap();
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            if let Ok(mut tls) = connector
+                .connect(server_name("127.0.0.1").unwrap(), tcp)
+                .await
+            {
+                let _ = tls.write_all(b"hi").await;
+                let _ = tls.flush().await;
+            }
+            let received = server.await.unwrap();
+            assert_eq!(
+                received.is_some(),
+                with_identity,
+                "identity: {with_identity}"
+            );
+        }
+    }
+}

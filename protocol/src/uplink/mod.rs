@@ -1,0 +1,710 @@
+//! Compressed uplinks (ALGORITHMS.md §4): the compressor policies a federation selects by name
+//! (`[federation] compressor`), what a task tells the client about its uplink, and the coder
+//! that turns a client's training output into bytes and back.
+//!
+//! Every compressor sees the client's update as one flat message vector: the dense tensors in
+//! task order, then per sharded layer the rows of `U'` then of `V'` it holds ([`flatten`]). A
+//! host method turns the vector it sent (`sent`) and the vector the client trained (`out`) into
+//! a client-only distribution `q` and a global distribution `p` that the server can rebuild from
+//! the task alone:
+//!
+//! | host | symbols | `q_j` | `p_j` | server value |
+//! |---|---|---|---|---|
+//! | QSGD (s = 1, §4.7) | `{−1, 0, +1}` | `|v_j|/‖v‖` on `sign v_j` | last round's symbol frequencies, Laplace-smoothed | `sent + η_S ‖v‖ y` |
+//! | SignSGD (§4.8) | `±1` | `σ(v_j / M_b)` | `½` | `sent + η_S y` |
+//! | FedPM (§4.6) | mask bit | `θ_local` | `θ_global` | `0.99` or `0.01` |
+//!
+//! with `v = out − sent`. Without KLMS the client sends a sample of `q` symbol by symbol; with
+//! KLMS it sends one candidate index per block ([`fedshard_strategies::compression`]). The
+//! server value is a model value like any other, so every aggregator folds it unchanged: FedAvg
+//! of FedPM's decoded masks is BayesAgg with `λ₀ = 1` reset every round.
+//! Not implemented: the SGLD host (§4.9).
+
+pub mod state;
+pub mod wire;
+
+use crate::model::ModelState;
+use crate::task::{LayerShard, TrainOutput, TrainTask};
+use fedshard_strategies::compression::{
+    Bernoulli, Categorical, KlmsEncoder, Partition, SharedSeed, boundary_bits,
+    decode as klms_decode, index_bits, kl_bits_per_coordinate,
+};
+use fedshard_strategies::rng::{ChaCha20Rng, uniform};
+use serde::{Deserialize, Serialize};
+use wire::{BitReader, BitWriter, read_trits, write_trits};
+
+/// An uplink compressor, selected by name in `[federation] compressor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compressor {
+    /// bincode of the updated tensors, f32: 32 bits per value plus framing.
+    #[default]
+    Identity,
+    /// QSGD with one level: a 32-bit norm and a symbol in `{−1, 0, +1}` per value (1.6 bits).
+    Qsgd,
+    /// QSGD's symbols coded with KLMS against last round's symbol frequencies.
+    QsgdKlms,
+    /// Stochastic SignSGD: one sign bit per value.
+    Signsgd,
+    /// SignSGD's signs coded with KLMS against a fair coin.
+    SignsgdKlms,
+    /// FedPM: one mask bit per value (the model is mask probabilities).
+    Fedpm,
+    /// FedPM's mask coded with KLMS against the global mask probabilities.
+    FedpmKlms,
+}
+
+/// The method a compressor transmits, with or without KLMS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    Qsgd,
+    Signsgd,
+    Fedpm,
+}
+
+impl Compressor {
+    pub const ALL: [Compressor; 7] = [
+        Compressor::Identity,
+        Compressor::Qsgd,
+        Compressor::QsgdKlms,
+        Compressor::Signsgd,
+        Compressor::SignsgdKlms,
+        Compressor::Fedpm,
+        Compressor::FedpmKlms,
+    ];
+
+    /// The host method; `None` for the identity encoding.
+    pub fn host(self) -> Option<Host> {
+        match self {
+            Compressor::Identity => None,
+            Compressor::Qsgd | Compressor::QsgdKlms => Some(Host::Qsgd),
+            Compressor::Signsgd | Compressor::SignsgdKlms => Some(Host::Signsgd),
+            Compressor::Fedpm | Compressor::FedpmKlms => Some(Host::Fedpm),
+        }
+    }
+
+    /// Whether the host's symbols go through KLMS.
+    pub fn klms(self) -> bool {
+        matches!(
+            self,
+            Compressor::QsgdKlms | Compressor::SignsgdKlms | Compressor::FedpmKlms
+        )
+    }
+
+    /// The config name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compressor::Identity => "identity",
+            Compressor::Qsgd => "qsgd",
+            Compressor::QsgdKlms => "qsgd-klms",
+            Compressor::Signsgd => "signsgd",
+            Compressor::SignsgdKlms => "signsgd-klms",
+            Compressor::Fedpm => "fedpm",
+            Compressor::FedpmKlms => "fedpm-klms",
+        }
+    }
+}
+
+impl std::fmt::Display for Compressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How KLMS cuts the message into blocks (`[compression] blocks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BlockMode {
+    /// Blocks of about `d_target` bits of KL, `K = 2^d_target`, with the location protocol of
+    /// §4.4 (the paper's default).
+    #[default]
+    Adaptive,
+    /// Blocks of `block_size` values with `candidates` per block (§4.3).
+    Fixed,
+}
+
+/// `[compression]`: the settings of the compressors (every field has a default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressionConfig {
+    #[serde(default)]
+    pub blocks: BlockMode,
+    /// Adaptive blocks: KL bits per block `D_target`; `K = 2^D_target`.
+    #[serde(default = "default_d_target")]
+    pub d_target: u32,
+    /// Adaptive blocks: `MAX_BLOCK_SIZE`.
+    #[serde(default = "default_max_block_size")]
+    pub max_block_size: usize,
+    /// Fixed blocks: values per block `S`.
+    #[serde(default = "default_block_size")]
+    pub block_size: usize,
+    /// Fixed blocks: candidates per block `K`; unset, the reference warm-up schedule
+    /// (8,8,8,8,8,7,6,5,4,3, then 2).
+    #[serde(default)]
+    pub candidates: Option<usize>,
+    /// Server learning rate `η_S` of QSGD and SignSGD: the model moves by `η_S` times the mean
+    /// decoded update.
+    #[serde(default = "default_server_lr")]
+    pub server_lr: f64,
+    /// SignSGD: values per temperature group; `M_b = max_{j ∈ b} |v_j| / 20` (the reference's).
+    #[serde(default = "default_block_size")]
+    pub temperature_group: usize,
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        Self {
+            blocks: BlockMode::default(),
+            d_target: default_d_target(),
+            max_block_size: default_max_block_size(),
+            block_size: default_block_size(),
+            candidates: None,
+            server_lr: default_server_lr(),
+            temperature_group: default_block_size(),
+        }
+    }
+}
+
+fn default_d_target() -> u32 {
+    2
+}
+fn default_max_block_size() -> usize {
+    256
+}
+fn default_block_size() -> usize {
+    8
+}
+fn default_server_lr() -> f64 {
+    1.0
+}
+
+/// What a task tells a client about its uplink this round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Uplink {
+    pub compressor: Compressor,
+    /// `η_S` (QSGD, SignSGD).
+    pub server_lr: f64,
+    /// SignSGD's temperature group size.
+    pub temperature_group: usize,
+    /// The KLMS settings of this round, for the `-klms` compressors.
+    pub klms: Option<KlmsTask>,
+    /// QSGD: last round's counts of `(−1, 0, +1)` at each value of this task's message; `None`
+    /// before any round decoded a symbol (then `p` is uniform).
+    pub prior_counts: Option<Vec<[u16; 3]>>,
+}
+
+/// KLMS for one task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KlmsTask {
+    /// Candidates per block `K`.
+    pub candidates: usize,
+    pub blocks: TaskBlocks,
+}
+
+/// The blocks of one task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum TaskBlocks {
+    Fixed {
+        size: usize,
+    },
+    Adaptive {
+        d_target: u32,
+        max_block_size: usize,
+        /// The broadcast block ends; `None` asks the client to cut its own blocks and upload
+        /// them (`UPDATE`, §4.4 step 1).
+        ends: Option<Vec<usize>>,
+    },
+}
+
+/// What the server learns from a compressed uplink besides the values.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UplinkSide {
+    /// The length of the message.
+    pub len: usize,
+    /// The client's own block ends, when it uploaded them.
+    pub ends: Option<Vec<usize>>,
+    /// The client's mean KL per block in bits (adaptive blocks with broadcast ends).
+    pub mean_kl_bits: Option<f64>,
+    /// QSGD's decoded symbols.
+    pub symbols: Option<Vec<i8>>,
+}
+
+/// The message vector of a task or an output: dense tensors, then per shard its left then right
+/// factor rows.
+pub fn flatten(dense: &ModelState, shards: &[LayerShard]) -> Vec<f32> {
+    let mut out = Vec::new();
+    for t in &dense.tensors {
+        out.extend_from_slice(&t.data);
+    }
+    for s in shards {
+        out.extend_from_slice(&s.left);
+        out.extend_from_slice(&s.right);
+    }
+    out
+}
+
+/// The inverse of [`flatten`] on the task's layout.
+pub fn unflatten(task: &TrainTask, values: &[f32]) -> (ModelState, Vec<LayerShard>) {
+    let mut dense = task.dense.clone();
+    let mut at = 0;
+    for t in &mut dense.tensors {
+        let n = t.data.len();
+        t.data.copy_from_slice(&values[at..at + n]);
+        at += n;
+    }
+    let mut shards = task.shards.clone();
+    for s in &mut shards {
+        for part in [&mut s.left, &mut s.right] {
+            let n = part.len();
+            part.copy_from_slice(&values[at..at + n]);
+            at += n;
+        }
+    }
+    (dense, shards)
+}
+
+/// FedPM's decoded probabilities for a mask bit (the reference's clamping, §4.6).
+pub const MASK_LOW: f32 = 0.01;
+pub const MASK_HIGH: f32 = 0.99;
+
+/// The SignSGD temperature divisor of the reference: arguments of σ stay in `[−20, 20]`.
+const SIGN_RANGE: f64 = 20.0;
+
+/// The two distributions of a host over one message.
+enum Message {
+    Mask { q: Vec<f64>, p: Vec<f64> },
+    Ternary { q: Vec<[f64; 3]>, p: Vec<[f64; 3]> },
+}
+
+/// QSGD's global distribution from last round's counts (`(c + 1)/(C + 3)`), uniform without.
+pub fn smoothed_prior(counts: Option<&[[u16; 3]]>, len: usize) -> Vec<[f64; 3]> {
+    match counts {
+        Some(c) => c
+            .iter()
+            .map(|n| {
+                let total = f64::from(n[0]) + f64::from(n[1]) + f64::from(n[2]) + 3.0;
+                n.map(|x| (f64::from(x) + 1.0) / total)
+            })
+            .collect(),
+        None => vec![[1.0 / 3.0; 3]; len],
+    }
+}
+
+/// The fair-coin prior of SignSGD.
+const FAIR_SIGN: [f64; 3] = [0.5, 0.0, 0.5];
+
+/// The server's view: `p` from the task alone.
+fn prior(uplink: &Uplink, sent: &[f32]) -> Result<Message, String> {
+    Ok(match host_of(uplink)? {
+        Host::Fedpm => Message::Mask {
+            q: Vec::new(),
+            p: mask_probabilities(sent, "sent")?,
+        },
+        Host::Qsgd => {
+            if let Some(c) = &uplink.prior_counts
+                && c.len() != sent.len()
+            {
+                return Err(format!(
+                    "{} prior counts for a message of {}",
+                    c.len(),
+                    sent.len()
+                ));
+            }
+            Message::Ternary {
+                q: Vec::new(),
+                p: smoothed_prior(uplink.prior_counts.as_deref(), sent.len()),
+            }
+        }
+        Host::Signsgd => Message::Ternary {
+            q: Vec::new(),
+            p: vec![FAIR_SIGN; sent.len()],
+        },
+    })
+}
+
+fn host_of(uplink: &Uplink) -> Result<Host, String> {
+    uplink
+        .compressor
+        .host()
+        .ok_or_else(|| "the identity encoding has no host method".to_string())
+}
+
+fn mask_probabilities(values: &[f32], what: &str) -> Result<Vec<f64>, String> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(j, &v)| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(f64::from(v))
+            } else {
+                Err(format!(
+                    "FedPM needs mask probabilities in [0, 1]; {what} value {j} is {v}"
+                ))
+            }
+        })
+        .collect()
+}
+
+/// The client's view: `q` and `p`, plus QSGD's norm.
+fn message(uplink: &Uplink, sent: &[f32], out: &[f32]) -> Result<(Message, Option<f32>), String> {
+    let mut m = prior(uplink, sent)?;
+    let mut scale = None;
+    match (&mut m, host_of(uplink)?) {
+        (Message::Mask { q, .. }, _) => *q = mask_probabilities(out, "trained")?,
+        (Message::Ternary { q, .. }, Host::Qsgd) => {
+            let v: Vec<f64> = out
+                .iter()
+                .zip(sent)
+                .map(|(o, s)| f64::from(*o) - f64::from(*s))
+                .collect();
+            let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+            if !norm.is_finite() {
+                return Err(format!("QSGD: the update's norm is {norm}"));
+            }
+            // The norm travels as f32; q uses the value the server reads.
+            let sent_norm = norm as f32;
+            scale = Some(sent_norm);
+            let n = f64::from(sent_norm);
+            *q = v
+                .iter()
+                .map(|&x| {
+                    if n == 0.0 {
+                        return [0.0, 1.0, 0.0];
+                    }
+                    let a = (x.abs() / n).min(1.0);
+                    if x >= 0.0 {
+                        [0.0, 1.0 - a, a]
+                    } else {
+                        [a, 1.0 - a, 0.0]
+                    }
+                })
+                .collect();
+        }
+        (Message::Ternary { q, .. }, _) => {
+            let group = uplink.temperature_group.max(1);
+            q.reserve(out.len());
+            for (o, s) in out.chunks(group).zip(sent.chunks(group)) {
+                let v: Vec<f64> = o
+                    .iter()
+                    .zip(s)
+                    .map(|(a, b)| f64::from(*a) - f64::from(*b))
+                    .collect();
+                let temperature =
+                    (v.iter().fold(0.0f64, |m, x| m.max(x.abs())) / SIGN_RANGE).max(1e-15);
+                if !temperature.is_finite() {
+                    return Err("SignSGD: the update is not finite".into());
+                }
+                for x in v {
+                    let plus = 1.0 / (1.0 + (-x / temperature).exp());
+                    q.push([1.0 - plus, 0.0, plus]);
+                }
+            }
+        }
+    }
+    Ok((m, scale))
+}
+
+/// Encodes a training output for `task.uplink` (the identity encoding is not handled here).
+pub fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Vec<u8>, String> {
+    encode_symbols(task, output).map(|(bytes, _)| bytes)
+}
+
+/// [`encode`], also returning the symbols the client chose (mask bits as 0/1), which the
+/// server must decode bit for bit.
+fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Vec<i8>), String> {
+    let uplink = &task.uplink;
+    let host = host_of(uplink)?;
+    let sent = flatten(&task.dense, &task.shards);
+    let out = flatten(&output.dense, &output.shards);
+    if sent.len() != out.len() {
+        return Err(format!(
+            "the output has {} values, the task {}",
+            out.len(),
+            sent.len()
+        ));
+    }
+    let (m, scale) = message(uplink, &sent, &out)?;
+    let shared = SharedSeed {
+        seed: task.seed,
+        round: task.round,
+        client: task.client,
+    };
+    let mut selection = shared.selection_stream();
+    let mut w = BitWriter::new();
+    if let Some(norm) = scale {
+        w.f32(norm);
+    }
+    let err = |e: fedshard_strategies::error::StrategyError| e.to_string();
+    let symbols = match &uplink.klms {
+        None => match m {
+            Message::Mask { q, .. } => {
+                let symbols: Vec<i8> = q
+                    .iter()
+                    .map(|&p| i8::from(uniform(&mut selection) < p))
+                    .collect();
+                for &s in &symbols {
+                    w.bits(s as u32, 1);
+                }
+                symbols
+            }
+            Message::Ternary { q, .. } => {
+                let symbols: Vec<i8> = q
+                    .iter()
+                    .map(|row| draw_ternary(row, &mut selection))
+                    .collect();
+                if host == Host::Signsgd {
+                    for &s in &symbols {
+                        w.bits(u32::from(s > 0), 1);
+                    }
+                } else {
+                    write_trits(&mut w, &symbols);
+                }
+                symbols
+            }
+        },
+        Some(klms) => {
+            let (partition, report) = match &klms.blocks {
+                TaskBlocks::Fixed { size } => {
+                    (Partition::fixed(sent.len(), *size).map_err(err)?, None)
+                }
+                TaskBlocks::Adaptive {
+                    d_target,
+                    max_block_size,
+                    ends,
+                } => {
+                    let kl = match &m {
+                        Message::Mask { q, p } => kl_bits_per_coordinate(
+                            &Bernoulli::new(q).map_err(err)?,
+                            &Bernoulli::new(p).map_err(err)?,
+                        ),
+                        Message::Ternary { q, p } => kl_bits_per_coordinate(
+                            &Categorical::new(q).map_err(err)?,
+                            &Categorical::new(p).map_err(err)?,
+                        ),
+                    }
+                    .map_err(err)?;
+                    match ends {
+                        None => {
+                            let own =
+                                Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
+                                    .map_err(err)?;
+                            let width = boundary_bits(*max_block_size).map_err(err)? as u32;
+                            w.u32(own.num_blocks() as u32);
+                            for size in own.sizes() {
+                                w.bits((size - 1) as u32, width);
+                            }
+                            (own, None)
+                        }
+                        Some(ends) => {
+                            let global = Partition::from_ends(ends.clone()).map_err(err)?;
+                            let mean = global.mean_block_kl_bits(&kl).map_err(err)?;
+                            (global, Some(mean as f32))
+                        }
+                    }
+                }
+            };
+            if let Some(mean) = report {
+                w.f32(mean);
+            }
+            let width = index_bits(klms.candidates).map_err(err)? as u32;
+            let (indices, symbols) = match &m {
+                Message::Mask { q, p } => {
+                    let (q, p) = (
+                        Bernoulli::new(q).map_err(err)?,
+                        Bernoulli::new(p).map_err(err)?,
+                    );
+                    let mut selected = vec![false; sent.len()];
+                    let indices = KlmsEncoder::new()
+                        .encode(
+                            &q,
+                            &p,
+                            &partition,
+                            klms.candidates,
+                            &shared,
+                            &mut selection,
+                            &mut selected,
+                        )
+                        .map_err(err)?;
+                    (indices, selected.into_iter().map(i8::from).collect())
+                }
+                Message::Ternary { q, p } => {
+                    let (q, p) = (
+                        Categorical::new(q).map_err(err)?,
+                        Categorical::new(p).map_err(err)?,
+                    );
+                    let mut selected = vec![0i8; sent.len()];
+                    let indices = KlmsEncoder::new()
+                        .encode(
+                            &q,
+                            &p,
+                            &partition,
+                            klms.candidates,
+                            &shared,
+                            &mut selection,
+                            &mut selected,
+                        )
+                        .map_err(err)?;
+                    (indices, selected)
+                }
+            };
+            for index in indices {
+                w.bits(index, width);
+            }
+            symbols
+        }
+    };
+    Ok((w.finish(), symbols))
+}
+
+/// A draw from `[P(−1), P(0), P(+1)]` by inverse CDF in that order.
+fn draw_ternary(row: &[f64; 3], rng: &mut ChaCha20Rng) -> i8 {
+    let u = uniform(rng);
+    if u < row[0] {
+        -1
+    } else if u < row[0] + row[1] {
+        0
+    } else {
+        1
+    }
+}
+
+/// Decodes a compressed payload against its task: the values the server folds, and the side
+/// information for [`state::UplinkState`]. Every malformed field is an error, never a panic.
+pub fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), String> {
+    let (symbols, scale, mut side) = decode_symbols(task, bytes)?;
+    let sent = flatten(&task.dense, &task.shards);
+    let uplink = &task.uplink;
+    let host = host_of(uplink)?;
+    let eta = uplink.server_lr as f32;
+    let values = match host {
+        Host::Fedpm => symbols
+            .iter()
+            .map(|&m| if m > 0 { MASK_HIGH } else { MASK_LOW })
+            .collect(),
+        Host::Qsgd => {
+            let step = eta * scale.unwrap_or(0.0);
+            sent.iter()
+                .zip(&symbols)
+                .map(|(s, &y)| s + step * f32::from(y))
+                .collect()
+        }
+        Host::Signsgd => sent
+            .iter()
+            .zip(&symbols)
+            .map(|(s, &y)| s + eta * f32::from(y))
+            .collect(),
+    };
+    if host == Host::Qsgd {
+        side.symbols = Some(symbols);
+    }
+    Ok((values, side))
+}
+
+/// The symbols of a payload (mask bits as 0/1), QSGD's norm and the side information.
+fn decode_symbols(
+    task: &TrainTask,
+    bytes: &[u8],
+) -> Result<(Vec<i8>, Option<f32>, UplinkSide), String> {
+    let uplink = &task.uplink;
+    let host = host_of(uplink)?;
+    let sent = flatten(&task.dense, &task.shards);
+    let d = sent.len();
+    let p = prior(uplink, &sent)?;
+    let mut r = BitReader::new(bytes);
+    let mut side = UplinkSide {
+        len: d,
+        ..UplinkSide::default()
+    };
+    let scale = match host {
+        Host::Qsgd => {
+            let norm = r.f32()?;
+            if !(norm.is_finite() && norm >= 0.0) {
+                return Err(format!("QSGD norm {norm}"));
+            }
+            Some(norm)
+        }
+        _ => None,
+    };
+    let err = |e: fedshard_strategies::error::StrategyError| e.to_string();
+    // Symbols: +1/−1/0 for ternary hosts, 1/0 for masks.
+    let symbols: Vec<i8> = match &uplink.klms {
+        None => match host {
+            Host::Qsgd => read_trits(&mut r, d)?,
+            Host::Signsgd => (0..d)
+                .map(|_| r.bits(1).map(|b| if b == 1 { 1 } else { -1 }))
+                .collect::<Result<_, _>>()?,
+            Host::Fedpm => (0..d)
+                .map(|_| r.bits(1).map(|b| b as i8))
+                .collect::<Result<_, _>>()?,
+        },
+        Some(klms) => {
+            let partition = match &klms.blocks {
+                TaskBlocks::Fixed { size } => Partition::fixed(d, *size).map_err(err)?,
+                TaskBlocks::Adaptive {
+                    max_block_size,
+                    ends: None,
+                    ..
+                } => {
+                    let blocks = r.u32()? as usize;
+                    if blocks == 0 || blocks > d {
+                        return Err(format!("{blocks} blocks for a message of {d} values"));
+                    }
+                    let width = boundary_bits(*max_block_size).map_err(err)? as u32;
+                    let sizes = (0..blocks)
+                        .map(|_| r.bits(width).map(|s| s as usize + 1))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let own = Partition::from_sizes(&sizes, *max_block_size)
+                        .map_err(|e| format!("block boundaries: {e}"))?;
+                    if own.len() != d {
+                        return Err(format!(
+                            "block boundaries cover {} values of {d}",
+                            own.len()
+                        ));
+                    }
+                    side.ends = Some(own.ends().to_vec());
+                    own
+                }
+                TaskBlocks::Adaptive {
+                    ends: Some(ends), ..
+                } => {
+                    let mean = r.f32()?;
+                    if !(mean.is_finite() && mean >= 0.0) {
+                        return Err(format!("mean-KL report {mean}"));
+                    }
+                    side.mean_kl_bits = Some(f64::from(mean));
+                    Partition::from_ends(ends.clone()).map_err(err)?
+                }
+            };
+            let width = index_bits(klms.candidates).map_err(err)? as u32;
+            let indices = (0..partition.num_blocks())
+                .map(|_| r.bits(width))
+                .collect::<Result<Vec<_>, _>>()?;
+            let shared = SharedSeed {
+                seed: task.seed,
+                round: task.round,
+                client: task.client,
+            };
+            match &p {
+                Message::Mask { p, .. } => {
+                    let p = Bernoulli::new(p).map_err(err)?;
+                    let mut out = vec![false; d];
+                    klms_decode(&p, &partition, klms.candidates, &indices, &shared, &mut out)
+                        .map_err(err)?;
+                    out.into_iter().map(i8::from).collect()
+                }
+                Message::Ternary { p, .. } => {
+                    let p = Categorical::new(p).map_err(err)?;
+                    let mut out = vec![0i8; d];
+                    klms_decode(&p, &partition, klms.candidates, &indices, &shared, &mut out)
+                        .map_err(err)?;
+                    out
+                }
+            }
+        }
+    };
+    r.finish()?;
+    Ok((symbols, scale, side))
+}
+
+#[cfg(test)]
+mod tests;

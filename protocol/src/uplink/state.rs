@@ -1,0 +1,186 @@
+//! What the server remembers between rounds for the compressors: the location protocol of
+//! adaptive KLMS blocks (§4.4) and QSGD's symbol frequencies (§4.7). It is part of a checkpoint,
+//! so a resumed run codes its uplinks exactly as an uninterrupted one.
+
+use super::{
+    BlockMode, CompressionConfig, Compressor, Host, KlmsTask, TaskBlocks, Uplink, UplinkSide,
+};
+use crate::task::TrainTask;
+use fedshard_strategies::compression::{KSchedule, KlBand, Partition, candidates_for_target};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct UplinkState {
+    /// Adaptive KLMS: the aggregated block ends for each message length (the clients of one
+    /// keep ratio hold the same number of values); a length without ends is in `UPDATE`.
+    pub ends: BTreeMap<usize, Vec<usize>>,
+    /// QSGD: last round's `(−1, 0, +1)` counts at each value of the global layout; empty before
+    /// the first decoded round.
+    pub counts: Vec<[u16; 3]>,
+}
+
+impl UplinkState {
+    /// The uplink settings of `task` in its round.
+    pub fn uplink(
+        &self,
+        compressor: Compressor,
+        config: &CompressionConfig,
+        task: &TrainTask,
+    ) -> Result<Uplink, String> {
+        let Some(host) = compressor.host() else {
+            return Ok(Uplink::default());
+        };
+        let len = message_len(task);
+        let klms = if compressor.klms() {
+            Some(match config.blocks {
+                BlockMode::Fixed => {
+                    let schedule = config
+                        .candidates
+                        .map_or_else(KSchedule::reference, KSchedule::Constant);
+                    KlmsTask {
+                        candidates: schedule.candidates(task.round).map_err(|e| e.to_string())?,
+                        blocks: TaskBlocks::Fixed {
+                            size: config.block_size,
+                        },
+                    }
+                }
+                BlockMode::Adaptive => KlmsTask {
+                    candidates: candidates_for_target(config.d_target)
+                        .map_err(|e| e.to_string())?,
+                    blocks: TaskBlocks::Adaptive {
+                        d_target: config.d_target,
+                        max_block_size: config.max_block_size,
+                        ends: self.ends.get(&len).cloned(),
+                    },
+                },
+            })
+        } else {
+            None
+        };
+        let prior_counts = (host == Host::Qsgd && !self.counts.is_empty())
+            .then(|| {
+                segments(task)
+                    .into_iter()
+                    .flat_map(|range| self.counts.get(range).unwrap_or(&[]).iter().copied())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|c| c.len() == len);
+        Ok(Uplink {
+            compressor,
+            server_lr: config.server_lr,
+            temperature_group: config.temperature_group,
+            klms,
+            prior_counts,
+        })
+    }
+
+    /// Learns from a round's decoded uplinks: aggregates uploaded block ends, re-opens `UPDATE`
+    /// for a message length whose mean block KL left `[D_target/3, 1.5 D_target]`, and replaces
+    /// QSGD's counts with this round's symbols.
+    pub fn observe(
+        &mut self,
+        compressor: Compressor,
+        config: &CompressionConfig,
+        decoded: &[(&TrainTask, &UplinkSide)],
+    ) -> Result<(), String> {
+        if compressor.klms() && config.blocks == BlockMode::Adaptive {
+            let mut by_len: BTreeMap<usize, (Vec<Partition>, Vec<f64>)> = BTreeMap::new();
+            for (_, side) in decoded {
+                let entry = by_len.entry(side.len).or_default();
+                if let Some(ends) = &side.ends {
+                    entry
+                        .0
+                        .push(Partition::from_ends(ends.clone()).map_err(|e| e.to_string())?);
+                }
+                if let Some(kl) = side.mean_kl_bits {
+                    entry.1.push(kl);
+                }
+            }
+            let band = KlBand::around(f64::from(config.d_target));
+            for (len, (partitions, reports)) in by_len {
+                if !partitions.is_empty() {
+                    let global = Partition::aggregate(&partitions, config.max_block_size)
+                        .map_err(|e| e.to_string())?;
+                    self.ends.insert(len, global.ends().to_vec());
+                } else if !reports.is_empty() {
+                    let mean = reports.iter().sum::<f64>() / reports.len() as f64;
+                    if band.needs_repartition(mean) {
+                        self.ends.remove(&len);
+                    }
+                }
+            }
+        }
+        if compressor.host() == Some(Host::Qsgd) {
+            let Some((first, _)) = decoded.first() else {
+                return Ok(());
+            };
+            let mut counts = vec![[0u16; 3]; global_len(first)];
+            for (task, side) in decoded {
+                let Some(symbols) = &side.symbols else {
+                    continue;
+                };
+                let positions = segments(task).into_iter().flatten();
+                for (g, &y) in positions.zip(symbols) {
+                    if let Some(slot) = counts.get_mut(g) {
+                        let i = (y.signum() + 1) as usize;
+                        slot[i] = slot[i].saturating_add(1);
+                    }
+                }
+            }
+            self.counts = counts;
+        }
+        Ok(())
+    }
+}
+
+/// The number of values in a task's message.
+pub fn message_len(task: &TrainTask) -> usize {
+    task.dense
+        .tensors
+        .iter()
+        .map(|t| t.data.len())
+        .sum::<usize>()
+        + task
+            .shards
+            .iter()
+            .map(|s| s.left.len() + s.right.len())
+            .sum::<usize>()
+}
+
+/// Values in the global layout: every dense tensor, then per sharded layer all `rank` rows of
+/// `U'` and then of `V'`.
+fn global_len(task: &TrainTask) -> usize {
+    let dense: usize = task.dense.tensors.iter().map(|t| t.data.len()).sum();
+    dense
+        + task
+            .shards
+            .iter()
+            .map(|s| s.rows().min(s.cols()) * (s.rows() + s.cols()))
+            .sum::<usize>()
+}
+
+/// Where each value of a task's message sits in the global layout, in message order: a
+/// singular vector keeps its position across rounds and clients, so its symbol counts do.
+fn segments(task: &TrainTask) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for t in &task.dense.tensors {
+        out.push(at..at + t.data.len());
+        at += t.data.len();
+    }
+    for s in &task.shards {
+        let (rows, cols) = (s.rows(), s.cols());
+        let rank = rows.min(cols);
+        for &i in &s.indices {
+            out.push(at + i * rows..at + (i + 1) * rows);
+        }
+        let right = at + rank * rows;
+        for &i in &s.indices {
+            out.push(right + i * cols..right + (i + 1) * cols);
+        }
+        at += rank * (rows + cols);
+    }
+    out
+}

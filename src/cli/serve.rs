@@ -1,0 +1,229 @@
+//! `fedshard serve`: the server node of a federation across machines. It holds the model, the
+//! coordinator, the checkpoints and the metrics, like `fedshard run`, and no client: client
+//! nodes (`fedshard join`) connect and register theirs, and the first round starts once every
+//! client of the config is there.
+
+use crate::config::{Config, parse_metrics_addr};
+use crate::federation;
+use anyhow::{Context, anyhow, bail};
+use clap::Args;
+use fedshard_actors::checkpoint::{self, write_atomically};
+use fedshard_actors::metrics::{self, Exporter};
+use fedshard_actors::record::{RoundRecord, Summary};
+use fedshard_cluster::metrics::ClusterMetrics;
+use fedshard_cluster::secret::Secret;
+use fedshard_cluster::serve::{ServeOptions, serve};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The TOML config; start every client node from the same file. Not needed with --resume.
+    #[arg(required_unless_present = "resume")]
+    pub config: Option<PathBuf>,
+    /// Where client nodes connect, IP:PORT (`0.0.0.0:PORT` for every interface; open PORT in
+    /// the firewall).
+    #[arg(long, value_name = "IP:PORT")]
+    pub listen: SocketAddr,
+    /// Run folder (default: runs/NAME-seedS). Refused if it already holds a checkpoint.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue the run in this folder from its last checkpoint; client nodes reconnect by
+    /// themselves.
+    #[arg(long, conflicts_with_all = ["config", "out"])]
+    pub resume: Option<PathBuf>,
+    /// Override `run.rounds`.
+    #[arg(long)]
+    pub rounds: Option<u64>,
+    /// File holding the shared secret of the federation (else `$FEDSHARD_SECRET`); required.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// TLS: this node's certificate chain (PEM); client nodes then need `--tls-ca`.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the private key of `--tls-cert` (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: accept only client nodes whose certificate this CA signed (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve Prometheus metrics on IP:PORT, or `off` (default: the config's, else
+    /// 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR|off")]
+    pub metrics_addr: Option<String>,
+    /// Keep serving /metrics this many seconds after the last round.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    pub linger: u64,
+    /// No progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+const CONFIG_FILE: &str = "config.toml";
+
+/// The config and run folder of a new or resumed run.
+fn run_folder(args: &ServeArgs) -> anyhow::Result<(Config, PathBuf)> {
+    let (mut config, dir) = match (&args.resume, &args.config) {
+        (Some(dir), _) => {
+            let path = dir.join(CONFIG_FILE);
+            if !path.exists() {
+                bail!(
+                    "{} is not a run folder: it has no {CONFIG_FILE}",
+                    dir.display()
+                );
+            }
+            (Config::load(&path)?, dir.clone())
+        }
+        (None, Some(path)) => {
+            let config = Config::load(path)?;
+            let dir = args.out.clone().unwrap_or_else(|| {
+                PathBuf::from("runs").join(format!("{}-seed{}", config.run.name, config.run.seed))
+            });
+            if dir.join(checkpoint::FILE_NAME).exists() {
+                bail!(
+                    "{} already holds a run; continue it with `fedshard serve --resume {}` or choose another --out",
+                    dir.display(),
+                    dir.display()
+                );
+            }
+            (config, dir)
+        }
+        (None, None) => bail!("give a CONFIG file or --resume RUN_DIR"),
+    };
+    if let Some(rounds) = args.rounds {
+        config.run.rounds = rounds;
+        config.validate()?;
+    }
+    Ok((config, dir))
+}
+
+pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
+    super::join::init_logging();
+    let (config, dir) = run_folder(args)?;
+    // Everything that can be wrong on the command line fails before the run folder is touched.
+    let secret = Secret::load(args.secret_file.as_deref()).map_err(anyhow::Error::msg)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            fedshard_cluster::tls::acceptor(cert, key, args.tls_client_ca.as_deref())
+                .map_err(anyhow::Error::msg)?,
+        ),
+        _ => None,
+    };
+    let metrics_addr = match &args.metrics_addr {
+        Some(text) => {
+            parse_metrics_addr(text).map_err(|e| anyhow!("option --metrics-addr: expected {e}"))?
+        }
+        None => parse_metrics_addr(
+            config
+                .metrics
+                .as_ref()
+                .map_or(metrics::DEFAULT_ADDR, |m| m.addr.as_str()),
+        )
+        .map_err(|e| anyhow!("field `metrics.addr`: expected {e}"))?,
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create run folder {}", dir.display()))?;
+    let text = toml::to_string(&config).context("serialising the config")?;
+    write_atomically(&dir.join(CONFIG_FILE), text.as_bytes())?;
+
+    let mut fed = federation::server(&config)?;
+    fed.run_dir = Some(dir.clone());
+    if args.resume.is_some() && !fed.resume_from_checkpoint().map_err(anyhow::Error::msg)? {
+        tracing::warn!(
+            "{} has no checkpoint yet; starting from round 1",
+            dir.display()
+        );
+    }
+    let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
+    fed.events = Some(events);
+    let rounds = config.run.rounds;
+    if !args.quiet && !fed.history.is_empty() {
+        eprintln!("resuming after round {} of {rounds}", fed.history.len());
+    }
+    let cluster = ClusterMetrics::new();
+    let options = ServeOptions {
+        listen: args.listen,
+        secret,
+        tls,
+        model_bytes: fed.model.to_bytes().len(),
+        metrics: cluster.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (result, exporter) = runtime.block_on(async {
+        let mut exporter = match metrics_addr {
+            Some(addr) => Some(Exporter::start(addr, &config.run.name).await.map_err(|e| {
+                anyhow!("{e} (set by --metrics-addr or `metrics.addr`; `off` disables)")
+            })?),
+            None => None,
+        };
+        let to_exporter = exporter.as_ref().map(Exporter::sender);
+        if let Some(exporter) = &exporter {
+            for collector in cluster.collectors() {
+                exporter.register(collector)?;
+            }
+            if !args.quiet {
+                eprintln!("serving metrics on http://{}/metrics", exporter.addr());
+            }
+        }
+        if let Some(sender) = &to_exporter {
+            for record in &fed.history {
+                let _ = sender.send(record.clone());
+            }
+        }
+        let quiet = args.quiet;
+        let watcher = tokio::spawn(async move {
+            while let Some(record) = receiver.recv().await {
+                if !quiet {
+                    eprintln!("{}", progress_line(&record, rounds));
+                }
+                if let Some(sender) = &to_exporter {
+                    let _ = sender.send(record);
+                }
+            }
+        });
+        let result = serve(options, fed).await;
+        let _ = watcher.await;
+        if let Some(exporter) = &mut exporter {
+            exporter.flush().await;
+        }
+        anyhow::Ok((result, exporter))
+    })?;
+    let finished = result
+        .map_err(anyhow::Error::msg)
+        .and_then(|(model, summary)| {
+            write_atomically(&dir.join(super::run::MODEL_FILE), &model.to_bytes())?;
+            write_summary(&dir, &summary)?;
+            Ok(summary)
+        });
+    if let Some(exporter) = exporter {
+        runtime.block_on(async {
+            if finished.is_ok() && args.linger > 0 {
+                tokio::time::sleep(std::time::Duration::from_secs(args.linger)).await;
+            }
+            exporter.shutdown().await;
+        });
+    }
+    finished
+}
+
+fn progress_line(r: &RoundRecord, rounds: u64) -> String {
+    format!(
+        "round {}/{rounds}: acc {:.4} loss {:.4} | {} ok, {} failed, {} rejected | {:.2} Mbit up | {:.2} s",
+        r.round,
+        r.accuracy,
+        r.loss,
+        r.successes,
+        r.failures_total(),
+        r.rejected_total(),
+        r.uplink_bits as f64 / 1e6,
+        r.seconds
+    )
+}
+
+fn write_summary(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(summary)?;
+    write_atomically(&dir.join("summary.json"), text.as_bytes())?;
+    Ok(())
+}

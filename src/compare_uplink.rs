@@ -1,0 +1,243 @@
+//! The uplink grid (seed 004's Tables 1–2 in shape): the same federation run under several
+//! compressors, the KLMS ones at several `D_target`, over several seeds, summarised as final test
+//! accuracy and the bits each update really took per parameter.
+//!
+//! Every run goes through [`federation::run_to_end`], the loop behind `fedshard run`; the bits
+//! are those of the payload bytes the clients sent (`RoundRecord::uplink_bits`), not a formula.
+
+use crate::config::Config;
+use crate::federation;
+use anyhow::{Context, ensure};
+use fedshard_protocol::uplink::{BlockMode, Compressor};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// One row of the grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UplinkArm {
+    pub compressor: Compressor,
+    /// The adaptive KLMS `D_target`; `None` for the other compressors and fixed blocks.
+    pub d_target: Option<u32>,
+}
+
+impl UplinkArm {
+    /// The row label: `fedpm-klms (D = 2)`.
+    pub fn label(&self) -> String {
+        match self.d_target {
+            Some(d) => format!("{} (D = {d})", self.compressor),
+            None => self.compressor.to_string(),
+        }
+    }
+}
+
+/// The rows: each compressor, the adaptive KLMS ones once per `D_target`.
+pub fn arms(compressors: &[Compressor], d_targets: &[u32], blocks: BlockMode) -> Vec<UplinkArm> {
+    compressors
+        .iter()
+        .flat_map(|&compressor| {
+            let sweep = compressor.klms() && blocks == BlockMode::Adaptive;
+            let ds: Vec<Option<u32>> = if sweep {
+                d_targets.iter().copied().map(Some).collect()
+            } else {
+                vec![None]
+            };
+            ds.into_iter().map(move |d_target| UplinkArm {
+                compressor,
+                d_target,
+            })
+        })
+        .collect()
+}
+
+/// The outcome of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UplinkRun {
+    pub compressor: Compressor,
+    pub d_target: Option<u32>,
+    pub seed: u64,
+    pub final_accuracy: Option<f64>,
+    /// Uplink bits per parameter per update, averaged over the rounds.
+    pub bits_per_parameter: Option<f64>,
+    pub uplink_bits_total: Option<u64>,
+    pub error: Option<String>,
+    pub seconds: f64,
+    #[serde(skip)]
+    pub accuracy_per_round: Vec<f64>,
+}
+
+/// The config of one run: `base` with the arm's compressor and `D_target`, and `seed`.
+pub fn run_config(base: &Config, arm: &UplinkArm, seed: u64) -> anyhow::Result<Config> {
+    let mut config = base.clone();
+    config.run.seed = seed;
+    config.federation.compressor = arm.compressor;
+    config.compression = match arm.compressor {
+        Compressor::Identity => None,
+        _ => {
+            let mut c = base.compression.clone().unwrap_or_default();
+            if let Some(d) = arm.d_target {
+                c.d_target = d;
+            }
+            Some(c)
+        }
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+/// Runs every arm for every seed, one after the other; `on_run(k, total, run)` after each.
+/// Every config is validated before the first run; a run that fails is recorded with its error.
+pub fn compare_uplink(
+    base: &Config,
+    compressors: &[Compressor],
+    d_targets: &[u32],
+    seeds: &[u64],
+    on_run: &mut dyn FnMut(usize, usize, &UplinkRun),
+) -> anyhow::Result<Vec<UplinkRun>> {
+    ensure!(!compressors.is_empty(), "no compressor to compare");
+    ensure!(!seeds.is_empty(), "no seed to run");
+    let blocks = base.compression.clone().unwrap_or_default().blocks;
+    let mut planned = Vec::new();
+    for arm in arms(compressors, d_targets, blocks) {
+        for &seed in seeds {
+            let config = run_config(base, &arm, seed).with_context(|| arm.label())?;
+            planned.push((arm, seed, config));
+        }
+    }
+    let total = planned.len();
+    let mut runs = Vec::with_capacity(total);
+    for (arm, seed, config) in planned {
+        let started = Instant::now();
+        let outcome = federation::run_to_end(&config);
+        let summary = outcome.as_ref().ok().map(|(_, s)| s);
+        let rounds = summary.map(|s| s.per_round.as_slice()).unwrap_or_default();
+        let run = UplinkRun {
+            compressor: arm.compressor,
+            d_target: arm.d_target,
+            seed,
+            final_accuracy: summary.map(|s| s.final_accuracy),
+            bits_per_parameter: (!rounds.is_empty()).then(|| {
+                rounds.iter().map(|r| r.bits_per_parameter).sum::<f64>() / rounds.len() as f64
+            }),
+            uplink_bits_total: summary.map(|s| s.uplink_bits_total),
+            error: outcome.as_ref().err().map(|e| format!("{e:#}")),
+            seconds: started.elapsed().as_secs_f64(),
+            accuracy_per_round: rounds.iter().map(|r| r.accuracy).collect(),
+        };
+        on_run(runs.len() + 1, total, &run);
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+/// Mean and sample standard deviation (0 for one value; NaN for none).
+fn mean_std(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = if values.len() > 1 {
+        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// The table as markdown: per row, accuracy (mean ± std over seeds), bits per parameter, and
+/// the saving against the same host without KLMS and against 32-bit floats.
+pub fn markdown(
+    runs: &[UplinkRun],
+    compressors: &[Compressor],
+    d_targets: &[u32],
+    blocks: BlockMode,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| compressor | accuracy % | bits / parameter | vs. host without KLMS | vs. f32 | failed runs |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let row_runs = |arm: &UplinkArm| -> Vec<&UplinkRun> {
+        runs.iter()
+            .filter(|r| r.compressor == arm.compressor && r.d_target == arm.d_target)
+            .collect()
+    };
+    let bpp = |rs: &[&UplinkRun]| {
+        mean_std(
+            &rs.iter()
+                .filter_map(|r| r.bits_per_parameter)
+                .collect::<Vec<_>>(),
+        )
+        .0
+    };
+    for arm in arms(compressors, d_targets, blocks) {
+        let rs = row_runs(&arm);
+        let accuracies: Vec<f64> = rs
+            .iter()
+            .filter_map(|r| r.final_accuracy.map(|a| 100.0 * a))
+            .collect();
+        let (mean, std) = mean_std(&accuracies);
+        let bits = bpp(&rs);
+        let plain = arm.compressor.host().and_then(|host| {
+            Compressor::ALL
+                .into_iter()
+                .find(|c| c.host() == Some(host) && !c.klms())
+        });
+        let versus_host = match plain {
+            Some(p) if arm.compressor.klms() => {
+                let base = bpp(&row_runs(&UplinkArm {
+                    compressor: p,
+                    d_target: None,
+                }));
+                if base.is_finite() && bits > 0.0 {
+                    format!("{:.1}× fewer", base / bits)
+                } else {
+                    "—".into()
+                }
+            }
+            _ => "—".into(),
+        };
+        let failed = rs.iter().filter(|r| r.error.is_some()).count();
+        let _ = writeln!(
+            out,
+            "| {} | {mean:.2} ± {std:.2} | {bits:.4} | {versus_host} | {:.0}× fewer | {failed} |",
+            arm.label(),
+            32.0 / bits
+        );
+    }
+    out
+}
+
+/// `D_target` values parsed from `1,2,4`.
+pub fn parse_d_targets(list: &str) -> anyhow::Result<Vec<u32>> {
+    list.split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|d| (1..=16).contains(d))
+                .with_context(|| format!("expected whole bits per block in 1..=16, found `{t}`"))
+        })
+        .collect()
+}
+
+/// Compressor names parsed from `fedpm,fedpm-klms`.
+pub fn parse_compressors(list: &str) -> anyhow::Result<Vec<Compressor>> {
+    list.split(',')
+        .map(|t| {
+            let t = t.trim();
+            Compressor::ALL
+                .into_iter()
+                .find(|c| c.name() == t)
+                .with_context(|| {
+                    let names: Vec<_> = Compressor::ALL.iter().map(|c| c.name()).collect();
+                    format!(
+                        "unknown compressor `{t}`; expected one of {}",
+                        names.join(", ")
+                    )
+                })
+        })
+        .collect()
+}

@@ -1,0 +1,307 @@
+//! Which figures a run folder and a report show, built from the rounds as plain data so they are
+//! tested without drawing.
+
+use super::figure::{Figure, Legend, Series, ValueAxis};
+use super::rounds::{RoundPoint, Run};
+use std::collections::BTreeMap;
+
+/// One number per round, for figures that overlay several runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Metric {
+    /// File stem and HTML anchor: `accuracy`, `uplink-bits`, ….
+    pub stem: &'static str,
+    pub title: &'static str,
+    pub value_label: &'static str,
+    pub value_axis: ValueAxis,
+    pub legend: Legend,
+    pub value: fn(&RoundPoint) -> f64,
+}
+
+/// The metrics `fedshard report` overlays, one figure each, in page order.
+pub const METRICS: [Metric; 8] = [
+    Metric {
+        stem: "accuracy",
+        title: "Test accuracy per round",
+        value_label: "accuracy",
+        value_axis: ValueAxis::Fixed(0.0, 1.0),
+        legend: Legend::LowerRight,
+        value: |r| r.accuracy,
+    },
+    Metric {
+        stem: "loss",
+        title: "Test loss per round",
+        value_label: "loss",
+        value_axis: ValueAxis::Fit,
+        legend: Legend::UpperRight,
+        value: |r| r.loss,
+    },
+    Metric {
+        stem: "train-loss",
+        title: "Training loss per round (mean over accepted clients)",
+        value_label: "loss",
+        value_axis: ValueAxis::Fit,
+        legend: Legend::UpperRight,
+        value: |r| r.train_loss,
+    },
+    Metric {
+        stem: "uplink-bits",
+        title: "Uplink bits per round",
+        value_label: "bits",
+        value_axis: ValueAxis::FromZero,
+        legend: Legend::LowerRight,
+        value: |r| r.uplink_bits as f64,
+    },
+    Metric {
+        stem: "bits-per-parameter",
+        title: "Uplink bits per parameter per update",
+        value_label: "bits per parameter",
+        value_axis: ValueAxis::FromZero,
+        legend: Legend::LowerRight,
+        value: |r| r.bits_per_parameter,
+    },
+    Metric {
+        stem: "accepted",
+        title: "Accepted updates per round",
+        value_label: "clients",
+        value_axis: ValueAxis::FromZero,
+        legend: Legend::LowerRight,
+        value: |r| r.successes as f64,
+    },
+    Metric {
+        stem: "failures",
+        title: "Failed clients and rejected updates per round",
+        value_label: "clients",
+        value_axis: ValueAxis::FromZero,
+        legend: Legend::UpperRight,
+        value: |r| (r.failures_total() + r.rejected_total()) as f64,
+    },
+    Metric {
+        stem: "anme",
+        title: "ANME per round (mean over layers and clusters)",
+        value_label: "ANME",
+        value_axis: ValueAxis::FromZero,
+        legend: Legend::UpperRight,
+        value: |r| r.anme,
+    },
+];
+
+fn series(
+    label: impl Into<String>,
+    rounds: &[RoundPoint],
+    value: fn(&RoundPoint) -> f64,
+) -> Series {
+    Series {
+        label: label.into(),
+        points: rounds.iter().map(|r| (r.round as f64, value(r))).collect(),
+    }
+}
+
+/// One figure per [`METRICS`] entry, a line per run, each labelled with the run's label.
+pub fn overlay(runs: &[Run]) -> Vec<(&'static str, Figure)> {
+    METRICS
+        .iter()
+        .map(|m| {
+            let figure = Figure {
+                title: m.title.into(),
+                value_label: m.value_label.into(),
+                value_axis: m.value_axis,
+                legend: m.legend,
+                series: runs
+                    .iter()
+                    .map(|run| series(run.label.clone(), &run.rounds, m.value))
+                    .collect(),
+            };
+            (m.stem, figure)
+        })
+        .collect()
+}
+
+/// The figures of one run folder's `plots/`, as `(file stem, figure)`: accuracy; test and
+/// training loss; uplink and downlink bits; bits per parameter; participation, failures and
+/// rejections; ANME, and per cluster when the round sharded more than one (layer, keep ratio).
+pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
+    let figure = |title: &str, value_label: &str, value_axis, legend, series| Figure {
+        title: title.into(),
+        value_label: value_label.into(),
+        value_axis,
+        legend,
+        series,
+    };
+    vec![
+        (
+            "accuracy",
+            figure(
+                "Test accuracy per round",
+                "accuracy",
+                ValueAxis::Fixed(0.0, 1.0),
+                Legend::None,
+                vec![series("test accuracy", rounds, |r| r.accuracy)],
+            ),
+        ),
+        (
+            "loss",
+            figure(
+                "Loss per round",
+                "loss",
+                ValueAxis::Fit,
+                Legend::UpperRight,
+                vec![
+                    series("test loss", rounds, |r| r.loss),
+                    series("training loss (accepted clients)", rounds, |r| r.train_loss),
+                ],
+            ),
+        ),
+        (
+            "bits",
+            figure(
+                "Bits sent per round",
+                "bits",
+                ValueAxis::FromZero,
+                Legend::LowerRight,
+                vec![
+                    series("uplink (clients → server)", rounds, |r| {
+                        r.uplink_bits as f64
+                    }),
+                    series("downlink (server → clients)", rounds, |r| {
+                        r.downlink_bits as f64
+                    }),
+                ],
+            ),
+        ),
+        (
+            "bits-per-parameter",
+            figure(
+                "Uplink bits per parameter per update",
+                "bits per parameter",
+                ValueAxis::FromZero,
+                Legend::None,
+                vec![series("bits per parameter", rounds, |r| {
+                    r.bits_per_parameter
+                })],
+            ),
+        ),
+        (
+            "participation",
+            figure(
+                "Participation and failures per round",
+                "clients",
+                ValueAxis::FromZero,
+                Legend::UpperRight,
+                vec![
+                    series("selected", rounds, |r| r.participants as f64),
+                    series("accepted", rounds, |r| r.successes as f64),
+                    series("failed", rounds, |r| r.failures_total() as f64),
+                    series("rejected", rounds, |r| r.rejected_total() as f64),
+                ],
+            ),
+        ),
+        (
+            "anme",
+            figure(
+                "ANME per round",
+                "ANME",
+                ValueAxis::FromZero,
+                Legend::UpperRight,
+                anme_series(rounds),
+            ),
+        ),
+    ]
+}
+
+/// The round's mean ANME and, when there are several, one line per (layer, keep ratio) cluster.
+/// With a single cluster its line would repeat the mean, so it is left out.
+fn anme_series(rounds: &[RoundPoint]) -> Vec<Series> {
+    let mut clusters: BTreeMap<(String, u64), Series> = BTreeMap::new();
+    for r in rounds {
+        for g in &r.groups {
+            // Keyed by the ratio's bits: the same f64 every round, ordered for positive ratios.
+            let key = (g.layer.clone(), g.keep_ratio.to_bits());
+            clusters
+                .entry(key)
+                .or_insert_with(|| Series {
+                    label: format!("{}, r = {}", g.layer, g.keep_ratio),
+                    points: Vec::new(),
+                })
+                .points
+                .push((r.round as f64, g.anme));
+        }
+    }
+    let mut out = vec![series("mean over clusters", rounds, |r| r.anme)];
+    if clusters.len() > 1 {
+        out.extend(clusters.into_values());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::rounds::GroupPoint;
+
+    fn round(round: u64, groups: &[(&str, f64, f64)]) -> RoundPoint {
+        RoundPoint {
+            round,
+            participants: 4,
+            successes: 3,
+            failures: BTreeMap::from([("timeout".into(), 1)]),
+            rejected: BTreeMap::new(),
+            accuracy: 0.1 * round as f64,
+            loss: 2.0,
+            train_loss: f64::NAN,
+            uplink_bits: 1000,
+            downlink_bits: 4000,
+            bits_per_parameter: 32.0,
+            anme: 0.3,
+            groups: groups
+                .iter()
+                .map(|&(layer, keep_ratio, anme)| GroupPoint {
+                    layer: layer.into(),
+                    keep_ratio,
+                    anme,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn anme_has_a_line_per_cluster_only_when_there_are_several() {
+        let one = [round(1, &[("fc0.weight", 0.4, 0.3)])];
+        assert_eq!(anme_series(&one).len(), 1);
+        let two = [
+            round(1, &[("fc0.weight", 0.4, 0.2), ("fc0.weight", 0.2, 0.4)]),
+            round(2, &[("fc0.weight", 0.4, 0.25)]),
+        ];
+        let lines = anme_series(&two);
+        let labels: Vec<&str> = lines.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "mean over clusters",
+                "fc0.weight, r = 0.2",
+                "fc0.weight, r = 0.4"
+            ]
+        );
+        assert_eq!(lines[2].points, [(1.0, 0.2), (2.0, 0.25)]);
+    }
+
+    #[test]
+    fn run_figures_plot_every_round() {
+        let rounds = [round(1, &[]), round(2, &[])];
+        let figures = run_figures(&rounds);
+        let stems: Vec<&str> = figures.iter().map(|f| f.0).collect();
+        assert_eq!(
+            stems,
+            [
+                "accuracy",
+                "loss",
+                "bits",
+                "bits-per-parameter",
+                "participation",
+                "anme"
+            ]
+        );
+        let participation = &figures[4].1;
+        assert_eq!(participation.series[2].points, [(1.0, 1.0), (2.0, 1.0)]);
+        assert_eq!(figures[0].1.series[0].points[1], (2.0, 0.2));
+    }
+}

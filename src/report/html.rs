@@ -1,0 +1,117 @@
+//! The page of `fedshard report`: one self-contained HTML file (styles and SVG figures inline, no
+//! script, no link or image to fetch), so it can be mailed, archived or opened offline.
+
+use super::rounds::Run;
+use std::fmt::Write as _;
+
+/// The page for `runs`, with `figures` as `(anchor, title, svg)` in page order. Each figure
+/// carries its title inside the SVG, so the sections have no heading of their own.
+pub fn page(runs: &[Run], figures: &[(&str, &str, String)]) -> String {
+    let names: Vec<&str> = runs.iter().map(|r| r.label.as_str()).collect();
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>fedshard report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
+         <h1>fedshard report</h1>\n",
+        escape(&names.join(", "))
+    );
+    out.push_str(&table(runs));
+    out.push_str("<nav>");
+    for (anchor, title, _) in figures {
+        let _ = write!(out, "<a href=\"#{anchor}\">{}</a> ", escape(title));
+    }
+    out.push_str("</nav>\n");
+    for (anchor, title, svg) in figures {
+        let _ = write!(
+            out,
+            "<section id=\"{anchor}\" aria-label=\"{}\">\n{svg}\n</section>\n",
+            escape(title)
+        );
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:60em;color:#222}\
+table{border-collapse:collapse;margin-bottom:1.5em}\
+th,td{border:1px solid #ccc;padding:.3em .6em}\
+td.n{text-align:right;font-variant-numeric:tabular-nums}\
+th{background:#f3f3f3}nav a{margin-right:1em}section svg{max-width:100%;height:auto}";
+
+/// Final accuracy, loss, total uplink bits and rounds per run, with what its config says.
+fn table(runs: &[Run]) -> String {
+    let mut out = String::from(
+        "<table>\n<tr><th>run</th><th>folder</th><th>config name</th><th>dataset</th>\
+         <th>strategy</th><th>seed</th><th>rounds</th><th>final accuracy</th>\
+         <th>final loss</th><th>total uplink bits</th></tr>\n",
+    );
+    let or_dash = |v: Option<String>| escape(v.as_deref().unwrap_or("–"));
+    for run in runs {
+        let last = run.last();
+        let number = |v: Option<f64>, digits: usize| match v {
+            Some(v) if v.is_finite() => format!("{v:.digits$}"),
+            _ => "–".into(),
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td></tr>",
+            escape(&run.label),
+            escape(&run.dir.display().to_string()),
+            or_dash(run.config.name.clone()),
+            or_dash(run.config.dataset.clone()),
+            or_dash(run.config.strategy.clone()),
+            or_dash(run.config.seed.map(|s| s.to_string())),
+            last.map_or(0, |r| r.round),
+            number(last.map(|r| r.accuracy), 4),
+            number(last.map(|r| r.loss), 4),
+            grouped(run.uplink_bits_total()),
+        );
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+/// `733687296` → `733 687 296`: bit totals run to nine digits and more.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Text for HTML element content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_text_are_rendered_safely() {
+        assert_eq!(grouped(733_687_296), "733 687 296");
+        assert_eq!(grouped(12), "12");
+        assert_eq!(grouped(0), "0");
+        assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+    }
+}

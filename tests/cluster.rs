@@ -1,0 +1,747 @@
+//! A federation across OS processes over loopback: one `fedshard serve` node and three
+//! `fedshard join` nodes (two clients each), real sockets, a real secret, real TLS, real
+//! SIGKILLs. The oracle is the in-process run: with the same config and seed, a cluster run
+//! must end with the very same model bytes (`fedshard run`), whatever crossed the wire.
+//!
+//! The tests run one at a time (they time rounds against kills), each in a few seconds: six
+//! clients of softmax regression on the embedded digits, slowed where a test must land a kill
+//! inside a round by the config's `timeout` fault at rate 1 with a delay far below the
+//! deadline (every client sleeps, then trains normally and succeeds).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fedshard");
+const SECRET: &str = "cluster-test-secret-0123456789abcdef";
+/// Every wait in these tests; far above what a test needs, so a slow CI machine only slows it.
+const PATIENCE: Duration = Duration::from_secs(120);
+/// The clients of each client node.
+const NODES: [&str; 3] = ["0-1", "2-3", "4-5"];
+
+/// The tests share the machine's two cores and time kills against rounds: one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Six clients, all of them every round; `delay_ms` > 0 makes every client that long per
+/// round (a `timeout` fault far below the 20 s deadline).
+fn config(dir: &Path, name: &str, rounds: u64, delay_ms: u64) -> PathBuf {
+    let faults = if delay_ms > 0 {
+        format!("\n[faults]\nrate = 1.0\nkinds = [\"timeout\"]\ndelay_ms = {delay_ms}\n")
+    } else {
+        String::new()
+    };
+    let text = format!(
+        r#"[run]
+name = "{name}"
+seed = 5
+rounds = {rounds}
+
+[data]
+dataset = "digits"
+clients = 6
+alpha = 0.5
+min_samples = 20
+
+[model]
+kind = "softmax"
+sharded_layers = ["fc0.weight"]
+
+[training]
+learning_rate = 0.05
+epochs = 1
+batch_size = 32
+
+[federation]
+clients_per_round = 6
+selector = "uniform"
+aggregator = "fedavg"
+strategy = "unbiased"
+sampler = "conditional-poisson"
+keep_ratios = [{{ ratio = 1.0, share = 0.5 }}, {{ ratio = 0.4, share = 0.5 }}]
+deadline_ms = 20000
+{faults}"#
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn secret_file(dir: &Path) -> PathBuf {
+    let path = dir.join("secret");
+    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    path
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when the test ends, whatever happened; its stderr goes to a file.
+struct Proc {
+    child: Child,
+    log: PathBuf,
+    name: String,
+}
+
+impl Proc {
+    fn spawn(dir: &Path, name: &str, args: &[&str], secret_env: Option<&str>) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .env_remove("FEDSHARD_SECRET")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if let Some(secret) = secret_env {
+            command.env("FEDSHARD_SECRET", secret);
+        }
+        let child = command.spawn().unwrap();
+        Self {
+            child,
+            log,
+            name: name.into(),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the exit, failing with the process's log after [`PATIENCE`].
+    fn wait(&mut self) -> ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "{} did not exit in {PATIENCE:?}; its log:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn expect_success(&mut self) {
+        let status = self.wait();
+        assert!(
+            status.success(),
+            "{} exited with {status}; its log:\n{}",
+            self.name,
+            self.log()
+        );
+    }
+
+    fn sigkill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Cluster {
+    dir: PathBuf,
+    config: PathBuf,
+    server: String,
+    secret: PathBuf,
+}
+
+impl Cluster {
+    fn new(dir: &Path, config: PathBuf) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            config,
+            server: format!("127.0.0.1:{}", free_port()),
+            secret: secret_file(dir),
+        }
+    }
+
+    /// A server node; `extra` may set `--metrics-addr` (default: off).
+    fn serve(&self, name: &str, out: &Path, extra: &[&str]) -> Proc {
+        let mut args = vec![
+            "serve",
+            self.config.to_str().unwrap(),
+            "--listen",
+            &self.server,
+            "--out",
+            out.to_str().unwrap(),
+            "--secret-file",
+            self.secret.to_str().unwrap(),
+        ];
+        if !extra.contains(&"--metrics-addr") {
+            args.extend_from_slice(&["--metrics-addr", "off"]);
+        }
+        args.extend_from_slice(extra);
+        Proc::spawn(&self.dir, name, &args, None)
+    }
+
+    fn join(&self, clients: &str, extra: &[&str]) -> Proc {
+        let mut args = vec![
+            "join",
+            self.config.to_str().unwrap(),
+            "--server",
+            &self.server,
+            "--clients",
+            clients,
+            "--secret-file",
+            self.secret.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Proc::spawn(&self.dir, &format!("join-{clients}"), &args, None)
+    }
+
+    fn join_all(&self, extra: &[&str]) -> Vec<Proc> {
+        NODES.iter().map(|c| self.join(c, extra)).collect()
+    }
+}
+
+/// The final model of `config` run in one process (`fedshard run`).
+fn in_process_model(dir: &Path, config: &Path) -> Vec<u8> {
+    let out = dir.join("in-process");
+    let status = Command::new(BIN)
+        .args(["run", "--quiet", "--metrics-addr", "off", "--out"])
+        .arg(&out)
+        .arg(config)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::read(out.join("model.bin")).unwrap()
+}
+
+fn records(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < PATIENCE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn failures(record: &serde_json::Value, kind: &str) -> u64 {
+    record["failures"][kind].as_u64().unwrap_or(0)
+}
+
+/// GET `path` from an HTTP server on loopback, body only.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
+/// The sum of every sample of `metric` in a Prometheus text page (0 when absent).
+fn metric_sum(page: &str, metric: &str) -> u64 {
+    page.lines()
+        .filter(|l| {
+            l.starts_with(metric) && matches!(l.as_bytes().get(metric.len()), Some(b'{' | b' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[test]
+fn a_cluster_run_ends_with_the_in_process_model() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path(), "plain", 4, 0);
+    let expected = in_process_model(tmp.path(), &config);
+    let cluster = Cluster::new(tmp.path(), config);
+    let run = tmp.path().join("cluster");
+    let mut server = cluster.serve("serve", &run, &[]);
+    let mut nodes = cluster.join_all(&[]);
+    server.expect_success();
+    for node in &mut nodes {
+        node.expect_success();
+    }
+    let model = std::fs::read(run.join("model.bin")).unwrap();
+    assert!(
+        model == expected,
+        "the cluster's final model differs from the in-process one; server log:\n{}",
+        server.log()
+    );
+    let records = records(&run);
+    assert_eq!(records.len(), 4);
+    for r in &records {
+        assert_eq!(r["successes"], 6, "{r}");
+    }
+    let log = server.log();
+    assert!(log.contains("every client is registered"), "{log}");
+}
+
+#[test]
+fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path(), "secret", 2, 0);
+    let cluster = Cluster::new(tmp.path(), config.clone());
+
+    // No secret at all: a clear error before anything starts.
+    let mut bare = Proc::spawn(
+        tmp.path(),
+        "no-secret",
+        &[
+            "serve",
+            config.to_str().unwrap(),
+            "--listen",
+            &cluster.server,
+            "--out",
+            tmp.path().join("none").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(bare.wait().code(), Some(2));
+    assert!(bare.log().contains("FEDSHARD_SECRET"), "{}", bare.log());
+
+    let metrics = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    let run = tmp.path().join("run");
+    // The server takes its secret from the environment this time.
+    let mut server = Proc::spawn(
+        tmp.path(),
+        "serve",
+        &[
+            "serve",
+            config.to_str().unwrap(),
+            "--listen",
+            &cluster.server,
+            "--out",
+            run.to_str().unwrap(),
+            "--metrics-addr",
+            &metrics_addr,
+        ],
+        Some(SECRET),
+    );
+    let wrong = tmp.path().join("wrong");
+    std::fs::write(&wrong, "not-the-federation-secret-at-all").unwrap();
+    let mut intruder = Proc::spawn(
+        tmp.path(),
+        "intruder",
+        &[
+            "join",
+            config.to_str().unwrap(),
+            "--server",
+            &cluster.server,
+            "--clients",
+            "0-5",
+            "--secret-file",
+            wrong.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(intruder.wait().code(), Some(2), "{}", intruder.log());
+    assert!(
+        intruder.log().contains("secret"),
+        "the refused node should say why: {}",
+        intruder.log()
+    );
+    wait_for("the refusal to be counted", || {
+        http_get(metrics, "/metrics")
+            .is_some_and(|page| metric_sum(&page, "fedshard_cluster_sessions_refused_total") == 1)
+    });
+    assert!(
+        server.log().contains("refused a node session"),
+        "{}",
+        server.log()
+    );
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server must survive a refused node"
+    );
+    // The run goes on with the right secret.
+    let mut nodes = cluster.join_all(&[]);
+    server.expect_success();
+    for node in &mut nodes {
+        node.expect_success();
+    }
+    assert_eq!(records(&run).len(), 2);
+}
+
+#[test]
+fn a_client_node_killed_mid_round_fails_its_clients_and_takes_part_again_after_a_restart() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path(), "kill-client", 10, 300);
+    let cluster = Cluster::new(tmp.path(), config);
+    let run = tmp.path().join("run");
+    let mut server = cluster.serve("serve", &run, &[]);
+    let mut nodes = cluster.join_all(&[]);
+    wait_for("two rounds", || records(&run).len() >= 2);
+    // Every client sleeps 300 ms per round: 100 ms into round 3 its tasks are out.
+    std::thread::sleep(Duration::from_millis(100));
+    let killed_at = Instant::now();
+    nodes[2].sigkill();
+    wait_for("a round with the lost clients", || {
+        records(&run).iter().any(|r| failures(r, "unreachable") > 0)
+    });
+    let failed = records(&run)
+        .into_iter()
+        .find(|r| failures(r, "unreachable") > 0)
+        .unwrap();
+    assert_eq!(failed["successes"], 4, "{failed}");
+    assert_eq!(failures(&failed, "unreachable"), 2, "{failed}");
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(20),
+        "the round must end by its deadline, not wait for the dead node"
+    );
+    let mut restarted = cluster.join(NODES[2], &[]);
+    server.expect_success();
+    restarted.expect_success();
+    for node in &mut nodes[..2] {
+        node.expect_success();
+    }
+    let records = records(&run);
+    assert_eq!(records.len(), 10);
+    let last = records.last().unwrap();
+    assert_eq!(
+        last["successes"],
+        6,
+        "the restarted node's clients must take part again: {last}\nserver log:\n{}",
+        server.log()
+    );
+    assert!(server.log().contains("lost node"), "{}", server.log());
+}
+
+#[test]
+fn a_killed_server_resumes_from_its_checkpoint_and_ends_with_the_uninterrupted_model() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path(), "kill-server", 8, 200);
+    let expected = in_process_model(tmp.path(), &config);
+    let cluster = Cluster::new(tmp.path(), config);
+    let run = tmp.path().join("run");
+    let mut server = cluster.serve("serve", &run, &[]);
+    let mut nodes = cluster.join_all(&[]);
+    wait_for("three rounds", || records(&run).len() >= 3);
+    std::thread::sleep(Duration::from_millis(100));
+    server.sigkill();
+    assert!(
+        !run.join("model.bin").exists(),
+        "the run ended before the kill"
+    );
+    let mut resumed = Proc::spawn(
+        tmp.path(),
+        "resumed",
+        &[
+            "serve",
+            "--resume",
+            run.to_str().unwrap(),
+            "--listen",
+            &cluster.server,
+            "--secret-file",
+            cluster.secret.to_str().unwrap(),
+            "--metrics-addr",
+            "off",
+        ],
+        None,
+    );
+    resumed.expect_success();
+    for node in &mut nodes {
+        node.expect_success();
+    }
+    assert_eq!(records(&run).len(), 8);
+    let model = std::fs::read(run.join("model.bin")).unwrap();
+    assert!(
+        model == expected,
+        "the resumed cluster run's model differs from the uninterrupted in-process one; log:\n{}",
+        resumed.log()
+    );
+}
+
+#[test]
+fn tls_between_nodes_and_a_plaintext_node_is_refused() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path(), "tls", 3, 0);
+    let expected = in_process_model(tmp.path(), &config);
+    let certs = tmp.path().join("certs");
+    let status = Command::new(BIN)
+        .args(["cert", "--names", "127.0.0.1,localhost", "--out"])
+        .arg(&certs)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let cert = certs.join("node.pem");
+    let key = certs.join("node-key.pem");
+    let ca = certs.join("ca.pem");
+    let cluster = Cluster::new(tmp.path(), config);
+    let run = tmp.path().join("run");
+    let mut server = cluster.serve(
+        "serve",
+        &run,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    // A node without TLS gets nowhere, and says so.
+    let mut plain = cluster.join("0-5", &["--name", "plaintext"]);
+    assert_eq!(plain.wait().code(), Some(2), "{}", plain.log());
+    assert!(plain.log().contains("TLS"), "{}", plain.log());
+    let mut nodes = cluster.join_all(&["--tls-ca", ca.to_str().unwrap()]);
+    server.expect_success();
+    for node in &mut nodes {
+        node.expect_success();
+    }
+    let model = std::fs::read(run.join("model.bin")).unwrap();
+    assert!(
+        model == expected,
+        "the TLS run's model differs from the in-process one"
+    );
+}
+
+/// The attacker's frames, each meant to be rejected for a known reason.
+mod bad_frames {
+    use fedshard_actors::client::ClientReply;
+    use fedshard_cluster::wire::{self, Body, Hello, SessionKey};
+    use proptest::prelude::*;
+
+    /// A valid frame with another body.
+    fn reencode(frame: &[u8], change: impl Fn(Body) -> Body) -> Vec<u8> {
+        let body = wire::decode(frame, usize::MAX).expect("a captured frame decodes");
+        wire::encode(&change(body))
+    }
+
+    /// The reply's client changed to `client`.
+    fn claim(body: Body, client: u64) -> Body {
+        match body {
+            Body::Reply {
+                key,
+                request,
+                mut reply,
+            } => {
+                match &mut reply {
+                    ClientReply::Update(e) => e.client = client,
+                    ClientReply::Trained { client: c, .. }
+                    | ClientReply::Failed { client: c, .. } => *c = client,
+                }
+                Body::Reply {
+                    key,
+                    request,
+                    reply,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Frames for a gateway whose frame limit is `limit`, from `replies` (frames a real client
+    /// node sent with key `key`, hosting clients 0 and 1, all already answered).
+    pub fn strategy(
+        replies: Vec<Vec<u8>>,
+        key: SessionKey,
+        limit: usize,
+    ) -> impl Strategy<Value = Vec<u8>> {
+        let header = {
+            let mut h = wire::MAGIC.to_vec();
+            h.extend_from_slice(&wire::VERSION.to_le_bytes());
+            h
+        };
+        let pick = proptest::sample::select(replies);
+        let h1 = header.clone();
+        let h2 = header.clone();
+        prop_oneof![
+            // Noise, with and without a valid header: malformed, truncated or version.
+            20 => proptest::collection::vec(any::<u8>(), 0..256),
+            10 => proptest::collection::vec(any::<u8>(), 0..256).prop_map(move |b| [h1.clone(), b].concat()),
+            // A real frame cut short: truncated.
+            15 => (pick.clone(), any::<prop::sample::Index>()).prop_map(|(f, i)| f[..i.index(f.len())].to_vec()),
+            // Longer than the limit: oversized.
+            2 => (0usize..4096).prop_map(move |extra| {
+                let mut f = h2.clone();
+                f.resize(limit + 1 + extra, 0xAB);
+                f
+            }),
+            // Another version of the format: version.
+            10 => (pick.clone(), 2u16..).prop_map(|(mut f, v)| {
+                f[2..4].copy_from_slice(&v.to_le_bytes());
+                f
+            }),
+            // A real answer again (its request is answered): stale.
+            15 => pick.clone(),
+            // A real answer claiming another node's client: forged.
+            10 => (pick.clone(), 2u64..6).prop_map(|(f, c)| reencode(&f, |b| claim(b, c))),
+            // A real answer under a session key nobody was given: forged.
+            8 => (pick.clone(), any::<u128>()).prop_map(move |(f, k)| reencode(&f, |b| match b {
+                Body::Reply { request, reply, .. } => Body::Reply { key: (k ^ key) | 1, request, reply },
+                other => other,
+            })),
+            // A hello for another node's client, under a key no agent holds: forged.
+            5 => (any::<u128>(), 2u64..6).prop_map(move |(k, c)| wire::encode(&Body::Hello(Hello {
+                node: "fuzzer".into(),
+                key: (k ^ key) | 1,
+                clients: vec![(c, 1)],
+            }))),
+            // Frames only a server sends: unexpected.
+            5 => any::<u128>().prop_map(|k| wire::encode(&Body::Welcome { key: k })),
+            5 => proptest::option::of(".{0,20}").prop_map(|error| wire::encode(&Body::Finished { error })),
+        ]
+    }
+}
+
+#[test]
+fn ten_thousand_bad_frames_to_a_live_server_are_rejected_counted_and_change_nothing() {
+    use fedshard_cluster::join::{JoinOptions, join};
+    use fedshard_cluster::metrics::ClusterMetrics;
+    use fedshard_cluster::secret::Secret;
+    use fedshard_cluster::wire::{self, Body};
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+    const FRAMES: u64 = 10_000;
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path(), "fuzz", 20, 150);
+    let expected = in_process_model(tmp.path(), &config);
+    let cluster = Cluster::new(tmp.path(), config.clone());
+    let run = tmp.path().join("run");
+    let metrics = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    let mut server = cluster.serve(
+        "serve",
+        &run,
+        &["--metrics-addr", &metrics_addr, "--linger", "5"],
+    );
+    let mut nodes = vec![cluster.join("2-3", &[]), cluster.join("4-5", &[])];
+
+    // This test process is the client node of clients 0 and 1, and the attacker.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let sent_by_us = runtime.block_on(async {
+        let parsed = fedshard::config::Config::load(&config).unwrap();
+        let trainers = fedshard::federation::clients(&parsed, &[0, 1]).unwrap();
+        let model_bytes = fedshard::federation::initial_model(&parsed, parsed.run.seed)
+            .to_bytes()
+            .len();
+        let key: u128 = rand::random::<u128>() | 1;
+        let (tap, mut tapped) = tokio::sync::mpsc::unbounded_channel();
+        let options = JoinOptions {
+            server: cluster.server.clone(),
+            node: "fuzzer".into(),
+            secret: Secret::new(SECRET).unwrap(),
+            tls: None,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            model_bytes,
+            connect_timeout: PATIENCE,
+            reconnect_timeout: PATIENCE,
+            metrics: ClusterMetrics::new(),
+            key: Some(key),
+            tap: Some(tap),
+        };
+        let node = tokio::spawn(join(options, trainers));
+        let started = std::time::Instant::now();
+        while records(&run).len() < 2 {
+            assert!(started.elapsed() < PATIENCE, "the run did not start");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut replies = Vec::new();
+        while let Ok(frame) = tapped.try_recv() {
+            if matches!(wire::decode(&frame, usize::MAX), Ok(Body::Reply { .. })) {
+                replies.push(frame);
+            }
+        }
+        assert!(
+            replies.len() >= 4,
+            "the node answered {} requests",
+            replies.len()
+        );
+        let gateway = fedshard_cluster::gateway::remote_gateway().expect("the gateway is known");
+        let strategy = bad_frames::strategy(replies, key, wire::frame_limit(model_bytes));
+        let mut runner = TestRunner::new_with_rng(
+            Config::default(),
+            TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+        );
+        for _ in 0..FRAMES {
+            let frame = strategy.new_tree(&mut runner).unwrap().current();
+            gateway
+                .cast(fedshard_cluster::gateway::GatewayMsg::Frame(frame))
+                .unwrap();
+        }
+        let result = node.await.unwrap();
+        assert_eq!(result, Ok(()), "the attacked node's own run");
+        FRAMES
+    });
+    // The run is over once the model is written; the server then lingers, serving its final
+    // counters.
+    wait_for("the final model", || run.join("model.bin").exists());
+    let page = http_get(metrics, "/metrics").expect("the lingering server serves /metrics");
+    {
+        let page = page.as_str();
+        assert_eq!(
+            metric_sum(page, "fedshard_cluster_frames_rejected_total"),
+            sent_by_us,
+            "every bad frame rejected and counted:\n{page}"
+        );
+        for reason in [
+            "malformed",
+            "truncated",
+            "oversized",
+            "version",
+            "stale",
+            "forged",
+            "unexpected",
+        ] {
+            let line = format!("fedshard_cluster_frames_rejected_total{{reason=\"{reason}\"");
+            let count = page
+                .lines()
+                .find(|l| l.starts_with(&line))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+            assert!(count > 0, "no frame rejected as {reason}:\n{page}");
+        }
+    }
+    server.expect_success();
+    for node in &mut nodes {
+        node.expect_success();
+    }
+    let records = records(&run);
+    assert_eq!(records.len(), 20);
+    for r in &records {
+        assert_eq!(r["successes"], 6, "{r}");
+        assert_eq!(r["rejected"], serde_json::json!({}), "{r}");
+    }
+    let model = std::fs::read(run.join("model.bin")).unwrap();
+    assert!(
+        model == expected,
+        "the attacked run's model differs from the in-process one"
+    );
+}
