@@ -200,11 +200,14 @@ pub fn markdown(
             _ => "—".into(),
         };
         let failed = rs.iter().filter(|r| r.error.is_some()).count();
+        let versus_f32 = match arm.compressor {
+            Compressor::Identity => "—".to_string(),
+            _ => format!("{:.0}× fewer", 32.0 / bits),
+        };
         let _ = writeln!(
             out,
-            "| {} | {mean:.2} ± {std:.2} | {bits:.4} | {versus_host} | {:.0}× fewer | {failed} |",
+            "| {} | {mean:.2} ± {std:.2} | {bits:.4} | {versus_host} | {versus_f32} | {failed} |",
             arm.label(),
-            32.0 / bits
         );
     }
     out

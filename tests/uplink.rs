@@ -130,3 +130,43 @@ fn a_compression_table_without_a_compressor_is_an_error_naming_it() {
     );
     assert!(err.contains("zip"), "{err}");
 }
+
+#[test]
+fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
+    use fedshard::compare_uplink::{compare_uplink, markdown, parse_compressors, parse_d_targets};
+    use fedshard_protocol::uplink::BlockMode;
+    let mut base = config("qsgd-klms", "\n[compression]\nd_target = 2\n");
+    base.run.rounds = 2;
+    let compressors = parse_compressors("identity,signsgd,signsgd-klms").expect("names");
+    let d_targets = parse_d_targets("1,3").expect("bits");
+    let mut seen = 0;
+    let runs = compare_uplink(&base, &compressors, &d_targets, &[1], &mut |_, _, _| {
+        seen += 1
+    })
+    .expect("grid runs");
+    assert_eq!((runs.len(), seen), (4, 4));
+    assert!(runs.iter().all(|r| r.error.is_none()));
+    let table = markdown(&runs, &compressors, &d_targets, BlockMode::Adaptive);
+    for row in [
+        "| identity |",
+        "| signsgd |",
+        "| signsgd-klms (D = 1) |",
+        "| signsgd-klms (D = 3) |",
+    ] {
+        assert!(table.contains(row), "{row} missing from\n{table}");
+    }
+    // Signs without KLMS: one bit per value, so 32 / (656 / 650) ≈ 31.7× fewer than f32.
+    let signs = runs
+        .iter()
+        .find(|r| r.compressor.name() == "signsgd")
+        .expect("row");
+    let bpp = signs.bits_per_parameter.expect("bits");
+    assert!((bpp - 656.0 / 650.0).abs() < 1e-9, "{bpp}");
+    assert!(
+        parse_compressors("zip")
+            .unwrap_err()
+            .to_string()
+            .contains("zip")
+    );
+    assert!(parse_d_targets("0").is_err());
+}

@@ -35,6 +35,15 @@ pub struct CompareArgs {
     /// setup a figure of test accuracy per round (`accuracy-SETUP.svg`, `.png`) into this folder.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Compare uplink compressors instead of sharding strategies (seed 004's Tables 1–2):
+    /// comma-separated names (`identity`, `qsgd`, `qsgd-klms`, `signsgd`, `signsgd-klms`,
+    /// `fedpm`, `fedpm-klms`); the config's strategy and keep ratios stay. Prints accuracy and
+    /// the bits per parameter the clients really sent.
+    #[arg(long, value_name = "LIST")]
+    pub compressors: Option<String>,
+    /// With --compressors: the adaptive KLMS `D_target` values, one row each.
+    #[arg(long, value_name = "LIST", default_value = "2")]
+    pub d_targets: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -44,6 +53,9 @@ struct CompareReport {
 
 /// Runs the grid with a progress line per run on stderr, then prints the table or the JSON.
 pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
+    if let Some(list) = &args.compressors {
+        return run_uplink(args, list);
+    }
     let strategies = compare::parse_strategies(&args.strategies).context("--strategies")?;
     let setups = compare::parse_setups(&args.keep_ratios).context("--keep-ratios")?;
     ensure!(args.seeds >= 1, "--seeds: expected at least 1, found 0");
@@ -101,5 +113,66 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         return super::print_json(&CompareReport { runs });
     }
     print!("{markdown}");
+    Ok(())
+}
+
+/// `fedshard compare --compressors`: the uplink grid of [`crate::compare_uplink`].
+fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
+    use crate::compare_uplink::{self, parse_compressors, parse_d_targets};
+    let compressors = parse_compressors(list).context("--compressors")?;
+    let d_targets = parse_d_targets(&args.d_targets).context("--d-targets")?;
+    ensure!(args.seeds >= 1, "--seeds: expected at least 1, found 0");
+    let mut config = Config::load(&args.config)?;
+    if let Some(rounds) = args.rounds {
+        config.run.rounds = rounds;
+        config.validate().context("--rounds")?;
+    }
+    let seeds = compare::seeds(config.run.seed, args.seeds);
+    let runs = compare_uplink::compare_uplink(
+        &config,
+        &compressors,
+        &d_targets,
+        &seeds,
+        &mut |k, total, r| {
+            let outcome = match (r.final_accuracy, r.bits_per_parameter, &r.error) {
+                (Some(a), Some(b), _) => format!("{:.1}%, {b:.4} bits/parameter", 100.0 * a),
+                (_, _, error) => format!("failed: {}", error.as_deref().unwrap_or("no result")),
+            };
+            let d = r.d_target.map(|d| format!(" D = {d}")).unwrap_or_default();
+            eprintln!(
+                "[{k}/{total}] {}{d} seed {} → {outcome} ({:.1} s)",
+                r.compressor, r.seed, r.seconds
+            );
+        },
+    )
+    .with_context(|| args.config.display().to_string())?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({ "runs": runs }))?
+        );
+        return Ok(());
+    }
+    let blocks = config.compression.clone().unwrap_or_default().blocks;
+    let table = compare_uplink::markdown(&runs, &compressors, &d_targets, blocks);
+    println!(
+        "Final test accuracy in % (mean ± std over {} seeds) and uplink bits per parameter per \
+         update (mean over rounds) on {}: {} rounds, {} clients, {} per round.\n\n{table}\n\
+         Reproduce: `fedshard compare {} --compressors {list} --d-targets {} --seeds {} --rounds {}`",
+        args.seeds,
+        args.config.display(),
+        config.run.rounds,
+        config.data.clients(),
+        config.federation.clients_per_round,
+        args.config.display(),
+        args.d_targets,
+        args.seeds,
+        config.run.rounds
+    );
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+        let path = dir.join("compressors.md");
+        std::fs::write(&path, &table).with_context(|| path.display().to_string())?;
+    }
     Ok(())
 }
