@@ -53,7 +53,7 @@ pub enum Command {
         #[command(subcommand)]
         command: oneshot::OneshotCommand,
     },
-    /// Fetch datasets into the cache (`data shakespeare`).
+    /// Fetch datasets into the cache (`data shakespeare`, `data mnist`).
     Data {
         #[command(subcommand)]
         command: data::DataCommand,
