@@ -59,14 +59,21 @@ impl UplinkState {
         } else {
             None
         };
-        let prior_counts = (host == Host::Qsgd && !self.counts.is_empty())
-            .then(|| {
-                segments(task)
-                    .into_iter()
-                    .flat_map(|range| self.counts.get(range).unwrap_or(&[]).iter().copied())
-                    .collect::<Vec<_>>()
-            })
-            .filter(|c| c.len() == len);
+        let prior_counts = if host == Host::Qsgd && !self.counts.is_empty() {
+            let mut counts = Vec::with_capacity(len);
+            for range in segments(task) {
+                let slice = self.counts.get(range.clone()).ok_or_else(|| {
+                    format!(
+                        "QSGD counts cover {} values, the task needs {range:?}",
+                        self.counts.len()
+                    )
+                })?;
+                counts.extend_from_slice(slice);
+            }
+            Some(counts)
+        } else {
+            None
+        };
         Ok(Uplink {
             compressor,
             server_lr: config.server_lr,
