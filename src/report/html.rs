@@ -1,7 +1,7 @@
 //! The page of `fedshard report`: one self-contained HTML file (styles and SVG figures inline, no
 //! script, no link or image to fetch), so it can be mailed, archived or opened offline.
 
-use super::rounds::Run;
+use super::rounds::{Run, RunLabels};
 use std::fmt::Write as _;
 
 /// The page for `runs`, with `figures` as `(anchor, title, svg)` in page order. Each figure
@@ -33,45 +33,58 @@ pub fn page(runs: &[Run], figures: &[(&str, &str, String)]) -> String {
     out
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:60em;color:#222}\
+const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;padding:0 1em;max-width:64em;color:#222}\
 table{border-collapse:collapse;margin-bottom:1.5em}\
 th,td{border:1px solid #ccc;padding:.3em .6em}\
-td.n{text-align:right;font-variant-numeric:tabular-nums}\
+td.n,td.name{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 th{background:#f3f3f3}nav a{margin-right:1em}section svg{max-width:100%;height:auto}";
 
-/// Final accuracy, loss, total uplink bits and rounds per run, with what its config says.
+/// Final accuracy, loss, total uplink bits and rounds per run, with what its config says. The
+/// folder is the run cell's tooltip: the label already is its name (or its path).
 fn table(runs: &[Run]) -> String {
     let mut out = String::from(
-        "<table>\n<tr><th>run</th><th>folder</th><th>config name</th><th>dataset</th>\
-         <th>strategy</th><th>seed</th><th>rounds</th><th>final accuracy</th>\
+        "<table>\n<tr><th>run</th><th>config</th><th>rounds</th><th>final accuracy</th>\
          <th>final loss</th><th>total uplink bits</th></tr>\n",
     );
-    let or_dash = |v: Option<String>| escape(v.as_deref().unwrap_or("–"));
     for run in runs {
         let last = run.last();
-        let number = |v: Option<f64>, digits: usize| match v {
-            Some(v) if v.is_finite() => format!("{v:.digits$}"),
+        let number = |v: Option<f64>| match v {
+            Some(v) if v.is_finite() => format!("{v:.4}"),
             _ => "–".into(),
         };
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td></tr>",
-            escape(&run.label),
+            "<tr><td class=\"name\" title=\"{}\">{}</td><td>{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             escape(&run.dir.display().to_string()),
-            or_dash(run.config.name.clone()),
-            or_dash(run.config.dataset.clone()),
-            or_dash(run.config.strategy.clone()),
-            or_dash(run.config.seed.map(|s| s.to_string())),
+            escape(&run.label),
+            escape(&describe(&run.config)),
             last.map_or(0, |r| r.round),
-            number(last.map(|r| r.accuracy), 4),
-            number(last.map(|r| r.loss), 4),
+            number(last.map(|r| r.accuracy)),
+            number(last.map(|r| r.loss)),
             grouped(run.uplink_bits_total()),
         );
     }
     out.push_str("</table>\n");
     out
+}
+
+/// `digits-linear: digits, unbiased, seed 1`, leaving out what the config does not say.
+fn describe(config: &RunLabels) -> String {
+    let details: Vec<String> = [
+        config.dataset.clone(),
+        config.strategy.clone(),
+        config.seed.map(|s| format!("seed {s}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    match (&config.name, details.is_empty()) {
+        (Some(name), true) => name.clone(),
+        (Some(name), false) => format!("{name}: {}", details.join(", ")),
+        (None, true) => "–".into(),
+        (None, false) => details.join(", "),
+    }
 }
 
 /// `733687296` → `733 687 296`: bit totals run to nine digits and more.
@@ -113,5 +126,16 @@ mod tests {
         assert_eq!(grouped(12), "12");
         assert_eq!(grouped(0), "0");
         assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+        let mut labels = RunLabels {
+            name: Some("digits-linear".into()),
+            seed: Some(1),
+            strategy: Some("unbiased".into()),
+            dataset: Some("digits".into()),
+        };
+        assert_eq!(describe(&labels), "digits-linear: digits, unbiased, seed 1");
+        labels.name = None;
+        labels.strategy = None;
+        assert_eq!(describe(&labels), "digits, seed 1");
+        assert_eq!(describe(&RunLabels::default()), "–");
     }
 }
