@@ -8,6 +8,7 @@
 
 pub mod cifar;
 pub mod digits;
+pub mod fetch;
 pub mod files;
 pub mod idx;
 pub mod mnist;

@@ -16,10 +16,10 @@
 
 use crate::models::kernels::{Kernels, TrainingBackend};
 use crate::models::masked::{MaskDraw, MaskedNet, MaskedNetwork};
+use crate::train::batches::{self, LocalSteps};
 use crate::train::neural::{Examples, cross_entropy};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{
     Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask,
@@ -30,30 +30,13 @@ use fedshard_strategies::rng::{Purpose, stream};
 /// gradients are small (scaled by θ·θ(1−θ) and by the ±c weights), and a larger ε damps them.
 const ADAM_EPSILON: f32 = 1e-8;
 
-/// The tensors of one batch of `examples`.
-fn batch<B: Backend>(
-    examples: &dyn Examples,
-    samples: &[usize],
-    device: &B::Device,
-) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-    let rows = samples.len();
-    let mut x = Vec::with_capacity(rows * examples.width());
-    let mut y = Vec::with_capacity(rows);
-    examples.fill(samples, &mut x, &mut y);
-    let targets = y.len();
-    (
-        Tensor::from_data(TensorData::new(x, [rows, examples.width()]), device),
-        Tensor::from_data(TensorData::new(y, [targets]), device),
-    )
-}
-
 /// Trains the scores of `net` on `examples` following `recipe` (Adam at
 /// `recipe.learning_rate`, `recipe.epochs` × batches of `recipe.batch_size`); returns the
 /// trained network and the mean cross-entropy over all steps. The batch order comes from the
 /// `(seed, round, client)` stream of [`Purpose::Training`], the masks from that of
 /// [`Purpose::FedpmMasks`], so a client's round is reproducible bit for bit.
 pub fn train_scores<B: TrainingBackend>(
-    mut net: MaskedNet<B>,
+    net: MaskedNet<B>,
     examples: &dyn Examples,
     recipe: &Recipe,
     seed: u64,
@@ -61,39 +44,20 @@ pub fn train_scores<B: TrainingBackend>(
     client: u64,
     device: &B::Device,
 ) -> Result<(MaskedNet<B>, f64), String> {
-    if examples.is_empty() {
-        return Err("the client has no training samples".into());
-    }
-    if recipe.batch_size == 0 {
-        return Err("recipe.batch_size must be at least 1".into());
-    }
+    let steps = LocalSteps::new(examples, recipe, seed, round, client)?;
     if examples.targets_per_row() != 1 {
         return Err("FedPM trains classifiers: one target per example".into());
     }
     let mut optimizer = AdamConfig::new()
         .with_epsilon(ADAM_EPSILON)
         .init::<B, MaskedNet<B>>();
-    let mut order_rng = stream(seed, round, client, Purpose::Training);
     let mut mask_rng = stream(seed, round, client, Purpose::FedpmMasks);
-    let mut order: Vec<usize> = (0..examples.len()).collect();
-    let (mut loss_sum, mut steps) = (0.0, 0usize);
-    for _ in 0..recipe.epochs {
-        crate::data::shuffle(&mut order, &mut order_rng);
-        for samples in order.chunks(recipe.batch_size) {
-            let (inputs, targets) = batch::<B>(examples, samples, device);
-            let weights = net.sampled_weights(&mut MaskDraw::Train(&mut mask_rng));
-            let loss = cross_entropy(net.forward(inputs, &weights), targets);
-            let grads = GradientsParams::from_grads(loss.backward(), &net);
-            net = optimizer.step(recipe.learning_rate, net, grads);
-            let value: f64 = loss.into_scalar().elem();
-            if !value.is_finite() {
-                return Err(format!("local training diverged (loss {value})"));
-            }
-            loss_sum += value;
-            steps += 1;
-        }
-    }
-    Ok((net, loss_sum / steps.max(1) as f64))
+    steps.run(net, device, |net: MaskedNet<B>, inputs, targets| {
+        let weights = net.sampled_weights(&mut MaskDraw::Train(&mut mask_rng));
+        let loss = cross_entropy(net.forward(inputs, &weights), targets);
+        let grads = GradientsParams::from_grads(loss.backward(), &net);
+        (optimizer.step(recipe.learning_rate, net, grads), loss)
+    })
 }
 
 /// A FedPM client: its examples and the network shape, on backend `B`.
@@ -155,45 +119,18 @@ impl<B: Kernels> FedpmEvaluator<B> {
         let net = self.network.load::<B>(model, self.seed, &self.device)?;
         let mut rng = stream(self.seed, 0, 0, Purpose::FedpmEvalMask);
         let weights = net.sampled_weights(&mut MaskDraw::Eval(&mut rng));
-        let order: Vec<usize> = (0..self.examples.len()).collect();
-        let (mut correct, mut loss_sum, mut scored) = (0usize, 0.0f64, 0usize);
-        for samples in order.chunks(self.batch_size.max(1)) {
-            let (inputs, targets) = batch::<B>(self.examples.as_ref(), samples, &self.device);
-            let logits = net.forward(inputs, &weights);
-            let rows = targets.dims()[0];
-            let hits: i64 = logits
-                .clone()
-                .argmax(1)
-                .reshape([rows])
-                .equal(targets.clone())
-                .int()
-                .sum()
-                .into_scalar()
-                .elem();
-            let loss: f64 = cross_entropy(logits, targets).into_scalar().elem();
-            correct += hits as usize;
-            loss_sum += loss * rows as f64;
-            scored += rows;
-        }
-        if scored == 0 {
-            return Err("the test set is empty".into());
-        }
-        Ok(Evaluation {
-            accuracy: correct as f64 / scored as f64,
-            loss: loss_sum / scored as f64,
-        })
+        batches::evaluate::<B>(
+            self.examples.as_ref(),
+            self.batch_size,
+            &self.device,
+            |inputs, targets| (net.forward(inputs, &weights), targets),
+        )
     }
 }
 
 impl<B: Kernels> Evaluator for FedpmEvaluator<B> {
     fn evaluate(&self, model: &ModelState) -> Evaluation {
-        self.try_evaluate(model).unwrap_or_else(|e| {
-            tracing::error!("evaluation failed: {e}");
-            Evaluation {
-                accuracy: f64::NAN,
-                loss: f64::NAN,
-            }
-        })
+        batches::or_nan(self.try_evaluate(model))
     }
 }
 
@@ -203,6 +140,7 @@ mod tests {
     use crate::data::Dataset;
     use crate::models::masked::MaskedLayer;
     use crate::train::neural::{Cpu, CpuTraining};
+    use burn::tensor::{Int, Tensor, TensorData};
 
     type B = CpuTraining;
 

@@ -6,6 +6,7 @@
 //! [`LocalTrainer`]: fedshard_protocol::task::LocalTrainer
 //! [`Evaluator`]: fedshard_protocol::task::Evaluator
 
+mod batches;
 pub mod fedpm;
 pub mod neural;
 pub mod ridge;

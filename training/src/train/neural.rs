@@ -6,17 +6,17 @@
 use crate::models::kernels::{Kernels, TrainingBackend};
 use crate::models::layers::Weight;
 use crate::models::net::{Architecture, Net};
+use crate::train::batches::{self, LocalSteps};
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardingPolicy, dense_part, plan_shards};
 use fedshard_protocol::task::{
     Evaluation, Evaluator, LayerShard, LocalTrainer, Recipe, TrainOutput, TrainTask,
 };
-use fedshard_strategies::rng::{Purpose, stream};
 
 /// Training examples as the models see them: rows of `width` floats and, per row,
 /// `targets_per_row` class targets.
@@ -128,28 +128,10 @@ pub fn clip_lr<B: TrainingBackend>(net: &Net<B>, grads: &mut GradientsParams, ta
     }
 }
 
-/// The tensors of one batch; the filled vectors move into them.
-fn batch<B: Backend>(
-    examples: &dyn Examples,
-    samples: &[usize],
-    device: &B::Device,
-) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-    let rows = samples.len();
-    let mut x = Vec::with_capacity(rows * examples.width());
-    let mut y = Vec::with_capacity(rows * examples.targets_per_row());
-    examples.fill(samples, &mut x, &mut y);
-    let targets = y.len();
-    let inputs = Tensor::from_data(TensorData::new(x, [rows, examples.width()]), device);
-    (
-        inputs,
-        Tensor::from_data(TensorData::new(y, [targets]), device),
-    )
-}
-
 /// Trains `net` on `examples` following `recipe`; returns the trained model and the mean
 /// cross-entropy over all steps. `seed` drives the shuffling.
 pub fn train<B: TrainingBackend>(
-    mut net: Net<B>,
+    net: Net<B>,
     examples: &dyn Examples,
     recipe: &Recipe,
     seed: u64,
@@ -157,12 +139,7 @@ pub fn train<B: TrainingBackend>(
     client: u64,
     device: &B::Device,
 ) -> Result<(Net<B>, f64), String> {
-    if examples.is_empty() {
-        return Err("the client has no training samples".into());
-    }
-    if recipe.batch_size == 0 {
-        return Err("recipe.batch_size must be at least 1".into());
-    }
+    let steps = LocalSteps::new(examples, recipe, seed, round, client)?;
     let momentum = MomentumConfig {
         momentum: recipe.momentum,
         dampening: 0.0,
@@ -171,32 +148,18 @@ pub fn train<B: TrainingBackend>(
     let mut optimizer = SgdConfig::new()
         .with_momentum((recipe.momentum > 0.0).then_some(momentum))
         .init::<B, Net<B>>();
-    let mut rng = stream(seed, round, client, Purpose::Training);
-    let mut order: Vec<usize> = (0..examples.len()).collect();
-    let (mut loss_sum, mut steps) = (0.0, 0usize);
-    for _ in 0..recipe.epochs {
-        crate::data::shuffle(&mut order, &mut rng);
-        for samples in order.chunks(recipe.batch_size) {
-            let (inputs, targets) = batch::<B>(examples, samples, device);
-            let ce = cross_entropy(net.forward(inputs), targets);
-            let loss = match frobenius_decay(&net, recipe.weight_decay) {
-                Some(decay) => ce.clone() + decay,
-                None => ce.clone(),
-            };
-            let mut grads = GradientsParams::from_grads(loss.backward(), &net);
-            if let Some(tau) = recipe.clip_lr {
-                clip_lr(&net, &mut grads, tau);
-            }
-            net = optimizer.step(recipe.learning_rate, net, grads);
-            let value: f64 = ce.into_scalar().elem();
-            if !value.is_finite() {
-                return Err(format!("local training diverged (loss {value})"));
-            }
-            loss_sum += value;
-            steps += 1;
+    steps.run(net, device, |net: Net<B>, inputs, targets| {
+        let ce = cross_entropy(net.forward(inputs), targets);
+        let loss = match frobenius_decay(&net, recipe.weight_decay) {
+            Some(decay) => ce.clone() + decay,
+            None => ce.clone(),
+        };
+        let mut grads = GradientsParams::from_grads(loss.backward(), &net);
+        if let Some(tau) = recipe.clip_lr {
+            clip_lr(&net, &mut grads, tau);
         }
-    }
-    Ok((net, loss_sum / steps.max(1) as f64))
+        (optimizer.step(recipe.learning_rate, net, grads), ce)
+    })
 }
 
 /// What the runtime would send one client in round 1 at `keep_ratio`: the dense tensors and
@@ -275,58 +238,35 @@ impl<B: Kernels> NeuralEvaluator<B> {
     pub fn try_evaluate(&self, model: &ModelState) -> Result<Evaluation, String> {
         let (net, _) = self.architecture.load::<B>(model, &[], &self.device)?;
         let per_row = self.examples.targets_per_row();
-        let order: Vec<usize> = (0..self.examples.len()).collect();
-        let (mut correct, mut loss_sum, mut scored) = (0usize, 0.0f64, 0usize);
-        for samples in order.chunks(self.batch_size.max(1)) {
-            let (inputs, targets) = batch::<B>(self.examples.as_ref(), samples, &self.device);
-            let mut logits = net.forward(inputs);
-            let mut targets = targets;
-            if per_row > 1 {
-                let rows = samples.len();
+        batches::evaluate::<B>(
+            self.examples.as_ref(),
+            self.batch_size,
+            &self.device,
+            |inputs, targets| {
+                let rows = inputs.dims()[0];
+                let logits = net.forward(inputs);
+                if per_row == 1 {
+                    return (logits, targets);
+                }
                 let classes = logits.dims()[1];
-                logits = logits
-                    .reshape([rows, per_row, classes])
-                    .slice([0..rows, per_row - 1..per_row])
-                    .reshape([rows, classes]);
-                targets = targets
-                    .reshape([rows, per_row])
-                    .slice([0..rows, per_row - 1..per_row])
-                    .reshape([rows]);
-            }
-            let rows = targets.dims()[0];
-            let hits: i64 = logits
-                .clone()
-                .argmax(1)
-                .reshape([rows])
-                .equal(targets.clone())
-                .int()
-                .sum()
-                .into_scalar()
-                .elem();
-            let loss: f64 = cross_entropy(logits, targets).into_scalar().elem();
-            correct += hits as usize;
-            loss_sum += loss * rows as f64;
-            scored += rows;
-        }
-        if scored == 0 {
-            return Err("the test set is empty".into());
-        }
-        Ok(Evaluation {
-            accuracy: correct as f64 / scored as f64,
-            loss: loss_sum / scored as f64,
-        })
+                (
+                    logits
+                        .reshape([rows, per_row, classes])
+                        .slice([0..rows, per_row - 1..per_row])
+                        .reshape([rows, classes]),
+                    targets
+                        .reshape([rows, per_row])
+                        .slice([0..rows, per_row - 1..per_row])
+                        .reshape([rows]),
+                )
+            },
+        )
     }
 }
 
 impl<B: Kernels> Evaluator for NeuralEvaluator<B> {
     fn evaluate(&self, model: &ModelState) -> Evaluation {
-        self.try_evaluate(model).unwrap_or_else(|e| {
-            tracing::error!("evaluation failed: {e}");
-            Evaluation {
-                accuracy: f64::NAN,
-                loss: f64::NAN,
-            }
-        })
+        batches::or_nan(self.try_evaluate(model))
     }
 }
 

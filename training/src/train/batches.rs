@@ -1,0 +1,140 @@
+//! The batch loops every neural trainer and evaluator shares: a client's local steps (epochs of
+//! mini-batches in the order of its seeded [`Purpose::Training`] stream, mean loss, divergence
+//! check) and a held-out pass (accuracy and mean cross-entropy over fixed-size batches). The
+//! model-specific part of a step or a forward pass is a closure.
+
+use crate::train::neural::{Examples, cross_entropy};
+use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use fedshard_protocol::task::{Evaluation, Recipe};
+use fedshard_strategies::rng::{ChaCha20Rng, Purpose, stream};
+
+/// The tensors of one batch: the rows of `samples` (`rows × width`) and their targets; the
+/// filled vectors move into them.
+pub(crate) fn batch<B: Backend>(
+    examples: &dyn Examples,
+    samples: &[usize],
+    device: &B::Device,
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let rows = samples.len();
+    let mut x = Vec::with_capacity(rows * examples.width());
+    let mut y = Vec::with_capacity(rows * examples.targets_per_row());
+    examples.fill(samples, &mut x, &mut y);
+    let targets = y.len();
+    (
+        Tensor::from_data(TensorData::new(x, [rows, examples.width()]), device),
+        Tensor::from_data(TensorData::new(y, [targets]), device),
+    )
+}
+
+/// A client's local steps under a recipe: `recipe.epochs` passes over its examples, each in a
+/// fresh order from the `(seed, round, client)` stream of [`Purpose::Training`], cut into
+/// batches of `recipe.batch_size`.
+pub(crate) struct LocalSteps<'a> {
+    examples: &'a dyn Examples,
+    epochs: usize,
+    batch_size: usize,
+    order_rng: ChaCha20Rng,
+}
+
+impl<'a> LocalSteps<'a> {
+    /// Refuses a client without examples and a batch size of 0.
+    pub(crate) fn new(
+        examples: &'a dyn Examples,
+        recipe: &Recipe,
+        seed: u64,
+        round: u64,
+        client: u64,
+    ) -> Result<Self, String> {
+        if examples.is_empty() {
+            return Err("the client has no training samples".into());
+        }
+        if recipe.batch_size == 0 {
+            return Err("recipe.batch_size must be at least 1".into());
+        }
+        Ok(Self {
+            examples,
+            epochs: recipe.epochs,
+            batch_size: recipe.batch_size,
+            order_rng: stream(seed, round, client, Purpose::Training),
+        })
+    }
+
+    /// Runs `step` on every batch in turn, threading `model` through it; `step` returns the
+    /// updated model and the loss to report for the batch. Returns the trained model and the
+    /// mean reported loss over all steps, or an error at the first loss that is not finite.
+    pub(crate) fn run<B: Backend, M>(
+        mut self,
+        mut model: M,
+        device: &B::Device,
+        mut step: impl FnMut(M, Tensor<B, 2>, Tensor<B, 1, Int>) -> (M, Tensor<B, 1>),
+    ) -> Result<(M, f64), String> {
+        let mut order: Vec<usize> = (0..self.examples.len()).collect();
+        let (mut loss_sum, mut steps) = (0.0, 0usize);
+        for _ in 0..self.epochs {
+            crate::data::shuffle(&mut order, &mut self.order_rng);
+            for samples in order.chunks(self.batch_size) {
+                let (inputs, targets) = batch::<B>(self.examples, samples, device);
+                let (next, loss) = step(model, inputs, targets);
+                model = next;
+                let value: f64 = loss.into_scalar().elem();
+                if !value.is_finite() {
+                    return Err(format!("local training diverged (loss {value})"));
+                }
+                loss_sum += value;
+                steps += 1;
+            }
+        }
+        Ok((model, loss_sum / steps.max(1) as f64))
+    }
+}
+
+/// Accuracy and mean cross-entropy over `examples` in order, `batch_size` rows (at least 1) per
+/// forward pass. `forward` maps a batch's inputs and targets to the logits and targets to
+/// score (`scored rows × classes` and `scored rows`).
+pub(crate) fn evaluate<B: Backend>(
+    examples: &dyn Examples,
+    batch_size: usize,
+    device: &B::Device,
+    mut forward: impl FnMut(Tensor<B, 2>, Tensor<B, 1, Int>) -> (Tensor<B, 2>, Tensor<B, 1, Int>),
+) -> Result<Evaluation, String> {
+    let order: Vec<usize> = (0..examples.len()).collect();
+    let (mut correct, mut loss_sum, mut scored) = (0usize, 0.0f64, 0usize);
+    for samples in order.chunks(batch_size.max(1)) {
+        let (inputs, targets) = batch::<B>(examples, samples, device);
+        let (logits, targets) = forward(inputs, targets);
+        let rows = targets.dims()[0];
+        let hits: i64 = logits
+            .clone()
+            .argmax(1)
+            .reshape([rows])
+            .equal(targets.clone())
+            .int()
+            .sum()
+            .into_scalar()
+            .elem();
+        let loss: f64 = cross_entropy(logits, targets).into_scalar().elem();
+        correct += hits as usize;
+        loss_sum += loss * rows as f64;
+        scored += rows;
+    }
+    if scored == 0 {
+        return Err("the test set is empty".into());
+    }
+    Ok(Evaluation {
+        accuracy: correct as f64 / scored as f64,
+        loss: loss_sum / scored as f64,
+    })
+}
+
+/// What an [`Evaluator`](fedshard_protocol::task::Evaluator) reports for a failed evaluation:
+/// the error is logged and both numbers are NaN.
+pub(crate) fn or_nan(evaluation: Result<Evaluation, String>) -> Evaluation {
+    evaluation.unwrap_or_else(|e| {
+        tracing::error!("evaluation failed: {e}");
+        Evaluation {
+            accuracy: f64::NAN,
+            loss: f64::NAN,
+        }
+    })
+}
