@@ -381,6 +381,10 @@ pub struct FederationSection {
     /// one of those with KLMS (`qsgd-klms`, `signsgd-klms`, `fedpm-klms`).
     #[serde(default)]
     pub compressor: Compressor,
+    /// Bound on the norm ‖values − sent‖₂ of a client's update, computed by the server against
+    /// the task; an update above it is rejected as `norm_bound` (default: no bound).
+    #[serde(default)]
+    pub max_update_norm: Option<f64>,
 }
 
 fn default_selector() -> SelectorName {
@@ -548,6 +552,14 @@ impl Config {
                 k >= 1,
                 "at least 1",
                 k.to_string(),
+            )?;
+        }
+        if let Some(bound) = f.max_update_norm {
+            field(
+                "federation.max_update_norm",
+                bound > 0.0 && bound.is_finite(),
+                "a positive number",
+                bound.to_string(),
             )?;
         }
         field(

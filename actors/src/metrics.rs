@@ -50,6 +50,7 @@ pub struct Metrics {
     anme_mean: GaugeVec,
     expected_discrepancy: GaugeVec,
     learning_rate: GaugeVec,
+    update_cosine: GaugeVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -173,6 +174,11 @@ impl Metrics {
                 "Learning rate of the last round.",
                 none,
             )?,
+            update_cosine: gauge(
+                "fedshard_update_cosine",
+                "Cosine similarity between the applied update of the global model and the sample-weighted mean of the accepted clients' updates, last round (NaN when the model did not change).",
+                none,
+            )?,
             registry,
         };
         // Series that exist from the start, so dashboards show zeros rather than "no data".
@@ -245,6 +251,9 @@ impl Metrics {
         self.learning_rate
             .with_label_values(none)
             .set(r.learning_rate);
+        self.update_cosine
+            .with_label_values(none)
+            .set(r.update_cosine.unwrap_or(f64::NAN));
     }
 
     /// The registry in the Prometheus text exposition format.
@@ -397,6 +406,7 @@ mod tests {
             learning_rate: 0.1,
             client_train_seconds: vec![0.01; 8],
             seconds: 0.2,
+            update_cosine: Some(0.75),
         }
     }
 
@@ -419,6 +429,8 @@ mod tests {
             "fedshard_expected_discrepancy{cluster=\"0.4\",layer=\"weight\",run=\"demo\"} 0.3",
             "fedshard_round_duration_seconds_count{run=\"demo\"} 2",
             "fedshard_client_train_duration_seconds_count{run=\"demo\"} 16",
+            "fedshard_update_cosine{run=\"demo\"} 0.75",
+            "fedshard_rejected_updates_total{reason=\"norm_bound\",run=\"demo\"} 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

@@ -23,8 +23,8 @@ pub struct RoundRecord {
     /// Clients that failed, by kind (`error`, `panic`, `timeout`, `unreachable`).
     pub failures: BTreeMap<FailureKind, usize>,
     /// Updates rejected by validation, by kind (`malformed`, `shape`, `non_finite`, `indices`,
-    /// `stale`, `forged`), and `non_finite_aggregate` when the accepted updates summed past f32
-    /// (model unchanged).
+    /// `stale`, `forged`, `norm_bound` above `[federation] max_update_norm`), and
+    /// `non_finite_aggregate` when the accepted updates summed past f32 (model unchanged).
     pub rejected: BTreeMap<RejectionKind, usize>,
     /// Whether the global model changed (false when below the minimum of successful clients).
     pub model_updated: bool,
@@ -42,6 +42,12 @@ pub struct RoundRecord {
     /// Seconds each accepted client spent training.
     pub client_train_seconds: Vec<f64>,
     pub seconds: f64,
+    /// Cosine similarity between the applied update of the global model and the sample-weighted
+    /// mean of the accepted clients' own updates in the full weight space
+    /// ([`crate::round::update_cosine`]); `None` when the model did not change. Absent in
+    /// histories written before it existed.
+    #[serde(default)]
+    pub update_cosine: Option<f64>,
 }
 
 impl RoundRecord {
@@ -93,6 +99,7 @@ impl RoundRecord {
             csv_float(seconds.iter().sum::<f64>() / seconds.len() as f64),
             csv_float(seconds.iter().copied().fold(f64::NAN, f64::max)),
             csv_float(self.seconds),
+            csv_float(self.update_cosine.unwrap_or(f64::NAN)),
         ]);
         cells.join(",")
     }
@@ -103,7 +110,8 @@ impl RoundRecord {
 /// (`failures_timeout`, `rejected_stale`, …, every kind always present, so rows of different
 /// rounds line up); the per-cluster `groups` as their count and the least and largest cluster
 /// ANME (`anme` is their mean); `client_train_seconds` as count, mean and maximum (the slowest
-/// client is what a deadline has to cover).
+/// client is what a deadline has to cover); `update_cosine` last, empty when the model did not
+/// change.
 pub fn csv_header() -> String {
     let mut columns = vec![
         "round".to_string(),
@@ -132,6 +140,7 @@ pub fn csv_header() -> String {
             "client_train_seconds_mean",
             "client_train_seconds_max",
             "seconds",
+            "update_cosine",
         ]
         .map(String::from),
     );
@@ -240,6 +249,7 @@ mod tests {
             learning_rate: 0.05,
             client_train_seconds: vec![1.0, 2.0, 6.0],
             seconds: 7.5,
+            update_cosine: Some(0.5),
         }
     }
 
@@ -272,6 +282,8 @@ mod tests {
             ("client_train_seconds_mean", "3"),
             ("client_train_seconds_max", "6"),
             ("seconds", "7.5"),
+            ("update_cosine", "0.5"),
+            ("rejected_norm_bound", "0"),
         ];
         for (column, value) in expected {
             assert_eq!(cells[column], value, "column {column}");
@@ -295,6 +307,14 @@ mod tests {
             assert_eq!(cells[column], "", "column {column}");
         }
         assert_eq!(cells["groups"], "0");
+        // A round that left the model unchanged has no cosine.
+        let row = RoundRecord {
+            update_cosine: None,
+            ..record()
+        }
+        .csv_row();
+        let cells: BTreeMap<&str, &str> = header.split(',').zip(row.split(',')).collect();
+        assert_eq!(cells["update_cosine"], "");
     }
 
     #[test]
@@ -311,6 +331,15 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text, csv_document(&history));
         assert_eq!(text.lines().count(), 3);
+        // A history written before `update_cosine` existed still loads.
+        let finite = RoundRecord {
+            train_loss: 1.0,
+            ..record()
+        };
+        let mut old = serde_json::to_value(finite).unwrap();
+        old.as_object_mut().unwrap().remove("update_cosine");
+        let back: RoundRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(back.update_cosine, None);
         let err = append_csv_row(&dir.path().join("missing/metrics.csv"), "1").unwrap_err();
         assert!(err.contains("missing/metrics.csv"), "{err}");
     }

@@ -204,10 +204,14 @@ pub struct Validated {
 }
 
 /// Opens every envelope against the task its client was given ([`open`]: the right client and
-/// round, a payload that decodes to the task's tensors and indices, finite values).
+/// round, a payload that decodes to the task's tensors and indices, finite values), then, with a
+/// bound (`[federation] max_update_norm`), rejects as [`RejectionKind::NormBound`] every update
+/// whose norm [`update_norm`], computed here against the task and never taken from the
+/// envelope's own `update_norm`, exceeds it. Without a bound nothing more is checked.
 pub fn validate(
     envelopes: &BTreeMap<ClientId, UpdateEnvelope>,
     tasks: &BTreeMap<ClientId, TrainTask>,
+    max_update_norm: Option<f64>,
 ) -> Validated {
     let mut v = Validated::default();
     for (id, envelope) in envelopes {
@@ -216,12 +220,28 @@ pub fn validate(
             continue;
         };
         match open(envelope, task) {
-            Ok(update) => v.accepted.push(Accepted {
-                client: *id,
-                update,
-                loss: envelope.loss,
-                train_seconds: envelope.train_seconds,
-            }),
+            Ok(update) => {
+                if let Some(bound) = max_update_norm {
+                    let norm = update_norm(&update, task);
+                    // A NaN norm (which finite values never give) is rejected too.
+                    if norm.is_nan() || norm > bound {
+                        tracing::warn!(
+                            client = id,
+                            norm,
+                            bound,
+                            "update rejected: its norm exceeds federation.max_update_norm"
+                        );
+                        *v.rejected.entry(RejectionKind::NormBound).or_default() += 1;
+                        continue;
+                    }
+                }
+                v.accepted.push(Accepted {
+                    client: *id,
+                    update,
+                    loss: envelope.loss,
+                    train_seconds: envelope.train_seconds,
+                })
+            }
             Err(rejection) => {
                 tracing::warn!(client = id, %rejection, "update rejected");
                 *v.rejected.entry(rejection.kind()).or_default() += 1;
@@ -229,6 +249,31 @@ pub fn validate(
         }
     }
     v
+}
+
+/// ‖values − sent‖₂ of a decoded update against its task, in f64: over every dense tensor
+/// (matched by name) and, for each sharded layer, over the returned factor columns `U'_I`, `V'_I`
+/// against the ones sent. This is the server's own measure of the envelope's `update_norm`.
+pub fn update_norm(update: &DecodedUpdate, task: &TrainTask) -> f64 {
+    let squared = |new: &[f32], old: &[f32]| -> f64 {
+        new.iter()
+            .zip(old)
+            .map(|(&a, &b)| {
+                let d = f64::from(a) - f64::from(b);
+                d * d
+            })
+            .sum::<f64>()
+    };
+    let mut sum = 0.0;
+    for t in &update.dense.tensors {
+        if let Some(sent) = task.dense.get(&t.name) {
+            sum += squared(&t.data, &sent.data);
+        }
+    }
+    for (got, sent) in update.shards.iter().zip(&task.shards) {
+        sum += squared(&got.left, &sent.left) + squared(&got.right, &sent.right);
+    }
+    sum.sqrt()
 }
 
 /// What folding a round did to the model.
@@ -372,6 +417,92 @@ pub fn fold(
     Ok(Folded::Updated)
 }
 
+/// The cosine similarity between the update the server applied to the global model and the one
+/// its accepted clients asked for (seed 001, Sec. 5 / Fig. 4).
+///
+/// `Δ = after − before`, flattened over every tensor, is compared with the sample-weighted
+/// mean `ū = Σ_c D_c u_c / Σ_c D_c` (D_c from the registry, as in the fold) of each client's own
+/// update `u_c` in the full weight space: `values − sent` for a dense tensor, and for a sharded
+/// layer the change of the effective weight over the terms the client held,
+/// `U'_new V'_newᵀ − U'_sent V'_sentᵀ` (columns `I` only, without the frozen multipliers ω, so in
+/// the same space as the server's recomposition `W = Σ u'_i v'_iᵀ`); tensors a client did not
+/// train count as zero in its `u_c`. All sums are in f64.
+///
+/// Why: FedAvg of dense updates gives `Δ = ū` exactly (cosine 1). Spectral sharding averages
+/// each singular vector over the clients that held it and recomposes, so `Δ` differs from `ū` by
+/// the cross terms of the product and by whom each term was averaged over; a strategy whose
+/// aggregate points away from what the clients asked for (a biased sampler, a large ω scaling
+/// one term, an aggregator that re-weights) shows a cosine well below 1, however its accuracy
+/// happens to move. `None` when the model did not change (`Δ = 0`), when the clients asked for
+/// no change (`ū = 0`), or when there is no accepted update.
+pub fn update_cosine(
+    before: &ModelState,
+    after: &ModelState,
+    accepted: &[Accepted],
+    tasks: &BTreeMap<ClientId, TrainTask>,
+    registry: &Registry,
+) -> Option<f64> {
+    let weight = |id: ClientId| registry.clients.get(&id).map_or(0.0, |c| c.samples as f64);
+    let total: f64 = accepted.iter().map(|a| weight(a.client)).sum();
+    if accepted.is_empty() || total <= 0.0 {
+        return None;
+    }
+    let (mut dot, mut applied, mut asked) = (0.0f64, 0.0f64, 0.0f64);
+    for new in &after.tensors {
+        let old = before.get(&new.name)?;
+        if old.data.len() != new.data.len() {
+            return None;
+        }
+        let (rows, cols) = new.matrix_shape();
+        // ū restricted to this tensor.
+        let mut mean = vec![0.0f64; new.data.len()];
+        for a in accepted {
+            let w = weight(a.client) / total;
+            let Some(task) = tasks.get(&a.client) else {
+                continue;
+            };
+            if let (Some(t), Some(sent)) =
+                (a.update.dense.get(&new.name), task.dense.get(&new.name))
+            {
+                for ((m, &v), &s) in mean.iter_mut().zip(&t.data).zip(&sent.data) {
+                    *m += w * (f64::from(v) - f64::from(s));
+                }
+            }
+            let shards = a.update.shards.iter().zip(&task.shards);
+            for (got, sent) in shards.filter(|(g, _)| g.name == new.name) {
+                for j in 0..got.indices.len() {
+                    let (Some(ul), Some(ur), Some(sl), Some(sr)) = (
+                        got.left.get(j * rows..(j + 1) * rows),
+                        got.right.get(j * cols..(j + 1) * cols),
+                        sent.left.get(j * rows..(j + 1) * rows),
+                        sent.right.get(j * cols..(j + 1) * cols),
+                    ) else {
+                        return None;
+                    };
+                    for r in 0..rows {
+                        let (un, us) = (w * f64::from(ul[r]), w * f64::from(sl[r]));
+                        let row = &mut mean[r * cols..(r + 1) * cols];
+                        for ((m, &vn), &vs) in row.iter_mut().zip(ur).zip(sr) {
+                            *m += un * f64::from(vn) - us * f64::from(vs);
+                        }
+                    }
+                }
+            }
+        }
+        for ((m, &n), &o) in mean.iter().zip(&new.data).zip(&old.data) {
+            let d = f64::from(n) - f64::from(o);
+            dot += d * m;
+            applied += d * d;
+            asked += m * m;
+        }
+    }
+    if applied == 0.0 || asked == 0.0 {
+        return None;
+    }
+    let cosine = dot / (applied.sqrt() * asked.sqrt());
+    cosine.is_finite().then_some(cosine.clamp(-1.0, 1.0))
+}
+
 /// The blocks one accepted update trained: its dense tensors by name, and for each sharded layer
 /// the U' and V' vectors of the terms it held.
 fn blocks_of<'a>(
@@ -427,6 +558,8 @@ pub struct RoundSummary<'a> {
     pub parameters: usize,
     pub learning_rate: f64,
     pub seconds: f64,
+    /// [`update_cosine`] of the round (`None` when the model did not change).
+    pub update_cosine: Option<f64>,
 }
 
 /// The round's [`RoundRecord`]: counts by kind, bits on both links, losses and timings.
@@ -473,6 +606,7 @@ pub fn record(s: &RoundSummary<'_>) -> RoundRecord {
         learning_rate: s.learning_rate,
         client_train_seconds: accepted.iter().map(|a| a.train_seconds).collect(),
         seconds: s.seconds,
+        update_cosine: s.update_cosine,
     }
 }
 
@@ -584,7 +718,7 @@ mod tests {
                 (*id, envelope(t, &out))
             })
             .collect();
-        let v = validate(&envelopes, &tasks.tasks);
+        let v = validate(&envelopes, &tasks.tasks, None);
         assert!(v.rejected.is_empty(), "{:?}", v.rejected);
         v.accepted
     }
@@ -724,7 +858,7 @@ mod tests {
             (truncated, RejectionKind::Malformed),
         ] {
             let envelopes = BTreeMap::from([(1, good(1)), (2, envelope)]);
-            let v = validate(&envelopes, &tasks.tasks);
+            let v = validate(&envelopes, &tasks.tasks, None);
             assert_eq!(v.rejected, BTreeMap::from([(kind, 1)]), "{kind:?}");
             assert_eq!(v.accepted.len(), 1);
             assert_eq!(v.accepted[0].client, 1);
@@ -732,9 +866,137 @@ mod tests {
         let mut foreign = good(1);
         foreign.client = 9;
         // An envelope from a client that was given no task at all.
-        let v = validate(&BTreeMap::from([(9, foreign)]), &tasks.tasks);
+        let v = validate(&BTreeMap::from([(9, foreign)]), &tasks.tasks, None);
         assert_eq!(v.rejected, BTreeMap::from([(RejectionKind::Forged, 1)]));
         assert!(v.accepted.is_empty());
+    }
+
+    /// Client 1 moves `b` by +4 (norm √32 ≈ 5.66, whatever its envelope claims); client 2 sends
+    /// its task back. A bound of 1 rejects client 1 as `norm_bound` and the fold never sees it; a
+    /// bound of 10, or none, lets both through.
+    #[test]
+    fn an_update_over_the_norm_bound_is_counted_and_never_reaches_the_model() {
+        let (plan, tasks) = planned();
+        let envelopes: BTreeMap<ClientId, UpdateEnvelope> = tasks
+            .tasks
+            .iter()
+            .map(|(id, t)| {
+                let mut out = unchanged(t);
+                if *id == 1 {
+                    out.dense.tensors[0].data.iter_mut().for_each(|x| *x += 4.0);
+                }
+                (*id, envelope(t, &out))
+            })
+            .collect();
+        let all = validate(&envelopes, &tasks.tasks, None);
+        assert!(all.rejected.is_empty());
+        let norm = update_norm(&all.accepted[0].update, &tasks.tasks[&1]);
+        assert!((norm - 32f64.sqrt()).abs() < 1e-12, "{norm}");
+        assert_eq!(update_norm(&all.accepted[1].update, &tasks.tasks[&2]), 0.0);
+
+        let bounded = validate(&envelopes, &tasks.tasks, Some(1.0));
+        assert_eq!(
+            bounded.rejected,
+            BTreeMap::from([(RejectionKind::NormBound, 1)])
+        );
+        assert_eq!(RejectionKind::NormBound.label(), "norm_bound");
+        assert_eq!(bounded.accepted.len(), 1);
+        assert_eq!(bounded.accepted[0].client, 2);
+        let reg = registry(&[(1, 1), (2, 1)]);
+        let mut model = global();
+        let folded = fold_fedavg(&mut model, &plan, &bounded.accepted, &reg, 1);
+        assert_eq!(folded, Folded::Updated);
+        assert_eq!(
+            model.get("b").unwrap().data,
+            global().get("b").unwrap().data,
+            "client 1's +4 never reaches the model"
+        );
+
+        let loose = validate(&envelopes, &tasks.tasks, Some(10.0));
+        assert!(loose.rejected.is_empty());
+        assert_eq!(loose.accepted, all.accepted);
+        let mut model = global();
+        fold_fedavg(&mut model, &plan, &loose.accepted, &reg, 1);
+        assert_eq!(model.get("b").unwrap().data, vec![2.5, 1.5]);
+    }
+
+    /// Tasks of clients 1 and 2 for the whole model, trained densely.
+    fn dense_tasks() -> Tasks {
+        let participants = [1, 2].map(|client| Participant {
+            client,
+            keep_ratio: 1.0,
+        });
+        build_tasks(&global(), None, None, &participants, (7, 3), &recipe())
+    }
+
+    /// Identical clients under FedAvg on a dense model: the applied update is exactly what they
+    /// asked for, cosine 1. A policy that follows only one of two orthogonal requests has cosine
+    /// 1/√2; a round that leaves the model has none.
+    #[test]
+    fn the_update_cosine_is_one_for_identical_dense_clients_and_less_when_the_policy_strays() {
+        let tasks = dense_tasks();
+        let updates = accepted(&tasks, |_, out| {
+            for t in &mut out.dense.tensors {
+                for (i, x) in t.data.iter_mut().enumerate() {
+                    *x += 0.125 * (i as f32 + 1.0);
+                }
+            }
+        });
+        let reg = registry(&[(1, 2), (2, 5)]);
+        let (p, f) = (BTreeMap::new(), BTreeMap::new());
+        let mut model = global();
+        let folded = fold(
+            &mut model,
+            None,
+            &updates,
+            fedavg().as_ref(),
+            context(&reg, &p, &f, 1),
+        );
+        assert_eq!(folded.unwrap(), Folded::Updated);
+        let cosine = update_cosine(&global(), &model, &updates, &tasks.tasks, &reg).unwrap();
+        assert!((cosine - 1.0).abs() < 1e-12, "{cosine}");
+        // Nothing changed: no cosine.
+        assert_eq!(
+            update_cosine(&global(), &global(), &updates, &tasks.tasks, &reg),
+            None
+        );
+
+        // Client 1 asks for +1 on b[0], client 2 for +1 on b[1]; the last-wins policy applies
+        // client 2's alone: Δ = (0, 1), ū = (½, ½).
+        let updates = accepted(&tasks, |id, out| {
+            out.dense.get_mut("b").unwrap().data[id as usize - 1] += 1.0;
+        });
+        let reg = registry(&[(1, 1), (2, 1)]);
+        let mut model = global();
+        fold(
+            &mut model,
+            None,
+            &updates,
+            &LastWins,
+            context(&reg, &p, &f, 1),
+        )
+        .unwrap();
+        let cosine = update_cosine(&global(), &model, &updates, &tasks.tasks, &reg).unwrap();
+        assert!((cosine - 0.5f64.sqrt()).abs() < 1e-12, "{cosine}");
+    }
+
+    /// On a sharded layer a client's update is the change of U'_I V'_Iᵀ: one client that scales
+    /// the only term it holds asks for exactly what FedAvg applies, so the cosine is 1 up to the
+    /// SVD's f32 rounding.
+    #[test]
+    fn the_update_cosine_counts_a_sharded_clients_effective_weight_change() {
+        let (plan, tasks) = planned();
+        let updates = accepted(&tasks, |_, out| {
+            out.shards[0].left.iter_mut().for_each(|x| *x *= 1.5);
+        });
+        let reg = registry(&[(1, 1), (2, 1)]);
+        let mut model = global();
+        assert_eq!(
+            fold_fedavg(&mut model, &plan, &updates, &reg, 1),
+            Folded::Updated
+        );
+        let cosine = update_cosine(&global(), &model, &updates, &tasks.tasks, &reg).unwrap();
+        assert!((cosine - 1.0).abs() < 1e-5, "{cosine}");
     }
 
     /// Client 1 (D = 1) and client 2 (D = 3) both hold term 0 of `w`; client 1 moves `b` by +4
@@ -895,7 +1157,7 @@ mod tests {
             .iter()
             .map(|(id, t)| (*id, envelope(t, &unchanged(t))))
             .collect();
-        let validated = validate(&envelopes, &tasks.tasks);
+        let validated = validate(&envelopes, &tasks.tasks, None);
         let failures = BTreeMap::from([(
             5,
             ClientFailure {
@@ -918,6 +1180,7 @@ mod tests {
             parameters: 8,
             learning_rate: 0.1,
             seconds: 1.0,
+            update_cosine: None,
         });
         let uplink: u64 = envelopes.values().map(|e| e.payload.bits).sum();
         assert_eq!(r.uplink_bits, uplink);

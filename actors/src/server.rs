@@ -13,7 +13,8 @@ use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection};
 use crate::host::{ClientHost, stopped_actor};
 use crate::record::{RoundRecord, Summary};
 use crate::round::{
-    FoldContext, Folded, Outcome, RoundSummary, build_tasks, classify, fold, record, validate,
+    FoldContext, Folded, Outcome, RoundSummary, build_tasks, classify, fold, record, update_cosine,
+    validate,
 };
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, plan_shards};
@@ -51,6 +52,10 @@ pub struct RuntimeConfig {
     pub compressor: Compressor,
     /// The compressors' settings (`[compression]`).
     pub compression: CompressionConfig,
+    /// `[federation] max_update_norm`: an update whose norm ‖values − sent‖₂, computed by the
+    /// server against its task, exceeds this is rejected as `norm_bound`; `None`, no bound.
+    #[serde(default)]
+    pub max_update_norm: Option<f64>,
 }
 
 impl RuntimeConfig {
@@ -380,7 +385,7 @@ impl ServerState {
         }
 
         // Nothing touches the model before it is opened and checked against its task.
-        let validated = validate(&answers.envelopes, &tasks.tasks);
+        let validated = validate(&answers.envelopes, &tasks.tasks, config.max_update_norm);
         let sides: Vec<_> = validated
             .accepted
             .iter()
@@ -399,23 +404,37 @@ impl ServerState {
         let min_successful = config.min_successful;
         let failures = std::mem::take(&mut answers.failures);
         let plan_for_fold = plan.clone();
-        let (model, folded, validated, failures) = tokio::task::spawn_blocking(move || {
-            let folded = fold(
-                &mut model,
-                plan_for_fold.as_deref(),
-                &validated.accepted,
-                aggregator.as_ref(),
-                FoldContext {
-                    registry: &registry,
-                    probabilities: &probabilities,
-                    failures: &failures,
-                    min_successful,
-                },
-            );
-            (model, folded, validated, failures)
-        })
-        .await
-        .map_err(|e| format!("aggregation panicked: {e}"))?;
+        // The fold and the cosine diagnostic both run off the executor; the tasks travel with
+        // them and come back for the record.
+        let (model, folded, validated, failures, tasks, update_cosine) =
+            tokio::task::spawn_blocking(move || {
+                let before = model.clone();
+                let folded = fold(
+                    &mut model,
+                    plan_for_fold.as_deref(),
+                    &validated.accepted,
+                    aggregator.as_ref(),
+                    FoldContext {
+                        registry: &registry,
+                        probabilities: &probabilities,
+                        failures: &failures,
+                        min_successful,
+                    },
+                );
+                let cosine = match folded {
+                    Ok(Folded::Updated) => update_cosine(
+                        &before,
+                        &model,
+                        &validated.accepted,
+                        &tasks.tasks,
+                        &registry,
+                    ),
+                    _ => None,
+                };
+                (model, folded, validated, failures, tasks, cosine)
+            })
+            .await
+            .map_err(|e| format!("aggregation panicked: {e}"))?;
         self.fed.model = model;
         let folded = folded?;
         match &folded {
@@ -444,6 +463,7 @@ impl ServerState {
             parameters: self.fed.model.num_parameters(),
             learning_rate: recipe.learning_rate,
             seconds: started.elapsed().as_secs_f64(),
+            update_cosine,
         });
         self.fed.history.push(record.clone());
         self.persist(&record).await?;

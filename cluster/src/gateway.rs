@@ -9,10 +9,13 @@
 //! and the server counts `unreachable` at once, without waiting for the deadline.
 //!
 //! Every frame from a node is checked here before anything reaches the server
-//! ([`Gateway::check_reply`]): it must decode, name a session key the gateway handed out to a
-//! node that is connected, answer a request that is outstanding for exactly that client on
-//! exactly that node, and for the round that request was for. Anything else is counted and
-//! dropped, and the request stays open for the true answer.
+//! (`GatewayState::check_reply`): it must decode, carry the session key of a registered node
+//! that is still connected, answer for a client that node hosts a request outstanding for
+//! exactly that client on exactly that node, and for the round that request was for. Anything
+//! else is counted and dropped, and the request stays open for the true answer. A hello must
+//! come with the key of an agent that joined its process group over a live session, for
+//! clients of the federation with the server's own sample counts, not hosted by another
+//! connected node.
 
 use crate::message::frame_message;
 use crate::metrics::{ClusterMetrics, RejectionLog};

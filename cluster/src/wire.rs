@@ -23,14 +23,6 @@ pub const MAGIC: [u8; 2] = *b"FS";
 pub const VERSION: u16 = 1;
 const HEADER: usize = 4;
 
-/// The most bytes one string or byte string inside a frame may claim before it is read.
-///
-/// bincode allocates a string's claimed length before reading it, so without a cap a ten-byte
-/// frame could ask for an exabyte. Sequences of numbers (the tensors) do not claim: serde grows
-/// them as elements actually arrive, so their size is bounded by the frame's own length, which
-/// [`decode`] checks first.
-const CLAIM_LIMIT: usize = 16 << 20;
-
 /// A random secret a client node draws at start-up. It names the node's agent
 /// ([`crate::agent_group`]) and must accompany every answer the node sends, so an answer for a
 /// client can only come from the node the server registered that client with.
@@ -197,8 +189,8 @@ pub fn encode(body: &Body) -> Vec<u8> {
     bytes
 }
 
-/// Decodes one frame of at most `limit` bytes. Never panics and never allocates much more than
-/// the frame's own length, whatever the bytes.
+/// Decodes one frame of at most `limit` bytes. Never panics, and never allocates more than a
+/// small multiple of the frame's own length, whatever the bytes claim.
 pub fn decode(bytes: &[u8], limit: usize) -> Result<Body, Rejection> {
     use RejectionKind as K;
     if bytes.len() > limit {
@@ -229,8 +221,9 @@ pub fn decode(bytes: &[u8], limit: usize) -> Result<Body, Rejection> {
             format!("wire format version {version}, this node speaks version {VERSION}"),
         ));
     }
-    let config = bincode::config::standard().with_limit::<CLAIM_LIMIT>();
-    match bincode::serde::decode_from_slice::<Body, _>(&bytes[HEADER..], config) {
+    // Bounded: bincode allocates a string's claimed length before reading it, and a ten-byte
+    // frame must not make this node allocate an exabyte.
+    match fedshard_protocol::bounded::decode_from_slice::<Body>(&bytes[HEADER..]) {
         Ok((body, used)) if used == bytes.len() - HEADER => Ok(body),
         Ok((body, used)) => Err(Rejection::new(
             K::Malformed,

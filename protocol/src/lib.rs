@@ -5,6 +5,7 @@
 //! No actors, no async, no tensors library: a client process links this crate and
 //! `fedshard-training` without the server's runtime.
 
+pub mod bounded;
 pub mod model;
 pub mod payload;
 pub mod shard_plan;

@@ -92,10 +92,13 @@ pub enum RejectionKind {
     Forged,
     /// Every update passed, but their aggregate overflowed f32 (model left unchanged).
     NonFiniteAggregate,
+    /// The update's norm ‖values − sent‖₂, computed by the server against the task, exceeds
+    /// `[federation] max_update_norm` (a finite but exploding update).
+    NormBound,
 }
 
 impl RejectionKind {
-    pub const ALL: [RejectionKind; 7] = [
+    pub const ALL: [RejectionKind; 8] = [
         RejectionKind::Malformed,
         RejectionKind::Shape,
         RejectionKind::NonFinite,
@@ -103,6 +106,7 @@ impl RejectionKind {
         RejectionKind::Stale,
         RejectionKind::Forged,
         RejectionKind::NonFiniteAggregate,
+        RejectionKind::NormBound,
     ];
 
     pub fn label(self) -> &'static str {
@@ -114,6 +118,7 @@ impl RejectionKind {
             RejectionKind::Stale => "stale",
             RejectionKind::Forged => "forged",
             RejectionKind::NonFiniteAggregate => "non_finite_aggregate",
+            RejectionKind::NormBound => "norm_bound",
         }
     }
 }
@@ -183,12 +188,9 @@ pub fn decode_and_validate(
     }
     let (body, side) = match payload.compressor {
         Compressor::Identity => {
-            // bincode allocates a string's claimed length before reading it: without a cap,
-            // a 17-byte payload from a client node claiming a 16 TiB tensor name aborts the
-            // server. Names are short; tensors are sequences, which grow only as values arrive.
-            let config = bincode::config::standard().with_limit::<{ 16 << 20 }>();
+            // Bounded: a 17-byte payload claiming a 16 TiB tensor name aborted the server.
             let (body, used): (UpdateBody, usize) =
-                bincode::serde::decode_from_slice(&payload.bytes, config)
+                crate::bounded::decode_from_slice(&payload.bytes)
                     .map_err(|e| Rejection::Malformed(e.to_string()))?;
             if used != payload.bytes.len() {
                 return Err(Rejection::Malformed(format!(

@@ -119,6 +119,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             min_successful: 1,
             compressor: Compressor::Identity,
             compression: Default::default(),
+            max_update_norm: None,
         },
         model: ModelState::new(vec![NamedTensor::zeros("weight", vec![10])])
             .map_err(anyhow::Error::msg)?,

@@ -219,6 +219,9 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
         args.nodes >= 1 && args.clients_per_node >= 1 && args.rounds >= 2 && args.params >= 1,
         "--nodes, --clients-per-node and --params must be at least 1, --rounds at least 2"
     );
+    if std::env::var_os("RUST_LOG").is_some() {
+        super::join::init_logging();
+    }
     let clients = args.nodes * args.clients_per_node;
     let ids: Vec<ClientId> = (0..clients as ClientId).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -253,7 +256,10 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
             .arg(relay_addr.to_string())
             .args(["--clients", &list, "--params", &args.params.to_string()])
             .env(ENV_VAR, &secret)
-            .env("RUST_LOG", "error")
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
+            )
             .stdout(Stdio::null())
             .spawn()
             .with_context(|| format!("starting client node {node}"))?;
