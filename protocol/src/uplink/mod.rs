@@ -26,7 +26,7 @@ pub mod wire;
 use crate::model::ModelState;
 use crate::task::{LayerShard, TrainOutput, TrainTask};
 use fedshard_strategies::compression::{
-    Bernoulli, Categorical, KlmsEncoder, Partition, SharedSeed, boundary_bits,
+    Bernoulli, Categorical, KlmsEncoder, Partition, ProductDistribution, SharedSeed, boundary_bits,
     decode as klms_decode, index_bits, kl_bits_per_coordinate,
 };
 use fedshard_strategies::rng::{ChaCha20Rng, uniform};
@@ -462,98 +462,146 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Ve
                 symbols
             }
         },
-        Some(klms) => {
-            let (partition, report) = match &klms.blocks {
-                TaskBlocks::Fixed { size } => {
-                    (Partition::fixed(sent.len(), *size).map_err(err)?, None)
-                }
-                TaskBlocks::Adaptive {
-                    d_target,
-                    max_block_size,
-                    ends,
-                } => {
-                    let kl = match &m {
-                        Message::Mask { q, p } => kl_bits_per_coordinate(
-                            &Bernoulli::new(q).map_err(err)?,
-                            &Bernoulli::new(p).map_err(err)?,
-                        ),
-                        Message::Ternary { q, p } => kl_bits_per_coordinate(
-                            &Categorical::new(q).map_err(err)?,
-                            &Categorical::new(p).map_err(err)?,
-                        ),
-                    }
-                    .map_err(err)?;
-                    match ends {
-                        None => {
-                            let own =
-                                Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
-                                    .map_err(err)?;
-                            let width = boundary_bits(*max_block_size).map_err(err)? as u32;
-                            w.u32(own.num_blocks() as u32);
-                            for size in own.sizes() {
-                                w.bits((size - 1) as u32, width);
-                            }
-                            (own, None)
-                        }
-                        Some(ends) => {
-                            let global = Partition::from_ends(ends.clone()).map_err(err)?;
-                            let mean = global.mean_block_kl_bits(&kl).map_err(err)?;
-                            (global, Some(mean as f32))
-                        }
-                    }
-                }
-            };
-            if let Some(mean) = report {
-                w.f32(mean);
+        Some(klms) => match &m {
+            Message::Mask { q, p } => {
+                let (q, p) = (
+                    Bernoulli::new(q).map_err(err)?,
+                    Bernoulli::new(p).map_err(err)?,
+                );
+                encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?
+                    .into_iter()
+                    .map(i8::from)
+                    .collect()
             }
-            let width = index_bits(klms.candidates).map_err(err)? as u32;
-            let (indices, symbols) = match &m {
-                Message::Mask { q, p } => {
-                    let (q, p) = (
-                        Bernoulli::new(q).map_err(err)?,
-                        Bernoulli::new(p).map_err(err)?,
-                    );
-                    let mut selected = vec![false; sent.len()];
-                    let indices = KlmsEncoder::new()
-                        .encode(
-                            &q,
-                            &p,
-                            &partition,
-                            klms.candidates,
-                            &shared,
-                            &mut selection,
-                            &mut selected,
-                        )
-                        .map_err(err)?;
-                    (indices, selected.into_iter().map(i8::from).collect())
-                }
-                Message::Ternary { q, p } => {
-                    let (q, p) = (
-                        Categorical::new(q).map_err(err)?,
-                        Categorical::new(p).map_err(err)?,
-                    );
-                    let mut selected = vec![0i8; sent.len()];
-                    let indices = KlmsEncoder::new()
-                        .encode(
-                            &q,
-                            &p,
-                            &partition,
-                            klms.candidates,
-                            &shared,
-                            &mut selection,
-                            &mut selected,
-                        )
-                        .map_err(err)?;
-                    (indices, selected)
-                }
-            };
-            for index in indices {
-                w.bits(index, width);
+            Message::Ternary { q, p } => {
+                let (q, p) = (
+                    Categorical::new(q).map_err(err)?,
+                    Categorical::new(p).map_err(err)?,
+                );
+                encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?
             }
-            symbols
-        }
+        },
     };
     Ok((w.finish(), symbols))
+}
+
+fn strategy_error(e: fedshard_strategies::error::StrategyError) -> String {
+    e.to_string()
+}
+
+/// KLMS over any product distribution: cuts the blocks (writing the client's own block sizes in
+/// `UPDATE` rounds, or the mean-KL report against broadcast ends), writes one candidate index
+/// per block, and returns the symbols the server will decode.
+fn encode_klms<D: ProductDistribution>(
+    q: &D,
+    p: &D,
+    klms: &KlmsTask,
+    shared: &SharedSeed,
+    selection: &mut ChaCha20Rng,
+    w: &mut BitWriter,
+) -> Result<Vec<D::Symbol>, String> {
+    let err = strategy_error;
+    let partition = match &klms.blocks {
+        TaskBlocks::Fixed { size } => Partition::fixed(q.len(), *size).map_err(err)?,
+        TaskBlocks::Adaptive {
+            d_target,
+            max_block_size,
+            ends,
+        } => {
+            let kl = kl_bits_per_coordinate(q, p).map_err(err)?;
+            match ends {
+                None => {
+                    let own = Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
+                        .map_err(err)?;
+                    let width = boundary_bits(*max_block_size).map_err(err)? as u32;
+                    w.u32(own.num_blocks() as u32);
+                    for size in own.sizes() {
+                        w.bits((size - 1) as u32, width);
+                    }
+                    own
+                }
+                Some(ends) => {
+                    let global = Partition::from_ends(ends.clone()).map_err(err)?;
+                    w.f32(global.mean_block_kl_bits(&kl).map_err(err)? as f32);
+                    global
+                }
+            }
+        }
+    };
+    let width = index_bits(klms.candidates).map_err(err)? as u32;
+    let mut selected = vec![D::Symbol::default(); q.len()];
+    let indices = KlmsEncoder::new()
+        .encode(
+            q,
+            p,
+            &partition,
+            klms.candidates,
+            shared,
+            selection,
+            &mut selected,
+        )
+        .map_err(err)?;
+    for index in indices {
+        w.bits(index, width);
+    }
+    Ok(selected)
+}
+
+/// The decoder of [`encode_klms`]: reads the blocks (recording uploaded ends or the KL report
+/// in `side`) and the indices, and regenerates the selected candidates.
+fn decode_klms<D: ProductDistribution>(
+    p: &D,
+    klms: &KlmsTask,
+    shared: &SharedSeed,
+    r: &mut BitReader,
+    side: &mut UplinkSide,
+) -> Result<Vec<D::Symbol>, String> {
+    let err = strategy_error;
+    let d = p.len();
+    let partition = match &klms.blocks {
+        TaskBlocks::Fixed { size } => Partition::fixed(d, *size).map_err(err)?,
+        TaskBlocks::Adaptive {
+            max_block_size,
+            ends: None,
+            ..
+        } => {
+            let blocks = r.u32()? as usize;
+            if blocks == 0 || blocks > d {
+                return Err(format!("{blocks} blocks for a message of {d} values"));
+            }
+            let width = boundary_bits(*max_block_size).map_err(err)? as u32;
+            let sizes = (0..blocks)
+                .map(|_| r.bits(width).map(|s| s as usize + 1))
+                .collect::<Result<Vec<_>, _>>()?;
+            let own = Partition::from_sizes(&sizes, *max_block_size)
+                .map_err(|e| format!("block boundaries: {e}"))?;
+            if own.len() != d {
+                return Err(format!(
+                    "block boundaries cover {} values of {d}",
+                    own.len()
+                ));
+            }
+            side.ends = Some(own.ends().to_vec());
+            own
+        }
+        TaskBlocks::Adaptive {
+            ends: Some(ends), ..
+        } => {
+            let mean = r.f32()?;
+            if !(mean.is_finite() && mean >= 0.0) {
+                return Err(format!("mean-KL report {mean}"));
+            }
+            side.mean_kl_bits = Some(f64::from(mean));
+            Partition::from_ends(ends.clone()).map_err(err)?
+        }
+    };
+    let width = index_bits(klms.candidates).map_err(err)? as u32;
+    let indices = (0..partition.num_blocks())
+        .map(|_| r.bits(width))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = vec![D::Symbol::default(); d];
+    klms_decode(p, &partition, klms.candidates, &indices, shared, &mut out).map_err(err)?;
+    Ok(out)
 }
 
 /// A draw from `[P(−1), P(0), P(+1)]` by inverse CDF in that order.
@@ -638,47 +686,6 @@ fn decode_symbols(
                 .collect::<Result<_, _>>()?,
         },
         Some(klms) => {
-            let partition = match &klms.blocks {
-                TaskBlocks::Fixed { size } => Partition::fixed(d, *size).map_err(err)?,
-                TaskBlocks::Adaptive {
-                    max_block_size,
-                    ends: None,
-                    ..
-                } => {
-                    let blocks = r.u32()? as usize;
-                    if blocks == 0 || blocks > d {
-                        return Err(format!("{blocks} blocks for a message of {d} values"));
-                    }
-                    let width = boundary_bits(*max_block_size).map_err(err)? as u32;
-                    let sizes = (0..blocks)
-                        .map(|_| r.bits(width).map(|s| s as usize + 1))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let own = Partition::from_sizes(&sizes, *max_block_size)
-                        .map_err(|e| format!("block boundaries: {e}"))?;
-                    if own.len() != d {
-                        return Err(format!(
-                            "block boundaries cover {} values of {d}",
-                            own.len()
-                        ));
-                    }
-                    side.ends = Some(own.ends().to_vec());
-                    own
-                }
-                TaskBlocks::Adaptive {
-                    ends: Some(ends), ..
-                } => {
-                    let mean = r.f32()?;
-                    if !(mean.is_finite() && mean >= 0.0) {
-                        return Err(format!("mean-KL report {mean}"));
-                    }
-                    side.mean_kl_bits = Some(f64::from(mean));
-                    Partition::from_ends(ends.clone()).map_err(err)?
-                }
-            };
-            let width = index_bits(klms.candidates).map_err(err)? as u32;
-            let indices = (0..partition.num_blocks())
-                .map(|_| r.bits(width))
-                .collect::<Result<Vec<_>, _>>()?;
             let shared = SharedSeed {
                 seed: task.seed,
                 round: task.round,
@@ -687,17 +694,14 @@ fn decode_symbols(
             match &p {
                 Message::Mask { p, .. } => {
                     let p = Bernoulli::new(p).map_err(err)?;
-                    let mut out = vec![false; d];
-                    klms_decode(&p, &partition, klms.candidates, &indices, &shared, &mut out)
-                        .map_err(err)?;
-                    out.into_iter().map(i8::from).collect()
+                    decode_klms(&p, klms, &shared, &mut r, &mut side)?
+                        .into_iter()
+                        .map(i8::from)
+                        .collect()
                 }
                 Message::Ternary { p, .. } => {
                     let p = Categorical::new(p).map_err(err)?;
-                    let mut out = vec![0i8; d];
-                    klms_decode(&p, &partition, klms.candidates, &indices, &shared, &mut out)
-                        .map_err(err)?;
-                    out
+                    decode_klms(&p, klms, &shared, &mut r, &mut side)?
                 }
             }
         }
