@@ -55,7 +55,8 @@ pub struct OrchestrationReport {
     pub peak_rss_bytes: u64,
 }
 
-struct EchoTrainer;
+/// A client that returns its task unchanged: the benches measure the runtime, not training.
+pub(crate) struct EchoTrainer;
 
 impl LocalTrainer for EchoTrainer {
     fn samples(&self) -> u64 {
@@ -70,7 +71,8 @@ impl LocalTrainer for EchoTrainer {
     }
 }
 
-struct NoEvaluation;
+/// An evaluator that costs nothing, for the same reason.
+pub(crate) struct NoEvaluation;
 
 impl Evaluator for NoEvaluation {
     fn evaluate(&self, _model: &ModelState) -> Evaluation {

@@ -19,9 +19,7 @@ use fedshard_cluster::metrics::ClusterMetrics;
 use fedshard_cluster::secret::{ENV_VAR, Secret};
 use fedshard_cluster::serve::{ServeOptions, serve};
 use fedshard_protocol::model::{ModelState, NamedTensor};
-use fedshard_protocol::task::{
-    ClientId, Evaluation, Evaluator, LocalTrainer, TrainOutput, TrainTask,
-};
+use fedshard_protocol::task::{ClientId, LocalTrainer};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -85,31 +83,7 @@ pub struct ClusterReport {
     pub peak_rss_bytes: u64,
 }
 
-struct EchoTrainer;
-
-impl LocalTrainer for EchoTrainer {
-    fn samples(&self) -> u64 {
-        1
-    }
-    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
-        Ok(TrainOutput {
-            dense: task.dense.clone(),
-            shards: task.shards.clone(),
-            loss: 0.0,
-        })
-    }
-}
-
-struct NoEvaluation;
-
-impl Evaluator for NoEvaluation {
-    fn evaluate(&self, _model: &ModelState) -> Evaluation {
-        Evaluation {
-            accuracy: 0.0,
-            loss: 0.0,
-        }
-    }
-}
+use super::bench::{EchoTrainer, NoEvaluation};
 
 fn model(params: usize) -> anyhow::Result<ModelState> {
     ModelState::new(vec![NamedTensor::zeros("weight", vec![params])]).map_err(anyhow::Error::msg)

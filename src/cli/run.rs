@@ -52,12 +52,21 @@ pub struct RunArgs {
     pub device: Option<crate::config::Device>,
 }
 
-const CONFIG_FILE: &str = "config.toml";
+pub(crate) const CONFIG_FILE: &str = "config.toml";
 /// The final global model, as `ModelState::to_bytes`.
 pub const MODEL_FILE: &str = "model.bin";
 
-pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
-    let (mut config, dir) = match (&args.resume, &args.config) {
+/// The config and folder of a new run (`config`, seeded by `seed` if given, in `out` or
+/// `runs/NAME-seedS`, refused if that folder already holds a checkpoint) or of a resumed one
+/// (`resume`, whose saved config is used). `command` names the subcommand in the hint.
+pub(crate) fn run_folder(
+    command: &str,
+    resume: Option<&Path>,
+    config: Option<&Path>,
+    out: Option<&Path>,
+    seed: Option<u64>,
+) -> anyhow::Result<(Config, PathBuf)> {
+    match (resume, config) {
         (Some(dir), _) => {
             let path = dir.join(CONFIG_FILE);
             if !path.exists() {
@@ -66,27 +75,37 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
                     dir.display()
                 );
             }
-            (Config::load(&path)?, dir.clone())
+            Ok((Config::load(&path)?, dir.to_path_buf()))
         }
         (None, Some(path)) => {
             let mut config = Config::load(path)?;
-            if let Some(seed) = args.seed {
+            if let Some(seed) = seed {
                 config.run.seed = seed;
             }
-            let dir = args.out.clone().unwrap_or_else(|| {
+            let dir = out.map(Path::to_path_buf).unwrap_or_else(|| {
                 PathBuf::from("runs").join(format!("{}-seed{}", config.run.name, config.run.seed))
             });
             if dir.join(checkpoint::FILE_NAME).exists() {
                 bail!(
-                    "{} already holds a run; continue it with `fedshard run --resume {}` or choose another --out",
+                    "{} already holds a run; continue it with `fedshard {command} --resume {}` or choose another --out",
                     dir.display(),
                     dir.display()
                 );
             }
-            (config, dir)
+            Ok((config, dir))
         }
         (None, None) => bail!("give a CONFIG file or --resume RUN_DIR"),
-    };
+    }
+}
+
+pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
+    let (mut config, dir) = run_folder(
+        "run",
+        args.resume.as_deref(),
+        args.config.as_deref(),
+        args.out.as_deref(),
+        args.seed,
+    )?;
     if let Some(device) = args.device {
         config.training.device = device;
         config.validate()?;

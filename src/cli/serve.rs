@@ -5,9 +5,9 @@
 
 use crate::config::{Config, parse_metrics_addr};
 use crate::federation;
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 use clap::Args;
-use fedshard_actors::checkpoint::{self, write_atomically};
+use fedshard_actors::checkpoint::write_atomically;
 use fedshard_actors::metrics::{self, Exporter};
 use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_cluster::metrics::ClusterMetrics;
@@ -59,37 +59,17 @@ pub struct ServeArgs {
     pub quiet: bool,
 }
 
-const CONFIG_FILE: &str = "config.toml";
+use super::run::CONFIG_FILE;
 
 /// The config and run folder of a new or resumed run.
 fn run_folder(args: &ServeArgs) -> anyhow::Result<(Config, PathBuf)> {
-    let (mut config, dir) = match (&args.resume, &args.config) {
-        (Some(dir), _) => {
-            let path = dir.join(CONFIG_FILE);
-            if !path.exists() {
-                bail!(
-                    "{} is not a run folder: it has no {CONFIG_FILE}",
-                    dir.display()
-                );
-            }
-            (Config::load(&path)?, dir.clone())
-        }
-        (None, Some(path)) => {
-            let config = Config::load(path)?;
-            let dir = args.out.clone().unwrap_or_else(|| {
-                PathBuf::from("runs").join(format!("{}-seed{}", config.run.name, config.run.seed))
-            });
-            if dir.join(checkpoint::FILE_NAME).exists() {
-                bail!(
-                    "{} already holds a run; continue it with `fedshard serve --resume {}` or choose another --out",
-                    dir.display(),
-                    dir.display()
-                );
-            }
-            (config, dir)
-        }
-        (None, None) => bail!("give a CONFIG file or --resume RUN_DIR"),
-    };
+    let (mut config, dir) = super::run::run_folder(
+        "serve",
+        args.resume.as_deref(),
+        args.config.as_deref(),
+        args.out.as_deref(),
+        None,
+    )?;
     if let Some(rounds) = args.rounds {
         config.run.rounds = rounds;
         config.validate()?;
