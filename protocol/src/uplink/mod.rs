@@ -619,8 +619,8 @@ fn draw_ternary(row: &[f64; 3], rng: &mut ChaCha20Rng) -> i8 {
 /// Decodes a compressed payload against its task: the values the server folds, and the side
 /// information for [`state::UplinkState`]. Every malformed field is an error, never a panic.
 pub fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), String> {
-    let (symbols, scale, mut side) = decode_symbols(task, bytes)?;
     let sent = flatten(&task.dense, &task.shards);
+    let (symbols, scale, mut side) = decode_symbols(task, &sent, bytes)?;
     let uplink = &task.uplink;
     let host = host_of(uplink)?;
     let eta = uplink.server_lr as f32;
@@ -648,16 +648,17 @@ pub fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), 
     Ok((values, side))
 }
 
-/// The symbols of a payload (mask bits as 0/1), QSGD's norm and the side information.
+/// The symbols of a payload (mask bits as 0/1), QSGD's norm and the side information;
+/// `sent` is the task's message ([`flatten`]).
 fn decode_symbols(
     task: &TrainTask,
+    sent: &[f32],
     bytes: &[u8],
 ) -> Result<(Vec<i8>, Option<f32>, UplinkSide), String> {
     let uplink = &task.uplink;
     let host = host_of(uplink)?;
-    let sent = flatten(&task.dense, &task.shards);
     let d = sent.len();
-    let p = prior(uplink, &sent)?;
+    let p = prior(uplink, sent)?;
     let mut r = BitReader::new(bytes);
     let mut side = UplinkSide {
         len: d,
