@@ -95,7 +95,7 @@ impl FromStr for Setup {
 }
 
 /// Parses a comma-separated list (`--strategies`, `--keep-ratios`): no empty entries, no repeats.
-fn parse_list<T, E>(list: &str) -> anyhow::Result<Vec<T>>
+pub(crate) fn parse_list<T, E>(list: &str) -> anyhow::Result<Vec<T>>
 where
     T: FromStr<Err = E> + PartialEq,
     E: Into<anyhow::Error>,
@@ -302,6 +302,19 @@ pub struct Cell {
     pub failed: usize,
 }
 
+/// Mean and sample standard deviation (n − 1 in the denominator) of `values`: the std is 0 for
+/// one value, the mean NaN (and the std 0) for none.
+pub fn mean_and_sample_std(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let std = if values.len() > 1 {
+        (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (mean, std)
+}
+
 /// Summarises the results of `strategy` under `setup`; `None` if there are none.
 pub fn cell(results: &[RunResult], strategy: &str, setup: &str) -> Option<Cell> {
     let runs: Vec<&RunResult> = results
@@ -316,18 +329,11 @@ pub fn cell(results: &[RunResult], strategy: &str, setup: &str) -> Option<Cell> 
         .filter_map(|r| r.final_accuracy.zip(r.mean_anme))
         .collect();
     let n = completed.len() as f64;
-    let accuracy_mean = completed.iter().map(|c| c.0).sum::<f64>() / n;
-    let squares: f64 = completed
-        .iter()
-        .map(|c| (c.0 - accuracy_mean).powi(2))
-        .sum();
+    let accuracies: Vec<f64> = completed.iter().map(|c| c.0).collect();
+    let (accuracy_mean, accuracy_std) = mean_and_sample_std(&accuracies);
     Some(Cell {
         accuracy_mean,
-        accuracy_std: if completed.len() > 1 {
-            (squares / (n - 1.0)).sqrt()
-        } else {
-            0.0
-        },
+        accuracy_std,
         anme_mean: completed.iter().map(|c| c.1).sum::<f64>() / n,
         completed: completed.len(),
         failed: runs.len() - completed.len(),

@@ -5,6 +5,7 @@
 //! Every run goes through [`federation::run_to_end`], the loop behind `fedshard run`; the bits
 //! are those of the payload bytes the clients sent (`RoundRecord::uplink_bits`), not a formula.
 
+use crate::compare::{mean_and_sample_std, parse_list};
 use crate::config::Config;
 use crate::federation;
 use anyhow::{Context, ensure};
@@ -130,21 +131,6 @@ pub fn compare_uplink(
     Ok(runs)
 }
 
-/// Mean and sample standard deviation (0 for one value; NaN for none).
-fn mean_std(values: &[f64]) -> (f64, f64) {
-    if values.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = if values.len() > 1 {
-        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
-    } else {
-        0.0
-    };
-    (mean, var.sqrt())
-}
-
 /// The table as markdown: per row, accuracy (mean ± std over seeds), bits per parameter, and
 /// the saving against the same host without KLMS and against 32-bit floats.
 pub fn markdown(
@@ -165,7 +151,7 @@ pub fn markdown(
             .collect()
     };
     let bpp = |rs: &[&UplinkRun]| {
-        mean_std(
+        mean_and_sample_std(
             &rs.iter()
                 .filter_map(|r| r.bits_per_parameter)
                 .collect::<Vec<_>>(),
@@ -178,7 +164,7 @@ pub fn markdown(
             .iter()
             .filter_map(|r| r.final_accuracy.map(|a| 100.0 * a))
             .collect();
-        let (mean, std) = mean_std(&accuracies);
+        let (mean, std) = mean_and_sample_std(&accuracies);
         let bits = bpp(&rs);
         let plain = arm.compressor.host().and_then(|host| {
             Compressor::ALL
@@ -226,21 +212,7 @@ pub fn parse_d_targets(list: &str) -> anyhow::Result<Vec<u32>> {
         .collect()
 }
 
-/// Compressor names parsed from `fedpm,fedpm-klms`.
+/// Compressor names parsed from `fedpm,fedpm-klms` (no empty entries, no repeats).
 pub fn parse_compressors(list: &str) -> anyhow::Result<Vec<Compressor>> {
-    list.split(',')
-        .map(|t| {
-            let t = t.trim();
-            Compressor::ALL
-                .into_iter()
-                .find(|c| c.name() == t)
-                .with_context(|| {
-                    let names: Vec<_> = Compressor::ALL.iter().map(|c| c.name()).collect();
-                    format!(
-                        "unknown compressor `{t}`; expected one of {}",
-                        names.join(", ")
-                    )
-                })
-        })
-        .collect()
+    parse_list(list)
 }

@@ -105,6 +105,35 @@ impl Compressor {
     }
 }
 
+/// A compressor name that is not one of [`Compressor::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownCompressor(pub String);
+
+impl std::fmt::Display for UnknownCompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = Compressor::ALL.iter().map(|c| c.name()).collect();
+        write!(
+            f,
+            "unknown compressor `{}`; expected one of {}",
+            self.0,
+            names.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownCompressor {}
+
+impl std::str::FromStr for Compressor {
+    type Err = UnknownCompressor;
+
+    fn from_str(name: &str) -> Result<Self, UnknownCompressor> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| UnknownCompressor(name.to_string()))
+    }
+}
+
 impl std::fmt::Display for Compressor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
