@@ -98,6 +98,35 @@ pub(crate) fn run_folder(
     }
 }
 
+/// Where to serve `/metrics`: `--metrics-addr` if given, else the config's `[metrics] addr`,
+/// else the default; `None` for `off`.
+pub(crate) fn metrics_addr(
+    option: Option<&str>,
+    config: &Config,
+) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    match option {
+        Some(text) => {
+            parse_metrics_addr(text).map_err(|e| anyhow!("option --metrics-addr: expected {e}"))
+        }
+        None => parse_metrics_addr(
+            config
+                .metrics
+                .as_ref()
+                .map_or(metrics::DEFAULT_ADDR, |m| m.addr.as_str()),
+        )
+        .map_err(|e| anyhow!("field `metrics.addr`: expected {e}")),
+    }
+}
+
+/// Creates the run folder and writes the run's config into it, so `--resume` needs nothing else.
+pub(crate) fn save_config(dir: &Path, config: &Config) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create run folder {}", dir.display()))?;
+    let text = toml::to_string(config).context("serialising the config")?;
+    write_atomically(&dir.join(CONFIG_FILE), text.as_bytes())?;
+    Ok(())
+}
+
 pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     let (mut config, dir) = run_folder(
         "run",
@@ -114,22 +143,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         config.run.rounds = rounds;
         config.validate()?;
     }
-    let metrics_addr = match &args.metrics_addr {
-        Some(text) => {
-            parse_metrics_addr(text).map_err(|e| anyhow!("option --metrics-addr: expected {e}"))?
-        }
-        None => parse_metrics_addr(
-            config
-                .metrics
-                .as_ref()
-                .map_or(metrics::DEFAULT_ADDR, |m| m.addr.as_str()),
-        )
-        .map_err(|e| anyhow!("field `metrics.addr`: expected {e}"))?,
-    };
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create run folder {}", dir.display()))?;
-    let text = toml::to_string(&config).context("serialising the config")?;
-    write_atomically(&dir.join(CONFIG_FILE), text.as_bytes())?;
+    let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
+    save_config(&dir, &config)?;
 
     let (mut fed, trainers) = federation::in_process(&config)?;
     fed.run_dir = Some(dir.clone());

@@ -3,12 +3,12 @@
 //! nodes (`fedshard join`) connect and register theirs, and the first round starts once every
 //! client of the config is there.
 
-use crate::config::{Config, parse_metrics_addr};
+use crate::config::Config;
 use crate::federation;
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use clap::Args;
 use fedshard_actors::checkpoint::write_atomically;
-use fedshard_actors::metrics::{self, Exporter};
+use fedshard_actors::metrics::Exporter;
 use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_cluster::metrics::ClusterMetrics;
 use fedshard_cluster::secret::Secret;
@@ -59,7 +59,7 @@ pub struct ServeArgs {
     pub quiet: bool,
 }
 
-use super::run::CONFIG_FILE;
+use super::run::{metrics_addr, save_config};
 
 /// The config and run folder of a new or resumed run.
 fn run_folder(args: &ServeArgs) -> anyhow::Result<(Config, PathBuf)> {
@@ -89,22 +89,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
         ),
         _ => None,
     };
-    let metrics_addr = match &args.metrics_addr {
-        Some(text) => {
-            parse_metrics_addr(text).map_err(|e| anyhow!("option --metrics-addr: expected {e}"))?
-        }
-        None => parse_metrics_addr(
-            config
-                .metrics
-                .as_ref()
-                .map_or(metrics::DEFAULT_ADDR, |m| m.addr.as_str()),
-        )
-        .map_err(|e| anyhow!("field `metrics.addr`: expected {e}"))?,
-    };
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create run folder {}", dir.display()))?;
-    let text = toml::to_string(&config).context("serialising the config")?;
-    write_atomically(&dir.join(CONFIG_FILE), text.as_bytes())?;
+    let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
+    save_config(&dir, &config)?;
 
     let mut fed = federation::server(&config)?;
     fed.run_dir = Some(dir.clone());
