@@ -143,6 +143,57 @@ pub fn recompose<T: SvdScalar>(f: &Factors<T>) -> Vec<T> {
     product(left, right, f.rows, f.cols)
 }
 
+/// Moves `weights` (row-major `rows × cols`, the matrix `before` was computed from) by the
+/// change of its factors: `W ← W + Σ_{k changed} (u'_k v'_kᵀ − ū'_k v̄'_kᵀ)`, with `ū', v̄'`
+/// the terms of `before` and `u', v'` those of `after`, the sum in f64.
+///
+/// Why not `W ← recompose(after)` (ALGORITHMS.md §1.1 step 5 as written): the two are equal in
+/// exact arithmetic, because the thin SVD keeps every term and so `Σ_k ū'_k v̄'_kᵀ = W`; in
+/// floating point the recomposition adds the SVD's rounding to every weight every round, even
+/// where no client changed anything. Here a term nobody moved contributes exactly nothing, so
+/// a round with no change leaves `W` bit-identical, and the rounding of the others is that of
+/// their own change, not of the whole matrix.
+///
+/// # Panics
+/// If the shapes of `before`, `after` and `weights` disagree.
+pub fn apply_term_changes(weights: &mut [f32], before: &Factors<f32>, after: &Factors<f32>) {
+    let (rows, cols) = (before.rows, before.cols);
+    assert!(
+        after.rows == rows && after.cols == cols && after.terms() == before.terms(),
+        "factors of different shapes"
+    );
+    assert_eq!(weights.len(), rows * cols, "weights are not rows × cols");
+    let changed: Vec<usize> = (0..before.terms())
+        .filter(|&k| {
+            before.left[k * rows..(k + 1) * rows] != after.left[k * rows..(k + 1) * rows]
+                || before.right[k * cols..(k + 1) * cols] != after.right[k * cols..(k + 1) * cols]
+        })
+        .collect();
+    if changed.is_empty() {
+        return;
+    }
+    // Stack the changed terms of `after` and the negated ones of `before`: one f64 product
+    // `Σ_k u'_k v'_kᵀ − Σ_k ū'_k v̄'_kᵀ`.
+    let m = changed.len();
+    let left = Mat::<f64>::from_fn(2 * m, rows, |j, r| {
+        let k = changed[j % m];
+        if j < m {
+            f64::from(after.left[k * rows + r])
+        } else {
+            -f64::from(before.left[k * rows + r])
+        }
+    });
+    let right = Mat::<f64>::from_fn(2 * m, cols, |j, c| {
+        let k = changed[j % m];
+        let f = if j < m { after } else { before };
+        f64::from(f.right[k * cols + c])
+    });
+    let change = product(left.as_ref(), right.as_ref(), rows, cols);
+    for (w, d) in weights.iter_mut().zip(change) {
+        *w = (f64::from(*w) + d) as f32;
+    }
+}
+
 /// `Ŵ = Σ_j ω_j u'_{I_j} v'_{I_j}ᵀ`, row-major (ALGORITHMS.md §1.1 step 4: the sub-layer a
 /// client with index set `I` and frozen multipliers `ω` trains).
 ///
@@ -232,6 +283,40 @@ mod tests {
             .sum();
         let norm: f64 = b.iter().map(|y| y.to_f64().powi(2)).sum();
         (diff / norm).sqrt()
+    }
+
+    /// No changed term: `W` keeps its exact bits. Changed terms: `W` moves to the recomposition
+    /// of the new factors (equal in exact arithmetic; here to f32 rounding).
+    #[test]
+    fn term_changes_move_w_like_the_recomposition_and_leave_it_without_them() {
+        let w: Vec<f32> = random_matrix(12, 9, 4).iter().map(|&x| x as f32).collect();
+        let before = factorize(&w, 12, 9).unwrap();
+        let mut same = w.clone();
+        apply_term_changes(&mut same, &before, &before.clone());
+        assert_eq!(same, w);
+
+        let mut after = before.clone();
+        after.left[2 * 12..3 * 12]
+            .iter_mut()
+            .for_each(|x| *x += 0.3);
+        after.right[5 * 9] -= 0.7;
+        let mut moved = w.clone();
+        apply_term_changes(&mut moved, &before, &after);
+        assert!(relative_error(&moved, &recompose(&after)) < 1e-6);
+        // Only terms 2 and 5 moved: W changes by exactly their outer-product difference.
+        let expected: Vec<f64> = (0..12 * 9)
+            .map(|i| {
+                let (r, c) = (i / 9, i % 9);
+                let term = |f: &Factors<f32>, k: usize| {
+                    f64::from(f.left[k * 12 + r]) * f64::from(f.right[k * 9 + c])
+                };
+                f64::from(w[i]) + term(&after, 2) - term(&before, 2) + term(&after, 5)
+                    - term(&before, 5)
+            })
+            .collect();
+        for (m, e) in moved.iter().zip(&expected) {
+            assert!((f64::from(*m) - e).abs() < 1e-6, "{m} vs {e}");
+        }
     }
 
     #[test]
