@@ -1039,6 +1039,52 @@ mod tests {
         assert_eq!(model.get("b").unwrap().data, vec![3.5, 2.5]);
     }
 
+    /// Seed 001, Sec. 3.1: a client at keep ratio 1 (every term, ω = 1) and a sharded one in
+    /// the same round. Each singular vector is averaged over the clients that held it, so term
+    /// 0 (both) moves by the mean of their changes, +1.5, and term 1 (client 1 alone) by client
+    /// 1's, +1; the dense bias moves by the mean, +2. `W` is then the recomposition.
+    #[test]
+    fn a_whole_model_client_and_a_sharded_one_combine_per_singular_vector() {
+        let participants =
+            [(1, 1.0), (2, 0.5)].map(|(client, keep_ratio)| Participant { client, keep_ratio });
+        let plan = plan_shards(&global(), &policy(), &participants, 7, 3).unwrap();
+        let tasks = build_tasks(
+            &global(),
+            Some(&policy()),
+            Some(&plan),
+            &participants,
+            (7, 3),
+            &recipe(),
+        );
+        assert_eq!(tasks.tasks[&1].shards[0].indices, vec![0, 1]);
+        assert_eq!(tasks.tasks[&2].shards[0].indices, vec![0]);
+        let updates = accepted(&tasks, |id, out| {
+            let step = if id == 1 { 1.0 } else { 2.0 };
+            if id == 1 {
+                out.dense.tensors[0].data.iter_mut().for_each(|x| *x += 4.0);
+            }
+            let s = &mut out.shards[0];
+            s.left
+                .iter_mut()
+                .chain(s.right.iter_mut())
+                .for_each(|x| *x += step);
+        });
+        let mut model = global();
+        let folded = fold_fedavg(&mut model, &plan, &updates, &registry(&[(1, 1), (2, 1)]), 1);
+        assert_eq!(folded, Folded::Updated);
+        assert_eq!(model.get("b").unwrap().data, vec![2.5, 1.5]);
+        let mut factors = plan.factors[0].1.clone();
+        let (rows, cols) = (factors.rows, factors.cols);
+        factors.left[..rows].iter_mut().for_each(|x| *x += 1.5);
+        factors.right[..cols].iter_mut().for_each(|x| *x += 1.5);
+        factors.left[rows..].iter_mut().for_each(|x| *x += 1.0);
+        factors.right[cols..].iter_mut().for_each(|x| *x += 1.0);
+        let want = recompose(&factors);
+        for (g, w) in model.get("w").unwrap().data.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+        }
+    }
+
     #[test]
     fn zero_local_steps_leave_the_model_bit_identical() {
         let (plan, tasks) = planned();
