@@ -55,6 +55,14 @@ fn plain_hosts_send_exactly_their_symbols_and_the_record_counts_those_bytes() {
                 "{compressor} round {}",
                 r.round
             );
+            // Per client too: each participant's update is exactly its symbols.
+            assert_eq!(r.client_uplink_bits.len(), r.successes);
+            assert!(
+                r.client_uplink_bits.values().all(|&b| b == 8 * bytes),
+                "{compressor} round {}: {:?}",
+                r.round,
+                r.client_uplink_bits
+            );
         }
     }
 }

@@ -46,6 +46,7 @@ pub struct Metrics {
     model_updates: IntCounterVec,
     round_duration: HistogramVec,
     client_train_duration: HistogramVec,
+    client_uplink_bits: HistogramVec,
     anme: GaugeVec,
     anme_mean: GaugeVec,
     expected_discrepancy: GaugeVec,
@@ -154,6 +155,12 @@ impl Metrics {
                 "Time an accepted client spent training.",
                 prometheus::exponential_buckets(0.0001, 2.0, 22)?,
             )?,
+            client_uplink_bits: histogram(
+                "fedshard_client_uplink_bits",
+                "Bits of one client's update on the wire (every received update).",
+                // 64 bits to 2^34 (2 GiB), ×4 per bucket.
+                prometheus::exponential_buckets(64.0, 4.0, 15)?,
+            )?,
             anme: gauge(
                 "fedshard_anme",
                 "Average normalised mean error of the sharded layer for the keep-ratio cluster, last round.",
@@ -238,6 +245,10 @@ impl Metrics {
         let train = self.client_train_duration.with_label_values(none);
         for s in &r.client_train_seconds {
             train.observe(*s);
+        }
+        let uplink = self.client_uplink_bits.with_label_values(none);
+        for bits in r.client_uplink_bits.values() {
+            uplink.observe(*bits as f64);
         }
         self.anme_mean.with_label_values(none).set(r.anme);
         for g in &r.groups {
@@ -405,6 +416,7 @@ mod tests {
             }],
             learning_rate: 0.1,
             client_train_seconds: vec![0.01; 8],
+            client_uplink_bits: (0..8).map(|c| (c, 125)).collect(),
             seconds: 0.2,
             update_cosine: Some(0.75),
         }
@@ -429,6 +441,8 @@ mod tests {
             "fedshard_expected_discrepancy{cluster=\"0.4\",layer=\"weight\",run=\"demo\"} 0.3",
             "fedshard_round_duration_seconds_count{run=\"demo\"} 2",
             "fedshard_client_train_duration_seconds_count{run=\"demo\"} 16",
+            "fedshard_client_uplink_bits_count{run=\"demo\"} 16",
+            "fedshard_client_uplink_bits_sum{run=\"demo\"} 2000",
             "fedshard_update_cosine{run=\"demo\"} 0.75",
             "fedshard_rejected_updates_total{reason=\"norm_bound\",run=\"demo\"} 0",
         ] {

@@ -4,6 +4,7 @@
 use crate::round::FailureKind;
 use fedshard_protocol::payload::RejectionKind;
 use fedshard_protocol::shard_plan::GroupStats;
+use fedshard_protocol::task::ClientId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -33,6 +34,11 @@ pub struct RoundRecord {
     /// Mean local training loss of the accepted clients.
     pub train_loss: f64,
     pub uplink_bits: u64,
+    /// The bits of each client's update on the wire, by client id: every envelope received this
+    /// round, accepted or rejected (their sum is `uplink_bits`). Absent in histories written
+    /// before it existed.
+    #[serde(default)]
+    pub client_uplink_bits: BTreeMap<ClientId, u64>,
     pub downlink_bits: u64,
     /// Uplink bits per model parameter per received update.
     pub bits_per_parameter: f64,
@@ -233,6 +239,7 @@ mod tests {
             loss: 0.4,
             train_loss: f64::NAN,
             uplink_bits: 12_000,
+            client_uplink_bits: BTreeMap::from([(1, 4_000), (2, 8_000)]),
             downlink_bits: 48_000,
             bits_per_parameter: 32.0,
             anme: 0.25,

@@ -597,6 +597,11 @@ pub fn record(s: &RoundSummary<'_>) -> RoundRecord {
         loss: s.evaluation.loss,
         train_loss,
         uplink_bits,
+        client_uplink_bits: s
+            .envelopes
+            .iter()
+            .map(|(id, e)| (*id, e.payload.bits))
+            .collect(),
         downlink_bits: s.tasks.downlink_bits,
         bits_per_parameter: if accepted.is_empty() {
             0.0
@@ -1226,6 +1231,11 @@ mod tests {
         });
         let uplink: u64 = envelopes.values().map(|e| e.payload.bits).sum();
         assert_eq!(r.uplink_bits, uplink);
+        assert_eq!(r.client_uplink_bits.values().sum::<u64>(), uplink);
+        assert_eq!(
+            r.client_uplink_bits.keys().collect::<Vec<_>>(),
+            envelopes.keys().collect::<Vec<_>>()
+        );
         assert_eq!(r.downlink_bits, tasks.downlink_bits);
         assert_eq!(r.bits_per_parameter, uplink as f64 / 8.0 / 2.0);
         assert_eq!(r.failures, BTreeMap::from([(FailureKind::Timeout, 1)]));
