@@ -680,10 +680,15 @@ mod tests {
 
     /// The round's plan and tasks for clients 1 and 2 at keep ratio 0.5 (one of two terms).
     fn planned() -> (ShardPlan, Tasks) {
-        let participants = [1, 2].map(|client| Participant {
-            client,
-            keep_ratio: 0.5,
-        });
+        planned_with(&[(1, 0.5), (2, 0.5)])
+    }
+
+    /// The round's plan and tasks for `(client, keep ratio)` participants.
+    fn planned_with(clients: &[(ClientId, f64)]) -> (ShardPlan, Tasks) {
+        let participants: Vec<Participant> = clients
+            .iter()
+            .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
+            .collect();
         let plan = plan_shards(&global(), &policy(), &participants, 7, 3).unwrap();
         let tasks = build_tasks(
             &global(),
@@ -714,6 +719,15 @@ mod tests {
             shards: task.shards.clone(),
             loss: 1.0,
         }
+    }
+
+    /// Adds `step` to every factor value of the output's first shard.
+    fn shift_factors(out: &mut TrainOutput, step: f32) {
+        let s = &mut out.shards[0];
+        s.left
+            .iter_mut()
+            .chain(s.right.iter_mut())
+            .for_each(|x| *x += step);
     }
 
     fn accepted(tasks: &Tasks, edit: impl Fn(ClientId, &mut TrainOutput)) -> Vec<Accepted> {
@@ -1016,11 +1030,7 @@ mod tests {
         let updates = accepted(&tasks, |id, out| {
             if id == 1 {
                 out.dense.tensors[0].data.iter_mut().for_each(|x| *x += 4.0);
-                let s = &mut out.shards[0];
-                s.left
-                    .iter_mut()
-                    .chain(s.right.iter_mut())
-                    .for_each(|x| *x += 1.0);
+                shift_factors(out, 1.0);
             }
         });
         let reg = registry(&[(1, 1), (2, 3)]);
@@ -1050,29 +1060,14 @@ mod tests {
     /// 1's, +1; the dense bias moves by the mean, +2. `W` is then the recomposition.
     #[test]
     fn a_whole_model_client_and_a_sharded_one_combine_per_singular_vector() {
-        let participants =
-            [(1, 1.0), (2, 0.5)].map(|(client, keep_ratio)| Participant { client, keep_ratio });
-        let plan = plan_shards(&global(), &policy(), &participants, 7, 3).unwrap();
-        let tasks = build_tasks(
-            &global(),
-            Some(&policy()),
-            Some(&plan),
-            &participants,
-            (7, 3),
-            &recipe(),
-        );
+        let (plan, tasks) = planned_with(&[(1, 1.0), (2, 0.5)]);
         assert_eq!(tasks.tasks[&1].shards[0].indices, vec![0, 1]);
         assert_eq!(tasks.tasks[&2].shards[0].indices, vec![0]);
         let updates = accepted(&tasks, |id, out| {
-            let step = if id == 1 { 1.0 } else { 2.0 };
             if id == 1 {
                 out.dense.tensors[0].data.iter_mut().for_each(|x| *x += 4.0);
             }
-            let s = &mut out.shards[0];
-            s.left
-                .iter_mut()
-                .chain(s.right.iter_mut())
-                .for_each(|x| *x += step);
+            shift_factors(out, if id == 1 { 1.0 } else { 2.0 });
         });
         let mut model = global();
         let folded = fold_fedavg(&mut model, &plan, &updates, &registry(&[(1, 1), (2, 1)]), 1);
