@@ -186,8 +186,9 @@ pub fn markdown(
             _ => "—".into(),
         };
         let failed = rs.iter().filter(|r| r.error.is_some()).count();
+        // SGLD without KLMS sends f32 values: nothing saved against f32.
         let versus_f32 = match arm.compressor {
-            Compressor::Identity => "—".to_string(),
+            Compressor::Identity | Compressor::Sgld => "—".to_string(),
             _ => format!("{:.0}× fewer", 32.0 / bits),
         };
         let _ = writeln!(

@@ -4,7 +4,7 @@
 use anyhow::{Context, bail};
 use fedshard_actors::faults::FaultPlan;
 use fedshard_protocol::task::Recipe;
-use fedshard_protocol::uplink::{CompressionConfig, Compressor};
+use fedshard_protocol::uplink::{CompressionConfig, Compressor, Host};
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
@@ -377,8 +377,9 @@ pub struct FederationSection {
     pub deadline_ms: u64,
     #[serde(default = "default_min_successful")]
     pub min_successful: usize,
-    /// How clients send their updates: `identity` (f32 values), `qsgd`, `signsgd`, `fedpm`, or
-    /// one of those with KLMS (`qsgd-klms`, `signsgd-klms`, `fedpm-klms`).
+    /// How clients send their updates: `identity` (f32 values), `qsgd`, `signsgd`, `fedpm`,
+    /// `sgld`, or one of those with KLMS (`qsgd-klms`, `signsgd-klms`, `fedpm-klms`,
+    /// `sgld-klms`).
     #[serde(default)]
     pub compressor: Compressor,
     /// Bound on the norm ‖values − sent‖₂ of a client's update, computed by the server against
@@ -655,7 +656,7 @@ impl Config {
     ) -> anyhow::Result<()> {
         let compressor = self.federation.compressor;
         let fedpm_model = matches!(self.model, ModelSection::Fedpm { .. });
-        let fedpm_host = compressor.host() == Some(fedshard_protocol::uplink::Host::Fedpm);
+        let fedpm_host = compressor.host() == Some(Host::Fedpm);
         if fedpm_host || (fedpm_model && compressor != Compressor::Identity) {
             field(
                 "federation.compressor",
@@ -664,6 +665,9 @@ impl Config {
                  probabilities), and with that model `identity`, `fedpm` or `fedpm-klms`",
                 format!("`{compressor}` with model kind `{}`", self.model.kind()),
             )?;
+        }
+        if compressor.host() == Some(Host::Sgld) {
+            self.validate_sgld(compressor, field)?;
         }
         let Some(c) = &self.compression else {
             return Ok(());
@@ -711,6 +715,56 @@ impl Config {
             c.temperature_group >= 1,
             "at least 1",
             c.temperature_group.to_string(),
+        )
+    }
+
+    /// What SGLD (ALGORITHMS.md §4.9) needs: the `uniform` aggregator, whose mean over the
+    /// participants of their decoded `θ − η κ C y_c` is the Langevin step (any other weighting
+    /// would move the model by the wrong drift and noise); every client holding the whole
+    /// model (the step is one gradient of the full potential); and a classifier on the burn
+    /// backend (softmax or neural on a labelled dataset: the potential is a sum over examples).
+    fn validate_sgld(
+        &self,
+        compressor: Compressor,
+        field: &dyn Fn(&str, bool, &str, String) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let f = &self.federation;
+        field(
+            "federation.aggregator",
+            f.aggregator == AggregatorName::Uniform,
+            "`uniform` with an SGLD compressor (the equal-weight mean of the decoded values is \
+             the Langevin step θ − η κ Σ y_c)",
+            format!("`{}` with `{compressor}`", f.aggregator),
+        )?;
+        field(
+            "model.kind",
+            matches!(
+                self.model,
+                ModelSection::Softmax { .. } | ModelSection::Neural { .. }
+            ),
+            "`softmax` or `neural` with an SGLD compressor (its clients take a gradient step of \
+             a burn classifier)",
+            format!("`{}` with `{compressor}`", self.model.kind()),
+        )?;
+        field(
+            "data.dataset",
+            !matches!(self.data, DataSection::Shakespeare { .. }),
+            "a labelled dataset with an SGLD compressor (its potential sums one loss per \
+             example)",
+            format!("{} with `{compressor}`", self.data.name()),
+        )?;
+        field(
+            "federation.keep_ratios",
+            f.keep_ratios.iter().all(|k| k.ratio >= 1.0),
+            "keep ratio 1 for every client with an SGLD compressor (the step needs the whole \
+             model's gradient)",
+            "a keep ratio below 1".into(),
+        )?;
+        field(
+            "model.sharded_layers",
+            self.model.sharded_layers().is_empty(),
+            "no sharded layer with an SGLD compressor",
+            format!("{:?}", self.model.sharded_layers()),
         )
     }
 

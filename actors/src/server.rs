@@ -20,7 +20,7 @@ use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, plan_shards};
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
 use fedshard_protocol::uplink::state::UplinkState;
-use fedshard_protocol::uplink::{CompressionConfig, Compressor};
+use fedshard_protocol::uplink::{Cohort, CompressionConfig, Compressor};
 use fedshard_strategies::aggregation::AggregatorName;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call};
 use serde::{Deserialize, Serialize};
@@ -357,7 +357,13 @@ impl ServerState {
             &recipe,
         );
         let state = &self.fed.uplink;
-        tasks.attach_uplinks(|task| state.uplink(config.compressor, &config.compression, task))?;
+        let cohort = Cohort {
+            population: self.fed.registry.clients.len(),
+            participants: tasks.tasks.len(),
+        };
+        tasks.attach_uplinks(|task| {
+            state.uplink(config.compressor, &config.compression, cohort, task)
+        })?;
 
         let mut probabilities = selection_probabilities(&first);
         let messages = tasks

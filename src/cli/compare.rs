@@ -37,8 +37,8 @@ pub struct CompareArgs {
     pub out: Option<PathBuf>,
     /// Compare uplink compressors instead of sharding strategies (seed 004's Tables 1–2):
     /// comma-separated names (`identity`, `qsgd`, `qsgd-klms`, `signsgd`, `signsgd-klms`,
-    /// `fedpm`, `fedpm-klms`); the config's strategy and keep ratios stay. Prints accuracy and
-    /// the bits per parameter the clients really sent.
+    /// `fedpm`, `fedpm-klms`, `sgld`, `sgld-klms`); the config's strategy and keep ratios stay.
+    /// Prints accuracy and the bits per parameter the clients really sent.
     #[arg(long, value_name = "LIST")]
     pub compressors: Option<String>,
     /// With --compressors: the adaptive KLMS `D_target` values, one row each.

@@ -13,12 +13,30 @@
 //! | QSGD (s = 1, §4.7) | `{−1, 0, +1}` | `|v_j|/‖v‖` on `sign v_j` | last round's symbol frequencies, Laplace-smoothed | `sent + η_S ‖v‖ y` |
 //! | SignSGD (§4.8) | `±1` | `σ(v_j / M_b)` | `½` | `sent + η_S y` |
 //! | FedPM (§4.6) | mask bit | `θ_local` | `θ_global` | `0.99` or `0.01` |
+//! | SGLD (§4.9) | real `y` | `N(H_c, σ²)` | `N(0, σ²)` | `sent − η κ C y` |
 //!
-//! with `v = out − sent`. Without KLMS the client sends a sample of `q` symbol by symbol; with
-//! KLMS it sends one candidate index per block ([`fedshard_strategies::compression`]). The
-//! server value is a model value like any other, so every aggregator folds it unchanged: FedAvg
-//! of FedPM's decoded masks is BayesAgg with `λ₀ = 1` reset every round.
-//! Not implemented: the SGLD host (§4.9).
+//! with `v = out − sent`. Without KLMS the client sends a sample of `q` symbol by symbol (an
+//! f32 per value for SGLD); with KLMS it sends one candidate index per block
+//! ([`fedshard_strategies::compression`]). The server value is a model value like any other, so
+//! every aggregator folds it unchanged: FedAvg of FedPM's decoded masks is BayesAgg with
+//! `λ₀ = 1` reset every round.
+//!
+//! SGLD ([`LangevinScaling`]): the client's output is `θ − H_c`, one unit step on its share of
+//! the potential (`fedshard_training::train::sgld`), so `H_c = sent − out`; the task carries the
+//! step `η` and the round's cohort (`N` clients, `C` asked), which fix `σ² = 2/(η κ² C)`,
+//! `κ = N/C`. The server value `sent − η κ C y_c` is meant for the `uniform` aggregator (the
+//! config refuses any other): the mean over the `C` participants is the step
+//! `θ − η κ Σ_c y_c`, whose noise is exactly `2η` per coordinate, so nothing is added.
+//!
+//! When only `C' < C` updates arrive (failures, rejections, a deadline), the mean is
+//! `θ − η (N/C') Σ_{c ∈ C'} y_c`: the drift stays an unbiased estimate of `η Σ_n H_n` (as long
+//! as who fails does not depend on the data) and the noise grows to `2η C/C'`
+//! ([`LangevinScaling::aggregate_noise_variance`]); `σ` was fixed when the tasks went out, so
+//! the round is not re-scaled after the fact. Below `min_successful` updates the model stays.
+//!
+//! With KLMS the choice among K candidates of `p` transmits only part of `H_c` (to first order
+//! `(1 − 1/K) H_c` for a block of small KL, less near `D_target`: the bias of §4.11's Gaussian
+//! toy) while the noise stays `2η`, so the chain moves as if its drift had a smaller step.
 
 pub mod state;
 pub mod wire;
@@ -26,8 +44,8 @@ pub mod wire;
 use crate::model::ModelState;
 use crate::task::{LayerShard, TrainOutput, TrainTask};
 use fedshard_strategies::compression::{
-    Bernoulli, Categorical, KlmsEncoder, Partition, ProductDistribution, SharedSeed, boundary_bits,
-    decode as klms_decode, index_bits, kl_bits_per_coordinate,
+    Bernoulli, Categorical, Gaussian, KlmsEncoder, LangevinScaling, Partition, ProductDistribution,
+    SharedSeed, boundary_bits, decode as klms_decode, index_bits, kl_bits_per_coordinate,
 };
 use fedshard_strategies::rng::{ChaCha20Rng, uniform};
 use serde::{Deserialize, Serialize};
@@ -52,6 +70,10 @@ pub enum Compressor {
     Fedpm,
     /// FedPM's mask coded with KLMS against the global mask probabilities.
     FedpmKlms,
+    /// SGLD: the client's Gaussian sample `y_c ~ N(H_c, σ² I)` as f32 values (32 bits each).
+    Sgld,
+    /// SGLD's Gaussian sample coded with KLMS against `N(0, σ² I)`.
+    SgldKlms,
 }
 
 /// The method a compressor transmits, with or without KLMS.
@@ -60,10 +82,11 @@ pub enum Host {
     Qsgd,
     Signsgd,
     Fedpm,
+    Sgld,
 }
 
 impl Compressor {
-    pub const ALL: [Compressor; 7] = [
+    pub const ALL: [Compressor; 9] = [
         Compressor::Identity,
         Compressor::Qsgd,
         Compressor::QsgdKlms,
@@ -71,6 +94,8 @@ impl Compressor {
         Compressor::SignsgdKlms,
         Compressor::Fedpm,
         Compressor::FedpmKlms,
+        Compressor::Sgld,
+        Compressor::SgldKlms,
     ];
 
     /// The host method; `None` for the identity encoding.
@@ -80,6 +105,7 @@ impl Compressor {
             Compressor::Qsgd | Compressor::QsgdKlms => Some(Host::Qsgd),
             Compressor::Signsgd | Compressor::SignsgdKlms => Some(Host::Signsgd),
             Compressor::Fedpm | Compressor::FedpmKlms => Some(Host::Fedpm),
+            Compressor::Sgld | Compressor::SgldKlms => Some(Host::Sgld),
         }
     }
 
@@ -87,7 +113,10 @@ impl Compressor {
     pub fn klms(self) -> bool {
         matches!(
             self,
-            Compressor::QsgdKlms | Compressor::SignsgdKlms | Compressor::FedpmKlms
+            Compressor::QsgdKlms
+                | Compressor::SignsgdKlms
+                | Compressor::FedpmKlms
+                | Compressor::SgldKlms
         )
     }
 
@@ -101,6 +130,8 @@ impl Compressor {
             Compressor::SignsgdKlms => "signsgd-klms",
             Compressor::Fedpm => "fedpm",
             Compressor::FedpmKlms => "fedpm-klms",
+            Compressor::Sgld => "sgld",
+            Compressor::SgldKlms => "sgld-klms",
         }
     }
 }
@@ -172,7 +203,7 @@ pub struct CompressionConfig {
     #[serde(default)]
     pub candidates: Option<usize>,
     /// Server learning rate `η_S` of QSGD and SignSGD: the model moves by `η_S` times the mean
-    /// decoded update.
+    /// decoded update. SGLD's step `η` (§4.9): `θ ← θ − η κ Σ_c y_c`.
     #[serde(default = "default_server_lr")]
     pub server_lr: f64,
     /// SignSGD: values per temperature group; `M_b = max_{j ∈ b} |v_j| / 20` (the reference's).
@@ -211,7 +242,7 @@ fn default_server_lr() -> f64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Uplink {
     pub compressor: Compressor,
-    /// `η_S` (QSGD, SignSGD).
+    /// `η_S` (QSGD, SignSGD; SGLD's `η`).
     pub server_lr: f64,
     /// SignSGD's temperature group size.
     pub temperature_group: usize,
@@ -220,6 +251,16 @@ pub struct Uplink {
     /// QSGD: last round's counts of `(−1, 0, +1)` at each value of this task's message; `None`
     /// before any round decoded a symbol (then `p` is uniform).
     pub prior_counts: Option<Vec<[u16; 3]>>,
+    /// SGLD: the step and the round's cohort, which fix `σ²` and the server's scale.
+    pub langevin: Option<LangevinScaling>,
+}
+
+/// The round's cohort, as the server knows it when it attaches the uplinks: `N` clients in the
+/// population and `C` of them asked to train. Only SGLD uses it (`κ = N / C`, §4.9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cohort {
+    pub population: usize,
+    pub participants: usize,
 }
 
 /// KLMS for one task.
@@ -301,8 +342,29 @@ const SIGN_RANGE: f64 = 20.0;
 
 /// The two distributions of a host over one message.
 enum Message {
-    Mask { q: Vec<f64>, p: Vec<f64> },
-    Ternary { q: Vec<[f64; 3]>, p: Vec<[f64; 3]> },
+    Mask {
+        q: Vec<f64>,
+        p: Vec<f64>,
+    },
+    Ternary {
+        q: Vec<[f64; 3]>,
+        p: Vec<[f64; 3]>,
+    },
+    /// SGLD: `q = N(mean, σ² I)` (`mean` is empty in the server's view), `p = N(0, σ² I)`.
+    Gaussian {
+        mean: Vec<f64>,
+        zero: Vec<f64>,
+        std: Vec<f64>,
+    },
+}
+
+/// What a client chose and the server decodes.
+#[derive(Debug, Clone, PartialEq)]
+enum Symbols {
+    /// Mask bits as 0/1, signs as ±1, QSGD's `{−1, 0, +1}`.
+    Discrete(Vec<i8>),
+    /// SGLD's sample `y_c`.
+    Real(Vec<f64>),
 }
 
 /// QSGD's global distribution from last round's counts (`(c + 1)/(C + 3)`), uniform without.
@@ -348,7 +410,27 @@ fn prior(uplink: &Uplink, sent: &[f32]) -> Result<Message, String> {
             q: Vec::new(),
             p: vec![FAIR_SIGN; sent.len()],
         },
+        Host::Sgld => {
+            let std = langevin_of(uplink)?.noise_variance().sqrt();
+            if !(std > 0.0 && std.is_finite()) {
+                return Err(format!("SGLD: the message's σ is {std}"));
+            }
+            Message::Gaussian {
+                mean: Vec::new(),
+                zero: vec![0.0; sent.len()],
+                std: vec![std; sent.len()],
+            }
+        }
     })
+}
+
+/// SGLD's step and cohort, checked (they come with the task, so over the wire on a client).
+fn langevin_of(uplink: &Uplink) -> Result<LangevinScaling, String> {
+    let scaling = uplink
+        .langevin
+        .ok_or_else(|| "SGLD needs the round's step and cohort in the task".to_string())?;
+    scaling.check().map_err(|e| e.to_string())?;
+    Ok(scaling)
 }
 
 fn host_of(uplink: &Uplink) -> Result<Host, String> {
@@ -429,6 +511,17 @@ fn message(uplink: &Uplink, sent: &[f32], out: &[f32]) -> Result<(Message, Optio
                 }
             }
         }
+        (Message::Gaussian { mean, .. }, _) => {
+            // The SGLD client's output is `θ − H_c` (one unit step on its potential).
+            *mean = sent
+                .iter()
+                .zip(out)
+                .map(|(s, o)| f64::from(*s) - f64::from(*o))
+                .collect();
+            if let Some(j) = mean.iter().position(|m| !m.is_finite()) {
+                return Err(format!("SGLD: gradient value {j} is {}", mean[j]));
+            }
+        }
     }
     Ok((m, scale))
 }
@@ -438,9 +531,9 @@ pub fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Vec<u8>, String>
     encode_symbols(task, output).map(|(bytes, _)| bytes)
 }
 
-/// [`encode`], also returning the symbols the client chose (mask bits as 0/1), which the
-/// server must decode bit for bit.
-fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Vec<i8>), String> {
+/// [`encode`], also returning the symbols the client chose, which the server must decode bit
+/// for bit.
+fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Symbols), String> {
     let uplink = &task.uplink;
     let host = host_of(uplink)?;
     let sent = flatten(&task.dense, &task.shards);
@@ -474,7 +567,7 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Ve
                 for &s in &symbols {
                     w.bits(s as u32, 1);
                 }
-                symbols
+                Symbols::Discrete(symbols)
             }
             Message::Ternary { q, .. } => {
                 let symbols: Vec<i8> = q
@@ -488,7 +581,23 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Ve
                 } else {
                     write_trits(&mut w, &symbols);
                 }
-                symbols
+                Symbols::Discrete(symbols)
+            }
+            Message::Gaussian { mean, std, .. } => {
+                // The host without KLMS: a private sample of q, each value as an f32.
+                let q = Gaussian::new(&mean, &std).map_err(err)?;
+                let mut y = vec![0.0; q.len()];
+                q.sample_block(0..q.len(), &mut selection, &mut y);
+                let mut sent_values = Vec::with_capacity(y.len());
+                for (j, v) in y.into_iter().enumerate() {
+                    let value = v as f32;
+                    if !value.is_finite() {
+                        return Err(format!("SGLD: sample value {j} ({v}) overflows an f32"));
+                    }
+                    w.f32(value);
+                    sent_values.push(f64::from(value));
+                }
+                Symbols::Real(sent_values)
             }
         },
         Some(klms) => match &m {
@@ -497,17 +606,26 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Ve
                     Bernoulli::new(q).map_err(err)?,
                     Bernoulli::new(p).map_err(err)?,
                 );
-                encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?
-                    .into_iter()
-                    .map(i8::from)
-                    .collect()
+                Symbols::Discrete(
+                    encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?
+                        .into_iter()
+                        .map(i8::from)
+                        .collect(),
+                )
             }
             Message::Ternary { q, p } => {
                 let (q, p) = (
                     Categorical::new(q).map_err(err)?,
                     Categorical::new(p).map_err(err)?,
                 );
-                encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?
+                Symbols::Discrete(encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?)
+            }
+            Message::Gaussian { mean, zero, std } => {
+                let (q, p) = (
+                    Gaussian::new(mean, std).map_err(err)?,
+                    Gaussian::new(zero, std).map_err(err)?,
+                );
+                Symbols::Real(encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?)
             }
         },
     };
@@ -653,37 +771,47 @@ pub fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), 
     let uplink = &task.uplink;
     let host = host_of(uplink)?;
     let eta = uplink.server_lr as f32;
-    let values = match host {
-        Host::Fedpm => symbols
+    let values = match (host, &symbols) {
+        (Host::Fedpm, Symbols::Discrete(symbols)) => symbols
             .iter()
             .map(|&m| if m > 0 { MASK_HIGH } else { MASK_LOW })
             .collect(),
-        Host::Qsgd => {
+        (Host::Qsgd, Symbols::Discrete(symbols)) => {
             let step = eta * scale.unwrap_or(0.0);
             sent.iter()
-                .zip(&symbols)
+                .zip(symbols)
                 .map(|(s, &y)| s + step * f32::from(y))
                 .collect()
         }
-        Host::Signsgd => sent
+        (Host::Signsgd, Symbols::Discrete(symbols)) => sent
             .iter()
-            .zip(&symbols)
+            .zip(symbols)
             .map(|(s, &y)| s + eta * f32::from(y))
             .collect(),
+        // `sent − η κ C y_c`: the equal-weight mean over the C participants is the SGLD step
+        // `θ − η κ Σ_c y_c` (`uniform` aggregator, enforced by the config).
+        (Host::Sgld, Symbols::Real(y)) => {
+            let scale = langevin_of(uplink)?.decoded_scale();
+            sent.iter()
+                .zip(y)
+                .map(|(s, y)| (f64::from(*s) - scale * y) as f32)
+                .collect()
+        }
+        (host, _) => return Err(format!("{host:?} decoded the wrong kind of symbols")),
     };
-    if host == Host::Qsgd {
+    if let (Host::Qsgd, Symbols::Discrete(symbols)) = (host, symbols) {
         side.symbols = Some(symbols);
     }
     Ok((values, side))
 }
 
-/// The symbols of a payload (mask bits as 0/1), QSGD's norm and the side information;
-/// `sent` is the task's message ([`flatten`]).
+/// The symbols of a payload, QSGD's norm and the side information; `sent` is the task's
+/// message ([`flatten`]).
 fn decode_symbols(
     task: &TrainTask,
     sent: &[f32],
     bytes: &[u8],
-) -> Result<(Vec<i8>, Option<f32>, UplinkSide), String> {
+) -> Result<(Symbols, Option<f32>, UplinkSide), String> {
     let uplink = &task.uplink;
     let host = host_of(uplink)?;
     let d = sent.len();
@@ -704,16 +832,28 @@ fn decode_symbols(
         _ => None,
     };
     let err = |e: fedshard_strategies::error::StrategyError| e.to_string();
-    // Symbols: +1/−1/0 for ternary hosts, 1/0 for masks.
-    let symbols: Vec<i8> = match &uplink.klms {
+    // Symbols: +1/−1/0 for ternary hosts, 1/0 for masks, reals for SGLD.
+    let symbols = match &uplink.klms {
         None => match host {
-            Host::Qsgd => read_trits(&mut r, d)?,
-            Host::Signsgd => (0..d)
-                .map(|_| r.bits(1).map(|b| if b == 1 { 1 } else { -1 }))
-                .collect::<Result<_, _>>()?,
-            Host::Fedpm => (0..d)
-                .map(|_| r.bits(1).map(|b| b as i8))
-                .collect::<Result<_, _>>()?,
+            Host::Qsgd => Symbols::Discrete(read_trits(&mut r, d)?),
+            Host::Signsgd => Symbols::Discrete(
+                (0..d)
+                    .map(|_| r.bits(1).map(|b| if b == 1 { 1 } else { -1 }))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Host::Fedpm => Symbols::Discrete(
+                (0..d)
+                    .map(|_| r.bits(1).map(|b| b as i8))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Host::Sgld => Symbols::Real(
+                (0..d)
+                    .map(|j| match r.f32()? {
+                        v if v.is_finite() => Ok(f64::from(v)),
+                        v => Err(format!("SGLD value {j} is {v}")),
+                    })
+                    .collect::<Result<_, String>>()?,
+            ),
         },
         Some(klms) => {
             let shared = SharedSeed {
@@ -724,14 +864,20 @@ fn decode_symbols(
             match &p {
                 Message::Mask { p, .. } => {
                     let p = Bernoulli::new(p).map_err(err)?;
-                    decode_klms(&p, klms, &shared, &mut r, &mut side)?
-                        .into_iter()
-                        .map(i8::from)
-                        .collect()
+                    Symbols::Discrete(
+                        decode_klms(&p, klms, &shared, &mut r, &mut side)?
+                            .into_iter()
+                            .map(i8::from)
+                            .collect(),
+                    )
                 }
                 Message::Ternary { p, .. } => {
                     let p = Categorical::new(p).map_err(err)?;
-                    decode_klms(&p, klms, &shared, &mut r, &mut side)?
+                    Symbols::Discrete(decode_klms(&p, klms, &shared, &mut r, &mut side)?)
+                }
+                Message::Gaussian { zero, std, .. } => {
+                    let p = Gaussian::new(zero, std).map_err(err)?;
+                    Symbols::Real(decode_klms(&p, klms, &shared, &mut r, &mut side)?)
                 }
             }
         }

@@ -3,10 +3,13 @@
 //! so a resumed run codes its uplinks exactly as an uninterrupted one.
 
 use super::{
-    BlockMode, CompressionConfig, Compressor, Host, KlmsTask, TaskBlocks, Uplink, UplinkSide,
+    BlockMode, Cohort, CompressionConfig, Compressor, Host, KlmsTask, TaskBlocks, Uplink,
+    UplinkSide,
 };
 use crate::task::TrainTask;
-use fedshard_strategies::compression::{KSchedule, KlBand, Partition, candidates_for_target};
+use fedshard_strategies::compression::{
+    KSchedule, KlBand, LangevinScaling, Partition, candidates_for_target,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -22,11 +25,12 @@ pub struct UplinkState {
 }
 
 impl UplinkState {
-    /// The uplink settings of `task` in its round.
+    /// The uplink settings of `task` in its round, whose `cohort` SGLD scales for.
     pub fn uplink(
         &self,
         compressor: Compressor,
         config: &CompressionConfig,
+        cohort: Cohort,
         task: &TrainTask,
     ) -> Result<Uplink, String> {
         let Some(host) = compressor.host() else {
@@ -74,12 +78,21 @@ impl UplinkState {
         } else {
             None
         };
+        let langevin = if host == Host::Sgld {
+            Some(
+                LangevinScaling::new(config.server_lr, cohort.population, cohort.participants)
+                    .map_err(|e| e.to_string())?,
+            )
+        } else {
+            None
+        };
         Ok(Uplink {
             compressor,
             server_lr: config.server_lr,
             temperature_group: config.temperature_group,
             klms,
             prior_counts,
+            langevin,
         })
     }
 

@@ -5,9 +5,27 @@ use crate::payload::{Rejection, decode_and_validate, encode as encode_payload};
 use crate::task::Recipe;
 use fedshard_strategies::rng::{Purpose, stream};
 
+/// The cohort of the tasks below: SGLD's `κ = N / C = 4`.
+const COHORT: Cohort = Cohort {
+    population: 20,
+    participants: 5,
+};
+
 /// A task with a dense tensor and a sharded 4×6 layer holding terms {0, 2, 3}; values in (0, 1)
 /// so that FedPM can use the same task.
 fn task(compressor: Compressor, config: &CompressionConfig, state: &UplinkState) -> TrainTask {
+    task_in(compressor, config, state, COHORT, 3, 11)
+}
+
+/// [`task`] for `client` in `round` of `cohort` (same values).
+fn task_in(
+    compressor: Compressor,
+    config: &CompressionConfig,
+    state: &UplinkState,
+    cohort: Cohort,
+    round: u64,
+    client: u64,
+) -> TrainTask {
     let mut rng = stream(5, 0, 0, Purpose::TestSample);
     let mut values = |n: usize| -> Vec<f32> {
         (0..n)
@@ -15,8 +33,8 @@ fn task(compressor: Compressor, config: &CompressionConfig, state: &UplinkState)
             .collect()
     };
     let mut t = TrainTask {
-        round: 3,
-        client: 11,
+        round,
+        client,
         seed: 21,
         dense: ModelState::new(vec![NamedTensor::new("b", vec![40], values(40)).unwrap()]).unwrap(),
         shards: vec![LayerShard {
@@ -30,7 +48,7 @@ fn task(compressor: Compressor, config: &CompressionConfig, state: &UplinkState)
         recipe: Recipe::default(),
         uplink: Uplink::default(),
     };
-    t.uplink = state.uplink(compressor, config, &t).unwrap();
+    t.uplink = state.uplink(compressor, config, cohort, &t).unwrap();
     t
 }
 
@@ -62,6 +80,14 @@ fn configs() -> Vec<CompressionConfig> {
     ]
 }
 
+/// The symbols as bit patterns: SGLD's reals compare by their f64 bits, not by `==`.
+fn bit_patterns(symbols: &Symbols) -> Vec<u64> {
+    match symbols {
+        Symbols::Discrete(s) => s.iter().map(|&x| x as u64).collect(),
+        Symbols::Real(y) => y.iter().map(|x| x.to_bits()).collect(),
+    }
+}
+
 #[test]
 fn the_server_decodes_the_clients_symbols_bit_for_bit() {
     for config in configs() {
@@ -70,7 +96,12 @@ fn the_server_decodes_the_clients_symbols_bit_for_bit() {
             let (bytes, chosen) = encode_symbols(&t, &trained(&t)).unwrap();
             let sent = flatten(&t.dense, &t.shards);
             let (decoded, _, side) = decode_symbols(&t, &sent, &bytes).unwrap();
-            assert_eq!(decoded, chosen, "{compressor} {:?}", config.blocks);
+            assert_eq!(
+                bit_patterns(&decoded),
+                bit_patterns(&chosen),
+                "{compressor} {:?}",
+                config.blocks
+            );
             assert_eq!(side.len, 70);
             // Adaptive KLMS starts in UPDATE: the client's own ends come back to the server.
             let update = compressor.klms() && config.blocks == BlockMode::Adaptive;
@@ -258,7 +289,7 @@ fn qsgd_counts_follow_each_singular_vector_across_clients() {
     assert_eq!(state.counts[40], [0, 0, 1]); // term 0, held by a only
     assert_eq!(state.counts[40 + 4], [1, 0, 0]); // term 1, held by b only
     assert_eq!(state.counts[40 + 8], [1, 0, 1]); // term 2, held by both
-    let next = state.uplink(Compressor::Qsgd, &config, &a).unwrap();
+    let next = state.uplink(Compressor::Qsgd, &config, COHORT, &a).unwrap();
     let counts = next.prior_counts.expect("counts");
     assert_eq!(counts.len(), 70);
     assert_eq!(counts[40..44], [[0, 0, 1]; 4]);
@@ -280,6 +311,7 @@ fn qsgd_distribution_matches_the_oracle() {
         temperature_group: 8,
         klms: None,
         prior_counts: Some(vec![[2, 7, 1], [5, 5, 0], [0, 10, 0], [1, 3, 6]]),
+        langevin: None,
     };
     let (m, norm) = message(&uplink, &sent, &out).unwrap();
     assert!((norm.unwrap() - 1.3).abs() < 1e-6);
@@ -324,6 +356,7 @@ fn signsgd_distribution_matches_the_oracle() {
         temperature_group: 4,
         klms: None,
         prior_counts: None,
+        langevin: None,
     };
     let (m, _) = message(&uplink, &sent, &out).unwrap();
     let Message::Ternary { q, .. } = m else {
@@ -343,4 +376,183 @@ fn fedpm_refuses_values_that_are_not_probabilities() {
     out.dense.tensors[0].data[3] = 1.5;
     let err = encode(&t, &out).unwrap_err();
     assert!(err.contains("[0, 1]") && err.contains("1.5"), "{err}");
+}
+
+/// `out = sent − μ`: the output of an SGLD client whose scaled gradient is `μ` at every value.
+fn potential_step(task: &TrainTask, mu: f32) -> TrainOutput {
+    let mut out = TrainOutput {
+        dense: task.dense.clone(),
+        shards: task.shards.clone(),
+        loss: 0.0,
+    };
+    let step = |v: &mut f32| *v -= mu;
+    out.dense.tensors[0].data.iter_mut().for_each(step);
+    out.shards[0].left.iter_mut().for_each(step);
+    out.shards[0].right.iter_mut().for_each(step);
+    out
+}
+
+#[test]
+fn sgld_candidates_are_decoded_bit_for_bit_through_the_location_protocol() {
+    // Adaptive blocks: round 1 uploads the client's own ends, round 2 uses the broadcast ends
+    // and reports the KL; fixed blocks: K = 3 over blocks of 5. In every case the server's y is
+    // the client's candidate, and the decoded value is `sent − η κ C y` (η κ C = η N = 20).
+    let adaptive = CompressionConfig::default();
+    let fixed = CompressionConfig {
+        blocks: BlockMode::Fixed,
+        candidates: Some(3),
+        block_size: 5,
+        ..CompressionConfig::default()
+    };
+    for config in [&adaptive, &fixed] {
+        let mut state = UplinkState::default();
+        for round in 1..=2 {
+            let mut sides = Vec::new();
+            for client in 0..5 {
+                let t = task_in(Compressor::SgldKlms, config, &state, COHORT, round, client);
+                let (bytes, chosen) = encode_symbols(&t, &trained(&t)).unwrap();
+                let sent = flatten(&t.dense, &t.shards);
+                let (decoded, _, _) = decode_symbols(&t, &sent, &bytes).unwrap();
+                assert_eq!(bit_patterns(&decoded), bit_patterns(&chosen));
+                let (values, side) = decode(&t, &bytes).unwrap();
+                let Symbols::Real(y) = chosen else {
+                    panic!("SGLD sends reals")
+                };
+                for ((v, s), y) in values.iter().zip(&sent).zip(&y) {
+                    assert_eq!(*v, (f64::from(*s) - 20.0 * y) as f32);
+                }
+                let update = config.blocks == BlockMode::Adaptive && round == 1;
+                assert_eq!(side.ends.is_some(), update, "round {round}");
+                assert_eq!(
+                    side.mean_kl_bits.is_some(),
+                    config.blocks == BlockMode::Adaptive && round == 2
+                );
+                sides.push((t, side));
+            }
+            let pairs: Vec<_> = sides.iter().map(|(t, s)| (t, s)).collect();
+            state.observe(Compressor::SgldKlms, config, &pairs).unwrap();
+        }
+    }
+}
+
+#[test]
+fn sgld_bits_are_the_bytes_sent() {
+    // Without KLMS: an f32 per value, nothing else. With adaptive KLMS in an UPDATE round: the
+    // block count (32 bits), M sizes of ⌈log2 256⌉ = 8 bits and M indices of D_target = 2 bits.
+    let config = CompressionConfig::default();
+    let state = UplinkState::default();
+    let t = task(Compressor::Sgld, &config, &state);
+    let payload = encode_payload(&t, &trained(&t)).unwrap();
+    assert_eq!(payload.bytes.len(), 4 * 70);
+    assert_eq!(payload.bits, 32 * 70);
+    let t = task(Compressor::SgldKlms, &config, &state);
+    let payload = encode_payload(&t, &trained(&t)).unwrap();
+    let (_, side) = decode(&t, &payload.bytes).unwrap();
+    let blocks = side.ends.expect("an UPDATE round uploads its ends").len() as u64;
+    assert_eq!(
+        payload.bytes.len() as u64,
+        (32 + blocks * (8 + 2)).div_ceil(8)
+    );
+    assert_eq!(payload.bits, 8 * payload.bytes.len() as u64);
+}
+
+#[test]
+fn sgld_payloads_that_are_cut_or_not_finite_are_refused() {
+    let config = CompressionConfig::default();
+    let t = task(Compressor::Sgld, &config, &UplinkState::default());
+    let good = encode(&t, &trained(&t)).unwrap();
+    assert!(decode(&t, &good[..good.len() - 1]).is_err());
+    let mut longer = good.clone();
+    longer.push(0);
+    assert!(decode(&t, &longer).unwrap_err().contains("trailing"));
+    let mut nan = good.clone();
+    nan[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+    assert!(decode(&t, &nan).unwrap_err().contains("SGLD value 2"));
+    // A finite value whose step overflows f32 decodes, and the payload check counts it.
+    let mut huge = good;
+    huge[..4].copy_from_slice(&f32::MAX.to_le_bytes());
+    let mut payload = encode_payload(&t, &trained(&t)).unwrap();
+    payload.bytes = huge;
+    assert!(matches!(
+        decode_and_validate(&payload, &t),
+        Err(Rejection::NonFinite(_))
+    ));
+    // A task without its cohort cannot be coded or decoded.
+    let mut bare = t.clone();
+    bare.uplink.langevin = None;
+    assert!(
+        encode(&bare, &trained(&bare))
+            .unwrap_err()
+            .contains("cohort")
+    );
+    assert!(decode(&bare, &encode(&t, &trained(&t)).unwrap()).is_err());
+}
+
+#[test]
+fn many_sgld_clients_step_by_the_mean_drift_with_exactly_the_langevin_noise() {
+    // η = 0.01, N = 100, C = 40: κ = 2.5, σ² = 2/(η κ² C) = 0.8, and a decoded value moves by
+    // η κ C y = y. The equal-weight mean of the 40 decoded values then steps by −η κ Σ_c μ_c
+    // = −η N μ = −μ on average, with variance 2η = 0.02 per coordinate. 30 rounds × 70 values
+    // give 2100 steps: the sample variance has a relative standard deviation of √(2/2099) ≈
+    // 3.1%, so a 12% tolerance is about 4 of them; the mean's standard deviation is
+    // √(0.02/2100) ≈ 0.0031, so its tolerance 0.0125 is 4 of them.
+    //
+    // Without KLMS the drift is exact. With KLMS the noise is (at μ = 0 the chosen candidate
+    // is a draw of p = q), but the drift is not: choosing among K = 4 candidates of p by
+    // self-normalised importance weights transmits only part of the mean, to first order in a
+    // block's KL `(1 − 1/K) μ` (here the block holds 0.11 nats; measured 0.63 μ), the bias of
+    // the Gaussian toy of §4.11 (0.516 of 0.8 at K = 4). The test pins it inside [0.5 μ, μ].
+    let config = CompressionConfig {
+        server_lr: 0.01,
+        ..CompressionConfig::default()
+    };
+    let cohort = Cohort {
+        population: 100,
+        participants: 40,
+    };
+    for compressor in [Compressor::Sgld, Compressor::SgldKlms] {
+        for mu in [0.0f32, 0.05] {
+            let mut state = UplinkState::default();
+            let mut steps = Vec::new();
+            for round in 1..=30 {
+                let mut mean = vec![0.0f64; 70];
+                let mut sides = Vec::new();
+                let mut sent = Vec::new();
+                for client in 0..40 {
+                    let t = task_in(compressor, &config, &state, cohort, round, client);
+                    let bytes = encode(&t, &potential_step(&t, mu)).unwrap();
+                    let (values, side) = decode(&t, &bytes).unwrap();
+                    for (m, v) in mean.iter_mut().zip(&values) {
+                        *m += f64::from(*v) / 40.0;
+                    }
+                    sent = flatten(&t.dense, &t.shards);
+                    sides.push((t, side));
+                }
+                let pairs: Vec<_> = sides.iter().map(|(t, s)| (t, s)).collect();
+                state.observe(compressor, &config, &pairs).unwrap();
+                steps.extend(mean.iter().zip(&sent).map(|(m, s)| m - f64::from(*s)));
+            }
+            let n = steps.len() as f64;
+            let average = steps.iter().sum::<f64>() / n;
+            let variance = steps.iter().map(|x| (x - average).powi(2)).sum::<f64>() / (n - 1.0);
+            let mu = f64::from(mu);
+            eprintln!("{compressor} μ = {mu}: mean step {average:.5}, variance {variance:.5}");
+            if compressor.klms() && mu > 0.0 {
+                assert!(
+                    (-mu - 0.0125..-0.5 * mu).contains(&average),
+                    "{compressor} μ = {mu}: mean step {average}, expected in [−μ, −μ/2]"
+                );
+            } else {
+                assert!(
+                    (average + mu).abs() < 0.0125,
+                    "{compressor} μ = {mu}: mean step {average}, expected {}",
+                    -mu
+                );
+            }
+            assert!(
+                (variance / 0.02 - 1.0).abs() < 0.12,
+                "{compressor} μ = {mu}: step variance {variance}, expected 2η = 0.02"
+            );
+        }
+    }
 }

@@ -19,15 +19,16 @@
 //!
 //! The coordinates are Bernoulli (FedPM masks), categorical over `{−1, 0, +1}` (QSGD, SignSGD) or
 //! Gaussian (SGLD); see [`distribution`]. FedPM's server step on the decoded masks, BayesAgg
-//! (§4.6), is [`bayes_agg`]. Not here: the host methods, the wire format and the
-//! protocol state (`UPDATE`, the broadcast of boundaries); those live with the compressor
-//! policies that use this module.
+//! (§4.6), is [`bayes_agg()`]; SGLD's scaling rule (§4.9) is [`sgld`]. Not here: the host
+//! methods, the wire format and the protocol state (`UPDATE`, the broadcast of boundaries);
+//! those live with the compressor policies that use this module.
 
 pub mod bayes_agg;
 pub mod bits;
 pub mod blocks;
 pub mod distribution;
 pub mod klms;
+pub mod sgld;
 
 pub use bayes_agg::{BetaPosterior, bayes_agg};
 pub use bits::{KL_REPORT_BITS, UplinkBits, UplinkLayout, boundary_bits, index_bits, uplink_bits};
@@ -37,3 +38,4 @@ pub use distribution::{
     block_log_likelihood, kl_bits_per_coordinate,
 };
 pub use klms::{KlmsEncoder, SharedSeed, decode, decode_block, importance_weights};
+pub use sgld::LangevinScaling;

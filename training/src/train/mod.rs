@@ -1,7 +1,7 @@
 //! Local training for the runtime: [`LocalTrainer`] and [`Evaluator`] implementations that wire
 //! the model code (`crate::models`) to the data (`crate::data`): the burn networks (softmax
-//! regression among them, as an MLP without hidden layers), FedPM's masked networks and
-//! closed-form ridge.
+//! regression among them, as an MLP without hidden layers), FedPM's masked networks, the SGLD
+//! step of the neural models and closed-form ridge.
 //!
 //! [`LocalTrainer`]: fedshard_protocol::task::LocalTrainer
 //! [`Evaluator`]: fedshard_protocol::task::Evaluator
@@ -10,5 +10,6 @@ mod batches;
 pub mod fedpm;
 pub mod neural;
 pub mod ridge;
+pub mod sgld;
 
 pub use ridge::{RidgeClient, RidgeEvaluator, synthetic_clients};

@@ -7,6 +7,7 @@ use crate::models::kernels::{Kernels, TrainingBackend};
 use crate::models::layers::Weight;
 use crate::models::net::{Architecture, Net};
 use crate::train::batches::{self, LocalSteps};
+use crate::train::sgld;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::activation::log_softmax;
@@ -17,6 +18,7 @@ use fedshard_protocol::shard_plan::{Participant, ShardingPolicy, dense_part, pla
 use fedshard_protocol::task::{
     Evaluation, Evaluator, LayerShard, LocalTrainer, Recipe, TrainOutput, TrainTask,
 };
+use fedshard_protocol::uplink::Host;
 
 /// Training examples as the models see them: rows of `width` floats and, per row,
 /// `targets_per_row` class targets.
@@ -204,15 +206,20 @@ impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
         let (net, layout) = self
             .architecture
             .load::<B>(&task.dense, &task.shards, &self.device)?;
-        let (net, loss) = train(
-            net,
-            self.examples.as_ref(),
-            &task.recipe,
-            task.seed,
-            task.round,
-            task.client,
-            &self.device,
-        )?;
+        // SGLD's host asks for one step on the potential, not for local training (§4.9).
+        let (net, loss) = if task.uplink.compressor.host() == Some(Host::Sgld) {
+            sgld::potential_step(net, self.examples.as_ref(), task, &self.device)?
+        } else {
+            train(
+                net,
+                self.examples.as_ref(),
+                &task.recipe,
+                task.seed,
+                task.round,
+                task.client,
+                &self.device,
+            )?
+        };
         let (dense, shards) = net.export(&layout, &task.dense, &task.shards)?;
         Ok(TrainOutput {
             dense,
