@@ -9,6 +9,7 @@ use crate::compare::{mean_and_sample_std, parse_list};
 use crate::config::Config;
 use crate::federation;
 use anyhow::{Context, ensure};
+use fedshard_actors::record::Summary;
 use fedshard_protocol::uplink::{BlockMode, Compressor};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -117,9 +118,7 @@ pub fn compare_uplink(
             d_target: arm.d_target,
             seed,
             final_accuracy: summary.map(|s| s.final_accuracy),
-            bits_per_parameter: (!rounds.is_empty()).then(|| {
-                rounds.iter().map(|r| r.bits_per_parameter).sum::<f64>() / rounds.len() as f64
-            }),
+            bits_per_parameter: summary.and_then(Summary::mean_bits_per_parameter),
             uplink_bits_total: summary.map(|s| s.uplink_bits_total),
             error: outcome.as_ref().err().map(|e| format!("{e:#}")),
             seconds: started.elapsed().as_secs_f64(),

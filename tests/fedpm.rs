@@ -2,6 +2,8 @@
 //! federation learns, the global θ stays a probability, a run is reproducible from its seed,
 //! and a fedpm config that cannot work is refused naming the field.
 
+mod common;
+
 use fedshard::config::Config;
 use fedshard::federation;
 use fedshard_protocol::model::ModelState;
@@ -65,18 +67,7 @@ fn a_digits_fedpm_federation_learns() {
 
 #[test]
 fn a_fedpm_federation_is_reproducible() {
-    let config = digits_fedpm(2);
-    let run = |config: &Config| {
-        federation::run_to_end(config)
-            .expect("run completes")
-            .0
-            .to_bytes()
-    };
-    let first = run(&config);
-    assert!(first == run(&config), "same seed, different θ");
-    let mut other = config.clone();
-    other.run.seed += 1;
-    assert!(first != run(&other), "another seed gave the same θ");
+    common::assert_reproducible(&digits_fedpm(2));
 }
 
 /// A small fedpm config on `data` (a `[data]` body) with extra `[model]` lines.

@@ -3,6 +3,8 @@
 //! fraction of the bits, and SGLD configs that would be silently wrong are refused naming the
 //! field and the file.
 
+mod common;
+
 use fedshard::config::Config;
 use fedshard::federation;
 use fedshard_actors::record::Summary;
@@ -28,12 +30,9 @@ fn digits_sgld(compressor: &str, rounds: u64) -> Config {
     config
 }
 
-fn mean_bpp(s: &Summary) -> f64 {
-    s.per_round
-        .iter()
-        .map(|r| r.bits_per_parameter)
-        .sum::<f64>()
-        / s.per_round.len() as f64
+/// Mean uplink bits per parameter of a run that has rounds.
+fn bpp(s: &Summary) -> f64 {
+    s.mean_bits_per_parameter().expect("the run has rounds")
 }
 
 #[test]
@@ -49,7 +48,7 @@ fn sgld_learns_digits_and_klms_spends_a_small_fraction_of_its_bits() {
         let accuracies: Vec<f64> = s.per_round.iter().map(|r| r.accuracy).collect();
         eprintln!(
             "{name}: {:.4} bits per parameter, accuracy by round {accuracies:.3?}",
-            mean_bpp(s)
+            bpp(s)
         );
         assert_eq!(s.rounds_completed, rounds);
         assert_eq!(s.rejected_total + s.failures_total, 0, "{name}");
@@ -66,18 +65,14 @@ fn sgld_learns_digits_and_klms_spends_a_small_fraction_of_its_bits() {
         klms.final_accuracy
     );
     // Without KLMS: an f32 per value and nothing else, exactly 32 bits per parameter.
-    assert!(
-        (mean_bpp(&plain) - 32.0).abs() < 1e-9,
-        "{}",
-        mean_bpp(&plain)
-    );
+    assert!((bpp(&plain) - 32.0).abs() < 1e-9, "{}", bpp(&plain));
     // KLMS: M indices of D_target = 2 bits, a 32-bit KL report, block sizes in UPDATE rounds
     // (measured 0.142 bits per parameter, 226× fewer).
     assert!(
-        mean_bpp(&klms) < 0.01 * mean_bpp(&plain),
+        bpp(&klms) < 0.01 * bpp(&plain),
         "sgld-klms {} vs sgld {} bits per parameter",
-        mean_bpp(&klms),
-        mean_bpp(&plain)
+        bpp(&klms),
+        bpp(&plain)
     );
 }
 
@@ -98,18 +93,7 @@ fn failed_participants_leave_an_unbiased_step_with_more_noise() {
 
 #[test]
 fn an_sgld_run_is_reproducible() {
-    let config = digits_sgld("sgld-klms", 3);
-    let run = |config: &Config| {
-        federation::run_to_end(config)
-            .expect("run completes")
-            .0
-            .to_bytes()
-    };
-    let first = run(&config);
-    assert!(first == run(&config), "same seed, different θ");
-    let mut other = config.clone();
-    other.run.seed += 1;
-    assert!(first != run(&other), "another seed gave the same θ");
+    common::assert_reproducible(&digits_sgld("sgld-klms", 3));
 }
 
 /// The error of the shipped config with `from` replaced by `to`.

@@ -221,6 +221,14 @@ impl Summary {
             per_round: history.to_vec(),
         }
     }
+
+    /// Uplink bits per parameter per received update, averaged over the rounds (`None` for a
+    /// run without rounds): the figure `fedshard compare --compressors` reports.
+    pub fn mean_bits_per_parameter(&self) -> Option<f64> {
+        let rounds = &self.per_round;
+        (!rounds.is_empty())
+            .then(|| rounds.iter().map(|r| r.bits_per_parameter).sum::<f64>() / rounds.len() as f64)
+    }
 }
 
 #[cfg(test)]

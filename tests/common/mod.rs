@@ -1,5 +1,7 @@
-//! Running the `fedshard` binary as a user does, shared by the command-line tests: a success
-//! gives its stdout, a failure must be exit code 2 with one `error: …` line on stderr.
+//! Shared by the integration tests: running the `fedshard` binary as a user does (a success
+//! gives its stdout, a failure must be exit code 2 with one `error: …` line on stderr), and the
+//! determinism check of a federation. Each test crate uses only some of it.
+#![allow(dead_code)]
 
 use std::process::{Command, Output};
 
@@ -37,4 +39,19 @@ pub fn error_of(args: &[&str]) -> String {
     assert_eq!(lines.len(), 1, "one-line error for {args:?}: {stderr:?}");
     assert!(lines[0].starts_with("error: "), "{stderr}");
     lines[0].to_string()
+}
+
+/// The same config gives the same final model bytes, and the next seed different ones.
+pub fn assert_reproducible(config: &fedshard::config::Config) {
+    let run = |config: &fedshard::config::Config| {
+        fedshard::federation::run_to_end(config)
+            .expect("run completes")
+            .0
+            .to_bytes()
+    };
+    let first = run(config);
+    assert!(first == run(config), "same seed, different model");
+    let mut other = config.clone();
+    other.run.seed += 1;
+    assert!(first != run(&other), "another seed gave the same model");
 }
