@@ -188,6 +188,12 @@ pub struct RunResult {
     /// ANME (ALGORITHMS.md §1.9) averaged over the rounds, 0 when nothing is sharded; `None` if
     /// the run failed.
     pub mean_anme: Option<f64>,
+    /// The cosine of each round's applied update with the clients' FedAvg update (seed 001,
+    /// Fig. 4; `update_cosine` in `metrics.jsonl`), averaged over the rounds that moved the
+    /// model: how well a strategy's aggregate points where its clients asked. `None` if the run
+    /// failed or never moved the model.
+    #[serde(default)]
+    pub mean_update_cosine: Option<f64>,
     /// Why the run stopped before its last round (a diverging run can make the server's SVD
     /// fail): one failed run is a result of the grid, not a reason to drop the others.
     pub error: Option<String>,
@@ -254,6 +260,7 @@ pub fn compare(
             seed,
             final_accuracy: outcome.as_ref().ok().map(|o| o.final_accuracy),
             mean_anme: outcome.as_ref().ok().map(|o| o.mean_anme),
+            mean_update_cosine: outcome.as_ref().ok().and_then(|o| o.mean_update_cosine),
             seconds: started.elapsed().as_secs_f64(),
             accuracy_per_round: outcome
                 .as_ref()
@@ -272,6 +279,7 @@ struct Outcome {
     final_accuracy: f64,
     /// Averaged over rounds.
     mean_anme: f64,
+    mean_update_cosine: Option<f64>,
     accuracy_per_round: Vec<f64>,
 }
 
@@ -286,6 +294,10 @@ fn run_one(config: &Config, runtime: &tokio::runtime::Runtime) -> anyhow::Result
     Ok(Outcome {
         final_accuracy: summary.final_accuracy,
         mean_anme: rounds.iter().map(|r| r.anme).sum::<f64>() / rounds.len() as f64,
+        mean_update_cosine: {
+            let cosines: Vec<f64> = rounds.iter().filter_map(|r| r.update_cosine).collect();
+            (!cosines.is_empty()).then(|| cosines.iter().sum::<f64>() / cosines.len() as f64)
+        },
         accuracy_per_round: rounds.iter().map(|r| r.accuracy).collect(),
     })
 }
@@ -432,6 +444,7 @@ mod tests {
             seed,
             final_accuracy: Some(final_accuracy),
             mean_anme: Some(0.5),
+            mean_update_cosine: Some(0.9),
             error: None,
             seconds: 0.0,
             accuracy_per_round: Vec::new(),
@@ -465,6 +478,7 @@ mod tests {
             seed,
             final_accuracy: outcome.ok(),
             mean_anme: outcome.ok().map(|_| 0.5),
+            mean_update_cosine: None,
             error: outcome.err().map(String::from),
             seconds: 0.0,
             accuracy_per_round: Vec::new(),

@@ -42,7 +42,13 @@ fn runs_without_timings() -> Vec<Value> {
 /// A run either completed (accuracy and ANME, no error) or failed (an error, neither number).
 fn assert_consistent(r: &RunResult) {
     match (&r.final_accuracy, &r.mean_anme, &r.error) {
-        (Some(a), Some(_), None) => assert!((0.0..=1.0).contains(a), "{r:?}"),
+        (Some(a), Some(_), None) => {
+            assert!((0.0..=1.0).contains(a), "{r:?}");
+            let cosine = r
+                .mean_update_cosine
+                .expect("a completed run moved the model");
+            assert!((-1.0..=1.0).contains(&cosine), "{r:?}");
+        }
         (None, None, Some(e)) => assert!(!e.is_empty(), "{r:?}"),
         _ => panic!("half a result: {r:?}"),
     }

@@ -28,7 +28,8 @@ pub struct CompareArgs {
     #[arg(long)]
     pub rounds: Option<u64>,
     /// Print the per-run results `{"runs": [{strategy, setup, seed, final_accuracy, mean_anme,
-    /// error, seconds}, …]}` instead of the table (`null` accuracy and ANME for a failed run).
+    /// mean_update_cosine, error, seconds}, …]}` instead of the table (`null` accuracy, ANME and
+    /// cosine for a failed run).
     #[arg(long)]
     pub json: bool,
     /// Also write the table as `table.md` and `table.csv`, every run as `runs.csv`, and per

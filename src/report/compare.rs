@@ -67,17 +67,20 @@ pub fn table_csv(results: &[RunResult], strategies: &[StrategySpec], setups: &[S
 
 /// Every run: its labels, seed, outcome, wall time and error (quoted: errors hold commas).
 pub fn runs_csv(results: &[RunResult]) -> String {
-    let mut out = String::from("strategy,setup,seed,final_accuracy,mean_anme,seconds,error\n");
+    let mut out = String::from(
+        "strategy,setup,seed,final_accuracy,mean_anme,mean_update_cosine,seconds,error\n",
+    );
     let number = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
     for r in results {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{}",
             csv_text(&r.strategy),
             csv_text(&r.setup),
             r.seed,
             number(r.final_accuracy),
             number(r.mean_anme),
+            number(r.mean_update_cosine),
             r.seconds,
             csv_text(r.error.as_deref().unwrap_or_default())
         );
@@ -211,6 +214,7 @@ mod tests {
             seed,
             final_accuracy: curve.last().copied(),
             mean_anme: Some(0.5),
+            mean_update_cosine: Some(0.9),
             error: None,
             seconds: 1.0,
             accuracy_per_round: curve.to_vec(),
@@ -224,6 +228,7 @@ mod tests {
         let mut failed = run("top-n", "0.1", 1, &[]);
         failed.error = Some("round 2: diverged, badly".into());
         failed.final_accuracy = None;
+        failed.mean_update_cosine = None;
         let results = [
             run(NO_SHARDING, FULL_MODEL, 1, &[0.5, 0.9]),
             run("unbiased", "0.1", 1, &[0.2, 0.4]),
@@ -256,8 +261,9 @@ mod tests {
         assert_eq!(lines[2], "top-n,0.1,,,,0,1");
         assert_eq!(lines[3], "no sharding,full,0.9,0,0.5,1,0");
         let runs = runs_csv(&results);
+        assert!(runs.contains("\nunbiased,0.1,2,0.6,0.5,0.9,1,\n"), "{runs}");
         assert!(
-            runs.ends_with("top-n,0.1,1,,0.5,1,\"round 2: diverged, badly\"\n"),
+            runs.ends_with("top-n,0.1,1,,0.5,,1,\"round 2: diverged, badly\"\n"),
             "{runs}"
         );
     }
