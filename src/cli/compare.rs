@@ -59,13 +59,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     }
     let strategies = compare::parse_strategies(&args.strategies).context("--strategies")?;
     let setups = compare::parse_setups(&args.keep_ratios).context("--keep-ratios")?;
-    ensure!(args.seeds >= 1, "--seeds: expected at least 1, found 0");
-    let mut config = Config::load(&args.config)?;
-    if let Some(rounds) = args.rounds {
-        config.run.rounds = rounds;
-        config.validate().context("--rounds")?;
-    }
-    let seeds = compare::seeds(config.run.seed, args.seeds);
+    let (config, seeds) = config_and_seeds(args)?;
     let started = Instant::now();
     let runs = compare::compare(&config, &strategies, &setups, &seeds, &mut |k, total, r| {
         let outcome = match (r.final_accuracy, &r.error) {
@@ -117,11 +111,9 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `fedshard compare --compressors`: the uplink grid of [`crate::compare_uplink`].
-fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
-    use crate::compare_uplink::{self, parse_compressors, parse_d_targets};
-    let compressors = parse_compressors(list).context("--compressors")?;
-    let d_targets = parse_d_targets(&args.d_targets).context("--d-targets")?;
+/// The config with `--rounds` applied (and validated again), and the `--seeds` seeds from its
+/// `run.seed` on.
+fn config_and_seeds(args: &CompareArgs) -> anyhow::Result<(Config, Vec<u64>)> {
     ensure!(args.seeds >= 1, "--seeds: expected at least 1, found 0");
     let mut config = Config::load(&args.config)?;
     if let Some(rounds) = args.rounds {
@@ -129,6 +121,15 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
         config.validate().context("--rounds")?;
     }
     let seeds = compare::seeds(config.run.seed, args.seeds);
+    Ok((config, seeds))
+}
+
+/// `fedshard compare --compressors`: the uplink grid of [`crate::compare_uplink`].
+fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
+    use crate::compare_uplink::{self, parse_compressors, parse_d_targets};
+    let compressors = parse_compressors(list).context("--compressors")?;
+    let d_targets = parse_d_targets(&args.d_targets).context("--d-targets")?;
+    let (config, seeds) = config_and_seeds(args)?;
     let runs = compare_uplink::compare_uplink(
         &config,
         &compressors,
@@ -148,11 +149,7 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
     )
     .with_context(|| args.config.display().to_string())?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&serde_json::json!({ "runs": runs }))?
-        );
-        return Ok(());
+        return super::print_json(&serde_json::json!({ "runs": runs }));
     }
     let blocks = config.compression.clone().unwrap_or_default().blocks;
     let table = compare_uplink::markdown(&runs, &compressors, &d_targets, blocks);

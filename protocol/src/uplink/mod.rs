@@ -831,7 +831,7 @@ fn decode_symbols(
         }
         _ => None,
     };
-    let err = |e: fedshard_strategies::error::StrategyError| e.to_string();
+    let err = strategy_error;
     // Symbols: +1/−1/0 for ternary hosts, 1/0 for masks, reals for SGLD.
     let symbols = match &uplink.klms {
         None => match host {
