@@ -8,11 +8,13 @@
 //! `fedshard run`) with no run folder and no metrics exporter. Every run is deterministic given
 //! its seed, so the whole grid is too.
 
+use crate::compare_journal::Journal;
 use crate::config::{Config, KeepRatioShare};
 use crate::federation;
 use anyhow::{Context, bail, ensure};
 use fedshard_strategies::sharding::plan::StrategySpec;
 use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, StudentsT};
 use std::fmt::Write as _;
 use std::str::FromStr;
 use std::time::Instant;
@@ -218,16 +220,20 @@ pub fn arms(strategies: &[StrategySpec], setups: &[Setup]) -> Vec<Arm> {
 }
 
 /// Runs every arm of [`arms`] for every seed, one run after the other, and returns the results
-/// in run order. `on_run(k, total, result)` is called after run `k` of `total` (1-based).
+/// in run order. `on_run(k, total, result, resumed)` is called after run `k` of `total`
+/// (1-based); `resumed` says the result came from the journal instead of a run.
 ///
 /// Every run's config is built and validated before the first run starts, so a bad setup fails
-/// at once; a run that fails later is recorded with its error and the grid goes on.
+/// at once; a run that fails later is recorded with its error and the grid goes on. With a
+/// [`Journal`], a run it holds for the identical config is reused, and every new run is
+/// appended to it as soon as it ends.
 pub fn compare(
     config: &Config,
     strategies: &[StrategySpec],
     setups: &[Setup],
     seeds: &[u64],
-    on_run: &mut dyn FnMut(usize, usize, &RunResult),
+    mut journal: Option<&mut Journal>,
+    on_run: &mut dyn FnMut(usize, usize, &RunResult, bool),
 ) -> anyhow::Result<Vec<RunResult>> {
     ensure!(
         !config.model.sharded_layers().is_empty(),
@@ -252,6 +258,16 @@ pub fn compare(
     let total = runs.len();
     let mut results = Vec::with_capacity(total);
     for (strategy, setup, seed, run) in runs {
+        if let Some(result) = journal
+            .as_deref()
+            .map(|j| j.recorded(&run))
+            .transpose()?
+            .flatten()
+        {
+            on_run(results.len() + 1, total, &result, true);
+            results.push(result);
+            continue;
+        }
         let started = Instant::now();
         let outcome = run_one(&run, &runtime);
         let result = RunResult {
@@ -268,7 +284,10 @@ pub fn compare(
                 .unwrap_or_default(),
             error: outcome.err().map(|e| format!("{e:#}")),
         };
-        on_run(results.len() + 1, total, &result);
+        if let Some(journal) = journal.as_deref_mut() {
+            journal.record(&run, &result)?;
+        }
+        on_run(results.len() + 1, total, &result, false);
         results.push(result);
     }
     Ok(results)
@@ -350,6 +369,59 @@ pub fn cell(results: &[RunResult], strategy: &str, setup: &str) -> Option<Cell> 
         completed: completed.len(),
         failed: runs.len() - completed.len(),
     })
+}
+
+/// The two-sided 95% Student-t interval of a mean of `n` values with sample standard deviation
+/// `std` (n − 1 degrees of freedom); `None` for fewer than two values, which have no interval.
+pub fn t_interval_95(mean: f64, std: f64, n: usize) -> Option<(f64, f64)> {
+    let freedom = n.checked_sub(1).filter(|&f| f > 0)? as f64;
+    let t = StudentsT::new(0.0, 1.0, freedom).ok()?.inverse_cdf(0.975);
+    let half = t * std / (n as f64).sqrt();
+    Some((mean - half, mean + half))
+}
+
+/// Per setup, the strategies ranked by mean final accuracy with the 95% t-interval of each
+/// mean, as markdown bullets. Between neighbours `>` means the two intervals do not overlap (a
+/// conservative test of a difference), `≈` that they do or that one has no interval. Strategies
+/// without a completed run are left out; the no-sharding reference closes each line.
+pub fn ranking(results: &[RunResult], strategies: &[StrategySpec], setups: &[Setup]) -> String {
+    let entry = |name: &str, c: &Cell| {
+        let interval = t_interval_95(c.accuracy_mean, c.accuracy_std, c.completed).map_or_else(
+            || format!(" [n={}]", c.completed),
+            |(lo, hi)| format!(" [{:.1}, {:.1}]", 100.0 * lo, 100.0 * hi),
+        );
+        format!("{name} {:.1}{interval}", 100.0 * c.accuracy_mean)
+    };
+    let mut out = String::from(
+        "Ranking by mean final accuracy in %, with the 95% Student-t interval of each mean over \
+         its completed seeds (`>`: the neighbours' intervals do not overlap; `≈`: they do):\n\n",
+    );
+    for setup in setups {
+        let mut ranked: Vec<(String, Cell)> = strategies
+            .iter()
+            .filter_map(|s| {
+                let c = cell(results, &s.to_string(), &setup.name)?;
+                (c.completed > 0).then(|| (s.to_string(), c))
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.1.accuracy_mean.total_cmp(&a.1.accuracy_mean));
+        let _ = write!(out, "- {}:", setup.describe());
+        for (k, (name, c)) in ranked.iter().enumerate() {
+            if k > 0 {
+                let above = &ranked[k - 1].1;
+                let apart = t_interval_95(above.accuracy_mean, above.accuracy_std, above.completed)
+                    .zip(t_interval_95(c.accuracy_mean, c.accuracy_std, c.completed))
+                    .is_some_and(|((above_lo, _), (_, hi))| above_lo > hi);
+                out.push_str(if apart { " >" } else { " ≈" });
+            }
+            let _ = write!(out, " {}", entry(name, c));
+        }
+        if let Some(c) = cell(results, NO_SHARDING, FULL_MODEL).filter(|c| c.completed > 0) {
+            let _ = write!(out, " (reference: {})", entry(NO_SHARDING, &c));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The markdown table: a row per strategy in the given order and the no-sharding row last; per
@@ -467,6 +539,52 @@ mod tests {
         assert!(text.contains("| unbiased | 90.0 ± 10.0 | 0.50 |"), "{text}");
         assert!(text.contains("| no sharding | – | – |"), "{text}");
         assert!(!text.contains("Failed runs"), "{text}");
+    }
+
+    /// t(0.975; 2) = 4.3027: accuracies 0.8, 0.9, 1.0 (std 0.1) give 0.9 ± 4.3027 · 0.1/√3.
+    #[test]
+    fn intervals_use_student_t_and_the_ranking_marks_separated_neighbours() {
+        let (lo, hi) = t_interval_95(0.9, 0.1, 3).unwrap();
+        assert!(
+            (hi - 0.9 - 4.302_653 * 0.1 / 3f64.sqrt()).abs() < 1e-6,
+            "{hi}"
+        );
+        assert!((0.9 - lo - (hi - 0.9)).abs() < 1e-12);
+        assert!(t_interval_95(0.9, 0.0, 1).is_none());
+        let (lo, _) = t_interval_95(0.5, 0.1, 2).unwrap();
+        assert!(
+            (0.5 - lo - 12.706_205 * 0.1 / 2f64.sqrt()).abs() < 1e-5,
+            "{lo}"
+        );
+
+        let run = |strategy: &str, seed, accuracy| RunResult {
+            strategy: strategy.into(),
+            setup: "0.2".into(),
+            seed,
+            final_accuracy: Some(accuracy),
+            mean_anme: Some(0.5),
+            mean_update_cosine: None,
+            error: None,
+            seconds: 0.0,
+            accuracy_per_round: Vec::new(),
+        };
+        let results = [
+            run("top-n", 1, 0.40),
+            run("top-n", 2, 0.42),
+            run("top-n", 3, 0.41),
+            run("prism", 1, 0.80),
+            run("prism", 2, 0.82),
+            run("prism", 3, 0.81),
+            run("unbiased", 1, 0.30),
+            run("unbiased", 2, 0.36),
+            run("unbiased", 3, 0.33),
+        ];
+        let strategies = parse_strategies("top-n,prism,unbiased").unwrap();
+        let text = ranking(&results, &strategies, &[Setup::uniform(0.2)]);
+        assert!(
+            text.contains("- r = 0.2: prism 81.0 [78.5, 83.5] > top-n 41.0 [38.5, 43.5] ≈ unbiased 33.0 [25.5, 40.5]\n"),
+            "{text}"
+        );
     }
 
     /// A failed run is counted in its cell, left out of the statistics and listed with its error.

@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod compare;
+pub mod compare_journal;
 pub mod compare_uplink;
 pub mod config;
 pub mod federation;

@@ -63,9 +63,14 @@ fn the_library_runs_every_strategy_setup_and_seed_plus_the_reference() {
     let seeds = compare::seeds(config.run.seed, 2);
     assert_eq!(seeds, [1, 2]);
     let mut progress = Vec::new();
-    let results = compare::compare(&config, &strategies, &setups, &seeds, &mut |k, total, _| {
-        progress.push((k, total))
-    })
+    let results = compare::compare(
+        &config,
+        &strategies,
+        &setups,
+        &seeds,
+        None,
+        &mut |k, total, _, _| progress.push((k, total)),
+    )
     .expect("the grid runs");
 
     // 1 reference + 2 strategies × 3 setups, each for 2 seeds.
@@ -228,4 +233,62 @@ fn bad_flags_and_unshardable_configs_are_one_line_errors_with_exit_code_2() {
         m.contains("sharded_layers") && m.contains("nothing to compare"),
         "{m}"
     );
+}
+
+/// A grid stopped after seed 1 and resumed with `--seeds 2` reuses seed 1's runs from
+/// `runs.jsonl`, runs only seed 2, and gives the results of an uninterrupted grid.
+#[test]
+fn a_resumed_grid_reuses_the_journal_and_matches_an_uninterrupted_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("grid");
+    let out_arg = out.to_str().expect("utf-8 path");
+    fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec![
+            "compare",
+            CONFIG,
+            "--strategies",
+            "top-n",
+            "--keep-ratios",
+            "0.2",
+        ];
+        args.extend_from_slice(&["--rounds", "2", "--json"]);
+        args.extend_from_slice(extra);
+        args
+    }
+    let journal_lines = || {
+        std::fs::read_to_string(out.join("runs.jsonl"))
+            .expect("the journal")
+            .lines()
+            .count()
+    };
+    let zero_timings = |json: &str| {
+        let mut report: Value = serde_json::from_str(json.trim()).expect("stdout is JSON");
+        for run in report["runs"].as_array_mut().expect("`runs` is an array") {
+            run["seconds"] = Value::from(0.0);
+        }
+        report
+    };
+
+    stdout_of(&with(&["--seeds", "1", "--out", out_arg]));
+    assert_eq!(journal_lines(), 2, "the reference and top-n, seed 1");
+    let m = error_of(&with(&["--seeds", "2", "--out", out_arg]));
+    assert!(m.contains("runs.jsonl") && m.contains("--resume"), "{m}");
+
+    let resumed = common::fedshard(&with(&["--seeds", "2", "--out", out_arg, "--resume"]));
+    assert!(resumed.status.success());
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    let progress: Vec<&str> = stderr.lines().filter(|l| l.contains(" → ")).collect();
+    assert_eq!(progress.len(), 4, "{stderr}");
+    let reused: Vec<&str> = progress
+        .iter()
+        .copied()
+        .filter(|l| l.contains("from the journal"))
+        .collect();
+    assert_eq!(reused.len(), 2, "{stderr}");
+    assert!(reused.iter().all(|l| l.contains("seed 1")), "{stderr}");
+    assert_eq!(journal_lines(), 4);
+
+    let fresh = stdout_of(&with(&["--seeds", "2"]));
+    let resumed = String::from_utf8(resumed.stdout).expect("utf-8 stdout");
+    assert_eq!(zero_timings(&resumed), zero_timings(&fresh));
 }

@@ -1,6 +1,7 @@
 //! `fedshard compare`: the paper's Table 1 for a config (the grid lives in [`crate::compare`]).
 
 use crate::compare::{self, DEFAULT_SETUPS, DEFAULT_STRATEGIES, RunResult};
+use crate::compare_journal::Journal;
 use crate::config::Config;
 use anyhow::{Context, ensure};
 use clap::Args;
@@ -34,8 +35,16 @@ pub struct CompareArgs {
     pub json: bool,
     /// Also write the table as `table.md` and `table.csv`, every run as `runs.csv`, and per
     /// setup a figure of test accuracy per round (`accuracy-SETUP.svg`, `.png`) into this folder.
+    /// Each run is also appended to `DIR/runs.jsonl` as soon as it ends, so a stopped grid keeps
+    /// what it finished (see --resume).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Reuse the runs that `--out DIR/runs.jsonl` already holds for an identical config
+    /// (strategy, keep ratios, seed, rounds, recipe, data) instead of running them again: a
+    /// long grid continues where it stopped, or grows by seeds. Results of a different code
+    /// version are reused too; that is your call. Without it an existing journal is an error.
+    #[arg(long, requires = "out")]
+    pub resume: bool,
     /// Compare uplink compressors instead of sharding strategies (seed 004's Tables 1–2):
     /// comma-separated names (`identity`, `qsgd`, `qsgd-klms`, `signsgd`, `signsgd-klms`,
     /// `fedpm`, `fedpm-klms`, `sgld`, `sgld-klms`); the config's strategy and keep ratios stay.
@@ -60,17 +69,37 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     let strategies = compare::parse_strategies(&args.strategies).context("--strategies")?;
     let setups = compare::parse_setups(&args.keep_ratios).context("--keep-ratios")?;
     let (config, seeds) = config_and_seeds(args)?;
-    let started = Instant::now();
-    let runs = compare::compare(&config, &strategies, &setups, &seeds, &mut |k, total, r| {
-        let outcome = match (r.final_accuracy, &r.error) {
-            (Some(accuracy), _) => format!("{:.1}%", 100.0 * accuracy),
-            (None, error) => format!("failed: {}", error.as_deref().unwrap_or("no result")),
-        };
+    let mut journal = args
+        .out
+        .as_deref()
+        .map(|dir| Journal::open(dir, args.resume))
+        .transpose()?;
+    if let Some(journal) = journal.as_ref().filter(|j| !j.is_empty()) {
         eprintln!(
-            "[{k}/{total}] {} {} seed {} → {outcome} ({:.1} s)",
-            r.strategy, r.setup, r.seed, r.seconds
+            "resuming: {} holds {} runs",
+            journal.path().display(),
+            journal.len()
         );
-    })
+    }
+    let started = Instant::now();
+    let runs = compare::compare(
+        &config,
+        &strategies,
+        &setups,
+        &seeds,
+        journal.as_mut(),
+        &mut |k, total, r, resumed| {
+            let outcome = match (r.final_accuracy, &r.error) {
+                (Some(accuracy), _) => format!("{:.1}%", 100.0 * accuracy),
+                (None, error) => format!("failed: {}", error.as_deref().unwrap_or("no result")),
+            };
+            let source = if resumed { ", from the journal" } else { "" };
+            eprintln!(
+                "[{k}/{total}] {} {} seed {} → {outcome} ({:.1} s{source})",
+                r.strategy, r.setup, r.seed, r.seconds
+            );
+        },
+    )
     .with_context(|| args.config.display().to_string())?;
     eprintln!(
         "{} runs in {:.1} s",
@@ -100,6 +129,8 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     );
     markdown.push('\n');
     markdown.push_str(&compare::table(&runs, &strategies, &setups));
+    markdown.push('\n');
+    markdown.push_str(&compare::ranking(&runs, &strategies, &setups));
     if let Some(out) = &args.out {
         crate::report::compare::write(out, &markdown, &runs, &strategies, &setups)?;
         eprintln!("wrote the table and figures into {}", out.display());
@@ -129,6 +160,10 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
     use crate::compare_uplink::{self, parse_compressors, parse_d_targets};
     let compressors = parse_compressors(list).context("--compressors")?;
     let d_targets = parse_d_targets(&args.d_targets).context("--d-targets")?;
+    ensure!(
+        !args.resume,
+        "--resume: only the strategy grid keeps a journal; a --compressors grid runs whole"
+    );
     let (config, seeds) = config_and_seeds(args)?;
     let runs = compare_uplink::compare_uplink(
         &config,

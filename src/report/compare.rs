@@ -34,11 +34,13 @@ pub fn write(
     Ok(())
 }
 
-/// One line per cell of the table, with the same statistics: accuracy as a fraction (not %),
-/// empty cells where no run of the cell completed.
+/// One line per cell of the table, with the same statistics and the 95% t-interval of the mean
+/// accuracy: accuracy as a fraction (not %), empty fields where no run of the cell completed
+/// (the interval also where only one did).
 pub fn table_csv(results: &[RunResult], strategies: &[StrategySpec], setups: &[Setup]) -> String {
-    let mut out =
-        String::from("strategy,setup,accuracy_mean,accuracy_std,anme_mean,completed,failed\n");
+    let mut out = String::from(
+        "strategy,setup,accuracy_mean,accuracy_std,ci95_low,ci95_high,anme_mean,completed,failed\n",
+    );
     for (strategy, setup) in cells(strategies, setups) {
         let Some(c) = compare::cell(results, &strategy, &setup) else {
             continue;
@@ -50,13 +52,17 @@ pub fn table_csv(results: &[RunResult], strategies: &[StrategySpec], setups: &[S
                 String::new()
             }
         };
+        let (low, high) =
+            compare::t_interval_95(c.accuracy_mean, c.accuracy_std, c.completed).unzip();
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{}",
             csv_text(&strategy),
             csv_text(&setup),
             number(c.accuracy_mean),
             number(c.accuracy_std),
+            low.map(|v| v.to_string()).unwrap_or_default(),
+            high.map(|v| v.to_string()).unwrap_or_default(),
             number(c.anme_mean),
             c.completed,
             c.failed
@@ -257,9 +263,13 @@ mod tests {
         let cells: Vec<&str> = lines[1].split(',').collect();
         assert_eq!(cells[..3], ["unbiased", "0.1", "0.5"]);
         assert!((cells[3].parse::<f64>().unwrap() - 0.02f64.sqrt()).abs() < 1e-12);
-        assert_eq!(cells[4..], ["0.5", "2", "0"]);
-        assert_eq!(lines[2], "top-n,0.1,,,,0,1");
-        assert_eq!(lines[3], "no sharding,full,0.9,0,0.5,1,0");
+        // t(0.975; 1) = 12.7062: 0.5 ± 12.7062 · √0.02/√2.
+        let half = 12.706_205 * 0.1;
+        assert!((cells[4].parse::<f64>().unwrap() - (0.5 - half)).abs() < 1e-5);
+        assert!((cells[5].parse::<f64>().unwrap() - (0.5 + half)).abs() < 1e-5);
+        assert_eq!(cells[6..], ["0.5", "2", "0"]);
+        assert_eq!(lines[2], "top-n,0.1,,,,,,0,1");
+        assert_eq!(lines[3], "no sharding,full,0.9,0,,,0.5,1,0");
         let runs = runs_csv(&results);
         assert!(runs.contains("\nunbiased,0.1,2,0.6,0.5,0.9,1,\n"), "{runs}");
         assert!(
