@@ -77,7 +77,7 @@ pub enum DataSection {
         #[serde(flatten)]
         split: LabelSplit,
     },
-    /// y = xᵀθ* + ε with x ~ N(0, I), θ* ~ U[0,1]^d, the one-shot setting of ALGORITHMS.md §3.3.
+    /// y = xᵀθ* + ε with x ~ N(0, I), θ* ~ U\[0,1\]^d, the one-shot setting of ALGORITHMS.md §3.3.
     SyntheticLinear {
         clients: usize,
         /// Dimension d.

@@ -1,5 +1,5 @@
 //! Policies are chosen by kebab-case name (in a config file or on the command line). Each policy
-//! family is an enum with `ALL` and `as_str`; [`policy_names!`] derives `Display` and a `FromStr`
+//! family is an enum with `ALL` and `as_str`; `policy_names!` derives `Display` and a `FromStr`
 //! whose error lists every valid name, so a typo tells the user what would have worked.
 //!
 //! The families: sharding strategies ([`crate::sharding::plan::StrategySpec`], which also takes

@@ -2,8 +2,8 @@
 //! unit multipliers. It is the Eckart–Young optimum for one client and the fallback of the
 //! Collective strategy (`C = 1`, `n = N`, or `λ_n ≥ C λ_{n+1}`, §1.3).
 //!
-//! This module also holds the argument checks every strategy shares ([`check_layer`]) and the
-//! rule for numerically zero singular values ([`effective_spectrum`]).
+//! This module also holds the argument checks every strategy shares (`check_layer`) and the
+//! rule for numerically zero singular values (`effective_spectrum`).
 
 use super::Marginals;
 use crate::spectrum::check_sorted;
