@@ -53,6 +53,12 @@ pub fn in_process(config: &Config) -> anyhow::Result<(Federation, Trainers)> {
     Ok((server_side(config, loaded)?, trainers))
 }
 
+/// The server's evaluator of `config` alone (its held-out set; clients' data is loaded and
+/// dropped): for evaluating a saved model.
+pub fn evaluator(config: &Config) -> anyhow::Result<Arc<dyn Evaluator>> {
+    load(config)?.into_evaluator(config)
+}
+
 fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
     let seed = config.run.seed;
     let sizes = loaded.sizes();

@@ -417,3 +417,42 @@ fn a_resumed_run_keeps_one_csv_row_per_round() {
     assert_eq!(rounds, ["1", "2", "3", "4"]);
     assert_eq!(jsonl(&dir).len(), 4);
 }
+
+/// `fedshard eval` scores a run folder's saved model exactly as the run's last round did, the
+/// SVD round trip (`--keep-top 1`) to within f32 rounding, and a rank-1 cut of the sharded
+/// layer as a different model; bad input is a one-line error.
+#[test]
+fn eval_scores_the_saved_model_and_its_spectral_truncations() {
+    let f = fixture();
+    let dir = f.first.to_str().unwrap();
+    let stdout = common::stdout_of(&["eval", dir, "--keep-top", "1,0.1", "--json"]);
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{report}");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(f.first.join("summary.json")).unwrap())
+            .unwrap();
+    let number = |row: &Value, key: &str| row[key].as_f64().unwrap();
+    assert!(rows[0]["keep_top"].is_null());
+    assert_eq!(rows[0]["accuracy"], summary["final_accuracy"]);
+    assert_eq!(rows[0]["loss"], summary["final_loss"]);
+    assert_eq!(number(&rows[1], "keep_top"), 1.0);
+    assert!((number(&rows[1], "loss") - number(&rows[0], "loss")).abs() < 1e-4);
+    assert!((number(&rows[1], "accuracy") - number(&rows[0], "accuracy")).abs() <= 0.01);
+    assert_eq!(number(&rows[2], "keep_top"), 0.1);
+    assert!((number(&rows[2], "loss") - number(&rows[0], "loss")).abs() > 1e-3);
+
+    let table = common::stdout_of(&["eval", dir]);
+    assert!(
+        table.starts_with("| model | test accuracy % | test loss |"),
+        "{table}"
+    );
+    assert!(table.contains("| whole | "), "{table}");
+
+    let m = common::error_of(&["eval", f.root.to_str().unwrap()]);
+    assert!(m.contains("not a run folder"), "{m}");
+    for bad in ["mixed", "1.5"] {
+        let m = common::error_of(&["eval", dir, "--keep-top", bad]);
+        assert!(m.contains("--keep-top"), "{m}");
+    }
+}

@@ -6,6 +6,7 @@ pub mod bench_train;
 pub mod cert;
 pub mod compare;
 pub mod data;
+pub mod eval;
 mod input;
 pub mod join;
 pub mod oneshot;
@@ -46,6 +47,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Every sharding strategy × keep-ratio setup × seed on one config: the paper's Table 1.
     Compare(compare::CompareArgs),
+    /// Test accuracy and loss of a finished run's model, and of its spectral truncations.
+    Eval(eval::EvalArgs),
     /// One self-contained HTML page overlaying finished runs: a figure per metric and a table.
     Report(report::ReportArgs),
     /// One-shot federated learning experiments.
@@ -80,6 +83,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Join(args) => join::run(&args),
+        Command::Eval(args) => {
+            let rows = eval::eval(&args)?;
+            if args.json {
+                print_json(&serde_json::json!({ "rows": rows }))
+            } else {
+                print!("{}", eval::markdown(&rows));
+                Ok(())
+            }
+        }
         Command::Cert(args) => cert::run(&args),
         Command::Sample(args) => print_json(&sample::sample(&args)?),
         Command::Run(args) => {
