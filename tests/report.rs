@@ -456,3 +456,39 @@ fn eval_scores_the_saved_model_and_its_spectral_truncations() {
         assert!(m.contains("--keep-top"), "{m}");
     }
 }
+
+/// A client's error is said on stderr with its reason, once per round that lost clients (the
+/// metrics only count failures by kind).
+#[test]
+fn failed_clients_are_reported_with_their_reason() {
+    let f = fixture();
+    let config = f.root.join("faulty.toml");
+    let faults = "\n[faults]\nrate = 1.0\nkinds = [\"error\"]\ndelay_ms = 0\n";
+    std::fs::write(&config, format!("{CONFIG}{faults}")).unwrap();
+    let dir = f.root.join("faulty");
+    let out = common::fedshard(&[
+        "run",
+        config.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+        "--rounds",
+        "2",
+        "--quiet",
+        "--metrics-addr",
+        "off",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("clients failed"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "one line per round: {stderr}");
+    for line in warnings {
+        assert!(
+            line.contains("4 of 4 clients failed: client ")
+                && line.contains(" error: injected error"),
+            "{line}"
+        );
+    }
+}

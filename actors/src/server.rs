@@ -13,8 +13,8 @@ use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection};
 use crate::host::{ClientHost, stopped_actor};
 use crate::record::{RoundRecord, Summary};
 use crate::round::{
-    FoldContext, Folded, Outcome, RoundSummary, build_tasks, classify, fold, record, update_cosine,
-    validate,
+    ClientFailure, FoldContext, Folded, Outcome, RoundSummary, build_tasks, classify, fold, record,
+    update_cosine, validate,
 };
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, plan_shards};
@@ -384,6 +384,9 @@ impl ServerState {
             answers.envelopes.extend(uploaded.envelopes);
             answers.failures.extend(uploaded.failures);
         }
+        if !answers.failures.is_empty() {
+            log_failures(round, tasks.tasks.len(), &answers.failures);
+        }
         for id in answers.failures.keys() {
             let _ = self
                 .coordinator
@@ -523,4 +526,22 @@ fn selection_probabilities(selection: &RoundSelection) -> BTreeMap<ClientId, f64
         .map(|p| p.0)
         .zip(selection.probabilities.iter().copied())
         .collect()
+}
+
+/// One warning per round that lost clients, with the reasons of the first three: the metrics
+/// count failures by kind, and this says why (a client's error would otherwise stay silent).
+fn log_failures(round: u64, asked: usize, failures: &BTreeMap<ClientId, ClientFailure>) {
+    const SHOWN: usize = 3;
+    let reasons: Vec<String> = failures
+        .iter()
+        .take(SHOWN)
+        .map(|(id, f)| format!("client {id} {}: {}", f.kind.label(), f.reason))
+        .collect();
+    let more = if failures.len() > SHOWN { "; …" } else { "" };
+    tracing::warn!(
+        round,
+        "{} of {asked} clients failed: {}{more}",
+        failures.len(),
+        reasons.join("; ")
+    );
 }

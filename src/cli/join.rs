@@ -58,9 +58,20 @@ pub struct JoinArgs {
 /// Logs to stderr at `info` (`RUST_LOG` overrides), without ractor_cluster's per-session
 /// chatter: the nodes log what matters (refusals, losses, registrations) themselves.
 pub fn init_logging() {
+    init_logging_at("info");
+}
+
+/// Logs warnings only (`RUST_LOG` overrides): for the in-process commands, whose progress has
+/// its own lines, so that what went wrong in a round (failed clients, an unchanged model) is
+/// still said.
+pub fn init_warnings() {
+    init_logging_at("warn");
+}
+
+fn init_logging_at(level: &str) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,ractor=error,ractor_cluster=error")
+        tracing_subscriber::EnvFilter::new(format!("{level},ractor=error,ractor_cluster=error"))
     });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

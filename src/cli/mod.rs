@@ -95,6 +95,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cert(args) => cert::run(&args),
         Command::Sample(args) => print_json(&sample::sample(&args)?),
         Command::Run(args) => {
+            join::init_warnings();
             let summary = run::run(&args)?;
             if !args.quiet {
                 eprintln!(
@@ -153,7 +154,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }) => bench_cluster::cluster_node(&args),
         Command::Oneshot { command } => oneshot::run(command),
         Command::Data { command } => data::run(command),
-        Command::Compare(args) => compare::run(&args),
+        Command::Compare(args) => {
+            join::init_warnings();
+            compare::run(&args)
+        }
         Command::Report(args) => report::run(&args),
     }
 }
