@@ -333,6 +333,13 @@ pub struct Cell {
     pub failed: usize,
 }
 
+impl Cell {
+    /// The 95% t-interval of the mean accuracy over the completed runs ([`t_interval_95`]).
+    pub fn interval_95(&self) -> Option<(f64, f64)> {
+        t_interval_95(self.accuracy_mean, self.accuracy_std, self.completed)
+    }
+}
+
 /// Mean and sample standard deviation (n − 1 in the denominator) of `values`: the std is 0 for
 /// one value, the mean NaN (and the std 0) for none.
 pub fn mean_and_sample_std(values: &[f64]) -> (f64, f64) {
@@ -386,7 +393,7 @@ pub fn t_interval_95(mean: f64, std: f64, n: usize) -> Option<(f64, f64)> {
 /// without a completed run are left out; the no-sharding reference closes each line.
 pub fn ranking(results: &[RunResult], strategies: &[StrategySpec], setups: &[Setup]) -> String {
     let entry = |name: &str, c: &Cell| {
-        let interval = t_interval_95(c.accuracy_mean, c.accuracy_std, c.completed).map_or_else(
+        let interval = c.interval_95().map_or_else(
             || format!(" [n={}]", c.completed),
             |(lo, hi)| format!(" [{:.1}, {:.1}]", 100.0 * lo, 100.0 * hi),
         );
@@ -408,9 +415,10 @@ pub fn ranking(results: &[RunResult], strategies: &[StrategySpec], setups: &[Set
         let _ = write!(out, "- {}:", setup.describe());
         for (k, (name, c)) in ranked.iter().enumerate() {
             if k > 0 {
-                let above = &ranked[k - 1].1;
-                let apart = t_interval_95(above.accuracy_mean, above.accuracy_std, above.completed)
-                    .zip(t_interval_95(c.accuracy_mean, c.accuracy_std, c.completed))
+                let apart = ranked[k - 1]
+                    .1
+                    .interval_95()
+                    .zip(c.interval_95())
                     .is_some_and(|((above_lo, _), (_, hi))| above_lo > hi);
                 out.push_str(if apart { " >" } else { " ≈" });
             }

@@ -194,7 +194,7 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
         "--nodes, --clients-per-node and --params must be at least 1, --rounds at least 2"
     );
     if std::env::var_os("RUST_LOG").is_some() {
-        super::join::init_logging();
+        super::init_logging();
     }
     let clients = args.nodes * args.clients_per_node;
     let ids: Vec<ClientId> = (0..clients as ClientId).collect();
@@ -295,7 +295,7 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
 
 /// A client node of echo clients.
 pub fn cluster_node(args: &ClusterNodeArgs) -> anyhow::Result<()> {
-    super::join::init_logging();
+    super::init_logging();
     let ids = parse_ids(&args.clients).map_err(|e| anyhow!("option --clients: {e}"))?;
     let options = JoinOptions {
         server: args.server.clone(),

@@ -40,18 +40,13 @@ pub struct Row {
 
 /// Evaluates the run's model, then each truncation, on the config's test set.
 pub fn eval(args: &EvalArgs) -> anyhow::Result<Vec<Row>> {
-    let ratios = match &args.keep_top {
-        Some(list) => crate::compare::parse_setups(list)
-            .context("--keep-top")?
-            .iter()
-            .map(|setup| {
-                setup.name.parse::<f64>().map_err(|_| {
-                    anyhow::anyhow!("--keep-top: expected keep ratios in (0, 1], found `mixed`")
-                })
-            })
-            .collect::<anyhow::Result<Vec<f64>>>()?,
+    let ratios: Vec<f64> = match &args.keep_top {
+        Some(list) => crate::compare::parse_list(list).context("--keep-top")?,
         None => Vec::new(),
     };
+    if let Some(bad) = ratios.iter().find(|r| !(**r > 0.0 && **r <= 1.0)) {
+        anyhow::bail!("--keep-top: expected keep ratios in (0, 1], found {bad}");
+    }
     let (config, model) = load_run(&args.run)?;
     let layers = config.model.resolved_sharded_layers()?;
     ensure!(

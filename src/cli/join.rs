@@ -55,31 +55,6 @@ pub struct JoinArgs {
     pub listen: SocketAddr,
 }
 
-/// Logs to stderr at `info` (`RUST_LOG` overrides), without ractor_cluster's per-session
-/// chatter: the nodes log what matters (refusals, losses, registrations) themselves.
-pub fn init_logging() {
-    init_logging_at("info");
-}
-
-/// Logs warnings only (`RUST_LOG` overrides): for the in-process commands, whose progress has
-/// its own lines, so that what went wrong in a round (failed clients, an unchanged model) is
-/// still said.
-pub fn init_warnings() {
-    init_logging_at("warn");
-}
-
-fn init_logging_at(level: &str) {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{level},ractor=error,ractor_cluster=error"))
-    });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -90,7 +65,7 @@ fn hostname() -> String {
 }
 
 pub fn run(args: &JoinArgs) -> anyhow::Result<()> {
-    init_logging();
+    super::init_logging();
     let config = Config::load(&args.config)?;
     let ids = parse_ids(&args.clients).map_err(|e| anyhow::anyhow!("option --clients: {e}"))?;
     let secret = Secret::load(args.secret_file.as_deref()).map_err(anyhow::Error::msg)?;

@@ -63,6 +63,31 @@ pub enum Command {
     },
 }
 
+/// Logs to stderr at `info` (`RUST_LOG` overrides), without ractor_cluster's per-session
+/// chatter: the nodes log what matters (refusals, losses, registrations) themselves.
+pub(crate) fn init_logging() {
+    init_logging_at("info");
+}
+
+/// Logs warnings only (`RUST_LOG` overrides): for the in-process commands, whose progress has
+/// its own lines, so that what went wrong in a round (failed clients, an unchanged model) is
+/// still said.
+pub(crate) fn init_warnings() {
+    init_logging_at("warn");
+}
+
+fn init_logging_at(level: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{level},ractor=error,ractor_cluster=error"))
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string(value)?);
     Ok(())
@@ -95,7 +120,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cert(args) => cert::run(&args),
         Command::Sample(args) => print_json(&sample::sample(&args)?),
         Command::Run(args) => {
-            join::init_warnings();
+            init_warnings();
             let summary = run::run(&args)?;
             if !args.quiet {
                 eprintln!(
@@ -155,7 +180,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Oneshot { command } => oneshot::run(command),
         Command::Data { command } => data::run(command),
         Command::Compare(args) => {
-            join::init_warnings();
+            init_warnings();
             compare::run(&args)
         }
         Command::Report(args) => report::run(&args),

@@ -78,7 +78,7 @@ fn run_folder(args: &ServeArgs) -> anyhow::Result<(Config, PathBuf)> {
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
-    super::join::init_logging();
+    super::init_logging();
     let (config, dir) = run_folder(args)?;
     // Everything that can be wrong on the command line fails before the run folder is touched.
     let secret = Secret::load(args.secret_file.as_deref()).map_err(anyhow::Error::msg)?;

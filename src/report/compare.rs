@@ -52,8 +52,7 @@ pub fn table_csv(results: &[RunResult], strategies: &[StrategySpec], setups: &[S
                 String::new()
             }
         };
-        let (low, high) =
-            compare::t_interval_95(c.accuracy_mean, c.accuracy_std, c.completed).unzip();
+        let (low, high) = c.interval_95().unzip();
         let _ = writeln!(
             out,
             "{},{},{},{},{},{},{},{},{}",
