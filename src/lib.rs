@@ -1,3 +1,7 @@
+//! **fedshard**: the command line and everything that touches files or the user: configs,
+//! building a federation, `compare`, reports and plots.
+//! May depend on: every workspace crate (`strategies`, `protocol`, `training`, `actors`, `cluster`).
+//!
 //! fedshard: federated learning for heterogeneous clients.
 //!
 //! This crate holds everything that touches files, tensors or the user: the command line,

@@ -4,7 +4,7 @@
 //! the accuracy and the uplink bitrate (the live view without Grafana), saved as test artefacts in
 //! `target/test-artefacts/`.
 //!
-//! Needs the `prometheus` binary on `PATH` (Debian: `apt-get install prometheus`; `.ci/run`
+//! Needs the `prometheus` binary on `PATH` (Debian: `apt-get install prometheus`; `cargo xtask test`
 //! installs it). Without it every test fails and says how to get it: a pass always means a real
 //! Prometheus scraped a real run. The screenshot test needs `chromium` as well (Debian: `apt-get
 //! install chromium`) and fails likewise without it. Everything listens on 127.0.0.1; every
@@ -78,7 +78,7 @@ impl Drop for Processes {
 
 /// How to get the binary, for the failure message.
 const INSTALL_HINT: &str = "these tests start a real Prometheus: install it (Debian/Ubuntu: \
-    `apt-get install prometheus`; elsewhere https://prometheus.io/download/) or run `.ci/run`, \
+    `apt-get install prometheus`; elsewhere https://prometheus.io/download/) or run `cargo xtask test`, \
     which installs it";
 
 /// Fails, saying how to install it, unless `prometheus --version` runs and succeeds.
@@ -206,7 +206,7 @@ fn artefacts() -> PathBuf {
 
 const CHROMIUM_HINT: &str = "the live-view test drives headless Chromium: install it (Debian: \
     `apt-get install chromium`; Ubuntu: the `chromium` snap or Google Chrome as `chromium` on \
-    PATH) or run `.ci/run`, which installs it";
+    PATH) or run `cargo xtask test`, which installs it";
 
 /// Runs headless Chromium on `url` twice, with the same virtual rendering time (the page's
 /// scripts fetch and draw the data): once saving a 1280×800 screenshot at `png`, once dumping

@@ -1,3 +1,7 @@
+//! **fedshard-actors**: the in-process actor runtime (server, coordinator, client host),
+//! rounds, deadlines, checkpoints and the Prometheus exporter.
+//! May depend on: `fedshard-strategies`, `fedshard-protocol`; ractor, tokio, prometheus, axum (no burn).
+//!
 //! The fedshard actor runtime: who talks to whom, and when.
 //!
 //! A [`server::Server`] actor holds the global model and drives rounds; a

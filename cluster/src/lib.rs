@@ -1,3 +1,7 @@
+//! **fedshard-cluster**: the same runtime across machines: server and client nodes over
+//! ractor_cluster, the wire frames, the shared secret and TLS.
+//! May depend on: `fedshard-protocol`, `fedshard-actors`; ractor_cluster, rustls (no burn).
+//!
 //! fedshard across machines: a server node and client nodes joined by `ractor_cluster`.
 //!
 //! Only the transport changes; the round logic is the in-process one. On the server node a

@@ -61,7 +61,7 @@ pub fn run(command: DataCommand) -> anyhow::Result<()> {
 }
 
 /// `--cache`, else the user's cache root.
-fn cache_root(cache: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+pub(crate) fn cache_root(cache: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     match cache {
         Some(dir) => Ok(dir.clone()),
         None => default_cache_root().context(

@@ -7,6 +7,8 @@ pub mod cert;
 pub mod compare;
 pub mod data;
 pub mod eval;
+mod fetch_on_use;
+pub mod first_run;
 mod input;
 pub mod join;
 pub mod oneshot;
@@ -43,7 +45,7 @@ pub enum Command {
     Join(join::JoinArgs),
     /// A private CA and node certificate for TLS between nodes.
     Cert(cert::CertArgs),
-    /// Measure the runtime (`orchestration`).
+    /// Measure the runtime: orchestration overhead, local-training throughput, the cluster transport.
     Bench(bench::BenchArgs),
     /// Every sharding strategy × keep-ratio setup × seed on one config: the paper's Table 1.
     Compare(compare::CompareArgs),
@@ -95,6 +97,8 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    first_run::check(&cli.command)?;
+    fetch_on_use::fetch_missing(&cli.command)?;
     match cli.command {
         Command::Probs(args) => print_json(&probs::probs(&args)?),
         Command::Serve(args) => {

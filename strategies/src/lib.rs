@@ -1,3 +1,7 @@
+//! **fedshard-strategies**: the mathematics of fedshard (sharding probabilities, samplers,
+//! selectors, aggregators, compressors), pure and synchronous.
+//! May depend on: no workspace crate; faer, rand, rand_chacha, serde, thiserror (no async, no burn).
+//!
 //! The mathematics of fedshard, pure and synchronous.
 //!
 //! Everything here is computed from numbers alone: singular spectra become inclusion

@@ -1,3 +1,7 @@
+//! **fedshard-training**: what a client needs to train: burn models with factorised layers,
+//! datasets and partitions, the local trainers and evaluators.
+//! May depend on: `fedshard-strategies`, `fedshard-protocol`; burn (no actors, no async runtime).
+//!
 //! Local training for fedshard: everything a client node needs to train its share of the model,
 //! and nothing of the runtime that schedules it.
 //!

