@@ -129,7 +129,7 @@ pub fn parse() -> Cli {
             if missing_config {
                 eprintln!(
                     "\nConfigs that ship (in {}): {}",
-                    config_dir().display(),
+                    config_dir().join("").display(),
                     shipped_list()
                 );
             }
@@ -218,7 +218,7 @@ fn check_config(path: &Path) -> anyhow::Result<()> {
     anyhow::bail!(
         "config file {} not found; {hint}configs that ship (in {}): {}",
         path.display(),
-        config_dir().display(),
+        config_dir().join("").display(),
         shipped_list()
     )
 }

@@ -63,9 +63,13 @@ fn target_dir(repo: &Path) -> PathBuf {
 /// Runs `cargo test --workspace ARGS...` in the workspace root and exits with its status.
 fn cargo_test(repo: &Path, args: &[String]) -> ExitCode {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let line = ["cargo", "test", "--workspace"]
+        .iter()
+        .map(|w| w.to_string())
+        .chain(args.iter().cloned());
     println!(
-        "cargo xtask test: running `cargo test --workspace {}`",
-        args.join(" ")
+        "cargo xtask test: running `{}`",
+        line.collect::<Vec<_>>().join(" ")
     );
     match Command::new(cargo)
         .current_dir(repo)
