@@ -3,6 +3,7 @@
 
 use anyhow::{Context, bail};
 use fedshard_actors::faults::FaultPlan;
+use fedshard_actors::schedule::Staleness;
 use fedshard_protocol::task::Recipe;
 use fedshard_protocol::uplink::{CompressionConfig, Compressor, Host};
 use fedshard_strategies::aggregation::AggregatorName;
@@ -386,6 +387,33 @@ pub struct FederationSection {
     /// the task; an update above it is rejected as `norm_bound` (default: no bound).
     #[serde(default)]
     pub max_update_norm: Option<f64>,
+    /// Over-commitment c ≥ 1: a round asks ⌈c · clients_per_round⌉ clients and closes at the
+    /// first ⌊clients_per_round⌋ accepted updates; the rest are counted `late` and dropped
+    /// (default: none, a round waits for every client or the deadline).
+    #[serde(default)]
+    pub over_commit: Option<f64>,
+    /// `sync` (rounds, the default) or `async` (buffered asynchronous aggregation, FedBuff:
+    /// `run.rounds` then counts applied model versions).
+    #[serde(default)]
+    pub mode: Mode,
+    /// Async mode: the clients training at any time.
+    pub concurrency: Option<usize>,
+    /// Async mode: accepted updates per applied aggregate.
+    pub buffer: Option<usize>,
+    /// Async mode: the staleness weight s(τ), `{ kind = "constant" }` (default),
+    /// `{ kind = "polynomial", a = 0.5 }` or `{ kind = "hinge", a = 10, b = 4 }`.
+    pub staleness: Option<Staleness>,
+}
+
+/// How the server schedules its clients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Rounds: ask clients, wait, aggregate.
+    #[default]
+    Sync,
+    /// Buffered asynchronous aggregation.
+    Async,
 }
 
 fn default_selector() -> SelectorName {
@@ -563,6 +591,7 @@ impl Config {
                 bound.to_string(),
             )?;
         }
+        self.validate_schedule(&field)?;
         field(
             "federation.deadline_ms",
             f.deadline_ms >= 1,
@@ -645,8 +674,83 @@ impl Config {
                 "a probability in [0, 1]",
                 faults.rate.to_string(),
             )?;
+            if let Some(s) = &faults.stragglers {
+                s.validate().map_err(anyhow::Error::msg)?;
+            }
         }
         Ok(())
+    }
+
+    /// The over-commitment and async part of [`Config::validate`].
+    fn validate_schedule(
+        &self,
+        field: &dyn Fn(&str, bool, &str, String) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let f = &self.federation;
+        if let Some(c) = f.over_commit {
+            field(
+                "federation.over_commit",
+                c >= 1.0 && c.is_finite(),
+                "a factor of at least 1",
+                c.to_string(),
+            )?;
+        }
+        if f.mode == Mode::Sync {
+            for (name, set) in [
+                ("concurrency", f.concurrency.is_some()),
+                ("buffer", f.buffer.is_some()),
+                ("staleness", f.staleness.is_some()),
+            ] {
+                field(
+                    &format!("federation.{name}"),
+                    !set,
+                    "no value: it applies only with `mode = \"async\"`",
+                    "a value with mode `sync`".into(),
+                )?;
+            }
+            return Ok(());
+        }
+        field(
+            "federation.over_commit",
+            f.over_commit.is_none(),
+            "no value with `mode = \"async\"` (an async server never waits for a round)",
+            "a value".into(),
+        )?;
+        let clients = self.data.clients();
+        let concurrency = f.concurrency.unwrap_or(0);
+        field(
+            "federation.concurrency",
+            (1..=clients).contains(&concurrency),
+            &format!("with `mode = \"async\"`, the clients training at once, in 1..={clients}"),
+            f.concurrency.map_or("none".into(), |c| c.to_string()),
+        )?;
+        field(
+            "federation.buffer",
+            f.buffer.is_some_and(|b| b >= 1),
+            "with `mode = \"async\"`, the accepted updates per aggregate, at least 1",
+            f.buffer.map_or("none".into(), |b| b.to_string()),
+        )?;
+        if let Some(s) = &f.staleness {
+            s.validate().map_err(anyhow::Error::msg)?;
+        }
+        field(
+            "federation.selector",
+            f.selector == SelectorName::Uniform,
+            "`uniform` with `mode = \"async\"` (idle clients are drawn uniformly; a two-phase selector needs every client's norm at once)",
+            format!("`{}`", f.selector),
+        )?;
+        field(
+            "federation.aggregator",
+            f.aggregator == AggregatorName::Fedavg,
+            "`fedavg` with `mode = \"async\"` (the buffer is folded as FedBuff's sample-weighted, staleness-weighted mean)",
+            format!("`{}`", f.aggregator),
+        )?;
+        field(
+            "federation.compressor",
+            !f.compressor.klms(),
+            "a compressor without KLMS with `mode = \"async\"` (KLMS with stale side information is not supported yet)",
+            format!("`{}`", f.compressor),
+        )
     }
 
     /// The `[compression]` part of [`Config::validate`].

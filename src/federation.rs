@@ -4,10 +4,11 @@
 //! load and partition the data the same way, so a client node trains exactly the data the
 //! in-process run gives that client.
 
-use crate::config::{Config, DataSection, Device, LabelSplit, default_test_fraction};
+use crate::config::{Config, DataSection, Device, LabelSplit, Mode, default_test_fraction};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::faults::FaultyTrainer;
+use fedshard_actors::schedule::AsyncConfig;
 use fedshard_actors::server::{Federation, RuntimeConfig};
 use fedshard_protocol::model::{ModelState, NamedTensor};
 use fedshard_protocol::shard_plan::ShardingPolicy;
@@ -104,6 +105,13 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
         compressor: f.compressor,
         compression: config.compression.clone().unwrap_or_default(),
         max_update_norm: f.max_update_norm,
+        over_commit: f.over_commit,
+        asynchronous: (f.mode == Mode::Async).then(|| AsyncConfig {
+            concurrency: f.concurrency.unwrap_or(1),
+            buffer: f.buffer.unwrap_or(1),
+            staleness: f.staleness.unwrap_or_default(),
+        }),
+        arrival_clock: arrival_clock(config, sizes.len()),
     };
     Ok(Federation {
         config: runtime,
@@ -122,6 +130,25 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
     })
 }
 
+/// The virtual clock of the fault injector's stragglers when they simulate a training time
+/// (`base_delay_ms` > 0): each client's f_c × base delay in µs. Answers are then taken in that
+/// order, so over-commitment's cut-off and async arrival order depend on the seed alone.
+fn arrival_clock(config: &Config, clients: usize) -> Option<BTreeMap<ClientId, u64>> {
+    let stragglers = config.faults.as_ref()?.stragglers.as_ref()?;
+    let base = stragglers.base_delay();
+    if base.is_zero() {
+        return None;
+    }
+    let factors = stragglers.factors(config.run.seed, clients);
+    Some(
+        factors
+            .iter()
+            .enumerate()
+            .map(|(c, f)| (c as ClientId, base.mul_f64(*f).as_micros() as u64))
+            .collect(),
+    )
+}
+
 fn trainers_of(config: &Config, loaded: &Loaded, ids: &[ClientId]) -> anyhow::Result<Trainers> {
     let count = loaded.sizes().len();
     if let Some(bad) = ids.iter().find(|&&id| id as usize >= count) {
@@ -132,12 +159,7 @@ fn trainers_of(config: &Config, loaded: &Loaded, ids: &[ClientId]) -> anyhow::Re
     }
     let mut trainers = loaded.trainers(config, ids)?;
     if let Some(plan) = &config.faults {
-        for trainer in trainers.values_mut() {
-            *trainer = Arc::new(FaultyTrainer {
-                inner: trainer.clone(),
-                plan: plan.clone(),
-            });
-        }
+        FaultyTrainer::wrap_all(&mut trainers, plan, config.run.seed, count);
     }
     Ok(trainers)
 }

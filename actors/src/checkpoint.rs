@@ -12,8 +12,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the layout changes; older checkpoints are refused with a clear error.
-/// Version 4: each history record carries `update_cosine`.
-pub const FORMAT_VERSION: u32 = 4;
+/// Version 4: each history record carries `update_cosine`; version 5: `late` and `staleness`.
+pub const FORMAT_VERSION: u32 = 5;
 pub const FILE_NAME: &str = "checkpoint.bin";
 
 /// Everything needed to continue a run exactly: every random stream is derived from

@@ -84,6 +84,18 @@ impl Registry {
         round: u64,
         norms: Option<&BTreeMap<ClientId, f64>>,
     ) -> Result<RoundSelection, String> {
+        self.select_with_budget(seed, round, norms, self.budget)
+    }
+
+    /// [`Registry::select`] with another budget than the registry's m: over-commitment selects
+    /// with ⌈over_commit · m⌉ and keeps the first updates (see [`over_committed`]).
+    pub fn select_with_budget(
+        &self,
+        seed: u64,
+        round: u64,
+        norms: Option<&BTreeMap<ClientId, f64>>,
+        budget: f64,
+    ) -> Result<RoundSelection, String> {
         let selector = self.selector.build();
         let clusters = self.cluster_keep_ratios();
         let mut stats = self.stats(None);
@@ -107,7 +119,7 @@ impl Registry {
         }
         let mut rng = stream(seed, round, 0, Purpose::Selection);
         let selection = selector
-            .select(&stats, self.budget, &mut rng)
+            .select(&stats, budget, &mut rng)
             .map_err(|e| format!("selector {}: {e}", self.selector))?;
         let participants = selection
             .chosen
@@ -124,6 +136,16 @@ impl Registry {
             probabilities,
         })
     }
+}
+
+/// Over-commitment of a round with budget m (`[federation] over_commit` = c ≥ 1): the clients
+/// asked, ⌈c · m⌉, and the accepted updates that close the round, max(1, ⌊m⌋), which is what a
+/// uniform selection of budget m asks for. For a two-phase selector the first number is the
+/// count of phase-one answers (trained, norm reported) that closes phase one instead.
+pub fn over_committed(budget: f64, over_commit: f64) -> (f64, usize) {
+    let target = (budget.floor() as usize).max(1);
+    let asked = (over_commit * budget).ceil().max(target as f64);
+    (asked, target)
 }
 
 /// For each sorted distinct ratio, its cluster's representative (smallest member).
@@ -156,6 +178,8 @@ pub enum CoordinatorMsg {
         seed: u64,
         round: u64,
         norms: Option<BTreeMap<ClientId, f64>>,
+        /// Overrides the registry's budget (over-commitment); `None` keeps it.
+        budget: Option<f64>,
         reply: RpcReplyPort<Result<RoundSelection, String>>,
     },
     /// Counts a failed round of a client.
@@ -191,9 +215,12 @@ impl Actor for Coordinator {
                 seed,
                 round,
                 norms,
+                budget,
                 reply,
             } => {
-                let _ = reply.send(registry.select(seed, round, norms.as_ref()));
+                let budget = budget.unwrap_or(registry.budget);
+                let _ =
+                    reply.send(registry.select_with_budget(seed, round, norms.as_ref(), budget));
             }
             CoordinatorMsg::CountFailure { client } => {
                 if let Some(c) = registry.clients.get_mut(&client) {
@@ -255,6 +282,18 @@ mod tests {
     }
 
     #[test]
+    fn over_commitment_asks_for_more_and_keeps_the_budget() {
+        assert_eq!(over_committed(10.0, 1.3), (13.0, 10));
+        assert_eq!(over_committed(10.0, 1.0), (10.0, 10));
+        assert_eq!(over_committed(2.5, 1.5), (4.0, 2));
+        assert_eq!(over_committed(0.5, 1.2), (1.0, 1));
+        let r = registry(&[0.5; 20], None);
+        let s = r.select_with_budget(3, 1, None, 13.0).unwrap();
+        assert_eq!(s.participants.len(), 13);
+        assert!(s.probabilities.iter().all(|&p| p == 13.0 / 20.0));
+    }
+
+    #[test]
     fn selection_is_deterministic_under_a_seed() {
         let r = registry(&[0.5; 6], None);
         let a = r.select(3, 1, None).unwrap();
@@ -265,5 +304,68 @@ mod tests {
             r.select(3, 2, None).unwrap(),
             "another round, another draw"
         );
+    }
+
+    /// Over-commitment with the two-phase `optimal-partial` selector closes phase one at the
+    /// first ⌈c · m⌉ norms, and its probabilities p_k are those of a selection among the clients
+    /// that answered: they are not corrected for the clients cut off, whose inclusion
+    /// probability is 0, not p_k. This measures the resulting bias of the Horvitz–Thompson
+    /// estimate `Σ_{k∈S} D_k x_k / (p_k Σ_all D)` of the population mean `Σ D_k x_k / Σ D_k`
+    /// over 4000 rounds: 20 clients, the 8 slow ones (cut off every round, as stragglers are)
+    /// ask for x = 3, the fast ones for x = 1, m = 6 and c = 2 (phase one closes at 12).
+    #[test]
+    fn over_committed_optimal_partial_is_unbiased_only_without_a_cut_off() {
+        let n = 20;
+        let mut r = registry(&[1.0; 20], None);
+        r.selector = SelectorName::OptimalPartial;
+        r.budget = 6.0;
+        for (id, c) in r.clients.iter_mut() {
+            c.samples = 10 + id;
+        }
+        let x = |id: ClientId| if id >= 12 { 3.0 } else { 1.0 };
+        let d = |id: ClientId| (10 + id) as f64;
+        let total: f64 = (0..n).map(d).sum();
+        let truth: f64 = (0..n).map(|k| d(k) * x(k)).sum::<f64>() / total;
+        let (asked, _) = over_committed(r.budget, 2.0);
+        let answered: Vec<ClientId> = (0..asked as u64).collect();
+        let estimate = |round: u64, pool: &[ClientId]| -> f64 {
+            let norms: BTreeMap<ClientId, f64> = pool.iter().map(|&k| (k, x(k))).collect();
+            let s = r.select(11, round, Some(&norms)).unwrap();
+            s.participants
+                .iter()
+                .zip(&s.probabilities)
+                .map(|(&(k, _), p)| d(k) * x(k) / (p * total))
+                .sum()
+        };
+        let rounds = 4000;
+        let all: Vec<ClientId> = (0..n).collect();
+        let mean = |pool: &[ClientId]| -> (f64, f64) {
+            let e: Vec<f64> = (1..=rounds).map(|t| estimate(t, pool)).collect();
+            let m = e.iter().sum::<f64>() / rounds as f64;
+            let var = e.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (rounds - 1) as f64;
+            (m, (var / rounds as f64).sqrt())
+        };
+        let (full, full_se) = mean(&all);
+        let (cut, cut_se) = mean(&answered);
+        // With the cut, E = Σ_{answered} D x / Σ_all D: the slow clients' share is missing.
+        let predicted: f64 = answered.iter().map(|&k| d(k) * x(k)).sum::<f64>() / total;
+        let answered_d: f64 = answered.iter().map(|&k| d(k)).sum();
+        // Re-weighting by Σ_all D / Σ_answered D (a ratio correction) gives the answered mean.
+        let ratio = cut * total / answered_d;
+        eprintln!(
+            "optimal-partial + over_commit 2 (m = 6, 12 of 20 answer): truth {truth:.4}; \
+             no cut-off {full:.4} ± {full_se:.4} (bias {:+.4}); cut-off {cut:.4} ± {cut_se:.4} \
+             (bias {:+.4}, predicted {:+.4}); ratio-corrected {ratio:.4} (bias {:+.4})",
+            full - truth,
+            cut - truth,
+            predicted - truth,
+            ratio - truth
+        );
+        assert!((full - truth).abs() < 4.0 * full_se, "{full} vs {truth}");
+        assert!(
+            (cut - predicted).abs() < 4.0 * cut_se,
+            "{cut} vs {predicted}"
+        );
+        assert!(truth - cut > 0.5, "the cut-off biases the estimate down");
     }
 }

@@ -1,6 +1,11 @@
 //! Deterministic fault injection, so failure handling is exercised by real runs and tests: a
 //! [`FaultyTrainer`] wraps a client's trainer and, in a fraction of (round, client) pairs drawn
 //! from the stream (seed, round, client, Experiment), fails in one of the configured ways.
+//!
+//! It also makes clients slow ([`Stragglers`]): each client gets a fixed slow-down factor
+//! f_c ≥ 1 from the seed, and every task it trains takes f_c times as long as it really did
+//! (plus f_c times a simulated `base_delay_ms`), so rounds that do not wait for the slowest
+//! client can be measured against rounds that do.
 
 use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
@@ -33,13 +38,112 @@ pub enum FaultKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultPlan {
-    /// Probability that a client fails in a given round.
+    /// Probability that a client fails in a given round (default 0: a plan may only slow
+    /// clients down).
+    #[serde(default)]
     pub rate: f64,
     /// The kinds, chosen uniformly among these when a fault happens.
+    #[serde(default)]
     pub kinds: Vec<FaultKind>,
     /// How long a `timeout` fault sleeps (longer than the round deadline).
-    #[serde(with = "millis", rename = "delay_ms")]
+    #[serde(with = "millis", rename = "delay_ms", default)]
     pub delay: Duration,
+    /// Slow clients (`[faults.stragglers]`); none by default.
+    #[serde(default)]
+    pub stragglers: Option<Stragglers>,
+}
+
+/// Which clients are slow and by how much. Each client's factor is fixed for the whole run and
+/// drawn from the seed alone, so a node hosting a client (`fedshard join`) slows it exactly as
+/// the in-process run does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Stragglers {
+    /// round(share · N) clients, chosen by the seed, are `factor` times slower; the others run
+    /// at their own speed.
+    Share {
+        share: f64,
+        factor: f64,
+        /// A simulated training time added to every task before scaling (default 0).
+        #[serde(default)]
+        base_delay_ms: u64,
+    },
+    /// Every client is exp(σ·|z|) times slower, z ~ N(0, 1) per client (a lognormal factor
+    /// folded at 1, so nobody runs faster than it can; median exp(0.674 σ)).
+    Lognormal {
+        sigma: f64,
+        #[serde(default)]
+        base_delay_ms: u64,
+    },
+}
+
+/// The stream slot of the straggler draws: `round` = this, client = the client's index.
+/// Rounds start at 1 and fault draws use (seed, round, client), so no fault draw shares it.
+const STRAGGLER_ROUND: u64 = u64::MAX;
+
+impl Stragglers {
+    /// The simulated training time added to every task, before scaling.
+    pub fn base_delay(&self) -> Duration {
+        match self {
+            Stragglers::Share { base_delay_ms, .. }
+            | Stragglers::Lognormal { base_delay_ms, .. } => Duration::from_millis(*base_delay_ms),
+        }
+    }
+
+    /// The slow-down factor f_c ≥ 1 of every client `0..clients`, deterministic under `seed`.
+    pub fn factors(&self, seed: u64, clients: usize) -> Vec<f64> {
+        let mut draws: Vec<f64> = (0..clients as u64)
+            .map(|c| uniform(&mut stream(seed, STRAGGLER_ROUND, c, Purpose::Experiment)))
+            .collect();
+        match *self {
+            Stragglers::Share { share, factor, .. } => {
+                // The exact share: the round(share · N) clients with the smallest draws.
+                let slow = ((share * clients as f64).round() as usize).min(clients);
+                let mut order: Vec<usize> = (0..clients).collect();
+                order.sort_by(|&a, &b| draws[a].total_cmp(&draws[b]).then(a.cmp(&b)));
+                let mut f = vec![1.0; clients];
+                for &c in &order[..slow] {
+                    f[c] = factor;
+                }
+                f
+            }
+            Stragglers::Lognormal { sigma, .. } => {
+                for (c, d) in draws.iter_mut().enumerate() {
+                    // Box–Muller with the client's own second draw.
+                    let mut rng = stream(seed, STRAGGLER_ROUND, c as u64, Purpose::Experiment);
+                    let (u1, u2) = (uniform(&mut rng), uniform(&mut rng));
+                    let z = (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                    *d = (sigma * z.abs()).exp();
+                }
+                draws
+            }
+        }
+    }
+
+    /// The checks the config runs on this table: the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let bad = |name: &str, expected: &str, found: f64| {
+            Err(format!(
+                "field `faults.stragglers.{name}`: expected {expected}, found {found}"
+            ))
+        };
+        match *self {
+            Stragglers::Share { share, factor, .. } => {
+                if !(0.0..=1.0).contains(&share) {
+                    return bad("share", "a share in [0, 1]", share);
+                }
+                if !(factor >= 1.0 && factor.is_finite()) {
+                    return bad("factor", "a slow-down factor of at least 1", factor);
+                }
+            }
+            Stragglers::Lognormal { sigma, .. } => {
+                if !(sigma >= 0.0 && sigma.is_finite()) {
+                    return bad("sigma", "a non-negative number", sigma);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 mod millis {
@@ -69,10 +173,52 @@ impl FaultPlan {
     }
 }
 
-/// A trainer that fails as its [`FaultPlan`] says and otherwise defers to the wrapped one.
+/// A trainer that fails as its [`FaultPlan`] says and otherwise defers to the wrapped one,
+/// taking `slowdown` times as long (see [`Stragglers`]).
 pub struct FaultyTrainer {
     pub inner: Arc<dyn LocalTrainer>,
     pub plan: FaultPlan,
+    /// This client's factor f_c ≥ 1 ([`Stragglers::factors`]); 1 without stragglers.
+    pub slowdown: f64,
+}
+
+impl FaultyTrainer {
+    /// Wraps every trainer of `trainers` (client ids are their indices among `clients`) with
+    /// `plan`, each with its own slow-down factor.
+    pub fn wrap_all(
+        trainers: &mut std::collections::BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
+        plan: &FaultPlan,
+        seed: u64,
+        clients: usize,
+    ) {
+        let factors = plan
+            .stragglers
+            .as_ref()
+            .map(|s| s.factors(seed, clients))
+            .unwrap_or_default();
+        for (id, trainer) in trainers.iter_mut() {
+            *trainer = Arc::new(FaultyTrainer {
+                inner: trainer.clone(),
+                plan: plan.clone(),
+                slowdown: factors.get(*id as usize).copied().unwrap_or(1.0),
+            });
+        }
+    }
+
+    /// Sleeps so that a task that trained for `trained` took f_c · (trained + base delay).
+    fn straggle(&self, trained: Duration) {
+        let base = self
+            .plan
+            .stragglers
+            .as_ref()
+            .map_or(Duration::ZERO, Stragglers::base_delay);
+        let total = (trained + base).mul_f64(self.slowdown.max(1.0));
+        if let Some(extra) = total.checked_sub(trained)
+            && !extra.is_zero()
+        {
+            std::thread::sleep(extra);
+        }
+    }
 }
 
 impl LocalTrainer for FaultyTrainer {
@@ -88,7 +234,10 @@ impl LocalTrainer for FaultyTrainer {
             Some(FaultKind::Timeout) => std::thread::sleep(self.plan.delay),
             _ => {}
         }
-        let mut output = self.inner.train(task)?;
+        let started = std::time::Instant::now();
+        let trained = self.inner.train(task);
+        self.straggle(started.elapsed());
+        let mut output = trained?;
         match fault {
             Some(FaultKind::NonFinite) => {
                 if let Some(v) = output
@@ -124,5 +273,73 @@ impl LocalTrainer for FaultyTrainer {
             _ => {}
         }
         Ok(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_of_stragglers_is_exact_fixed_by_the_seed_and_changes_with_it() {
+        let s = Stragglers::Share {
+            share: 0.3,
+            factor: 5.0,
+            base_delay_ms: 0,
+        };
+        let f = s.factors(1, 20);
+        assert_eq!(f.iter().filter(|&&x| x == 5.0).count(), 6);
+        assert_eq!(f.iter().filter(|&&x| x == 1.0).count(), 14);
+        assert_eq!(f, s.factors(1, 20));
+        assert_ne!(f, s.factors(2, 20));
+    }
+
+    #[test]
+    fn lognormal_factors_are_at_least_one_and_spread_with_sigma() {
+        let s = Stragglers::Lognormal {
+            sigma: 1.0,
+            base_delay_ms: 0,
+        };
+        let f = s.factors(3, 1000);
+        assert!(f.iter().all(|&x| x >= 1.0));
+        // The median of exp(|z|) is exp(0.674…) ≈ 1.96.
+        let mut sorted = f.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[500];
+        assert!((median - 1.963).abs() < 0.15, "{median}");
+        let none = Stragglers::Lognormal {
+            sigma: 0.0,
+            base_delay_ms: 0,
+        };
+        assert!(none.factors(3, 10).iter().all(|&x| x == 1.0));
+    }
+
+    #[test]
+    fn bad_straggler_tables_name_their_field() {
+        let e = Stragglers::Share {
+            share: 1.5,
+            factor: 5.0,
+            base_delay_ms: 0,
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("faults.stragglers.share"), "{e}");
+        let e = Stragglers::Share {
+            share: 0.5,
+            factor: 0.5,
+            base_delay_ms: 0,
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("faults.stragglers.factor"), "{e}");
+        let plan: FaultPlan = serde_json::from_str(
+            r#"{"stragglers": {"kind": "share", "share": 0.3, "factor": 5.0, "base_delay_ms": 20}}"#,
+        )
+        .unwrap();
+        assert_eq!((plan.rate, plan.kinds.len()), (0.0, 0));
+        assert_eq!(
+            plan.stragglers.unwrap().base_delay(),
+            Duration::from_millis(20)
+        );
     }
 }

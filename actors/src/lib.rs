@@ -15,6 +15,7 @@
 //! Not here: the mathematics (`fedshard-strategies`), the wire types (`fedshard-protocol`),
 //! models, datasets and training (`fedshard-training`), the config and CLI (`fedshard`).
 
+pub mod asynchronous;
 pub mod checkpoint;
 pub mod client;
 pub mod coordinator;
@@ -23,6 +24,7 @@ pub mod host;
 pub mod metrics;
 pub mod record;
 pub mod round;
+pub mod schedule;
 pub mod server;
 
 // With ractor's `cluster` feature (always on, see Cargo.toml) there is no blanket `Message`

@@ -52,6 +52,9 @@ pub struct Metrics {
     expected_discrepancy: GaugeVec,
     learning_rate: GaugeVec,
     update_cosine: GaugeVec,
+    model_version: IntGaugeVec,
+    staleness: HistogramVec,
+    late: IntCounterVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -186,6 +189,20 @@ impl Metrics {
                 "Cosine similarity between the applied update of the global model and the sample-weighted mean of the accepted clients' updates, last round (NaN when the model did not change).",
                 none,
             )?,
+            model_version: int_gauge(
+                "fedshard_model_version",
+                "Versions of the global model applied so far (aggregates that changed it).",
+            )?,
+            staleness: histogram(
+                "fedshard_update_staleness",
+                "Staleness of each accepted update in async mode: model versions applied between the one its client trained from and the one it was folded into.",
+                vec![0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0],
+            )?,
+            late: counter(
+                "fedshard_late_clients_total",
+                "Clients cut off by over-commitment: still training when their round had its updates.",
+                none,
+            )?,
             registry,
         };
         // Series that exist from the start, so dashboards show zeros rather than "no data".
@@ -193,6 +210,8 @@ impl Metrics {
         metrics.downlink_bits.with_label_values(none);
         metrics.successes.with_label_values(none);
         metrics.model_updates.with_label_values(none);
+        metrics.model_version.with_label_values(none);
+        metrics.late.with_label_values(none);
         for kind in FailureKind::ALL {
             metrics.failures.with_label_values(&[kind.label()]);
         }
@@ -238,6 +257,12 @@ impl Metrics {
         }
         if r.model_updated {
             self.model_updates.with_label_values(none).inc();
+            self.model_version.with_label_values(none).inc();
+        }
+        self.late.with_label_values(none).inc_by(r.late as u64);
+        let staleness = self.staleness.with_label_values(none);
+        for tau in &r.staleness {
+            staleness.observe(*tau as f64);
         }
         self.round_duration
             .with_label_values(none)
@@ -419,6 +444,8 @@ mod tests {
             client_uplink_bits: (0..8).map(|c| (c, 125)).collect(),
             seconds: 0.2,
             update_cosine: Some(0.75),
+            late: 2,
+            staleness: vec![0, 1, 3],
         }
     }
 
@@ -445,6 +472,11 @@ mod tests {
             "fedshard_client_uplink_bits_sum{run=\"demo\"} 2000",
             "fedshard_update_cosine{run=\"demo\"} 0.75",
             "fedshard_rejected_updates_total{reason=\"norm_bound\",run=\"demo\"} 0",
+            "fedshard_late_clients_total{run=\"demo\"} 4",
+            "fedshard_model_version{run=\"demo\"} 2",
+            "fedshard_update_staleness_count{run=\"demo\"} 6",
+            "fedshard_update_staleness_sum{run=\"demo\"} 8",
+            "fedshard_update_staleness_bucket{run=\"demo\",le=\"1\"} 4",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

@@ -54,6 +54,15 @@ pub struct RoundRecord {
     /// histories written before it existed.
     #[serde(default)]
     pub update_cosine: Option<f64>,
+    /// Clients cut off by over-commitment (`[federation] over_commit`): still training when the
+    /// round had its updates, so their answers were dropped. Absent in older histories.
+    #[serde(default)]
+    pub late: usize,
+    /// In async mode, the staleness τ of each accepted update: how many model versions were
+    /// applied between the one its client trained from and this one. Empty in synchronous
+    /// rounds and in older histories.
+    #[serde(default)]
+    pub staleness: Vec<u64>,
 }
 
 impl RoundRecord {
@@ -106,6 +115,12 @@ impl RoundRecord {
             csv_float(seconds.iter().copied().fold(f64::NAN, f64::max)),
             csv_float(self.seconds),
             csv_float(self.update_cosine.unwrap_or(f64::NAN)),
+            count(self.late),
+            csv_float(self.staleness.iter().sum::<u64>() as f64 / self.staleness.len() as f64),
+            self.staleness
+                .iter()
+                .max()
+                .map_or(String::new(), u64::to_string),
         ]);
         cells.join(",")
     }
@@ -116,8 +131,8 @@ impl RoundRecord {
 /// (`failures_timeout`, `rejected_stale`, …, every kind always present, so rows of different
 /// rounds line up); the per-cluster `groups` as their count and the least and largest cluster
 /// ANME (`anme` is their mean); `client_train_seconds` as count, mean and maximum (the slowest
-/// client is what a deadline has to cover); `update_cosine` last, empty when the model did not
-/// change.
+/// client is what a deadline has to cover); `update_cosine`, empty when the model did not
+/// change; then `late` and the mean and largest `staleness` (empty in synchronous rounds).
 pub fn csv_header() -> String {
     let mut columns = vec![
         "round".to_string(),
@@ -147,6 +162,9 @@ pub fn csv_header() -> String {
             "client_train_seconds_max",
             "seconds",
             "update_cosine",
+            "late",
+            "staleness_mean",
+            "staleness_max",
         ]
         .map(String::from),
     );
@@ -265,6 +283,8 @@ mod tests {
             client_train_seconds: vec![1.0, 2.0, 6.0],
             seconds: 7.5,
             update_cosine: Some(0.5),
+            late: 0,
+            staleness: vec![],
         }
     }
 

@@ -215,40 +215,46 @@ pub fn validate(
 ) -> Validated {
     let mut v = Validated::default();
     for (id, envelope) in envelopes {
-        let Some(task) = tasks.get(id) else {
-            *v.rejected.entry(RejectionKind::Forged).or_default() += 1;
-            continue;
-        };
-        match open(envelope, task) {
-            Ok(update) => {
-                if let Some(bound) = max_update_norm {
-                    let norm = update_norm(&update, task);
-                    // A NaN norm (which finite values never give) is rejected too.
-                    if norm.is_nan() || norm > bound {
-                        tracing::warn!(
-                            client = id,
-                            norm,
-                            bound,
-                            "update rejected: its norm exceeds federation.max_update_norm"
-                        );
-                        *v.rejected.entry(RejectionKind::NormBound).or_default() += 1;
-                        continue;
-                    }
-                }
-                v.accepted.push(Accepted {
-                    client: *id,
-                    update,
-                    loss: envelope.loss,
-                    train_seconds: envelope.train_seconds,
-                })
-            }
-            Err(rejection) => {
-                tracing::warn!(client = id, %rejection, "update rejected");
-                *v.rejected.entry(rejection.kind()).or_default() += 1;
-            }
+        match check(*id, envelope, tasks.get(id), max_update_norm) {
+            Ok(accepted) => v.accepted.push(accepted),
+            Err(kind) => *v.rejected.entry(kind).or_default() += 1,
         }
     }
     v
+}
+
+/// One envelope of [`validate`], from client `id` that was given `task` (`None`: no task, so
+/// `forged`): the accepted update, or why it was rejected.
+pub fn check(
+    id: ClientId,
+    envelope: &UpdateEnvelope,
+    task: Option<&TrainTask>,
+    max_update_norm: Option<f64>,
+) -> Result<Accepted, RejectionKind> {
+    let task = task.ok_or(RejectionKind::Forged)?;
+    let update = open(envelope, task).map_err(|rejection| {
+        tracing::warn!(client = id, %rejection, "update rejected");
+        rejection.kind()
+    })?;
+    if let Some(bound) = max_update_norm {
+        let norm = update_norm(&update, task);
+        // A NaN norm (which finite values never give) is rejected too.
+        if norm.is_nan() || norm > bound {
+            tracing::warn!(
+                client = id,
+                norm,
+                bound,
+                "update rejected: its norm exceeds federation.max_update_norm"
+            );
+            return Err(RejectionKind::NormBound);
+        }
+    }
+    Ok(Accepted {
+        client: id,
+        update,
+        loss: envelope.loss,
+        train_seconds: envelope.train_seconds,
+    })
 }
 
 /// ‖values − sent‖₂ of a decoded update against its task, in f64: over every dense tensor
@@ -614,11 +620,13 @@ pub fn record(s: &RoundSummary<'_>) -> RoundRecord {
         client_train_seconds: accepted.iter().map(|a| a.train_seconds).collect(),
         seconds: s.seconds,
         update_cosine: s.update_cosine,
+        late: 0,
+        staleness: vec![],
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::coordinator::ClientRecord;
     use fedshard_protocol::model::NamedTensor;
@@ -631,7 +639,7 @@ mod tests {
     use fedshard_strategies::sharding::plan::{Base, StrategySpec};
     use fedshard_strategies::svd::recompose;
 
-    fn global() -> ModelState {
+    pub(crate) fn global() -> ModelState {
         ModelState::new(vec![
             NamedTensor::new("b", vec![2], vec![0.5, -0.5]).unwrap(),
             NamedTensor::new("w", vec![2, 3], vec![3.0, 0.0, 1.0, 0.0, 2.0, 0.5]).unwrap(),
@@ -639,7 +647,7 @@ mod tests {
         .unwrap()
     }
 
-    fn policy() -> ShardingPolicy {
+    pub(crate) fn policy() -> ShardingPolicy {
         ShardingPolicy {
             strategy: StrategySpec::new(Base::TopN),
             sampler: SamplerName::ConditionalPoisson,
@@ -647,7 +655,7 @@ mod tests {
         }
     }
 
-    fn recipe() -> Recipe {
+    pub(crate) fn recipe() -> Recipe {
         Recipe {
             learning_rate: 0.1,
             epochs: 1,
@@ -658,7 +666,7 @@ mod tests {
         }
     }
 
-    fn registry(samples: &[(ClientId, u64)]) -> Registry {
+    pub(crate) fn registry(samples: &[(ClientId, u64)]) -> Registry {
         Registry {
             clients: samples
                 .iter()
@@ -679,12 +687,12 @@ mod tests {
     }
 
     /// The round's plan and tasks for clients 1 and 2 at keep ratio 0.5 (one of two terms).
-    fn planned() -> (ShardPlan, Tasks) {
+    pub(crate) fn planned() -> (ShardPlan, Tasks) {
         planned_with(&[(1, 0.5), (2, 0.5)])
     }
 
     /// The round's plan and tasks for `(client, keep ratio)` participants.
-    fn planned_with(clients: &[(ClientId, f64)]) -> (ShardPlan, Tasks) {
+    pub(crate) fn planned_with(clients: &[(ClientId, f64)]) -> (ShardPlan, Tasks) {
         let participants: Vec<Participant> = clients
             .iter()
             .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
@@ -701,7 +709,7 @@ mod tests {
         (plan, tasks)
     }
 
-    fn envelope(task: &TrainTask, output: &TrainOutput) -> UpdateEnvelope {
+    pub(crate) fn envelope(task: &TrainTask, output: &TrainOutput) -> UpdateEnvelope {
         UpdateEnvelope {
             client: task.client,
             round: task.round,
@@ -713,7 +721,7 @@ mod tests {
     }
 
     /// What a client that trained zero steps returns: its task, unchanged.
-    fn unchanged(task: &TrainTask) -> TrainOutput {
+    pub(crate) fn unchanged(task: &TrainTask) -> TrainOutput {
         TrainOutput {
             dense: task.dense.clone(),
             shards: task.shards.clone(),
@@ -722,7 +730,7 @@ mod tests {
     }
 
     /// Adds `step` to every factor value of the output's first shard.
-    fn shift_factors(out: &mut TrainOutput, step: f32) {
+    pub(crate) fn shift_factors(out: &mut TrainOutput, step: f32) {
         let s = &mut out.shards[0];
         s.left
             .iter_mut()
@@ -730,7 +738,10 @@ mod tests {
             .for_each(|x| *x += step);
     }
 
-    fn accepted(tasks: &Tasks, edit: impl Fn(ClientId, &mut TrainOutput)) -> Vec<Accepted> {
+    pub(crate) fn accepted(
+        tasks: &Tasks,
+        edit: impl Fn(ClientId, &mut TrainOutput),
+    ) -> Vec<Accepted> {
         let envelopes = tasks
             .tasks
             .iter()
@@ -745,7 +756,7 @@ mod tests {
         v.accepted
     }
 
-    fn context<'a>(
+    pub(crate) fn context<'a>(
         registry: &'a Registry,
         probabilities: &'a BTreeMap<ClientId, f64>,
         failures: &'a BTreeMap<ClientId, ClientFailure>,
@@ -759,7 +770,7 @@ mod tests {
         }
     }
 
-    fn fedavg() -> Box<dyn Aggregator> {
+    pub(crate) fn fedavg() -> Box<dyn Aggregator> {
         AggregatorName::Fedavg.build().unwrap()
     }
 
@@ -943,7 +954,7 @@ mod tests {
     }
 
     /// Tasks of clients 1 and 2 for the whole model, trained densely.
-    fn dense_tasks() -> Tasks {
+    pub(crate) fn dense_tasks() -> Tasks {
         let participants = [1, 2].map(|client| Participant {
             client,
             keep_ratio: 1.0,

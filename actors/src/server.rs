@@ -6,16 +6,22 @@
 //! [`crate::round`]: classify the answers, open and check each update against its task, fold the
 //! accepted ones through the aggregation policy, and record. Heavy work (SVD, aggregation,
 //! evaluation) runs on blocking threads so the executor keeps delivering messages.
+//!
+//! With `[federation] over_commit` a round asks more clients than it needs and closes at the
+//! first updates it accepts; with `mode = "async"` there are no rounds at all, and each
+//! `NextRound` runs [`crate::asynchronous`] until the next model version is applied.
 
+use crate::asynchronous::AsyncRun;
 use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
-use crate::client::ClientMsg;
-use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection};
+use crate::client::{ClientMsg, ClientReply};
+use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection, over_committed};
 use crate::host::{ClientHost, stopped_actor};
 use crate::record::{RoundRecord, Summary};
 use crate::round::{
-    ClientFailure, FoldContext, Folded, Outcome, RoundSummary, build_tasks, classify, fold, record,
-    update_cosine, validate,
+    ClientFailure, FoldContext, Folded, Outcome, RoundSummary, build_tasks, check, classify, fold,
+    record, update_cosine, validate,
 };
+use crate::schedule::{Arrivals, AsyncConfig};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, plan_shards};
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
@@ -31,7 +37,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
 
 /// The runtime's part of a run configuration (validated by the caller).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +61,18 @@ pub struct RuntimeConfig {
     /// server against its task, exceeds this is rejected as `norm_bound`; `None`, no bound.
     #[serde(default)]
     pub max_update_norm: Option<f64>,
+    /// `[federation] over_commit` c: a round asks ⌈c · m⌉ clients and closes at the first ⌊m⌋
+    /// accepted updates ([`over_committed`]); the others are `late`. `None`: wait for all.
+    #[serde(default)]
+    pub over_commit: Option<f64>,
+    /// `[federation] mode = "async"` and its settings; `None`: synchronous rounds.
+    #[serde(default)]
+    pub asynchronous: Option<AsyncConfig>,
+    /// Each client's simulated task duration in µs, from the fault injector's stragglers
+    /// (`base_delay_ms` × factor); when set, answers are taken in this virtual clock's order
+    /// ([`Arrivals`]), so over-commitment's cut-off and async arrivals depend on the seed alone.
+    #[serde(default)]
+    pub arrival_clock: Option<BTreeMap<ClientId, u64>>,
 }
 
 impl RuntimeConfig {
@@ -108,6 +125,13 @@ impl Federation {
         cp.model
             .check_compatible(&self.model)
             .map_err(|e| format!("checkpoint model does not fit the configured model: {e}"))?;
+        if self.config.asynchronous.is_some() {
+            tracing::warn!(
+                "resuming an async run from model version {}: the partial buffer and the work \
+                 outstanding at the checkpoint are dropped and re-issued",
+                cp.history.len()
+            );
+        }
         self.model = cp.model;
         self.registry = cp.registry;
         self.history = cp.history;
@@ -169,11 +193,13 @@ pub enum ServerMsg {
 }
 
 pub struct ServerState {
-    fed: Federation,
-    coordinator: ActorRef<CoordinatorMsg>,
+    pub(crate) fed: Federation,
+    pub(crate) coordinator: ActorRef<CoordinatorMsg>,
     /// The registered client actors; a selected client without one is `unreachable`.
-    clients: BTreeMap<ClientId, ActorRef<ClientMsg>>,
+    pub(crate) clients: BTreeMap<ClientId, ActorRef<ClientMsg>>,
     done: Option<oneshot::Sender<Result<(ModelState, Summary), String>>>,
+    /// Async mode: the work in flight and the buffer, kept between model versions.
+    pub(crate) asynchronous: Option<AsyncRun>,
 }
 
 type DoneSender = oneshot::Sender<Result<(ModelState, Summary), String>>;
@@ -195,6 +221,7 @@ impl Actor for Server {
             coordinator,
             clients: BTreeMap::new(),
             done: Some(done),
+            asynchronous: None,
         })
     }
 
@@ -222,7 +249,12 @@ impl Actor for Server {
                     state.finish(Ok(()));
                     return Ok(());
                 }
-                match state.run_round(round).await {
+                let step = if state.fed.config.asynchronous.is_some() {
+                    state.async_step(round).await
+                } else {
+                    state.run_round(round).await
+                };
+                match step {
                     Ok(()) => myself.send_message(ServerMsg::NextRound)?,
                     Err(e) => state.finish(Err(format!("round {round}: {e}"))),
                 }
@@ -256,75 +288,71 @@ impl ServerState {
         &self,
         round: u64,
         norms: Option<BTreeMap<ClientId, f64>>,
+        budget: Option<f64>,
     ) -> Result<RoundSelection, String> {
         let seed = self.fed.config.seed;
         call!(self.coordinator, |reply| CoordinatorMsg::Select {
             seed,
             round,
             norms,
+            budget,
             reply
         })
         .map_err(|e| format!("coordinator unreachable: {e}"))?
     }
 
-    /// Sends every task and waits for the replies until the deadline.
+    /// Sends every task and waits for the replies until the deadline. With `close = (n,
+    /// counts)`, stops at the n-th answer that `counts` and returns the clients still training
+    /// as late (their answers are dropped).
     async fn dispatch(
         &self,
         messages: Vec<(ClientId, Option<Box<TrainTask>>)>,
         upload: bool,
         round: u64,
-    ) -> BTreeMap<ClientId, Outcome> {
+        close: Option<(usize, &(dyn Fn(ClientId, &Outcome) -> bool + Sync))>,
+    ) -> (BTreeMap<ClientId, Outcome>, Vec<ClientId>) {
         let deadline = self.fed.config.deadline;
-        let mut set = JoinSet::new();
+        let mut arrivals = Arrivals::new(self.fed.config.arrival_clock.clone());
+        let mut asked = Vec::new();
         for (id, task) in messages {
             let Some(actor) = self.clients.get(&id).cloned() else {
                 continue;
             };
-            set.spawn(async move {
-                let result = match task {
-                    Some(task) => {
-                        actor
-                            .call(
-                                |reply| ClientMsg::Train {
-                                    task,
-                                    upload,
-                                    reply,
-                                },
-                                Some(deadline),
-                            )
-                            .await
-                    }
-                    None => {
-                        actor
-                            .call(|reply| ClientMsg::Upload { round, reply }, Some(deadline))
-                            .await
-                    }
-                };
-                let outcome = match result {
-                    Ok(ractor::rpc::CallResult::Success(reply)) => Outcome::Reply(reply),
-                    Ok(ractor::rpc::CallResult::Timeout) => Outcome::Timeout,
-                    Ok(ractor::rpc::CallResult::SenderError) => {
-                        Outcome::Unreachable("client dropped the reply".into())
-                    }
-                    Err(e) => Outcome::Unreachable(e.to_string()),
-                };
-                (id, outcome)
-            });
+            asked.push(id);
+            arrivals.push(id, call_client(actor, task, upload, round, deadline));
         }
         let mut outcomes = BTreeMap::new();
-        while let Some(joined) = set.join_next().await {
-            if let Ok((id, outcome)) = joined {
+        let mut counted = 0;
+        while let Some((id, outcome)) = arrivals.next().await {
+            if let Some((n, counts)) = close {
+                counted += usize::from(counts(id, &outcome));
+                outcomes.insert(id, outcome);
+                if counted >= n {
+                    break;
+                }
+            } else {
                 outcomes.insert(id, outcome);
             }
         }
-        outcomes
+        arrivals.abandon();
+        let late = asked
+            .into_iter()
+            .filter(|id| !outcomes.contains_key(id))
+            .collect();
+        (outcomes, late)
     }
 
     async fn run_round(&mut self, round: u64) -> Result<(), String> {
         let started = Instant::now();
         let config = self.fed.config.clone();
         let two_phase = self.fed.registry.two_phase();
-        let first = self.select(round, None).await?;
+        // Over-commitment: a one-phase round asks more clients; a two-phase round asks everyone
+        // in phase one anyway and closes that phase early instead.
+        let over = config
+            .over_commit
+            .map(|c| over_committed(self.fed.registry.budget, c));
+        let budget = over.filter(|_| !two_phase).map(|(asked, _)| asked);
+        let first = self.select(round, None, budget).await?;
         let participants: Vec<Participant> = first
             .participants
             .iter()
@@ -371,15 +399,36 @@ impl ServerState {
             .iter()
             .map(|(id, t)| (*id, Some(Box::new(t.clone()))))
             .collect();
-        let outcomes = self.dispatch(messages, !two_phase, round).await;
-        let mut answers = classify(tasks.tasks.keys().copied(), outcomes);
+        // What closes an over-committed phase: an update that passes every check, or in phase
+        // one of a two-phase round a reported norm.
+        let counts = |id: ClientId, outcome: &Outcome| match outcome {
+            Outcome::Reply(ClientReply::Update(e)) if !two_phase => {
+                check(id, e, tasks.tasks.get(&id), config.max_update_norm).is_ok()
+            }
+            Outcome::Reply(ClientReply::Trained { .. }) => two_phase,
+            _ => false,
+        };
+        let close = over.map(|(asked, target)| {
+            let n = if two_phase { asked as usize } else { target };
+            (n, &counts as &(dyn Fn(ClientId, &Outcome) -> bool + Sync))
+        });
+        let (outcomes, late) = self.dispatch(messages, !two_phase, round, close).await;
+        if !late.is_empty() {
+            tracing::info!(
+                round,
+                late = late.len(),
+                "round closed at its over-committed target; late clients' answers are dropped"
+            );
+        }
+        let answered = tasks.tasks.keys().copied().filter(|id| !late.contains(id));
+        let mut answers = classify(answered, outcomes);
         if two_phase {
             let second = self
-                .select(round, Some(std::mem::take(&mut answers.norms)))
+                .select(round, Some(std::mem::take(&mut answers.norms)), None)
                 .await?;
             probabilities = selection_probabilities(&second);
             let uploads = second.participants.iter().map(|p| (p.0, None)).collect();
-            let outcomes = self.dispatch(uploads, true, round).await;
+            let (outcomes, _) = self.dispatch(uploads, true, round, None).await;
             let uploaded = classify(second.participants.iter().map(|p| p.0), outcomes);
             answers.envelopes.extend(uploaded.envelopes);
             answers.failures.extend(uploaded.failures);
@@ -460,7 +509,7 @@ impl ServerState {
         let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
             .await
             .map_err(|e| format!("evaluation panicked: {e}"))?;
-        let record = record(&RoundSummary {
+        let mut record = record(&RoundSummary {
             round,
             tasks: &tasks,
             envelopes: &answers.envelopes,
@@ -474,6 +523,7 @@ impl ServerState {
             seconds: started.elapsed().as_secs_f64(),
             update_cosine,
         });
+        record.late = late.len();
         self.fed.history.push(record.clone());
         self.persist(&record).await?;
         if let Some(events) = &self.fed.events {
@@ -484,7 +534,7 @@ impl ServerState {
 
     /// Checkpoint first, then the metrics lines (JSON, then CSV): a crash between them is repaired
     /// on resume, which rewrites `metrics.jsonl` and `metrics.csv` from the checkpoint's history.
-    async fn persist(&mut self, record: &RoundRecord) -> Result<(), String> {
+    pub(crate) async fn persist(&mut self, record: &RoundRecord) -> Result<(), String> {
         let Some(dir) = self.fed.run_dir.clone() else {
             return Ok(());
         };
@@ -515,6 +565,44 @@ impl ServerState {
         })
         .await
         .map_err(|e| format!("checkpoint writer panicked: {e}"))?
+    }
+}
+
+/// Asks `actor` to train `task` (or, with `None`, to upload the update it kept from phase one
+/// of `round`) and waits at most `deadline` for its answer.
+pub(crate) async fn call_client(
+    actor: ActorRef<ClientMsg>,
+    task: Option<Box<TrainTask>>,
+    upload: bool,
+    round: u64,
+    deadline: Duration,
+) -> Outcome {
+    let result = match task {
+        Some(task) => {
+            actor
+                .call(
+                    |reply| ClientMsg::Train {
+                        task,
+                        upload,
+                        reply,
+                    },
+                    Some(deadline),
+                )
+                .await
+        }
+        None => {
+            actor
+                .call(|reply| ClientMsg::Upload { round, reply }, Some(deadline))
+                .await
+        }
+    };
+    match result {
+        Ok(ractor::rpc::CallResult::Success(reply)) => Outcome::Reply(reply),
+        Ok(ractor::rpc::CallResult::Timeout) => Outcome::Timeout,
+        Ok(ractor::rpc::CallResult::SenderError) => {
+            Outcome::Unreachable("client dropped the reply".into())
+        }
+        Err(e) => Outcome::Unreachable(e.to_string()),
     }
 }
 

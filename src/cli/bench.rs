@@ -122,6 +122,9 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             compressor: Compressor::Identity,
             compression: Default::default(),
             max_update_norm: None,
+            over_commit: None,
+            asynchronous: None,
+            arrival_clock: None,
         },
         model: ModelState::new(vec![NamedTensor::zeros("weight", vec![10])])
             .map_err(anyhow::Error::msg)?,

@@ -1,0 +1,258 @@
+//! Rounds that do not wait for the slowest client: over-commitment's cut-off, buffered
+//! asynchronous aggregation (determinism under the injector's clock, staleness, resume) and the
+//! config errors of both.
+
+use fedshard::config::Config;
+use fedshard::federation;
+use fedshard_actors::faults::Stragglers;
+use fedshard_actors::record::Summary;
+use fedshard_protocol::model::ModelState;
+use std::path::Path;
+
+/// Six ridge clients (closed-form local fits, so the test costs the schedule, not training);
+/// half of them 20× slower under a simulated 10 ms training time, so the injector's virtual
+/// clock orders every answer.
+const RIDGE: &str = r#"
+[run]
+name = "test-stragglers"
+seed = 5
+rounds = 4
+
+[data]
+dataset = "synthetic-linear"
+clients = 6
+dim = 8
+test_samples = 200
+
+[model]
+kind = "ridge"
+
+[federation]
+clients_per_round = 3
+over_commit = 2.0
+deadline_ms = 20000
+
+[faults.stragglers]
+kind = "share"
+share = 0.5
+factor = 20.0
+base_delay_ms = 10
+"#;
+
+/// The sharded softmax digits in async mode: 10 clients, 4 training at once, an aggregate every
+/// 2 updates, polynomial staleness; lognormal stragglers on a 5 ms simulated training time fix
+/// the arrival order.
+const DIGITS_ASYNC: &str = r#"
+[run]
+name = "test-async"
+seed = 3
+rounds = 6
+
+[data]
+dataset = "digits"
+clients = 10
+alpha = 1.0
+min_samples = 20
+
+[model]
+kind = "softmax"
+sharded_layers = ["fc0.weight"]
+
+[training]
+learning_rate = 0.1
+epochs = 1
+
+[federation]
+clients_per_round = 4
+strategy = "unbiased"
+keep_ratios = [{ ratio = 1.0, share = 0.5 }, { ratio = 0.4, share = 0.5 }]
+deadline_ms = 20000
+mode = "async"
+concurrency = 4
+buffer = 2
+staleness = { kind = "polynomial", a = 0.5 }
+
+[faults.stragglers]
+kind = "lognormal"
+sigma = 1.0
+base_delay_ms = 5
+"#;
+
+fn config(text: &str) -> Config {
+    Config::parse(text, Path::new("test.toml")).expect("valid test config")
+}
+
+fn run(config: &Config) -> (ModelState, Summary) {
+    federation::run_to_end(config).expect("run completes")
+}
+
+fn error(text: &str) -> String {
+    format!(
+        "{:#}",
+        Config::parse(text, Path::new("bad.toml")).expect_err("invalid config")
+    )
+}
+
+/// Every client is asked (⌈2 · 3⌉ = 6) and the round closes at the first 3 accepted updates:
+/// exactly the three clients at full speed, every round; the slow three are late, never failed.
+#[test]
+fn over_commit_closes_each_round_at_the_first_k_updates_and_counts_the_rest_late() {
+    let c = config(RIDGE);
+    let factors = c
+        .faults
+        .as_ref()
+        .and_then(|f| f.stragglers.as_ref())
+        .map(|s| s.factors(c.run.seed, 6))
+        .expect("stragglers");
+    let fast: Vec<u64> = (0..6).filter(|&i| factors[i as usize] == 1.0).collect();
+    assert_eq!(fast.len(), 3);
+    let (model, summary) = run(&c);
+    assert_eq!(summary.rounds_completed, 4);
+    for r in &summary.per_round {
+        assert_eq!(
+            (r.participants, r.successes, r.late),
+            (6, 3, 3),
+            "round {}",
+            r.round
+        );
+        assert_eq!(r.failures_total(), 0, "round {}", r.round);
+        let answered: Vec<u64> = r.client_uplink_bits.keys().copied().collect();
+        assert_eq!(answered, fast, "round {}", r.round);
+        assert!(r.model_updated);
+    }
+    // The cut-off is the seed's, not the scheduler's: a second run is bit-identical.
+    let (again, _) = run(&c);
+    assert_eq!(model.to_bytes(), again.to_bytes());
+    // Without over-commitment the round waits for everyone.
+    let mut all = c.clone();
+    all.federation.over_commit = None;
+    all.federation.clients_per_round = 6.0;
+    all.run.rounds = 1;
+    let (_, summary) = run(&all);
+    let r = &summary.per_round[0];
+    assert_eq!((r.participants, r.successes, r.late), (6, 6, 0));
+}
+
+#[test]
+fn async_runs_are_deterministic_under_the_injectors_clock_and_learn() {
+    let c = config(DIGITS_ASYNC);
+    let (model, summary) = run(&c);
+    assert_eq!(summary.rounds_completed, 6);
+    for r in &summary.per_round {
+        assert_eq!(r.successes, 2, "version {}", r.round);
+        assert_eq!(r.staleness.len(), 2);
+        assert!(r.model_updated);
+    }
+    // Four clients in flight and an aggregate every two updates: some updates are stale.
+    let stale: Vec<u64> = summary
+        .per_round
+        .iter()
+        .flat_map(|r| r.staleness.clone())
+        .collect();
+    assert!(stale.iter().any(|&t| t > 0), "{stale:?}");
+    // The first version's updates were all trained from version 0.
+    assert_eq!(summary.per_round[0].staleness, vec![0, 0]);
+    let first = summary.per_round[0].accuracy;
+    assert!(
+        summary.final_accuracy > 0.2 && summary.final_accuracy >= first - 0.05,
+        "{first} -> {}",
+        summary.final_accuracy
+    );
+    let (again, summary2) = run(&c);
+    assert_eq!(model.to_bytes(), again.to_bytes(), "same seed, same model");
+    let taus = |s: &Summary| -> Vec<Vec<u64>> {
+        s.per_round.iter().map(|r| r.staleness.clone()).collect()
+    };
+    assert_eq!(taus(&summary), taus(&summary2));
+    let mut other = c.clone();
+    other.run.seed = 4;
+    assert_ne!(run(&other).0.to_bytes(), model.to_bytes());
+}
+
+/// An async run stopped after 3 versions and resumed to 5 continues from version 3 (the model
+/// and history of its checkpoint), re-issuing the work that was outstanding.
+#[test]
+fn an_async_run_resumes_from_its_last_applied_version() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = config(DIGITS_ASYNC);
+    c.run.rounds = 3;
+    let start = |c: &Config| {
+        let (mut fed, trainers) = federation::in_process(c).expect("federation");
+        fed.run_dir = Some(dir.path().to_path_buf());
+        let resumed = fed.resume_from_checkpoint().expect("resume");
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        let out = runtime
+            .block_on(fedshard_actors::server::run(fed, trainers))
+            .expect("run");
+        (resumed, out)
+    };
+    let (resumed, (_, first)) = start(&c);
+    assert!(!resumed);
+    assert_eq!(first.rounds_completed, 3);
+    c.run.rounds = 5;
+    let (resumed, (_, second)) = start(&c);
+    assert!(resumed);
+    assert_eq!(second.rounds_completed, 5);
+    assert_eq!(second.per_round.len(), 5);
+    assert_eq!(second.per_round[..3], first.per_round[..]);
+    // The resumed versions start from fresh work: nothing in the buffer is older than the
+    // checkpoint's version.
+    assert!(second.per_round[3].staleness.iter().all(|&t| t == 0));
+    let lines = std::fs::read_to_string(dir.path().join("metrics.jsonl")).expect("metrics");
+    assert_eq!(lines.lines().count(), 5);
+}
+
+#[test]
+fn schedule_settings_are_validated_with_the_field_named() {
+    let sync_with_async_fields = RIDGE.replace("over_commit = 2.0", "buffer = 2");
+    let e = error(&sync_with_async_fields);
+    assert!(
+        e.contains("federation.buffer") && e.contains("async"),
+        "{e}"
+    );
+    let e = error(&RIDGE.replace("over_commit = 2.0", "over_commit = 0.5"));
+    assert!(
+        e.contains("federation.over_commit") && e.contains("at least 1"),
+        "{e}"
+    );
+    let e = error(&DIGITS_ASYNC.replace("concurrency = 4\n", ""));
+    assert!(
+        e.contains("federation.concurrency") && e.contains("none"),
+        "{e}"
+    );
+    let e = error(&DIGITS_ASYNC.replace("concurrency = 4", "concurrency = 11"));
+    assert!(
+        e.contains("federation.concurrency") && e.contains("1..=10"),
+        "{e}"
+    );
+    let e = error(&DIGITS_ASYNC.replace("buffer = 2", "buffer = 0"));
+    assert!(e.contains("federation.buffer"), "{e}");
+    let e = error(&DIGITS_ASYNC.replace(
+        "clients_per_round = 4",
+        "clients_per_round = 4\nselector = \"optimal-partial\"\naggregator = \"inverse-probability\"",
+    ));
+    assert!(
+        e.contains("federation.selector") && e.contains("uniform"),
+        "{e}"
+    );
+    let e = error(&DIGITS_ASYNC.replace("mode = \"async\"", "mode = \"async\"\nover_commit = 1.5"));
+    assert!(e.contains("federation.over_commit"), "{e}");
+    let e = error(&DIGITS_ASYNC.replace("a = 0.5", "a = -1"));
+    assert!(e.contains("federation.staleness.a"), "{e}");
+    let e = error(&DIGITS_ASYNC.replace("sigma = 1.0", "sigma = -1.0"));
+    assert!(e.contains("faults.stragglers.sigma"), "{e}");
+    let e = error(&DIGITS_ASYNC.replace(
+        "clients_per_round = 4",
+        "clients_per_round = 4\ncompressor = \"qsgd-klms\"",
+    ));
+    assert!(
+        e.contains("federation.compressor") && e.contains("KLMS"),
+        "{e}"
+    );
+    // The lognormal table parses into its own variant.
+    let c = config(DIGITS_ASYNC);
+    assert!(matches!(
+        c.faults.and_then(|f| f.stragglers),
+        Some(Stragglers::Lognormal { .. })
+    ));
+}
