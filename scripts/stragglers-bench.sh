@@ -12,8 +12,8 @@ if [ $# -gt 0 ]; then seeds=("$@"); else seeds=(1 2 3); fi
 out=$(mktemp -d)
 echo "uptime: $(uptime)"
 printf '%-12s %4s %14s %10s %10s %9s\n' mode seed "t(acc>=0.9) s" final_acc wall_s late
-for mode in sync over-commit async; do
-  for seed in "${seeds[@]}"; do
+for seed in "${seeds[@]}"; do
+  for mode in sync over-commit async; do
     dir="$out/$mode-$seed"
     start=$(date +%s.%N)
     "$bin" run "config/stragglers/digits-cnn-$mode.toml" --seed "$seed" --out "$dir" \

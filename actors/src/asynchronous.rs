@@ -545,8 +545,8 @@ mod tests {
         );
     }
 
-    /// A sharded client trained on version 0's SVD; the model has moved on (every value of `w`
-    /// + 0.5). Its term change `1.5 u vᵀ − u vᵀ`, formed on the old basis, is added to the new
+    /// A sharded client trained on version 0's SVD; the model has moved on (0.5 added to every
+    /// value of `w`). Its term change `1.5 u vᵀ − u vᵀ`, formed on the old basis, is added to the new
     /// weights as it is.
     #[test]
     fn a_term_change_from_an_older_basis_is_added_to_the_newer_model() {

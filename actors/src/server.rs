@@ -309,7 +309,7 @@ impl ServerState {
         messages: Vec<(ClientId, Option<Box<TrainTask>>)>,
         upload: bool,
         round: u64,
-        close: Option<(usize, &(dyn Fn(ClientId, &Outcome) -> bool + Sync))>,
+        close: Option<(usize, &Counts<'_>)>,
     ) -> (BTreeMap<ClientId, Outcome>, Vec<ClientId>) {
         let deadline = self.fed.config.deadline;
         let mut arrivals = Arrivals::new(self.fed.config.arrival_clock.clone());
@@ -410,7 +410,7 @@ impl ServerState {
         };
         let close = over.map(|(asked, target)| {
             let n = if two_phase { asked as usize } else { target };
-            (n, &counts as &(dyn Fn(ClientId, &Outcome) -> bool + Sync))
+            (n, &counts as &Counts<'_>)
         });
         let (outcomes, late) = self.dispatch(messages, !two_phase, round, close).await;
         if !late.is_empty() {
@@ -567,6 +567,9 @@ impl ServerState {
         .map_err(|e| format!("checkpoint writer panicked: {e}"))?
     }
 }
+
+/// Which answers count towards closing an over-committed phase.
+type Counts<'a> = dyn Fn(ClientId, &Outcome) -> bool + Sync + 'a;
 
 /// Asks `actor` to train `task` (or, with `None`, to upload the update it kept from phase one
 /// of `round`) and waits at most `deadline` for its answer.
