@@ -10,6 +10,7 @@ use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::LayerShard;
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use fedshard_strategies::svd::factorize;
+use fedshard_training::models::kernels::{ConvGeometry, conv2d};
 use fedshard_training::models::layers::{Affine, Conv, Factors, Weight, param};
 use fedshard_training::models::net::Architecture;
 use fedshard_training::train::neural::{CpuTraining, clip_lr, frobenius_decay, single_client_task};
@@ -280,30 +281,78 @@ fn a_conv_decomposed_with_all_terms_reproduces_the_conv() {
     }
 }
 
+/// Few terms run as two convolutions (n filters, then 1×1), many as one convolution with the
+/// composed weight: both orders give the dense convolution of Uᵀ·Diag(ω)·V.
 #[test]
-fn the_im2col_conv_is_burns_conv() {
-    let (c_in, c_out, k, side, batch) = (3, 5, 3, 6, 2);
+fn a_factorized_conv_is_the_conv_of_its_composed_weight_in_either_order() {
+    let (c_in, c_out, k, side, batch) = (4, 8, 3, 5, 2);
+    let cols = c_in * k * k;
+    for omega in [vec![1.5, 0.5], vec![0.8; 8]] {
+        let n = omega.len();
+        let f = factors(c_out, cols, &omega, 41);
+        let (u, v) = (values(f.u.val()), values(f.v.val()));
+        let composed: Vec<f32> = dense_product(&u, &v, &omega, c_out, cols)
+            .into_iter()
+            .map(|w| w as f32)
+            .collect();
+        let conv = |weight| Conv::<B> {
+            weight,
+            bias: None,
+            in_channels: c_in,
+            kernel: [k, k],
+            stride: [1, 1],
+            padding: [1, 1],
+        };
+        let x = tensor(
+            &random(batch * c_in * side * side, 42),
+            [batch, c_in, side, side],
+        );
+        let expected: Vec<f64> = values(
+            conv(Weight::Dense(param(composed, [c_out, cols], &device()))).forward(x.clone()),
+        )
+        .into_iter()
+        .map(f64::from)
+        .collect();
+        let actual = values(conv(Weight::Factorized(f)).forward(x));
+        assert_close(&actual, &expected, 1e-5, &format!("conv with {n} terms"));
+    }
+}
+
+#[test]
+fn the_fused_conv_is_burns_conv_at_every_stride_and_padding() {
+    let (c_in, c_out, k, side, batch) = (3, 5, 3, 7, 2);
     let w = random(c_out * c_in * k * k, 31);
     let x = tensor(
         &random(batch * c_in * side * side, 32),
         [batch, c_in, side, side],
     );
-    let expected: Vec<f64> = values(burn::tensor::module::conv2d(
-        x.clone(),
-        tensor(&w, [c_out, c_in, k, k]),
-        None,
-        burn::tensor::ops::ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
-    ))
-    .into_iter()
-    .map(f64::from)
-    .collect();
-    let actual = values(fedshard_training::models::layers::im2col_conv(
-        x,
-        tensor(&w, [c_out, c_in * k * k]),
-        [k, k],
-        [1, 1],
-    ));
-    assert_close(&actual, &expected, 1e-5, "im2col");
+    for (stride, padding) in [(1, 1), (2, 1), (1, 0), (2, 2)] {
+        let geometry = ConvGeometry {
+            kernel: [k, k],
+            stride: [stride, stride],
+            padding: [padding, padding],
+        };
+        let expected: Vec<f64> = values(burn::tensor::module::conv2d(
+            x.clone(),
+            tensor(&w, [c_out, c_in, k, k]),
+            None,
+            geometry.options(),
+        ))
+        .into_iter()
+        .map(f64::from)
+        .collect();
+        let actual = values(conv2d(
+            x.clone(),
+            tensor(&w, [c_out, c_in * k * k]),
+            geometry,
+        ));
+        assert_close(
+            &actual,
+            &expected,
+            1e-5,
+            &format!("conv, stride {stride}, padding {padding}"),
+        );
+    }
 }
 
 fn conv_reproduced(stride: usize) {

@@ -36,7 +36,7 @@ pub struct GroupNorm<B: Backend> {
     pub groups: usize,
 }
 
-impl<B: Backend> GroupNorm<B> {
+impl<B: Kernels> GroupNorm<B> {
     pub fn new(
         b: &mut Builder<B>,
         name: &str,
@@ -56,13 +56,7 @@ impl<B: Backend> GroupNorm<B> {
     }
 
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let [n, c, h, w] = x.dims();
-        let grouped: Tensor<B, 3> = x.reshape([n, self.groups, (c / self.groups) * h * w]);
-        let centred = grouped.clone() - grouped.mean_dim(2);
-        let var = (centred.clone() * centred.clone()).mean_dim(2);
-        let normed =
-            (centred / var.add_scalar(f64::from(kernels::NORM_EPS)).sqrt()).reshape([n, c, h, w]);
-        normed * self.gamma.val().reshape([1, c, 1, 1]) + self.beta.val().reshape([1, c, 1, 1])
+        kernels::group_norm(x, self.gamma.val(), self.beta.val(), self.groups)
     }
 }
 

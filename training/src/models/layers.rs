@@ -10,11 +10,9 @@
 //! ω is a plain tensor field, not a `Param`: burn treats such a field as a constant, so it never
 //! gets a gradient and no optimizer ever sees it.
 
-use crate::models::kernels::{self, Kernels};
+use crate::models::kernels::{self, ConvGeometry, Kernels};
 use burn::module::{Module, Param};
 use burn::tensor::backend::Backend;
-use burn::tensor::module::conv2d;
-use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Tensor, TensorData};
 
 /// The frozen-multiplier factorisation of one layer's weight matrix.
@@ -138,9 +136,11 @@ impl<B: Kernels> Affine<B> {
 /// A 2-D convolution whose weight `c_out × c_in × kh × kw` is held as the matrix
 /// `c_out × (c_in kh kw)` (row-major over (c_in, kh, kw), ALGORITHMS.md §1.8).
 ///
-/// Factorized, it runs as a convolution with n filters (filter j = v'_{I_j} reshaped to
-/// `(c_in, kh, kw)`, the layer's stride and padding, no bias), a per-channel multiply by ω, and
-/// a 1×1 convolution with weight `U` plus the layer's bias.
+/// Factorized, it runs in whichever order costs fewer multiply-adds per output position: as a
+/// convolution with the n filters `Diag(ω)·V` (filter j = ω_j v'_{I_j} reshaped to
+/// `(c_in, kh, kw)`) followed by a 1×1 convolution with `Uᵀ`, `n·(c_in kh kw + c_out)`; or as
+/// one convolution with the composed `Uᵀ·Diag(ω)·V`, `c_out·c_in kh kw`. Both are the same
+/// linear map; the gradients reach U and V through either.
 #[derive(Module, Debug)]
 pub struct Conv<B: Backend> {
     pub weight: Weight<B>,
@@ -151,40 +151,36 @@ pub struct Conv<B: Backend> {
     pub padding: [usize; 2],
 }
 
-impl<B: Backend> Conv<B> {
-    fn options(&self) -> ConvOptions<2> {
-        ConvOptions::new(self.stride, self.padding, [1, 1], 1)
-    }
-
-    /// Applies the convolution with `filters` (`c × c_in kh kw`) to `x`: `N × c × H' × W'`.
-    fn filter(&self, x: Tensor<B, 4>, filters: Tensor<B, 2>) -> Tensor<B, 4> {
-        let [kh, kw] = self.kernel;
-        if self.stride == [1, 1] {
-            return im2col_conv(x, filters, self.kernel, self.padding);
+impl<B: Kernels> Conv<B> {
+    fn geometry(&self) -> ConvGeometry {
+        ConvGeometry {
+            kernel: self.kernel,
+            stride: self.stride,
+            padding: self.padding,
         }
-        let c = filters.dims()[0];
-        conv2d(
-            x,
-            filters.reshape([c, self.in_channels, kh, kw]),
-            None,
-            self.options(),
-        )
     }
 
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let y = match &self.weight {
-            Weight::Dense(w) => self.filter(x, w.val()),
+            Weight::Dense(w) => kernels::conv2d(x, w.val(), self.geometry()),
             Weight::Factorized(f) => {
-                let n = f.terms();
-                let h = self.filter(x, f.v.val()) * f.omega.clone().reshape([1, n, 1, 1]);
-                // The 1×1 convolution with weight U is a product over channels.
-                let [batch, _, height, width] = h.dims();
+                let [n, patch] = f.v.dims();
                 let c_out = f.u.dims()[1];
-                let mixed =
-                    f.u.val()
-                        .transpose()
-                        .matmul(h.swap_dims(0, 1).reshape([n, batch * height * width]));
-                mixed.reshape([c_out, batch, height, width]).swap_dims(0, 1)
+                // Diag(ω)·V, n × c_in kh kw.
+                let scaled_v = f.v.val() * f.omega.clone().reshape([n, 1]);
+                if n * (patch + c_out) < c_out * patch {
+                    let h = kernels::conv2d(x, scaled_v, self.geometry());
+                    let one_by_one = ConvGeometry {
+                        kernel: [1, 1],
+                        stride: [1, 1],
+                        padding: [0, 0],
+                    };
+                    kernels::conv2d(h, f.u.val().transpose(), one_by_one)
+                } else {
+                    // Uᵀ·(Diag(ω)·V) = linear(Uᵀ, (Diag(ω)·V)ᵀ).
+                    let composed = kernels::linear(f.u.val().transpose(), scaled_v.transpose());
+                    kernels::conv2d(x, composed, self.geometry())
+                }
             }
         };
         match &self.bias {
@@ -195,63 +191,6 @@ impl<B: Backend> Conv<B> {
             None => y,
         }
     }
-}
-
-/// A stride-1 convolution as one matrix product over the image patches ("im2col"):
-/// `filters` (`c_out × c_in kh kw`, row-major over (c_in, kh, kw)) times the `c_in kh kw ×
-/// N H' W'` patch matrix built from `kh·kw` shifted slices of the padded input.
-///
-/// burn's ndarray backend computes a convolution's input gradient with a transposed
-/// convolution that indexes element by element through dynamic dimensions, about a thousand
-/// times slower than this on the digits CNN; slices, stacking and a matrix product all have
-/// fast gradients.
-pub fn im2col_conv<B: Backend>(
-    x: Tensor<B, 4>,
-    filters: Tensor<B, 2>,
-    kernel: [usize; 2],
-    padding: [usize; 2],
-) -> Tensor<B, 4> {
-    let [n, c_in, h, w] = x.dims();
-    let [kh, kw] = kernel;
-    let [ph, pw] = padding;
-    let (out_h, out_w) = (h + 2 * ph + 1 - kh, w + 2 * pw + 1 - kw);
-    let channels_first = x.swap_dims(0, 1);
-    let padded = if ph + pw > 0 {
-        channels_first.pad((pw, pw, ph, ph), burn::tensor::ops::PadMode::Constant(0.0))
-    } else {
-        channels_first
-    };
-    let mut shifted = Vec::with_capacity(kh * kw);
-    for i in 0..kh {
-        for j in 0..kw {
-            shifted.push(
-                padded
-                    .clone()
-                    .slice([0..c_in, 0..n, i..i + out_h, j..j + out_w]),
-            );
-        }
-    }
-    let patches: Tensor<B, 5> = Tensor::stack(shifted, 1);
-    let c_out = filters.dims()[0];
-    filters
-        .matmul(patches.reshape([c_in * kh * kw, n * out_h * out_w]))
-        .reshape([c_out, n, out_h, out_w])
-        .swap_dims(0, 1)
-}
-
-/// Non-overlapping `k × k` max pooling (sides divisible by k) through a reshape, whose
-/// gradient is a cheap mask; burn's ndarray pooling gradients index element by element.
-pub fn max_pool<B: Backend>(x: Tensor<B, 4>, k: usize) -> Tensor<B, 4> {
-    let [n, c, h, w] = x.dims();
-    let blocks: Tensor<B, 6> = x.reshape([n, c, h / k, k, w / k, k]);
-    blocks.max_dim(5).max_dim(3).reshape([n, c, h / k, w / k])
-}
-
-/// Non-overlapping `k × k` average pooling through a reshape (see [`max_pool`]).
-pub fn avg_pool<B: Backend>(x: Tensor<B, 4>, k: usize) -> Tensor<B, 4> {
-    let [n, c, h, w] = x.dims();
-    let blocks: Tensor<B, 6> = x.reshape([n, c, h / k, k, w / k, k]);
-    blocks.mean_dim(5).mean_dim(3).reshape([n, c, h / k, w / k])
 }
 
 /// A trainable parameter from row-major data (moved into the tensor, not copied).

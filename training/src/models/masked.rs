@@ -18,8 +18,8 @@
 //! The architecture is an MLP, optionally after masked 3×3 convolutions (each followed by ReLU
 //! and 2×2 max pooling) on square single-channel images: [`MaskedNetwork`].
 
-use crate::models::kernels::{self, Kernels};
-use crate::models::layers::{im2col_conv, max_pool, param};
+use crate::models::kernels::{self, ConvGeometry, Kernels, Pool};
+use crate::models::layers::param;
 use burn::module::{Module, Param};
 use burn::tensor::activation::{relu, sigmoid};
 use burn::tensor::backend::Backend;
@@ -371,8 +371,13 @@ impl<B: Kernels> MaskedNet<B> {
         if !conv_weights.is_empty() {
             let mut image = h.reshape([n, 1, self.side, self.side]);
             for w in conv_weights {
-                let conv = im2col_conv(image, w.clone(), [KERNEL, KERNEL], [1, 1]);
-                image = max_pool(relu(conv), 2);
+                let geometry = ConvGeometry {
+                    kernel: [KERNEL, KERNEL],
+                    stride: [1, 1],
+                    padding: [1, 1],
+                };
+                let conv = kernels::conv2d(image, w.clone(), geometry);
+                image = kernels::pool(relu(conv), Pool::Max, 2);
             }
             let [_, c, height, width] = image.dims();
             h = image.reshape([n, c * height * width]);

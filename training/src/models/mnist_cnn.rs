@@ -10,8 +10,8 @@
 
 use crate::models::blocks::{GroupNorm, LayerNorm};
 use crate::models::builder::Builder;
-use crate::models::kernels::Kernels;
-use crate::models::layers::{Affine, Conv, Weight, max_pool};
+use crate::models::kernels::{Kernels, Pool, pool};
+use crate::models::layers::{Affine, Conv, Weight};
 use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::activation::relu;
@@ -58,9 +58,9 @@ impl<B: Kernels> MnistCnn<B> {
         let h = x.reshape([n, 1, SIDE, SIDE]);
         let h = relu(self.norm0.forward(self.conv0.forward(h)));
         let h = relu(self.norm1.forward(self.conv1.forward(h)));
-        let h = max_pool(h, 2);
+        let h = pool(h, Pool::Max, 2);
         let h = relu(self.norm2.forward(self.conv2.forward(h)));
-        let h = max_pool(h, 2);
+        let h = pool(h, Pool::Max, 2);
         let h = relu(self.norm3.forward(self.fc0.forward(h.reshape([n, FLAT]))));
         self.fc1.forward(h)
     }

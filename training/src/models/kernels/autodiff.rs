@@ -4,7 +4,7 @@
 //! Why: burn's autodiff would otherwise record the 5–10 operations of each composite kernel and
 //! replay them backward; one node keeps the fused loops on both passes.
 
-use super::Kernels;
+use super::{ConvGeometry, Kernels, Pool};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -117,5 +117,43 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
             B::fused_attention_backward(qkv, probs, g)
         });
         [out, Self::from_inner(probs_out)]
+    }
+
+    fn fused_conv2d(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        geometry: ConvGeometry,
+    ) -> FloatTensor<Self> {
+        let y = B::fused_conv2d(x.primitive.clone(), filters.primitive.clone(), geometry);
+        let state = (x.primitive.clone(), filters.primitive.clone(), geometry);
+        record::<B, C, _, 2>([x, filters], y, state, |(x, filters, geometry), g| {
+            B::fused_conv2d_backward(x, filters, g, geometry)
+        })
+    }
+
+    fn fused_group_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        groups: usize,
+    ) -> FloatTensor<Self> {
+        let y = B::fused_group_norm(
+            x.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive.clone(),
+            groups,
+        );
+        let state = (x.primitive.clone(), gamma.primitive.clone(), groups);
+        record::<B, C, _, 3>([x, gamma, beta], y, state, |(x, gamma, groups), g| {
+            B::fused_group_norm_backward(x, gamma, g, groups)
+        })
+    }
+
+    fn fused_pool(x: FloatTensor<Self>, kind: Pool, k: usize) -> FloatTensor<Self> {
+        let y = B::fused_pool(x.primitive.clone(), kind, k);
+        let state = (x.primitive.clone(), kind, k);
+        record::<B, C, _, 1>([x], y, state, |(x, kind, k), g| {
+            [B::fused_pool_backward(x, g, kind, k)]
+        })
     }
 }

@@ -4,10 +4,10 @@
 //! Why a separate module: these run on any backend (CUDA included) and are the oracle the tests
 //! hold the fused CPU loops and the autodiff nodes to, so they must stay plain burn code.
 
-use super::{GELU_A, GELU_C, NORM_EPS, float, with_row_len};
+use super::{ConvGeometry, GELU_A, GELU_C, NORM_EPS, Pool, float, with_row_len};
 use burn::tensor::activation;
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{ConvOptions, FloatTensor};
 use burn::tensor::{Shape, Tensor, TensorData, TensorMetadata};
 
 /// The tensor as `rows × last dimension`, and its shape to restore.
@@ -207,4 +207,142 @@ pub fn attention_backward<B: Backend>(
     let d_q = d_scores.clone().matmul(k);
     let d_k = d_scores.swap_dims(2, 3).matmul(q);
     [merge(d_q), merge(d_k), merge(d_v)]
+}
+
+pub fn conv2d<B: Backend>(
+    x: FloatTensor<B>,
+    filters: FloatTensor<B>,
+    geometry: ConvGeometry,
+) -> FloatTensor<B> {
+    let (weight, options) = conv_weight::<B>(&x, filters, geometry);
+    B::conv2d(x, weight, None, options)
+}
+
+pub fn conv2d_backward<B: Backend>(
+    x: FloatTensor<B>,
+    filters: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    geometry: ConvGeometry,
+) -> [FloatTensor<B>; 2] {
+    let filters_shape = filters.shape();
+    let (weight, options) = conv_weight::<B>(&x, filters, geometry);
+    let d_x = B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone());
+    let d_weight = B::conv2d_weight_backward(x, weight, grad, options);
+    [d_x, B::float_reshape(d_weight, filters_shape)]
+}
+
+/// The `c_out × C × kh × kw` weight of a `c_out × (C kh kw)` filter matrix for input `x`, and
+/// burn's options for the geometry.
+fn conv_weight<B: Backend>(
+    x: &FloatTensor<B>,
+    filters: FloatTensor<B>,
+    geometry: ConvGeometry,
+) -> (FloatTensor<B>, ConvOptions<2>) {
+    let c_out = filters.shape()[0];
+    let [kh, kw] = geometry.kernel;
+    let weight = B::float_reshape(filters, Shape::new([c_out, x.shape()[1], kh, kw]));
+    (weight, geometry.options())
+}
+
+/// `N × C × H × W` as `N·groups` rows of `(C/groups)·H·W` values.
+fn group_rows<B: Backend>(x: FloatTensor<B>, groups: usize) -> (Tensor<B, 2>, Shape) {
+    let shape = x.shape();
+    let rows = shape[0] * groups;
+    let flat = B::float_reshape(x, Shape::new([rows, shape.num_elements() / rows]));
+    (float(flat), shape)
+}
+
+/// A per-channel vector as `1 × C × 1 × 1`.
+fn per_channel<B: Backend>(v: FloatTensor<B>) -> Tensor<B, 4> {
+    let c = v.shape().num_elements();
+    float(B::float_reshape(v, Shape::new([1, c, 1, 1])))
+}
+
+pub fn group_norm<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    groups: usize,
+) -> FloatTensor<B> {
+    let (x, shape) = group_rows::<B>(x, groups);
+    let (normed, _) = normalise(x);
+    let normed: Tensor<B, 4> = float(restore(normed, shape));
+    (normed * per_channel(gamma) + per_channel(beta))
+        .into_primitive()
+        .tensor()
+}
+
+pub fn group_norm_backward<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    groups: usize,
+) -> [FloatTensor<B>; 3] {
+    let c = gamma.shape().num_elements();
+    let (x, shape) = group_rows::<B>(x, groups);
+    let (normed, inv_std) = normalise(x);
+    let grad: Tensor<B, 4> = float(grad);
+    let normed4: Tensor<B, 4> = float(restore(normed.clone(), shape.clone()));
+    let channel_sum = |t: Tensor<B, 4>| t.sum_dim(0).sum_dim(2).sum_dim(3).reshape([c]);
+    let d_gamma = channel_sum(grad.clone() * normed4);
+    let d_beta = channel_sum(grad.clone());
+    let (d_normed, _) = group_rows::<B>(
+        (grad * per_channel(gamma)).into_primitive().tensor(),
+        groups,
+    );
+    let d_x = (d_normed.clone()
+        - d_normed.clone().mean_dim(1)
+        - normed.clone() * (d_normed * normed).mean_dim(1))
+        * inv_std;
+    [
+        restore(d_x, shape),
+        d_gamma.into_primitive().tensor(),
+        d_beta.into_primitive().tensor(),
+    ]
+}
+
+/// `N × C × H × W` as `N × C × H/k × k × W/k × k` blocks.
+fn pool_blocks<B: Backend>(x: FloatTensor<B>, k: usize) -> Tensor<B, 6> {
+    let s = x.shape();
+    float(B::float_reshape(
+        x,
+        Shape::new([s[0], s[1], s[2] / k, k, s[3] / k, k]),
+    ))
+}
+
+pub fn pool<B: Backend>(x: FloatTensor<B>, kind: Pool, k: usize) -> FloatTensor<B> {
+    let s = x.shape();
+    let blocks = pool_blocks::<B>(x, k);
+    let pooled = match kind {
+        Pool::Max => blocks.max_dim(5).max_dim(3),
+        Pool::Average => blocks.mean_dim(5).mean_dim(3),
+    };
+    B::float_reshape(
+        pooled.into_primitive().tensor(),
+        Shape::new([s[0], s[1], s[2] / k, s[3] / k]),
+    )
+}
+
+pub fn pool_backward<B: Backend>(
+    x: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    kind: Pool,
+    k: usize,
+) -> FloatTensor<B> {
+    let s = x.shape();
+    let blocked = [s[0], s[1], s[2] / k, 1, s[3] / k, 1];
+    let grad: Tensor<B, 6> = float(B::float_reshape(grad, Shape::new(blocked)));
+    let blocks = pool_blocks::<B>(x, k);
+    let dims = blocks.dims();
+    let d_blocks = match kind {
+        // The gradient goes to every position that holds its block's maximum (one, for
+        // values without ties).
+        Pool::Max => {
+            let max = blocks.clone().max_dim(5).max_dim(3);
+            let hits = blocks.equal(max.expand(dims)).float();
+            hits * grad.expand(dims)
+        }
+        Pool::Average => grad.expand(blocks.dims()).div_scalar((k * k) as f64),
+    };
+    B::float_reshape(d_blocks.into_primitive().tensor(), s)
 }

@@ -100,6 +100,92 @@ pub trait Kernels: Backend {
     ) -> [FloatTensor<Self>; 3] {
         composite::attention_backward::<Self>([q, k, v], probs, grad)
     }
+    /// A 2-D convolution with zero padding of `N × C × H × W` images by `filters`, the
+    /// `c_out × (C·kh·kw)` matrix of the weight (row-major over (C, kh, kw), any strides):
+    /// `N × c_out × H' × W'`.
+    fn fused_conv2d(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        geometry: ConvGeometry,
+    ) -> FloatTensor<Self> {
+        composite::conv2d::<Self>(x, filters, geometry)
+    }
+
+    /// The gradients of [`Kernels::fused_conv2d`] with respect to `x` and `filters`.
+    fn fused_conv2d_backward(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        geometry: ConvGeometry,
+    ) -> [FloatTensor<Self>; 2] {
+        composite::conv2d_backward::<Self>(x, filters, grad, geometry)
+    }
+
+    /// Group normalisation of `N × C × H × W` activations (`groups` groups of consecutive
+    /// channels), scaled by `gamma` and shifted by `beta` per channel.
+    fn fused_group_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        groups: usize,
+    ) -> FloatTensor<Self> {
+        composite::group_norm::<Self>(x, gamma, beta, groups)
+    }
+
+    /// The gradients of [`Kernels::fused_group_norm`] with respect to `x`, `gamma` and `beta`.
+    fn fused_group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        groups: usize,
+    ) -> [FloatTensor<Self>; 3] {
+        composite::group_norm_backward::<Self>(x, gamma, grad, groups)
+    }
+
+    /// Non-overlapping `k × k` pooling of `N × C × H × W` activations (sides divisible by k).
+    fn fused_pool(x: FloatTensor<Self>, kind: Pool, k: usize) -> FloatTensor<Self> {
+        composite::pool::<Self>(x, kind, k)
+    }
+
+    /// The gradient of [`Kernels::fused_pool`] with respect to `x`.
+    fn fused_pool_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        kind: Pool,
+        k: usize,
+    ) -> FloatTensor<Self> {
+        composite::pool_backward::<Self>(x, grad, kind, k)
+    }
+}
+
+/// Kernel size, stride and zero padding of a 2-D convolution (dilation 1, one group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvGeometry {
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+}
+
+impl ConvGeometry {
+    /// The output side lengths for input sides `[h, w]`.
+    pub fn output(&self, [h, w]: [usize; 2]) -> [usize; 2] {
+        let side = |len: usize, i: usize| {
+            (len + 2 * self.padding[i] - self.kernel[i]) / self.stride[i] + 1
+        };
+        [side(h, 0), side(w, 1)]
+    }
+
+    /// burn's options for the same convolution.
+    pub fn options(&self) -> burn::tensor::ops::ConvOptions<2> {
+        burn::tensor::ops::ConvOptions::new(self.stride, self.padding, [1, 1], 1)
+    }
+}
+
+/// How [`Kernels::fused_pool`] reduces a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    Max,
+    Average,
 }
 
 /// A training backend: autodiff over a backend that has the kernels too (for evaluation on
@@ -165,6 +251,39 @@ pub fn attention<B: Kernels>(
         causal,
     );
     float(out)
+}
+
+/// A 2-D convolution through [`Kernels::fused_conv2d`].
+pub fn conv2d<B: Kernels>(
+    x: Tensor<B, 4>,
+    filters: Tensor<B, 2>,
+    geometry: ConvGeometry,
+) -> Tensor<B, 4> {
+    float(B::fused_conv2d(
+        x.into_primitive().tensor(),
+        filters.into_primitive().tensor(),
+        geometry,
+    ))
+}
+
+/// Group normalisation through [`Kernels::fused_group_norm`].
+pub fn group_norm<B: Kernels>(
+    x: Tensor<B, 4>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    groups: usize,
+) -> Tensor<B, 4> {
+    float(B::fused_group_norm(
+        x.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+        groups,
+    ))
+}
+
+/// Non-overlapping `k × k` pooling through [`Kernels::fused_pool`].
+pub fn pool<B: Kernels>(x: Tensor<B, 4>, kind: Pool, k: usize) -> Tensor<B, 4> {
+    float(B::fused_pool(x.into_primitive().tensor(), kind, k))
 }
 
 #[cfg(test)]
@@ -354,6 +473,125 @@ mod tests {
         );
         let out = vec(attention(q, k, v.clone(), 2, true));
         assert_close(&out[..6], &vec(v)[..6], "first causal position");
+    }
+
+    /// `[n, c, side²]` test inputs as `n × c × side × side` images, and back.
+    fn image(x: &Tensor<B, 3>, side: usize) -> Tensor<B, 4> {
+        let [n, c, _] = x.dims();
+        x.clone().reshape([n, c, side, side])
+    }
+
+    fn flat(y: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [n, c, h, w] = y.dims();
+        y.reshape([n, c, h * w])
+    }
+
+    #[test]
+    fn fused_conv_matches_burns_conv_in_input_and_filter_gradients() {
+        for (stride, padding, kernel) in [(1, 1, 3), (2, 1, 3), (1, 0, 1), (2, 0, 3)] {
+            let geometry = ConvGeometry {
+                kernel: [kernel, kernel],
+                stride: [stride, stride],
+                padding: [padding, padding],
+            };
+            let patch = 3 * kernel * kernel;
+            let filters = |x: &Tensor<B, 3>| x.clone().reshape([4, patch]);
+            check(
+                vec![random([2, 3, 36], 21), random([1, 4, patch], 22)],
+                |x| flat(conv2d(image(&x[0], 6), filters(&x[1]), geometry)),
+                |x| {
+                    flat(float(composite::conv2d::<B>(
+                        image(&x[0], 6).into_primitive().tensor(),
+                        filters(&x[1]).into_primitive().tensor(),
+                        geometry,
+                    )))
+                },
+                &format!("conv {kernel}×{kernel}, stride {stride}, padding {padding}"),
+            );
+        }
+        // A transposed filter matrix (the factorised 1×1 convolution's Uᵀ) is read in place.
+        let one_by_one = ConvGeometry {
+            kernel: [1, 1],
+            stride: [1, 1],
+            padding: [0, 0],
+        };
+        check(
+            vec![random([2, 3, 16], 23), random([1, 3, 5], 24)],
+            |x| {
+                let filters = x[1].clone().reshape([3, 5]).transpose();
+                flat(conv2d(image(&x[0], 4), filters, one_by_one))
+            },
+            |x| {
+                let filters = x[1].clone().reshape([3, 5]).transpose();
+                flat(float(composite::conv2d::<B>(
+                    image(&x[0], 4).into_primitive().tensor(),
+                    filters.into_primitive().tensor(),
+                    one_by_one,
+                )))
+            },
+            "1×1 conv with transposed filters",
+        );
+    }
+
+    #[test]
+    fn fused_group_norm_matches_the_composite_one_in_all_three_gradients() {
+        let per_channel = |t: &Tensor<B, 3>| t.clone().reshape([6]);
+        check(
+            vec![
+                random([2, 6, 9], 31),
+                random([1, 1, 6], 32),
+                random([1, 1, 6], 33),
+            ],
+            |x| {
+                flat(group_norm(
+                    image(&x[0], 3),
+                    per_channel(&x[1]),
+                    per_channel(&x[2]),
+                    3,
+                ))
+            },
+            |x| {
+                flat(float(composite::group_norm::<B>(
+                    image(&x[0], 3).into_primitive().tensor(),
+                    per_channel(&x[1]).into_primitive().tensor(),
+                    per_channel(&x[2]).into_primitive().tensor(),
+                    3,
+                )))
+            },
+            "group norm",
+        );
+    }
+
+    #[test]
+    fn fused_pooling_matches_the_composite_one_forward_and_backward() {
+        for kind in [Pool::Max, Pool::Average] {
+            check(
+                vec![random([2, 3, 36], 41)],
+                |x| flat(pool(image(&x[0], 6), kind, 2)),
+                |x| {
+                    flat(float(composite::pool::<B>(
+                        image(&x[0], 6).into_primitive().tensor(),
+                        kind,
+                        2,
+                    )))
+                },
+                &format!("{kind:?} pooling"),
+            );
+        }
+        // Max pooling routes each block's gradient to its maximum only.
+        let x = Tensor::<B, 4>::from_data(
+            TensorData::new(vec![1.0, 5.0, 2.0, 3.0], [1, 1, 2, 2]),
+            &Default::default(),
+        )
+        .require_grad();
+        let grads = pool(x.clone(), Pool::Max, 2).sum().backward();
+        let dx: Vec<f32> = x
+            .grad(&grads)
+            .expect("grad")
+            .into_data()
+            .into_vec()
+            .expect("f32");
+        assert_eq!(dx, [0.0, 1.0, 0.0, 0.0]);
     }
 
     #[test]

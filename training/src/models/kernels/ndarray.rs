@@ -5,7 +5,7 @@
 //! matmul copies transposed operands; here transposes and per-head column bands are read in
 //! place. The loops must agree with [`composite`](super::composite) (see the tests).
 
-use super::{GELU_A, GELU_C, Kernels, NORM_EPS, with_row_len};
+use super::{ConvGeometry, GELU_A, GELU_C, Kernels, NORM_EPS, Pool, with_row_len};
 use burn::backend::NdArray;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, TensorData, TensorMetadata};
@@ -279,6 +279,366 @@ impl Kernels for NdArray<f32> {
             );
         }
         [d_q, d_k, d_v].map(|values| tensor(values, shape.clone()))
+    }
+
+    fn fused_conv2d(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        geometry: ConvGeometry,
+    ) -> FloatTensor<Self> {
+        let image = Image::of(&x, geometry);
+        let f = Strided::of(&filters);
+        assert_eq!(f.cols, image.patch_len(), "conv2d: filter width vs C·kh·kw");
+        let cols = image.im2col(&values(&x));
+        let positions = image.positions();
+        // Y = F · cols (c_out × N·P), then laid out as N × c_out × P.
+        let mut y = vec![0.0; f.rows * positions];
+        gemm(
+            [f.rows, image.patch_len(), positions],
+            1.0,
+            (&f.values, f.rs, f.cs),
+            (&cols, positions as isize, 1),
+            &mut y,
+            positions,
+        );
+        let [oh, ow] = image.out;
+        tensor(
+            image.channels_to_batch(&y, f.rows),
+            Shape::new([image.n, f.rows, oh, ow]),
+        )
+    }
+
+    fn fused_conv2d_backward(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        geometry: ConvGeometry,
+    ) -> [FloatTensor<Self>; 2] {
+        let shape = x.shape();
+        let image = Image::of(&x, geometry);
+        let f = Strided::of(&filters);
+        let (patch, positions, c_out) = (image.patch_len(), image.positions(), f.rows);
+        let cols = image.im2col(&values(&x));
+        let grad = image.batch_to_channels(&values(&grad), c_out);
+        let g = (grad.as_slice(), positions as isize, 1);
+        // dF = dY · colsᵀ, d cols = Fᵀ · dY, then the patches are added back into dX.
+        let mut d_filters = vec![0.0; c_out * patch];
+        gemm(
+            [c_out, positions, patch],
+            1.0,
+            g,
+            (&cols, 1, positions as isize),
+            &mut d_filters,
+            patch,
+        );
+        let mut d_cols = cols;
+        gemm(
+            [patch, c_out, positions],
+            1.0,
+            (&f.values, f.cs, f.rs),
+            g,
+            &mut d_cols,
+            positions,
+        );
+        [
+            tensor(image.col2im(&d_cols), shape),
+            tensor(d_filters, Shape::new([c_out, patch])),
+        ]
+    }
+
+    fn fused_group_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        groups: usize,
+    ) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let (gamma, beta) = (values(&gamma), values(&beta));
+        let (plane, per_group) = group_layout(&shape, groups);
+        let mut y = values(&x).into_owned();
+        for (i, group) in y.chunks_exact_mut(per_group * plane).enumerate() {
+            let (mean, inv_std) = moments(group);
+            let first = (i % groups) * per_group;
+            for (c, values) in group.chunks_exact_mut(plane).enumerate() {
+                let (g, b) = (gamma[first + c], beta[first + c]);
+                values
+                    .iter_mut()
+                    .for_each(|v| *v = (*v - mean) * inv_std * g + b);
+            }
+        }
+        tensor(y, shape)
+    }
+
+    fn fused_group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        groups: usize,
+    ) -> [FloatTensor<Self>; 3] {
+        let shape = x.shape();
+        let channels = shape[1];
+        let gamma = values(&gamma);
+        let grad = values(&grad);
+        let (plane, per_group) = group_layout(&shape, groups);
+        let len = per_group * plane;
+        let mut dx = values(&x).into_owned();
+        let mut d_gamma = vec![0.0f32; channels];
+        let mut d_beta = vec![0.0f32; channels];
+        let scale = 1.0 / len as f32;
+        for (i, (group, g)) in dx
+            .chunks_exact_mut(len)
+            .zip(grad.chunks_exact(len))
+            .enumerate()
+        {
+            let (mean, inv_std) = moments(group);
+            let first = (i % groups) * per_group;
+            // group ← x̂; accumulate the parameter gradients and the two means of dx̂.
+            let (mut mean_d, mut mean_dx) = (0.0f32, 0.0f32);
+            for (c, (values, g)) in group
+                .chunks_exact_mut(plane)
+                .zip(g.chunks_exact(plane))
+                .enumerate()
+            {
+                let gamma = gamma[first + c];
+                let (mut dg, mut db) = (0.0f32, 0.0f32);
+                for (v, &g) in values.iter_mut().zip(g) {
+                    let normed = (*v - mean) * inv_std;
+                    *v = normed;
+                    dg += g * normed;
+                    db += g;
+                    mean_dx += g * gamma * normed;
+                }
+                d_gamma[first + c] += dg;
+                d_beta[first + c] += db;
+                mean_d += db * gamma;
+            }
+            mean_d *= scale;
+            mean_dx *= scale;
+            for (c, (values, g)) in group
+                .chunks_exact_mut(plane)
+                .zip(g.chunks_exact(plane))
+                .enumerate()
+            {
+                let gamma = gamma[first + c];
+                for (v, &g) in values.iter_mut().zip(g) {
+                    *v = (g * gamma - mean_d - *v * mean_dx) * inv_std;
+                }
+            }
+        }
+        [
+            tensor(dx, shape),
+            tensor(d_gamma, Shape::new([channels])),
+            tensor(d_beta, Shape::new([channels])),
+        ]
+    }
+
+    fn fused_pool(x: FloatTensor<Self>, kind: Pool, k: usize) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let [n, c, h, w] = [shape[0], shape[1], shape[2], shape[3]];
+        assert!(
+            k > 0 && h.is_multiple_of(k) && w.is_multiple_of(k),
+            "pool: {h}×{w} does not split into {k}×{k} blocks"
+        );
+        let (oh, ow) = (h / k, w / k);
+        let x = values(&x);
+        let mut y = Vec::with_capacity(n * c * oh * ow);
+        for image in x.chunks_exact(h * w) {
+            for by in 0..oh {
+                for bx in 0..ow {
+                    let block = (0..k).flat_map(|i| {
+                        let row = (by * k + i) * w + bx * k;
+                        image[row..row + k].iter().copied()
+                    });
+                    y.push(match kind {
+                        Pool::Max => block.fold(f32::NEG_INFINITY, f32::max),
+                        Pool::Average => block.sum::<f32>() / (k * k) as f32,
+                    });
+                }
+            }
+        }
+        tensor(y, Shape::new([n, c, oh, ow]))
+    }
+
+    fn fused_pool_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        kind: Pool,
+        k: usize,
+    ) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let [h, w] = [shape[2], shape[3]];
+        let (oh, ow) = (h / k, w / k);
+        let (x, grad) = (values(&x), values(&grad));
+        let mut dx = vec![0.0f32; x.len()];
+        let per_block = 1.0 / (k * k) as f32;
+        for ((image, d_image), g) in x
+            .chunks_exact(h * w)
+            .zip(dx.chunks_exact_mut(h * w))
+            .zip(grad.chunks_exact(oh * ow))
+        {
+            for by in 0..oh {
+                for bx in 0..ow {
+                    let g = g[by * ow + bx];
+                    let offsets = (0..k).flat_map(|i| {
+                        let row = (by * k + i) * w + bx * k;
+                        row..row + k
+                    });
+                    match kind {
+                        // The first position holding the block's maximum takes the gradient.
+                        Pool::Max => {
+                            let best = offsets
+                                .reduce(|best, o| if image[o] > image[best] { o } else { best })
+                                .expect("k > 0");
+                            d_image[best] = g;
+                        }
+                        Pool::Average => offsets.for_each(|o| d_image[o] = g * per_block),
+                    }
+                }
+            }
+        }
+        tensor(dx, shape)
+    }
+}
+
+/// The plane size `H·W` and the channels per group of `N × C × H × W` activations.
+fn group_layout(shape: &Shape, groups: usize) -> (usize, usize) {
+    let channels = shape[1];
+    assert!(
+        groups > 0 && channels.is_multiple_of(groups),
+        "group norm: {channels} channels do not split into {groups} groups"
+    );
+    (shape[2] * shape[3], channels / groups)
+}
+
+/// The geometry of a convolution's input: `N × C × H × W` images, and its `H' × W'` output.
+struct Image {
+    n: usize,
+    c: usize,
+    side: [usize; 2],
+    out: [usize; 2],
+    geometry: ConvGeometry,
+}
+
+impl Image {
+    fn of(x: &NdArrayTensor, geometry: ConvGeometry) -> Self {
+        let s = x.shape();
+        assert_eq!(
+            s.num_dims(),
+            4,
+            "conv2d: input of shape {s:?}, expected N × C × H × W"
+        );
+        let side = [s[2], s[3]];
+        Self {
+            n: s[0],
+            c: s[1],
+            side,
+            out: geometry.output(side),
+            geometry,
+        }
+    }
+
+    /// `C·kh·kw`: the rows of the patch matrix.
+    fn patch_len(&self) -> usize {
+        self.c * self.geometry.kernel[0] * self.geometry.kernel[1]
+    }
+
+    /// `N·H'·W'`: the columns of the patch matrix.
+    fn positions(&self) -> usize {
+        self.n * self.out[0] * self.out[1]
+    }
+
+    /// For each patch row (c, i, j) and image b, the output positions `(oy, ox)` that read an
+    /// input pixel, as `(row offset in the patch matrix, input offset, ox range, input x of
+    /// the range's first position)`: `visit` gets the contiguous runs of one output row.
+    fn runs(&self, mut visit: impl FnMut(usize, usize, usize, usize)) {
+        let [h, w] = self.side;
+        let [oh, ow] = self.out;
+        let ConvGeometry {
+            kernel: [kh, kw],
+            stride: [sh, sw],
+            padding: [ph, pw],
+        } = self.geometry;
+        let per_image = oh * ow;
+        let positions = self.positions();
+        for c in 0..self.c {
+            for i in 0..kh {
+                for j in 0..kw {
+                    let row = ((c * kh + i) * kw + j) * positions;
+                    // Output columns ox whose input column ox·sw + j − pw lies in [0, w).
+                    let first = pw.saturating_sub(j).div_ceil(sw);
+                    let end = ow.min((w + pw).saturating_sub(j).div_ceil(sw));
+                    if first >= end {
+                        continue;
+                    }
+                    for b in 0..self.n {
+                        let image = (b * self.c + c) * h * w;
+                        for oy in 0..oh {
+                            let Some(iy) = (oy * sh + i).checked_sub(ph).filter(|&y| y < h) else {
+                                continue;
+                            };
+                            let out = row + b * per_image + oy * ow;
+                            visit(
+                                out + first,
+                                image + iy * w + first * sw + j - pw,
+                                end - first,
+                                sw,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `C·kh·kw × N·H'·W'` patch matrix of `x` (zeros where a patch reaches the padding).
+    fn im2col(&self, x: &[f32]) -> Vec<f32> {
+        let mut cols = vec![0.0; self.patch_len() * self.positions()];
+        self.runs(|out, input, len, stride| {
+            if stride == 1 {
+                cols[out..out + len].copy_from_slice(&x[input..input + len]);
+            } else {
+                for (t, o) in cols[out..out + len].iter_mut().enumerate() {
+                    *o = x[input + t * stride];
+                }
+            }
+        });
+        cols
+    }
+
+    /// The adjoint of [`Image::im2col`]: every patch entry added back into its input pixel.
+    fn col2im(&self, cols: &[f32]) -> Vec<f32> {
+        let [h, w] = self.side;
+        let mut x = vec![0.0; self.n * self.c * h * w];
+        self.runs(|out, input, len, stride| {
+            for (t, v) in cols[out..out + len].iter().enumerate() {
+                x[input + t * stride] += v;
+            }
+        });
+        x
+    }
+
+    /// `c × N·P` (P = H'·W') rows as `N × c × P`.
+    fn channels_to_batch(&self, y: &[f32], c: usize) -> Vec<f32> {
+        let p = self.out[0] * self.out[1];
+        let mut out = Vec::with_capacity(y.len());
+        for b in 0..self.n {
+            for ch in 0..c {
+                out.extend_from_slice(&y[ch * self.n * p + b * p..][..p]);
+            }
+        }
+        out
+    }
+
+    /// `N × c × P` as `c × N·P` rows: the inverse of [`Image::channels_to_batch`].
+    fn batch_to_channels(&self, y: &[f32], c: usize) -> Vec<f32> {
+        let p = self.out[0] * self.out[1];
+        let mut out = Vec::with_capacity(y.len());
+        for ch in 0..c {
+            for b in 0..self.n {
+                out.extend_from_slice(&y[(b * c + ch) * p..][..p]);
+            }
+        }
+        out
     }
 }
 
