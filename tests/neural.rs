@@ -344,6 +344,7 @@ fn the_fused_conv_is_burns_conv_at_every_stride_and_padding() {
         let actual = values(conv2d(
             x.clone(),
             tensor(&w, [c_out, c_in * k * k]),
+            None,
             geometry,
         ));
         assert_close(

@@ -441,6 +441,7 @@ impl ServerState {
             update_cosine: None,
             late: 0,
             staleness: taus,
+            phases: Default::default(),
         };
         self.fed.history.push(record.clone());
         self.persist(&record).await?;

@@ -446,6 +446,7 @@ mod tests {
             update_cosine: Some(0.75),
             late: 2,
             staleness: vec![0, 1, 3],
+            phases: Default::default(),
         }
     }
 

@@ -63,6 +63,36 @@ pub struct RoundRecord {
     /// rounds and in older histories.
     #[serde(default)]
     pub staleness: Vec<u64>,
+    /// Where the round's `seconds` went. Zeros in async mode and in older histories.
+    #[serde(default)]
+    pub phases: PhaseSeconds,
+}
+
+/// Where a synchronous round's wall-clock seconds went, phase by phase; the rest of `seconds`
+/// is the runtime's own messaging and bookkeeping.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSeconds {
+    /// Selection, the sharding plan (each shardable layer's SVD and the draws) and the tasks.
+    pub plan: f64,
+    /// From sending the tasks to the last answer: the clients' local training, the transfers
+    /// and the decoding (the slowest client sets it).
+    pub train: f64,
+    /// Validation, aggregation, the fold into the global model and the update cosine.
+    pub aggregate: f64,
+    /// Scoring the new global model on the held-out set.
+    pub evaluate: f64,
+}
+
+impl PhaseSeconds {
+    /// The phases in `metrics.csv` order, with their column names.
+    pub fn columns(&self) -> [(&'static str, f64); 4] {
+        [
+            ("plan_seconds", self.plan),
+            ("train_seconds", self.train),
+            ("aggregate_seconds", self.aggregate),
+            ("evaluate_seconds", self.evaluate),
+        ]
+    }
 }
 
 impl RoundRecord {
@@ -122,6 +152,7 @@ impl RoundRecord {
                 .max()
                 .map_or(String::new(), u64::to_string),
         ]);
+        cells.extend(self.phases.columns().map(|(_, s)| csv_float(s)));
         cells.join(",")
     }
 }
@@ -132,7 +163,9 @@ impl RoundRecord {
 /// rounds line up); the per-cluster `groups` as their count and the least and largest cluster
 /// ANME (`anme` is their mean); `client_train_seconds` as count, mean and maximum (the slowest
 /// client is what a deadline has to cover); `update_cosine`, empty when the model did not
-/// change; then `late` and the mean and largest `staleness` (empty in synchronous rounds).
+/// change; then `late` and the mean and largest `staleness` (empty in synchronous rounds); then
+/// the [`PhaseSeconds`] as `plan_seconds`, `train_seconds`, `aggregate_seconds` and
+/// `evaluate_seconds`.
 pub fn csv_header() -> String {
     let mut columns = vec![
         "round".to_string(),
@@ -167,6 +200,11 @@ pub fn csv_header() -> String {
             "staleness_max",
         ]
         .map(String::from),
+    );
+    columns.extend(
+        PhaseSeconds::default()
+            .columns()
+            .map(|(name, _)| name.to_string()),
     );
     columns.join(",")
 }
@@ -285,6 +323,12 @@ mod tests {
             update_cosine: Some(0.5),
             late: 0,
             staleness: vec![],
+            phases: PhaseSeconds {
+                plan: 0.001,
+                train: 0.5,
+                aggregate: 0.01,
+                evaluate: 0.002,
+            },
         }
     }
 

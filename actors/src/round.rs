@@ -622,6 +622,7 @@ pub fn record(s: &RoundSummary<'_>) -> RoundRecord {
         update_cosine: s.update_cosine,
         late: 0,
         staleness: vec![],
+        phases: Default::default(),
     }
 }
 

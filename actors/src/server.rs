@@ -16,7 +16,7 @@ use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
 use crate::client::{ClientMsg, ClientReply};
 use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection, over_committed};
 use crate::host::{ClientHost, stopped_actor};
-use crate::record::{RoundRecord, Summary};
+use crate::record::{PhaseSeconds, RoundRecord, Summary};
 use crate::round::{
     ClientFailure, FoldContext, Folded, Outcome, RoundSummary, build_tasks, check, classify, fold,
     record, update_cosine, validate,
@@ -372,6 +372,7 @@ impl ServerState {
         })
         .await
         .map_err(|e| format!("sharding plan panicked: {e}"))??;
+        let mut phases = PhaseSeconds::default();
         let recipe = Recipe {
             learning_rate: config.learning_rate(round),
             ..config.recipe.clone()
@@ -412,6 +413,7 @@ impl ServerState {
             let n = if two_phase { asked as usize } else { target };
             (n, &counts as &Counts<'_>)
         });
+        phases.plan = started.elapsed().as_secs_f64();
         let (outcomes, late) = self.dispatch(messages, !two_phase, round, close).await;
         if !late.is_empty() {
             tracing::info!(
@@ -433,6 +435,7 @@ impl ServerState {
             answers.envelopes.extend(uploaded.envelopes);
             answers.failures.extend(uploaded.failures);
         }
+        phases.train = started.elapsed().as_secs_f64() - phases.plan;
         if !answers.failures.is_empty() {
             log_failures(round, tasks.tasks.len(), &answers.failures);
         }
@@ -504,11 +507,14 @@ impl ServerState {
             ),
         }
 
+        phases.aggregate = started.elapsed().as_secs_f64() - phases.plan - phases.train;
         let evaluator = Arc::clone(&self.fed.evaluator);
         let model = self.fed.model.clone();
+        let evaluating = Instant::now();
         let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
             .await
             .map_err(|e| format!("evaluation panicked: {e}"))?;
+        phases.evaluate = evaluating.elapsed().as_secs_f64();
         let mut record = record(&RoundSummary {
             round,
             tasks: &tasks,
@@ -524,6 +530,7 @@ impl ServerState {
             update_cosine,
         });
         record.late = late.len();
+        record.phases = phases;
         self.fed.history.push(record.clone());
         self.persist(&record).await?;
         if let Some(events) = &self.fed.events {

@@ -56,7 +56,12 @@ impl<B: Kernels> GroupNorm<B> {
     }
 
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        kernels::group_norm(x, self.gamma.val(), self.beta.val(), self.groups)
+        kernels::group_norm(x, self.gamma.val(), self.beta.val(), self.groups, false)
+    }
+
+    /// `relu(self.forward(x))` in one fused pass.
+    pub fn forward_relu(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        kernels::group_norm(x, self.gamma.val(), self.beta.val(), self.groups, true)
     }
 }
 

@@ -53,10 +53,10 @@ impl<B: Kernels> DigitsCnn<B> {
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let n = x.dims()[0];
         let h = x.reshape([n, 1, SIDE, SIDE]);
-        let h = relu(self.norm0.forward(self.conv0.forward(h)));
-        let h = relu(self.norm1.forward(self.conv1.forward(h)));
+        let h = self.norm0.forward_relu(self.conv0.forward(h));
+        let h = self.norm1.forward_relu(self.conv1.forward(h));
         let h = pool(h, Pool::Max, 2);
-        let h = relu(self.norm2.forward(self.conv2.forward(h)));
+        let h = self.norm2.forward_relu(self.conv2.forward(h));
         let h = pool(h, Pool::Average, 2);
         let h = relu(
             self.norm3

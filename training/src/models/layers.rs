@@ -161,34 +161,28 @@ impl<B: Kernels> Conv<B> {
     }
 
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let y = match &self.weight {
-            Weight::Dense(w) => kernels::conv2d(x, w.val(), self.geometry()),
+        let bias = self.bias.as_ref().map(Param::val);
+        match &self.weight {
+            Weight::Dense(w) => kernels::conv2d(x, w.val(), bias, self.geometry()),
             Weight::Factorized(f) => {
                 let [n, patch] = f.v.dims();
                 let c_out = f.u.dims()[1];
                 // Diag(ω)·V, n × c_in kh kw.
                 let scaled_v = f.v.val() * f.omega.clone().reshape([n, 1]);
                 if n * (patch + c_out) < c_out * patch {
-                    let h = kernels::conv2d(x, scaled_v, self.geometry());
+                    let h = kernels::conv2d(x, scaled_v, None, self.geometry());
                     let one_by_one = ConvGeometry {
                         kernel: [1, 1],
                         stride: [1, 1],
                         padding: [0, 0],
                     };
-                    kernels::conv2d(h, f.u.val().transpose(), one_by_one)
+                    kernels::conv2d(h, f.u.val().transpose(), bias, one_by_one)
                 } else {
                     // Uᵀ·(Diag(ω)·V) = linear(Uᵀ, (Diag(ω)·V)ᵀ).
                     let composed = kernels::linear(f.u.val().transpose(), scaled_v.transpose());
-                    kernels::conv2d(x, composed, self.geometry())
+                    kernels::conv2d(x, composed, bias, self.geometry())
                 }
             }
-        };
-        match &self.bias {
-            Some(b) => {
-                let c_out = b.dims()[0];
-                y + b.val().reshape([1, c_out, 1, 1])
-            }
-            None => y,
         }
     }
 }

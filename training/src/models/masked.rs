@@ -376,7 +376,7 @@ impl<B: Kernels> MaskedNet<B> {
                     stride: [1, 1],
                     padding: [1, 1],
                 };
-                let conv = kernels::conv2d(image, w.clone(), geometry);
+                let conv = kernels::conv2d(image, w.clone(), None, geometry);
                 image = kernels::pool(relu(conv), Pool::Max, 2);
             }
             let [_, c, height, width] = image.dims();

@@ -70,7 +70,7 @@ impl<B: Kernels> BasicBlock<B> {
     }
 
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let h = relu(self.norm1.forward(self.conv1.forward(x.clone())));
+        let h = self.norm1.forward_relu(self.conv1.forward(x.clone()));
         let h = self.norm2.forward(self.conv2.forward(h));
         let skip = match &self.shortcut {
             Some((conv, norm)) => norm.forward(conv.forward(x)),

@@ -11,5 +11,6 @@ pub mod fedpm;
 pub mod neural;
 pub mod ridge;
 pub mod sgld;
+pub mod slots;
 
 pub use ridge::{RidgeClient, RidgeEvaluator, synthetic_clients};

@@ -122,30 +122,38 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
     fn fused_conv2d(
         x: FloatTensor<Self>,
         filters: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
         geometry: ConvGeometry,
     ) -> FloatTensor<Self> {
-        let y = B::fused_conv2d(x.primitive.clone(), filters.primitive.clone(), geometry);
+        let y = B::fused_conv2d(
+            x.primitive.clone(),
+            filters.primitive.clone(),
+            bias.as_ref().map(|b| b.primitive.clone()),
+            geometry,
+        );
         let state = (x.primitive.clone(), filters.primitive.clone(), geometry);
-        record::<B, C, _, 2>([x, filters], y, state, |(x, filters, geometry), g| {
-            B::fused_conv2d_backward(x, filters, g, geometry)
-        })
+        match bias {
+            Some(bias) => record::<B, C, _, 3>([x, filters, bias], y, state, |s, g| {
+                B::fused_conv2d_backward(s.0, s.1, g, s.2)
+            }),
+            None => record::<B, C, _, 2>([x, filters], y, state, |s, g| {
+                let [d_x, d_filters, _] = B::fused_conv2d_backward(s.0, s.1, g, s.2);
+                [d_x, d_filters]
+            }),
+        }
     }
 
     fn fused_group_norm(
         x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
+        [gamma, beta]: [FloatTensor<Self>; 2],
         groups: usize,
+        relu: bool,
     ) -> FloatTensor<Self> {
-        let y = B::fused_group_norm(
-            x.primitive.clone(),
-            gamma.primitive.clone(),
-            beta.primitive.clone(),
-            groups,
-        );
-        let state = (x.primitive.clone(), gamma.primitive.clone(), groups);
-        record::<B, C, _, 3>([x, gamma, beta], y, state, |(x, gamma, groups), g| {
-            B::fused_group_norm_backward(x, gamma, g, groups)
+        let params = [gamma.primitive.clone(), beta.primitive.clone()];
+        let y = B::fused_group_norm(x.primitive.clone(), params.clone(), groups, relu);
+        let state = (x.primitive.clone(), params, groups, relu);
+        record::<B, C, _, 3>([x, gamma, beta], y, state, |s, g| {
+            B::fused_group_norm_backward(s.0, s.1, g, s.2, s.3)
         })
     }
 

@@ -212,10 +212,11 @@ pub fn attention_backward<B: Backend>(
 pub fn conv2d<B: Backend>(
     x: FloatTensor<B>,
     filters: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
     geometry: ConvGeometry,
 ) -> FloatTensor<B> {
     let (weight, options) = conv_weight::<B>(&x, filters, geometry);
-    B::conv2d(x, weight, None, options)
+    B::conv2d(x, weight, bias, options)
 }
 
 pub fn conv2d_backward<B: Backend>(
@@ -223,12 +224,19 @@ pub fn conv2d_backward<B: Backend>(
     filters: FloatTensor<B>,
     grad: FloatTensor<B>,
     geometry: ConvGeometry,
-) -> [FloatTensor<B>; 2] {
+) -> [FloatTensor<B>; 3] {
     let filters_shape = filters.shape();
     let (weight, options) = conv_weight::<B>(&x, filters, geometry);
     let d_x = B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone());
-    let d_weight = B::conv2d_weight_backward(x, weight, grad, options);
-    [d_x, B::float_reshape(d_weight, filters_shape)]
+    let d_weight = B::conv2d_weight_backward(x, weight, grad.clone(), options);
+    let grad: Tensor<B, 4> = float(grad);
+    let c_out = grad.dims()[1];
+    let d_bias = grad.sum_dim(0).sum_dim(2).sum_dim(3).reshape([c_out]);
+    [
+        d_x,
+        B::float_reshape(d_weight, filters_shape),
+        d_bias.into_primitive().tensor(),
+    ]
 }
 
 /// The `c_out × C × kh × kw` weight of a `c_out × (C kh kw)` filter matrix for input `x`, and
@@ -260,28 +268,41 @@ fn per_channel<B: Backend>(v: FloatTensor<B>) -> Tensor<B, 4> {
 
 pub fn group_norm<B: Backend>(
     x: FloatTensor<B>,
-    gamma: FloatTensor<B>,
-    beta: FloatTensor<B>,
+    [gamma, beta]: [FloatTensor<B>; 2],
     groups: usize,
+    relu: bool,
 ) -> FloatTensor<B> {
     let (x, shape) = group_rows::<B>(x, groups);
     let (normed, _) = normalise(x);
     let normed: Tensor<B, 4> = float(restore(normed, shape));
-    (normed * per_channel(gamma) + per_channel(beta))
-        .into_primitive()
-        .tensor()
+    let y = normed * per_channel(gamma) + per_channel(beta);
+    let y = if relu { activation::relu(y) } else { y };
+    y.into_primitive().tensor()
 }
 
 pub fn group_norm_backward<B: Backend>(
     x: FloatTensor<B>,
-    gamma: FloatTensor<B>,
+    [gamma, beta]: [FloatTensor<B>; 2],
     grad: FloatTensor<B>,
     groups: usize,
+    relu: bool,
 ) -> [FloatTensor<B>; 3] {
     let c = gamma.shape().num_elements();
+    let grad: Tensor<B, 4> = float(grad);
+    // Through the ReLU first: the gradient passes where the normalised output is positive.
+    let grad = if relu {
+        let y: Tensor<B, 4> = float(group_norm::<B>(
+            x.clone(),
+            [gamma.clone(), beta],
+            groups,
+            false,
+        ));
+        grad * y.greater_elem(0.0).float()
+    } else {
+        grad
+    };
     let (x, shape) = group_rows::<B>(x, groups);
     let (normed, inv_std) = normalise(x);
-    let grad: Tensor<B, 4> = float(grad);
     let normed4: Tensor<B, 4> = float(restore(normed.clone(), shape.clone()));
     let channel_sum = |t: Tensor<B, 4>| t.sum_dim(0).sum_dim(2).sum_dim(3).reshape([c]);
     let d_gamma = channel_sum(grad.clone() * normed4);

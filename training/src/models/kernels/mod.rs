@@ -103,43 +103,48 @@ pub trait Kernels: Backend {
     /// A 2-D convolution with zero padding of `N × C × H × W` images by `filters`, the
     /// `c_out × (C·kh·kw)` matrix of the weight (row-major over (C, kh, kw), any strides):
     /// `N × c_out × H' × W'`.
+    /// With `bias` (`c_out`), it is added to every output position of its channel.
     fn fused_conv2d(
         x: FloatTensor<Self>,
         filters: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
         geometry: ConvGeometry,
     ) -> FloatTensor<Self> {
-        composite::conv2d::<Self>(x, filters, geometry)
+        composite::conv2d::<Self>(x, filters, bias, geometry)
     }
 
-    /// The gradients of [`Kernels::fused_conv2d`] with respect to `x` and `filters`.
+    /// The gradients of [`Kernels::fused_conv2d`] with respect to `x` and `filters`, and to
+    /// the bias (the same for any bias, so the bias itself is not needed).
     fn fused_conv2d_backward(
         x: FloatTensor<Self>,
         filters: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         geometry: ConvGeometry,
-    ) -> [FloatTensor<Self>; 2] {
+    ) -> [FloatTensor<Self>; 3] {
         composite::conv2d_backward::<Self>(x, filters, grad, geometry)
     }
 
     /// Group normalisation of `N × C × H × W` activations (`groups` groups of consecutive
-    /// channels), scaled by `gamma` and shifted by `beta` per channel.
+    /// channels), scaled by `gamma` and shifted by `beta` per channel; then a ReLU where
+    /// `relu` (the CNNs' norm–activation pair in one pass).
     fn fused_group_norm(
         x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
+        [gamma, beta]: [FloatTensor<Self>; 2],
         groups: usize,
+        relu: bool,
     ) -> FloatTensor<Self> {
-        composite::group_norm::<Self>(x, gamma, beta, groups)
+        composite::group_norm::<Self>(x, [gamma, beta], groups, relu)
     }
 
     /// The gradients of [`Kernels::fused_group_norm`] with respect to `x`, `gamma` and `beta`.
     fn fused_group_norm_backward(
         x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
+        [gamma, beta]: [FloatTensor<Self>; 2],
         grad: FloatTensor<Self>,
         groups: usize,
+        relu: bool,
     ) -> [FloatTensor<Self>; 3] {
-        composite::group_norm_backward::<Self>(x, gamma, grad, groups)
+        composite::group_norm_backward::<Self>(x, [gamma, beta], grad, groups, relu)
     }
 
     /// Non-overlapping `k × k` pooling of `N × C × H × W` activations (sides divisible by k).
@@ -253,31 +258,37 @@ pub fn attention<B: Kernels>(
     float(out)
 }
 
-/// A 2-D convolution through [`Kernels::fused_conv2d`].
+/// A 2-D convolution, with a per-channel bias if given, through [`Kernels::fused_conv2d`].
 pub fn conv2d<B: Kernels>(
     x: Tensor<B, 4>,
     filters: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
     geometry: ConvGeometry,
 ) -> Tensor<B, 4> {
     float(B::fused_conv2d(
         x.into_primitive().tensor(),
         filters.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
         geometry,
     ))
 }
 
-/// Group normalisation through [`Kernels::fused_group_norm`].
+/// Group normalisation, then a ReLU where `relu`, through [`Kernels::fused_group_norm`].
 pub fn group_norm<B: Kernels>(
     x: Tensor<B, 4>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     groups: usize,
+    relu: bool,
 ) -> Tensor<B, 4> {
     float(B::fused_group_norm(
         x.into_primitive().tensor(),
-        gamma.into_primitive().tensor(),
-        beta.into_primitive().tensor(),
+        [
+            gamma.into_primitive().tensor(),
+            beta.into_primitive().tensor(),
+        ],
         groups,
+        relu,
     ))
 }
 
@@ -496,13 +507,26 @@ mod tests {
             };
             let patch = 3 * kernel * kernel;
             let filters = |x: &Tensor<B, 3>| x.clone().reshape([4, patch]);
+            let bias = |x: &Tensor<B, 3>| x.clone().reshape([4]);
             check(
-                vec![random([2, 3, 36], 21), random([1, 4, patch], 22)],
-                |x| flat(conv2d(image(&x[0], 6), filters(&x[1]), geometry)),
+                vec![
+                    random([2, 3, 36], 21),
+                    random([1, 4, patch], 22),
+                    random([1, 1, 4], 25),
+                ],
+                |x| {
+                    flat(conv2d(
+                        image(&x[0], 6),
+                        filters(&x[1]),
+                        Some(bias(&x[2])),
+                        geometry,
+                    ))
+                },
                 |x| {
                     flat(float(composite::conv2d::<B>(
                         image(&x[0], 6).into_primitive().tensor(),
                         filters(&x[1]).into_primitive().tensor(),
+                        Some(bias(&x[2]).into_primitive().tensor()),
                         geometry,
                     )))
                 },
@@ -519,13 +543,14 @@ mod tests {
             vec![random([2, 3, 16], 23), random([1, 3, 5], 24)],
             |x| {
                 let filters = x[1].clone().reshape([3, 5]).transpose();
-                flat(conv2d(image(&x[0], 4), filters, one_by_one))
+                flat(conv2d(image(&x[0], 4), filters, None, one_by_one))
             },
             |x| {
                 let filters = x[1].clone().reshape([3, 5]).transpose();
                 flat(float(composite::conv2d::<B>(
                     image(&x[0], 4).into_primitive().tensor(),
                     filters.into_primitive().tensor(),
+                    None,
                     one_by_one,
                 )))
             },
@@ -536,30 +561,36 @@ mod tests {
     #[test]
     fn fused_group_norm_matches_the_composite_one_in_all_three_gradients() {
         let per_channel = |t: &Tensor<B, 3>| t.clone().reshape([6]);
-        check(
-            vec![
-                random([2, 6, 9], 31),
-                random([1, 1, 6], 32),
-                random([1, 1, 6], 33),
-            ],
-            |x| {
-                flat(group_norm(
-                    image(&x[0], 3),
-                    per_channel(&x[1]),
-                    per_channel(&x[2]),
-                    3,
-                ))
-            },
-            |x| {
-                flat(float(composite::group_norm::<B>(
-                    image(&x[0], 3).into_primitive().tensor(),
-                    per_channel(&x[1]).into_primitive().tensor(),
-                    per_channel(&x[2]).into_primitive().tensor(),
-                    3,
-                )))
-            },
-            "group norm",
-        );
+        for relu in [false, true] {
+            check(
+                vec![
+                    random([2, 6, 9], 31),
+                    random([1, 1, 6], 32),
+                    random([1, 1, 6], 33),
+                ],
+                |x| {
+                    flat(group_norm(
+                        image(&x[0], 3),
+                        per_channel(&x[1]),
+                        per_channel(&x[2]),
+                        3,
+                        relu,
+                    ))
+                },
+                |x| {
+                    flat(float(composite::group_norm::<B>(
+                        image(&x[0], 3).into_primitive().tensor(),
+                        [
+                            per_channel(&x[1]).into_primitive().tensor(),
+                            per_channel(&x[2]).into_primitive().tensor(),
+                        ],
+                        3,
+                        relu,
+                    )))
+                },
+                &format!("group norm (relu {relu})"),
+            );
+        }
     }
 
     #[test]

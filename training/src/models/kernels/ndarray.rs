@@ -284,6 +284,7 @@ impl Kernels for NdArray<f32> {
     fn fused_conv2d(
         x: FloatTensor<Self>,
         filters: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
         geometry: ConvGeometry,
     ) -> FloatTensor<Self> {
         let image = Image::of(&x, geometry);
@@ -302,10 +303,15 @@ impl Kernels for NdArray<f32> {
             positions,
         );
         let [oh, ow] = image.out;
-        tensor(
-            image.channels_to_batch(&y, f.rows),
-            Shape::new([image.n, f.rows, oh, ow]),
-        )
+        let mut y = image.channels_to_batch(&y, f.rows);
+        if let Some(bias) = bias {
+            let bias = values(&bias);
+            assert_eq!(bias.len(), f.rows, "conv2d: bias length vs output channels");
+            for (plane, b) in y.chunks_exact_mut(oh * ow).zip(bias.iter().cycle()) {
+                plane.iter_mut().for_each(|v| *v += b);
+            }
+        }
+        tensor(y, Shape::new([image.n, f.rows, oh, ow]))
     }
 
     fn fused_conv2d_backward(
@@ -313,13 +319,14 @@ impl Kernels for NdArray<f32> {
         filters: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         geometry: ConvGeometry,
-    ) -> [FloatTensor<Self>; 2] {
+    ) -> [FloatTensor<Self>; 3] {
         let shape = x.shape();
         let image = Image::of(&x, geometry);
         let f = Strided::of(&filters);
         let (patch, positions, c_out) = (image.patch_len(), image.positions(), f.rows);
         let cols = image.im2col(&values(&x));
         let grad = image.batch_to_channels(&values(&grad), c_out);
+        let d_bias = grad.chunks_exact(positions).map(lane_sum).collect();
         let g = (grad.as_slice(), positions as isize, 1);
         // dF = dY · colsᵀ, d cols = Fᵀ · dY, then the patches are added back into dX.
         let mut d_filters = vec![0.0; c_out * patch];
@@ -343,14 +350,15 @@ impl Kernels for NdArray<f32> {
         [
             tensor(image.col2im(&d_cols), shape),
             tensor(d_filters, Shape::new([c_out, patch])),
+            tensor(d_bias, Shape::new([c_out])),
         ]
     }
 
     fn fused_group_norm(
         x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
+        [gamma, beta]: [FloatTensor<Self>; 2],
         groups: usize,
+        relu: bool,
     ) -> FloatTensor<Self> {
         let shape = x.shape();
         let (gamma, beta) = (values(&gamma), values(&beta));
@@ -361,9 +369,14 @@ impl Kernels for NdArray<f32> {
             let first = (i % groups) * per_group;
             for (c, values) in group.chunks_exact_mut(plane).enumerate() {
                 let (g, b) = (gamma[first + c], beta[first + c]);
-                values
-                    .iter_mut()
-                    .for_each(|v| *v = (*v - mean) * inv_std * g + b);
+                let (scale, shift) = (inv_std * g, b - mean * inv_std * g);
+                if relu {
+                    values
+                        .iter_mut()
+                        .for_each(|v| *v = (*v * scale + shift).max(0.0));
+                } else {
+                    values.iter_mut().for_each(|v| *v = *v * scale + shift);
+                }
             }
         }
         tensor(y, shape)
@@ -371,14 +384,16 @@ impl Kernels for NdArray<f32> {
 
     fn fused_group_norm_backward(
         x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
+        [gamma, beta]: [FloatTensor<Self>; 2],
         grad: FloatTensor<Self>,
         groups: usize,
+        relu: bool,
     ) -> [FloatTensor<Self>; 3] {
         let shape = x.shape();
         let channels = shape[1];
-        let gamma = values(&gamma);
-        let grad = values(&grad);
+        let (gamma, beta) = (values(&gamma), values(&beta));
+        // Through the ReLU first: zero where the forward output was clamped.
+        let mut grad = values(&grad).into_owned();
         let (plane, per_group) = group_layout(&shape, groups);
         let len = per_group * plane;
         let mut dx = values(&x).into_owned();
@@ -387,30 +402,34 @@ impl Kernels for NdArray<f32> {
         let scale = 1.0 / len as f32;
         for (i, (group, g)) in dx
             .chunks_exact_mut(len)
-            .zip(grad.chunks_exact(len))
+            .zip(grad.chunks_exact_mut(len))
             .enumerate()
         {
             let (mean, inv_std) = moments(group);
             let first = (i % groups) * per_group;
-            // group ← x̂; accumulate the parameter gradients and the two means of dx̂.
+            // group ← x̂ and g ← the gradient through the ReLU, in element-wise passes; then
+            // per channel Σg and Σg·x̂, from which both means of dx̂ = g·γ follow:
+            // Σ dx̂ = Σ_c γ_c Σg, Σ dx̂·x̂ = Σ_c γ_c Σg·x̂.
             let (mut mean_d, mut mean_dx) = (0.0f32, 0.0f32);
             for (c, (values, g)) in group
                 .chunks_exact_mut(plane)
-                .zip(g.chunks_exact(plane))
+                .zip(g.chunks_exact_mut(plane))
                 .enumerate()
             {
-                let gamma = gamma[first + c];
-                let (mut dg, mut db) = (0.0f32, 0.0f32);
-                for (v, &g) in values.iter_mut().zip(g) {
+                let (gamma, beta) = (gamma[first + c], beta[first + c]);
+                for (v, g) in values.iter_mut().zip(g.iter_mut()) {
                     let normed = (*v - mean) * inv_std;
                     *v = normed;
-                    dg += g * normed;
-                    db += g;
-                    mean_dx += g * gamma * normed;
+                    if relu && normed * gamma + beta <= 0.0 {
+                        *g = 0.0;
+                    }
                 }
+                let db = lane_sum(g);
+                let dg = lane_dot(g, values);
                 d_gamma[first + c] += dg;
                 d_beta[first + c] += db;
                 mean_d += db * gamma;
+                mean_dx += dg * gamma;
             }
             mean_d *= scale;
             mean_dx *= scale;
@@ -441,18 +460,28 @@ impl Kernels for NdArray<f32> {
         );
         let (oh, ow) = (h / k, w / k);
         let x = values(&x);
-        let mut y = Vec::with_capacity(n * c * oh * ow);
-        for image in x.chunks_exact(h * w) {
-            for by in 0..oh {
-                for bx in 0..ow {
-                    let block = (0..k).flat_map(|i| {
-                        let row = (by * k + i) * w + bx * k;
-                        image[row..row + k].iter().copied()
-                    });
-                    y.push(match kind {
-                        Pool::Max => block.fold(f32::NEG_INFINITY, f32::max),
-                        Pool::Average => block.sum::<f32>() / (k * k) as f32,
-                    });
+        let mut y = vec![0.0f32; n * c * oh * ow];
+        for (image, out) in x.chunks_exact(h * w).zip(y.chunks_exact_mut(oh * ow)) {
+            // Reduce each block's rows into its output row, k input rows at a time.
+            for (rows, out) in image.chunks_exact(k * w).zip(out.chunks_exact_mut(ow)) {
+                match kind {
+                    Pool::Max => {
+                        out.fill(f32::NEG_INFINITY);
+                        for row in rows.chunks_exact(w) {
+                            for (o, block) in out.iter_mut().zip(row.chunks_exact(k)) {
+                                *o = block.iter().copied().fold(*o, f32::max);
+                            }
+                        }
+                    }
+                    Pool::Average => {
+                        for row in rows.chunks_exact(w) {
+                            for (o, block) in out.iter_mut().zip(row.chunks_exact(k)) {
+                                *o += block.iter().sum::<f32>();
+                            }
+                        }
+                        let scale = 1.0 / (k * k) as f32;
+                        out.iter_mut().for_each(|o| *o *= scale);
+                    }
                 }
             }
         }
@@ -476,22 +505,28 @@ impl Kernels for NdArray<f32> {
             .zip(dx.chunks_exact_mut(h * w))
             .zip(grad.chunks_exact(oh * ow))
         {
-            for by in 0..oh {
-                for bx in 0..ow {
-                    let g = g[by * ow + bx];
-                    let offsets = (0..k).flat_map(|i| {
-                        let row = (by * k + i) * w + bx * k;
-                        row..row + k
-                    });
+            for (by, g) in g.chunks_exact(ow).enumerate() {
+                let top = by * k * w;
+                for (bx, &g) in g.iter().enumerate() {
+                    let corner = top + bx * k;
                     match kind {
                         // The first position holding the block's maximum takes the gradient.
                         Pool::Max => {
-                            let best = offsets
-                                .reduce(|best, o| if image[o] > image[best] { o } else { best })
-                                .expect("k > 0");
+                            let mut best = corner;
+                            for i in 0..k {
+                                for o in corner + i * w..corner + i * w + k {
+                                    if image[o] > image[best] {
+                                        best = o;
+                                    }
+                                }
+                            }
                             d_image[best] = g;
                         }
-                        Pool::Average => offsets.for_each(|o| d_image[o] = g * per_block),
+                        Pool::Average => {
+                            for i in 0..k {
+                                d_image[corner + i * w..][..k].fill(g * per_block);
+                            }
+                        }
                     }
                 }
             }
@@ -610,8 +645,15 @@ impl Image {
         let [h, w] = self.side;
         let mut x = vec![0.0; self.n * self.c * h * w];
         self.runs(|out, input, len, stride| {
-            for (t, v) in cols[out..out + len].iter().enumerate() {
-                x[input + t * stride] += v;
+            let cols = &cols[out..out + len];
+            if stride == 1 {
+                for (x, v) in x[input..input + len].iter_mut().zip(cols) {
+                    *x += v;
+                }
+            } else {
+                for (t, v) in cols.iter().enumerate() {
+                    x[input + t * stride] += v;
+                }
             }
         });
         x
@@ -645,9 +687,56 @@ impl Image {
 /// Mean and `1/√(var + ε)` of a row (population variance, as the composite version).
 fn moments(row: &[f32]) -> (f32, f32) {
     let n = row.len() as f32;
-    let mean = row.iter().sum::<f32>() / n;
-    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let mean = lane_sum(row) / n;
+    let mut lanes = [0.0f32; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (acc, v) in lanes.iter_mut().zip(chunk) {
+            *acc += (v - mean) * (v - mean);
+        }
+    }
+    let tail: f32 = chunks
+        .remainder()
+        .iter()
+        .map(|v| (v - mean) * (v - mean))
+        .sum();
+    let var = (lanes.iter().sum::<f32>() + tail) / n;
     (mean, 1.0 / (var + NORM_EPS).sqrt())
+}
+
+/// Accumulators of the vectorised sums: a float sum taken in order is one long dependency
+/// chain the compiler may not reorder, so the sums below keep `LANES` partial sums instead (a
+/// fixed order: the result depends on the data only).
+const LANES: usize = 16;
+
+/// `Σ values`, in [`LANES`] partial sums.
+fn lane_sum(values: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (acc, v) in lanes.iter_mut().zip(chunk) {
+            *acc += v;
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
+/// `Σ a_i b_i`, in [`LANES`] partial sums.
+fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for ((acc, x), y) in lanes.iter_mut().zip(x).zip(y) {
+            *acc += x * y;
+        }
+    }
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Row-wise softmax of `values` (rows of `cols`); with `causal`, row r of each `cols × cols`

@@ -1,0 +1,83 @@
+//! At most one training client per CPU core in a process.
+//!
+//! Why: every client of a round trains on its own blocking thread, so ten clients on two cores
+//! were ten threads time-slicing two cores: each model's working set evicted the others' from
+//! the caches, and each thread allocated its own buffers at once. Queued here instead, a client
+//! trains at full speed when its turn comes, and the round ends no later. A client's result
+//! does not depend on when it trains (its seed fixes it), so runs stay bit-identical.
+//!
+//! Only local computation takes a slot: a fault injector's simulated slowness sleeps outside
+//! it, as a slow remote device would not hold this machine's cores.
+
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+
+/// A counting semaphore over the process's cores.
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// A held slot; dropping it frees the slot.
+pub struct Slot(&'static Slots);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        *lock(&self.0.free) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+fn lock(free: &Mutex<usize>) -> MutexGuard<'_, usize> {
+    // The count stays consistent even if a holder panicked: it is only ever changed by ±1.
+    free.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn slots() -> &'static Slots {
+    static SLOTS: OnceLock<Slots> = OnceLock::new();
+    SLOTS.get_or_init(|| Slots {
+        free: Mutex::new(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        freed: Condvar::new(),
+    })
+}
+
+/// Blocks the calling (blocking-pool) thread until a core is free.
+pub fn acquire() -> Slot {
+    let slots = slots();
+    let mut free = lock(&slots.free);
+    while *free == 0 {
+        free = slots
+            .freed
+            .wait(free)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    *free -= 1;
+    Slot(slots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn no_more_holders_than_cores_at_any_time() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (holding, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|scope| {
+            for _ in 0..4 * cores {
+                scope.spawn(|| {
+                    let _slot = acquire();
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        let most = most.into_inner();
+        assert!(
+            most >= 1 && most <= cores,
+            "{most} holders on {cores} cores"
+        );
+    }
+}
