@@ -478,6 +478,8 @@ pub fn update_cosine(
             }
             let shards = a.update.shards.iter().zip(&task.shards);
             for (got, sent) in shards.filter(|(g, _)| g.name == new.name) {
+                // w Σ_j (u'_j v'_jᵀ − ū'_j v̄'_jᵀ), as one product over the stacked terms.
+                let mut terms = Vec::with_capacity(2 * got.indices.len());
                 for j in 0..got.indices.len() {
                     let (Some(ul), Some(ur), Some(sl), Some(sr)) = (
                         got.left.get(j * rows..(j + 1) * rows),
@@ -487,13 +489,11 @@ pub fn update_cosine(
                     ) else {
                         return None;
                     };
-                    for r in 0..rows {
-                        let (un, us) = (w * f64::from(ul[r]), w * f64::from(sl[r]));
-                        let row = &mut mean[r * cols..(r + 1) * cols];
-                        for ((m, &vn), &vs) in row.iter_mut().zip(ur).zip(sr) {
-                            *m += un * f64::from(vn) - us * f64::from(vs);
-                        }
-                    }
+                    terms.extend([(w, ul, ur), (-w, sl, sr)]);
+                }
+                let change = fedshard_strategies::svd::weighted_outer_sum(&terms, rows, cols);
+                for (m, d) in mean.iter_mut().zip(change) {
+                    *m += d;
                 }
             }
         }

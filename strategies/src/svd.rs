@@ -194,6 +194,28 @@ pub fn apply_term_changes(weights: &mut [f32], before: &Factors<f32>, after: &Fa
     }
 }
 
+/// `Σ_j c_j l_j r_jᵀ` in f64, row-major `rows × cols`, for `terms` of `(c_j, l_j, r_j)` with
+/// `l_j` of length `rows` and `r_j` of length `cols`: one stacked matrix product instead of a
+/// rank-one update per term.
+pub fn weighted_outer_sum(terms: &[(f64, &[f32], &[f32])], rows: usize, cols: usize) -> Vec<f64> {
+    for (_, l, r) in terms {
+        assert!(
+            l.len() == rows && r.len() == cols,
+            "a term of {}×{} values in a {rows}×{cols} sum",
+            l.len(),
+            r.len()
+        );
+    }
+    if terms.is_empty() {
+        return vec![0.0; rows * cols];
+    }
+    let left = Mat::<f64>::from_fn(terms.len(), rows, |j, i| {
+        terms[j].0 * f64::from(terms[j].1[i])
+    });
+    let right = Mat::<f64>::from_fn(terms.len(), cols, |j, i| f64::from(terms[j].2[i]));
+    product(left.as_ref(), right.as_ref(), rows, cols)
+}
+
 /// `Ŵ = Σ_j ω_j u'_{I_j} v'_{I_j}ᵀ`, row-major (ALGORITHMS.md §1.1 step 4: the sub-layer a
 /// client with index set `I` and frozen multipliers `ω` trains).
 ///

@@ -59,18 +59,6 @@ impl<B: Backend> Factors<B> {
         self.omega.dims()[0]
     }
 
-    /// `½‖U Diag(ω) Vᵀ‖²_F` without forming the product: `Σ_ij ω_i ω_j (U Uᵀ)_ij (V Vᵀ)_ij`,
-    /// an `n × n` computation instead of `c_out × c_in_eff`.
-    pub fn half_squared_norm(&self) -> Tensor<B, 1> {
-        let n = self.terms();
-        let (u, v) = (self.u.val(), self.v.val());
-        let gram_u = u.clone().matmul(u.transpose());
-        let gram_v = v.clone().matmul(v.transpose());
-        let omega = self.omega.clone();
-        let outer = omega.clone().reshape([n, 1]).matmul(omega.reshape([1, n]));
-        (gram_u * gram_v * outer).sum().mul_scalar(0.5)
-    }
-
     /// The ClipLR factor of each term, `min(1, τ/ω_i)`, as an `n × 1` column to scale the rows
     /// of the factor gradients (ALGORITHMS.md §1.7).
     pub fn clip_scale(&self, tau: f64) -> Tensor<B, 2> {
@@ -91,16 +79,6 @@ pub enum Weight<B: Backend> {
     Dense(Param<Tensor<B, 2>>),
     /// A spectral shard.
     Factorized(Factors<B>),
-}
-
-impl<B: Backend> Weight<B> {
-    /// `½‖W‖²_F` of the effective weight: the Frobenius-decay term before the factor μ.
-    pub fn half_squared_norm(&self) -> Tensor<B, 1> {
-        match self {
-            Weight::Dense(w) => w.val().powi_scalar(2).sum().mul_scalar(0.5),
-            Weight::Factorized(f) => f.half_squared_norm(),
-        }
-    }
 }
 
 /// `y = W x + b` for the last dimension of `x`.

@@ -3,7 +3,7 @@
 //! (momentum, fresh state every round), Frobenius decay on every effective weight and ClipLR on
 //! the factors of its shards, and exports the trained tensors.
 
-use crate::models::kernels::{Kernels, TrainingBackend};
+use crate::models::kernels::{self, Kernels, TrainingBackend};
 use crate::models::layers::Weight;
 use crate::models::net::{Architecture, Net};
 use crate::train::batches::{self, LocalSteps};
@@ -104,16 +104,46 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
         .neg()
 }
 
-/// `(μ/2) Σ ‖Ŵ‖²_F` over every affine and convolutional weight of the model.
-pub fn frobenius_decay<B: Kernels>(net: &Net<B>, mu: f64) -> Option<Tensor<B, 1>> {
+/// Adds the gradient of the Frobenius decay `(μ/2) Σ ‖Ŵ‖²_F` over every affine and
+/// convolutional weight of the model to `grads`, in closed form (ALGORITHMS.md §1.7): `μ W` for
+/// a dense weight; for a shard Ŵ = Uᵀ Ω V (U `n × c_out`, V `n × c_in`), `μ Ω (V Vᵀ) Ω U` for U
+/// and `μ Ω (U Uᵀ) Ω V` for V.
+///
+/// Why not through autodiff: recorded as a loss term, the decay of a shard with many terms cost
+/// more than the layer's own forward and backward at the federated batch sizes (two Gram
+/// products forward and four more backward, each a graph node); here it is two Gram products
+/// and two `n × n` by `n × c` products, and a dense weight's is one scaled copy.
+pub fn add_frobenius_decay<B: TrainingBackend>(net: &Net<B>, grads: &mut GradientsParams, mu: f64) {
     if mu == 0.0 {
-        return None;
+        return;
     }
-    net.weights()
-        .into_iter()
-        .map(Weight::half_squared_norm)
-        .reduce(|a, b| a + b)
-        .map(|t| t.mul_scalar(mu))
+    let mut add = |id, decay: Tensor<B::InnerBackend, 2>| {
+        let total = match grads.remove::<B::InnerBackend, 2>(id) {
+            Some(g) => g + decay,
+            None => decay,
+        };
+        grads.register(id, total);
+    };
+    for weight in net.weights() {
+        match weight {
+            Weight::Dense(w) => add(w.id, w.val().inner().mul_scalar(mu)),
+            Weight::Factorized(f) => {
+                let n = f.terms();
+                let (u, v) = (f.u.val().inner(), f.v.val().inner());
+                let omega = f.omega.clone().inner().reshape([n, 1]);
+                let (scaled_u, scaled_v) = (u.clone() * omega.clone(), v.clone() * omega.clone());
+                let gram_u = kernels::linear(u.clone(), u);
+                let gram_v = kernels::linear(v.clone(), v);
+                let rows = omega.mul_scalar(mu);
+                // linear(G, Xᵀ) = G · X, with the transposed factor read in place.
+                add(
+                    f.u.id,
+                    kernels::linear(gram_v, scaled_u.transpose()) * rows.clone(),
+                );
+                add(f.v.id, kernels::linear(gram_u, scaled_v.transpose()) * rows);
+            }
+        }
+    }
 }
 
 /// Scales the gradient of term i of every shard's U and V by `min(1, τ/ω_i)`.
@@ -152,11 +182,8 @@ pub fn train<B: TrainingBackend>(
         .init::<B, Net<B>>();
     steps.run(net, device, |net: Net<B>, inputs, targets| {
         let ce = cross_entropy(net.forward(inputs), targets);
-        let loss = match frobenius_decay(&net, recipe.weight_decay) {
-            Some(decay) => ce.clone() + decay,
-            None => ce.clone(),
-        };
-        let mut grads = GradientsParams::from_grads(loss.backward(), &net);
+        let mut grads = GradientsParams::from_grads(ce.backward(), &net);
+        add_frobenius_decay(&net, &mut grads, recipe.weight_decay);
         if let Some(tau) = recipe.clip_lr {
             clip_lr(&net, &mut grads, tau);
         }

@@ -2,7 +2,7 @@
 //! client's share of the potential,
 //! `H_c = (|D_c|/B) Σ_{j ∈ batch} ∇(−ln p(y_j | x_j, θ)) + ∇(−ln p(θ)) / N`,
 //! with the Gaussian prior of weight decay `λ` (`−ln p(θ) = (λ/2) Σ ‖W‖²` over the affine and
-//! convolutional weights, as [`frobenius_decay`]; biases have a flat prior) shared equally by
+//! convolutional weights, as [`add_frobenius_decay`]; biases have a flat prior) shared equally by
 //! the `N` clients, so that `κ Σ_{c ∈ C}` of the shares is the whole prior.
 //!
 //! No second training loop: this is one step of the ordinary trainer ([`train`]) on the
@@ -13,7 +13,7 @@
 //! the ordinary trainer would draw in that round (the `(seed, round, client)` stream of
 //! [`Purpose::Training`]); the recipe's learning rate, epochs and momentum do not apply.
 //!
-//! [`frobenius_decay`]: crate::train::neural::frobenius_decay
+//! [`add_frobenius_decay`]: crate::train::neural::add_frobenius_decay
 
 use crate::models::kernels::TrainingBackend;
 use crate::models::net::Net;

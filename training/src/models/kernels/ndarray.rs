@@ -132,16 +132,16 @@ impl Kernels for NdArray<f32> {
     fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
         let shape = x.shape();
         let inputs = row_len(&shape);
-        let x = values(&x);
+        let x = Rows::of(&x);
         let w = Strided::of(&w);
         assert_eq!(w.cols, inputs, "linear: weight width vs input width");
-        let rows = x.len() / inputs;
+        let rows = shape.num_elements() / inputs;
         let mut y = vec![0.0; rows * w.rows];
         // y = x · wᵀ; wᵀ is w read with its strides swapped.
         gemm(
             [rows, inputs, w.rows],
             1.0,
-            (&x, inputs as isize, 1),
+            (&x.values, x.rs, x.cs),
             (&w.values, w.cs, w.rs),
             &mut y,
             w.rows,
@@ -156,9 +156,9 @@ impl Kernels for NdArray<f32> {
     ) -> [FloatTensor<Self>; 2] {
         let shape = x.shape();
         let inputs = row_len(&shape);
-        let (x, grad) = (values(&x), values(&grad));
+        let (x, grad) = (Rows::of(&x), values(&grad));
         let w = Strided::of(&w);
-        let rows = x.len() / inputs;
+        let rows = shape.num_elements() / inputs;
         let outputs = w.rows;
         let mut d_x = vec![0.0; rows * inputs];
         gemm(
@@ -174,7 +174,7 @@ impl Kernels for NdArray<f32> {
             [outputs, rows, inputs],
             1.0,
             (&grad, 1, outputs as isize),
-            (&x, inputs as isize, 1),
+            (&x.values, x.rs, x.cs),
             &mut d_w,
             inputs,
         );
@@ -813,6 +813,33 @@ impl<'a> Strided<'a> {
                 rs: cols as isize,
                 cs: 1,
             },
+        }
+    }
+}
+
+/// The input of a linear layer as `rows × last dimension`: a matrix keeps its strides (a
+/// transposed factor `Uᵀ` is read in place), a higher-rank tensor is taken as contiguous rows.
+struct Rows<'a> {
+    values: Cow<'a, [f32]>,
+    rs: isize,
+    cs: isize,
+}
+
+impl<'a> Rows<'a> {
+    fn of(t: &'a NdArrayTensor) -> Self {
+        let shape = t.shape();
+        if shape.num_dims() == 2 {
+            let m = Strided::of(t);
+            return Self {
+                values: m.values,
+                rs: m.rs,
+                cs: m.cs,
+            };
+        }
+        Self {
+            values: values(t),
+            rs: row_len(&shape) as isize,
+            cs: 1,
         }
     }
 }
