@@ -28,6 +28,8 @@ pub enum BenchWhat {
     Orchestration(OrchestrationArgs),
     /// Local-training throughput of a model (samples per second).
     Train(super::bench_train::TrainBenchArgs),
+    /// A config's federation end to end: wall clock, and seconds per round by phase.
+    Job(super::bench_job::JobBenchArgs),
     /// Per-round cost and bytes on the wire of the cluster transport against the in-process
     /// runtime (client nodes as child processes on loopback).
     Cluster(super::bench_cluster::ClusterBenchArgs),

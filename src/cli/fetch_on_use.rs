@@ -30,10 +30,8 @@ fn config_of(command: &Command) -> Option<PathBuf> {
             .as_deref()
             .map(saved)
             .or_else(|| args.config.clone()),
-        Command::Compare(args) => Some(args.config.clone()),
-        Command::Join(args) => Some(args.config.clone()),
         Command::Eval(args) => Some(saved(&args.run)),
-        _ => None,
+        _ => super::first_run::config_arg(command).map(Path::to_path_buf),
     }
 }
 

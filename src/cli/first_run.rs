@@ -51,6 +51,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "bench train",
         "fedshard bench train --model digits-cnn --seconds 8",
     ),
+    ("bench job", "fedshard bench job config/digits-cnn.toml"),
     (
         "bench cluster",
         "fedshard bench cluster --nodes 3 --clients-per-node 100 --rounds 5",
@@ -230,6 +231,9 @@ pub fn config_arg(command: &Command) -> Option<&Path> {
         Command::Serve(args) => args.config.as_deref(),
         Command::Compare(args) => Some(args.config.as_path()),
         Command::Join(args) => Some(args.config.as_path()),
+        Command::Bench(super::bench::BenchArgs {
+            what: super::bench::BenchWhat::Job(args),
+        }) => Some(args.config.as_path()),
         _ => None,
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_cluster;
+pub mod bench_job;
 pub mod bench_train;
 pub mod cert;
 pub mod compare;
@@ -153,6 +154,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     report.per_client_overhead_us,
                     report.peak_rss_bytes as f64 / 1e6
                 );
+                Ok(())
+            }
+        }
+        Command::Bench(bench::BenchArgs {
+            what: bench::BenchWhat::Job(args),
+        }) => {
+            init_warnings();
+            let report = bench_job::job(&args)?;
+            if args.json {
+                print_json(&report)
+            } else {
+                print!("{}", bench_job::describe(&report));
                 Ok(())
             }
         }

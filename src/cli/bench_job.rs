@@ -1,0 +1,136 @@
+//! `fedshard bench job CONFIG`: a config's federation end to end in this process, and where its
+//! rounds spent their time: planning (the sharding SVDs), training, aggregation (validation, the
+//! fold, the update cosine), evaluation and the rest, the runtime's own messaging.
+//!
+//! Why: a round is mostly local training, so the figure a user compares with Flower + PyTorch
+//! is the whole job's wall clock; the split says which part to look at when it is slow. The
+//! model's digest lets two runs be compared for bit-identity without keeping their files.
+
+use crate::config::Config;
+use clap::Args;
+use fedshard_actors::record::RoundRecord;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Debug, Args)]
+pub struct JobBenchArgs {
+    /// The federation to run (a TOML config, e.g. config/digits-cnn.toml).
+    pub config: PathBuf,
+    /// Rounds to run instead of the config's `run.rounds`.
+    #[arg(long)]
+    pub rounds: Option<u64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Seconds of the whole job, by phase (sums over the rounds).
+#[derive(Debug, Default, Serialize)]
+pub struct JobSeconds {
+    /// Building the federation before round 1: data, partition, clients, initial model.
+    pub setup: f64,
+    pub plan: f64,
+    pub train: f64,
+    pub aggregate: f64,
+    pub evaluate: f64,
+    /// The rest of the rounds' time: messages, task encoding, checkpoint-free bookkeeping.
+    pub orchestration: f64,
+    /// From start to the last round's record, as the wall clock saw it.
+    pub wall: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JobReport {
+    pub config: PathBuf,
+    pub rounds: u64,
+    pub final_accuracy: f64,
+    pub seconds: JobSeconds,
+    /// FNV-1a 64 of the final model's bytes: equal digests, bit-identical models.
+    pub model_digest: String,
+    pub threads: usize,
+}
+
+pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
+    let mut config = Config::load(&args.config)?;
+    if let Some(rounds) = args.rounds {
+        config.run.rounds = rounds;
+        config.validate()?;
+    }
+    let started = Instant::now();
+    let (model, summary) = crate::federation::run_to_end(&config)?;
+    let wall = started.elapsed().as_secs_f64();
+    let history: &[RoundRecord] = &summary.per_round;
+    let sum = |f: fn(&RoundRecord) -> f64| history.iter().map(f).sum::<f64>();
+    let rounds_total = sum(|r| r.seconds);
+    let mut seconds = JobSeconds {
+        setup: (wall - rounds_total).max(0.0),
+        plan: sum(|r| r.phases.plan),
+        train: sum(|r| r.phases.train),
+        aggregate: sum(|r| r.phases.aggregate),
+        evaluate: sum(|r| r.phases.evaluate),
+        wall,
+        ..Default::default()
+    };
+    seconds.orchestration =
+        (rounds_total - seconds.plan - seconds.train - seconds.aggregate - seconds.evaluate)
+            .max(0.0);
+    Ok(JobReport {
+        config: args.config.clone(),
+        rounds: summary.rounds_completed,
+        final_accuracy: summary.final_accuracy,
+        seconds,
+        model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    })
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The human-readable report: the total, then each phase in seconds per round and in share.
+pub fn describe(r: &JobReport) -> String {
+    let s = &r.seconds;
+    let per_round = |x: f64| x / r.rounds.max(1) as f64;
+    let mut text = format!(
+        "job {}: {} rounds in {:.2} s wall on {} core(s), final accuracy {:.4}, model digest {}\n",
+        r.config.display(),
+        r.rounds,
+        s.wall,
+        r.threads,
+        r.final_accuracy,
+        r.model_digest
+    );
+    text += &format!(
+        "  {:<14} {:>9} {:>10} {:>6}\n",
+        "phase", "total s", "s/round", "share"
+    );
+    for (name, value) in [
+        ("setup", s.setup),
+        ("plan (SVD)", s.plan),
+        ("train", s.train),
+        ("aggregate", s.aggregate),
+        ("evaluate", s.evaluate),
+        ("orchestration", s.orchestration),
+    ] {
+        text += &format!(
+            "  {name:<14} {value:>9.3} {:>10.4} {:>5.1}%\n",
+            per_round(value),
+            100.0 * value / s.wall.max(f64::MIN_POSITIVE)
+        );
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fnv1a;
+
+    #[test]
+    fn fnv1a_has_its_published_test_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}
