@@ -252,9 +252,7 @@ pub fn compare(
             runs.push((strategy.clone(), setup.clone(), seed, run));
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::runtime::build()?;
     let total = runs.len();
     let mut results = Vec::with_capacity(total);
     for (strategy, setup, seed, run) in runs {

@@ -174,10 +174,7 @@ pub fn run_to_end(
     fedshard_actors::record::Summary,
 )> {
     let (federation, trainers) = in_process(config)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime = crate::runtime::build().context("starting the tokio runtime")?;
     runtime
         .block_on(fedshard_actors::server::run(federation, trainers))
         .map_err(anyhow::Error::msg)

@@ -16,3 +16,4 @@ pub mod compare_uplink;
 pub mod config;
 pub mod federation;
 pub mod report;
+pub mod runtime;

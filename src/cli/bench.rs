@@ -155,9 +155,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
         events: None,
         uplink: Default::default(),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::runtime::build()?;
     let trainers = ids.map(|id| (id, Arc::clone(&trainer))).collect();
     let (_, summary) = runtime
         .block_on(run(federation, trainers))

@@ -198,9 +198,7 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
     }
     let clients = args.nodes * args.clients_per_node;
     let ids: Vec<ClientId> = (0..clients as ClientId).collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::runtime::build()?;
     let model_bytes = model(args.params)?.to_bytes().len();
 
     // In process.
@@ -310,9 +308,7 @@ pub fn cluster_node(args: &ClusterNodeArgs) -> anyhow::Result<()> {
         key: None,
         tap: None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::runtime::build()?;
     runtime
         .block_on(join(options, trainers(&ids)))
         .map_err(anyhow::Error::msg)

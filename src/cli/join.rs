@@ -110,10 +110,7 @@ pub fn run(args: &JoinArgs) -> anyhow::Result<()> {
         key: None,
         tap: None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime = crate::runtime::build().context("starting the tokio runtime")?;
     runtime
         .block_on(join(options, trainers))
         .map_err(anyhow::Error::msg)?;

@@ -161,9 +161,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     fed.events = Some(events);
     let done = fed.history.len() as u64;
     let progress = Progress::new(config.run.rounds, done, args);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::runtime::build()?;
     let summary = runtime.block_on(async {
         let mut exporter = match metrics_addr {
             Some(addr) => Some(Exporter::start(addr, &config.run.name).await.map_err(|e| {

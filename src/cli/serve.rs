@@ -114,9 +114,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
         model_bytes: fed.model.to_bytes().len(),
         metrics: cluster.clone(),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = crate::runtime::build()?;
     let (result, exporter) = runtime.block_on(async {
         let mut exporter = match metrics_addr {
             Some(addr) => Some(Exporter::start(addr, &config.run.name).await.map_err(|e| {
