@@ -73,13 +73,14 @@ pub struct TrainBenchReport {
 }
 
 /// PyTorch 2.15 CPU, one thread (`scripts/torch_reference.py --seconds 5`), on the 2-core
-/// AMD EPYC (AVX-512) machine of docs/performance.md, in samples per second.
+/// AMD EPYC (AVX-512) machine of docs/performance.md, idle, in samples per second: the mean of
+/// two runs on 2026-11-25 (an earlier set, taken while builds ran, was 35% lower for the CNN).
 const TORCH_REFERENCE: &[(BenchModel, usize, f64)] = &[
-    (BenchModel::DigitsMlp, 32, 100_064.0),
-    (BenchModel::DigitsCnn, 32, 6_469.0),
-    (BenchModel::DigitsCnn, 8, 4_282.0),
-    (BenchModel::DigitsCnn, 1, 972.0),
-    (BenchModel::CharTransformer, 10, 185.6),
+    (BenchModel::DigitsMlp, 32, 102_996.0),
+    (BenchModel::DigitsCnn, 32, 9_972.0),
+    (BenchModel::DigitsCnn, 8, 4_306.0),
+    (BenchModel::DigitsCnn, 1, 1_119.0),
+    (BenchModel::CharTransformer, 10, 198.8),
 ];
 
 fn torch_reference(model: BenchModel, batch: usize) -> Option<f64> {

@@ -499,7 +499,7 @@ mod tests {
 
     #[test]
     fn fused_conv_matches_burns_conv_in_input_and_filter_gradients() {
-        for (stride, padding, kernel) in [(1, 1, 3), (2, 1, 3), (1, 0, 1), (2, 0, 3)] {
+        for (stride, padding, kernel) in [(1, 1, 3), (2, 1, 3), (1, 0, 1), (2, 0, 3), (1, 2, 5)] {
             let geometry = ConvGeometry {
                 kernel: [kernel, kernel],
                 stride: [stride, stride],

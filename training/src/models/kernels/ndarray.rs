@@ -1,5 +1,5 @@
 //! The fused kernels of the CPU backend, `NdArray<f32>`: one pass per element-wise kernel over
-//! contiguous rows, and matrixmultiply's strided `sgemm` for the products.
+//! contiguous rows, and the `gemm` crate's strided product for the matrix products.
 //!
 //! Why: burn's tensor operations cost 5–10 allocating passes per kernel, and burn-ndarray's
 //! matmul copies transposed operands; here transposes and per-head column bands are read in
@@ -348,7 +348,7 @@ impl Kernels for NdArray<f32> {
             positions,
         );
         [
-            tensor(image.col2im(&d_cols), shape),
+            tensor(image.col2im(d_cols), shape),
             tensor(d_filters, Shape::new([c_out, patch])),
             tensor(d_bias, Shape::new([c_out])),
         ]
@@ -417,12 +417,16 @@ impl Kernels for NdArray<f32> {
                 .enumerate()
             {
                 let (gamma, beta) = (gamma[first + c], beta[first + c]);
+                // A select, not a branch: the ReLU's mask is data-dependent and mispredicted
+                // about half the time (this loop was 11% of a digits-cnn step).
                 for (v, g) in values.iter_mut().zip(g.iter_mut()) {
                     let normed = (*v - mean) * inv_std;
                     *v = normed;
-                    if relu && normed * gamma + beta <= 0.0 {
-                        *g = 0.0;
-                    }
+                    *g = if relu && normed * gamma + beta <= 0.0 {
+                        0.0
+                    } else {
+                        *g
+                    };
                 }
                 let db = lane_sum(g);
                 let dg = lane_dot(g, values);
@@ -628,6 +632,16 @@ impl Image {
     /// The `C·kh·kw × N·H'·W'` patch matrix of `x` (zeros where a patch reaches the padding).
     fn im2col(&self, x: &[f32]) -> Vec<f32> {
         let mut cols = vec![0.0; self.patch_len() * self.positions()];
+        if self.same_width() {
+            self.same_width_blocks(|block| {
+                let len = block.len();
+                cols[block.out + block.first..][..len].copy_from_slice(&x[block.input..][..len]);
+                // The run also filled the entries a patch takes from the padding with pixels of
+                // the neighbouring input row: zero them.
+                block.zero_padding(&mut cols);
+            });
+            return cols;
+        }
         self.runs(|out, input, len, stride| {
             if stride == 1 {
                 cols[out..out + len].copy_from_slice(&x[input..input + len]);
@@ -640,10 +654,72 @@ impl Image {
         cols
     }
 
+    /// Whether [`Image::same_width_blocks`] applies: stride 1 and W' = W (a "same"
+    /// convolution, as in every shipped CNN).
+    fn same_width(&self) -> bool {
+        self.geometry.stride == [1, 1] && self.out[1] == self.side[1]
+    }
+
+    /// For a same-width convolution, the patch rows of one (channel, kernel offset, image) over
+    /// all valid output rows are one contiguous run of the input, shifted by the kernel offset:
+    /// `visit(block)` for each. Row by row, an 8 × 8 digit was eight `memcpy` calls of at most 8
+    /// floats each (13% of a digits-cnn step with `im2col` itself).
+    fn same_width_blocks(&self, mut visit: impl FnMut(Block)) {
+        let [h, w] = self.side;
+        let [oh, ow] = self.out;
+        let ConvGeometry {
+            kernel: [kh, kw],
+            padding: [ph, pw],
+            ..
+        } = self.geometry;
+        let positions = self.positions();
+        for c in 0..self.c {
+            for i in 0..kh {
+                // Output rows oy whose input row oy + i − ph lies in [0, h).
+                let (top, bottom) = (ph.saturating_sub(i), oh.min((h + ph).saturating_sub(i)));
+                if top >= bottom {
+                    continue;
+                }
+                for j in 0..kw {
+                    // Output columns ox whose input column ox + j − pw lies in [0, w).
+                    let (first, end) = (pw.saturating_sub(j), ow.min((w + pw).saturating_sub(j)));
+                    if first >= end {
+                        continue;
+                    }
+                    let row = ((c * kh + i) * kw + j) * positions;
+                    for b in 0..self.n {
+                        let image = (b * self.c + c) * h * w;
+                        visit(Block {
+                            out: row + b * oh * ow + top * ow,
+                            input: image + (top + i - ph) * w + first + j - pw,
+                            rows: bottom - top,
+                            width: ow,
+                            first,
+                            end,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
     /// The adjoint of [`Image::im2col`]: every patch entry added back into its input pixel.
-    fn col2im(&self, cols: &[f32]) -> Vec<f32> {
+    fn col2im(&self, mut cols: Vec<f32>) -> Vec<f32> {
         let [h, w] = self.side;
         let mut x = vec![0.0; self.n * self.c * h * w];
+        if self.same_width() {
+            self.same_width_blocks(|block| {
+                // The entries of padding positions have no pixel: zeroed, the contiguous sum
+                // adds nothing for them (in the same order per pixel as the row-wise loop).
+                block.zero_padding(&mut cols);
+                let len = block.len();
+                let run = &cols[block.out + block.first..][..len];
+                for (x, v) in x[block.input..][..len].iter_mut().zip(run) {
+                    *x += v;
+                }
+            });
+            return x;
+        }
         self.runs(|out, input, len, stride| {
             let cols = &cols[out..out + len];
             if stride == 1 {
@@ -681,6 +757,35 @@ impl Image {
             }
         }
         out
+    }
+}
+
+/// One (channel, kernel offset, image) of a same-width convolution
+/// ([`Image::same_width_blocks`]): `rows` patch rows of `width` entries from `out` in the
+/// patch matrix, of which columns `[first, end)` hold pixels; entry `out + first` is pixel
+/// `input`, and the rest follow contiguously in both.
+struct Block {
+    out: usize,
+    input: usize,
+    rows: usize,
+    width: usize,
+    first: usize,
+    end: usize,
+}
+
+impl Block {
+    /// From the first pixel of the first row to the last pixel of the last row.
+    fn len(&self) -> usize {
+        (self.rows - 1) * self.width + self.end - self.first
+    }
+
+    /// Zeroes the block's entries outside `[first, end)` in every row.
+    fn zero_padding(&self, cols: &mut [f32]) {
+        for r in 0..self.rows {
+            let row = &mut cols[self.out + r * self.width..][..self.width];
+            row[..self.first].fill(0.0);
+            row[self.end..].fill(0.0);
+        }
     }
 }
 
@@ -846,8 +951,12 @@ impl<'a> Rows<'a> {
 
 /// `c ← α · a · b` for an `m × k` matrix `a` and a `k × n` matrix `b`, each given as values and
 /// (row, column) element strides from the start of the slice, into the first `n` columns of
-/// the rows of `c` (row stride `ldc`). Every index is checked against the slices before
-/// matrixmultiply reads or writes them.
+/// the rows of `c` (row stride `ldc`). Every index is checked against the slices before the
+/// kernel reads or writes them.
+///
+/// Why the `gemm` crate (already built for faer) rather than matrixmultiply: on this project's
+/// AVX-512 machine it was 4–8% faster per training step for every shipped model (A/B in one
+/// binary, docs/performance.md); its AVX-512 kernels (feature `x86-v4`) were slower for the CNN.
 fn gemm(
     [m, k, n]: [usize; 3],
     alpha: f32,
@@ -868,25 +977,31 @@ fn gemm(
         n <= ldc && last(m, n, ldc as isize, 1) < c.len(),
         "gemm: c out of bounds"
     );
-    // SAFETY: the asserts above keep every element matrixmultiply touches inside the three
-    // slices; `c` is borrowed mutably, so it aliases neither `a` nor `b`. With β = 0, c is
-    // written, never read.
+    // SAFETY: the asserts above keep every element the kernel touches inside the three slices;
+    // `c` is borrowed mutably, so it aliases neither `a` nor `b`. With `read_dst` false, c is
+    // written, never read. (gemm's convention: dst ← α·dst + β·lhs·rhs, strides given as
+    // (column, row); our α is its β.)
     unsafe {
-        matrixmultiply::sgemm(
+        gemm::gemm(
             m,
-            k,
             n,
-            alpha,
-            a.as_ptr(),
-            rsa,
-            csa,
-            b.as_ptr(),
-            rsb,
-            csb,
-            0.0,
+            k,
             c.as_mut_ptr(),
-            ldc as isize,
             1,
+            ldc as isize,
+            false,
+            a.as_ptr(),
+            csa,
+            rsa,
+            b.as_ptr(),
+            csb,
+            rsb,
+            0.0,
+            alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
         );
     }
 }
