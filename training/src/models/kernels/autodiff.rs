@@ -10,6 +10,7 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::TensorMetadata;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 
@@ -124,23 +125,30 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         filters: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         geometry: ConvGeometry,
-    ) -> FloatTensor<Self> {
-        let y = B::fused_conv2d(
+    ) -> [FloatTensor<Self>; 2] {
+        let [y, saved] = B::fused_conv2d(
             x.primitive.clone(),
             filters.primitive.clone(),
             bias.as_ref().map(|b| b.primitive.clone()),
             geometry,
         );
-        let state = (x.primitive.clone(), filters.primitive.clone(), geometry);
-        match bias {
+        let saved_out = Self::from_inner(saved.clone());
+        let state = (
+            saved,
+            x.primitive.shape(),
+            filters.primitive.clone(),
+            geometry,
+        );
+        let y = match bias {
             Some(bias) => record::<B, C, _, 3>([x, filters, bias], y, state, |s, g| {
-                B::fused_conv2d_backward(s.0, s.1, g, s.2)
+                B::fused_conv2d_backward(s.0, s.1, s.2, g, s.3)
             }),
             None => record::<B, C, _, 2>([x, filters], y, state, |s, g| {
-                let [d_x, d_filters, _] = B::fused_conv2d_backward(s.0, s.1, g, s.2);
+                let [d_x, d_filters, _] = B::fused_conv2d_backward(s.0, s.1, s.2, g, s.3);
                 [d_x, d_filters]
             }),
-        }
+        };
+        [y, saved_out]
     }
 
     fn fused_group_norm(

@@ -104,24 +104,33 @@ pub trait Kernels: Backend {
     /// `c_out × (C·kh·kw)` matrix of the weight (row-major over (C, kh, kw), any strides):
     /// `N × c_out × H' × W'`.
     /// With `bias` (`c_out`), it is added to every output position of its channel.
+    ///
+    /// Returns the output and what the backward pass keeps of the input: the input itself
+    /// here; the CPU kernels keep the patch matrix they built instead, so that the backward
+    /// pass does not build it a second time.
     fn fused_conv2d(
         x: FloatTensor<Self>,
         filters: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         geometry: ConvGeometry,
-    ) -> FloatTensor<Self> {
-        composite::conv2d::<Self>(x, filters, bias, geometry)
+    ) -> [FloatTensor<Self>; 2] {
+        [
+            composite::conv2d::<Self>(x.clone(), filters, bias, geometry),
+            x,
+        ]
     }
 
-    /// The gradients of [`Kernels::fused_conv2d`] with respect to `x` and `filters`, and to
-    /// the bias (the same for any bias, so the bias itself is not needed).
+    /// The gradients of [`Kernels::fused_conv2d`] with respect to its input (of shape
+    /// `input`), `filters` and the bias (the same for any bias, so the bias itself is not
+    /// needed), from `saved`, the second output of the forward pass.
     fn fused_conv2d_backward(
-        x: FloatTensor<Self>,
+        saved: FloatTensor<Self>,
+        _input: Shape,
         filters: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         geometry: ConvGeometry,
     ) -> [FloatTensor<Self>; 3] {
-        composite::conv2d_backward::<Self>(x, filters, grad, geometry)
+        composite::conv2d_backward::<Self>(saved, filters, grad, geometry)
     }
 
     /// Group normalisation of `N × C × H × W` activations (`groups` groups of consecutive
@@ -265,12 +274,13 @@ pub fn conv2d<B: Kernels>(
     bias: Option<Tensor<B, 1>>,
     geometry: ConvGeometry,
 ) -> Tensor<B, 4> {
-    float(B::fused_conv2d(
+    let [y, _saved] = B::fused_conv2d(
         x.into_primitive().tensor(),
         filters.into_primitive().tensor(),
         bias.map(|b| b.into_primitive().tensor()),
         geometry,
-    ))
+    );
+    float(y)
 }
 
 /// Group normalisation, then a ReLU where `relu`, through [`Kernels::fused_group_norm`].

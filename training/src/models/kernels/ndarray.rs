@@ -316,8 +316,8 @@ impl Kernels for NdArray<f32> {
         filters: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         geometry: ConvGeometry,
-    ) -> FloatTensor<Self> {
-        let image = Image::of(&x, geometry);
+    ) -> [FloatTensor<Self>; 2] {
+        let image = Image::of(&x.shape(), geometry);
         let f = Strided::of(&filters);
         assert_eq!(f.cols, image.patch_len(), "conv2d: filter width vs C·kh·kw");
         let cols = image.im2col(&values(&x));
@@ -341,20 +341,29 @@ impl Kernels for NdArray<f32> {
                 plane.iter_mut().for_each(|v| *v += b);
             }
         }
-        tensor(y, Shape::new([image.n, f.rows, oh, ow]))
+        [
+            tensor(y, Shape::new([image.n, f.rows, oh, ow])),
+            tensor(cols, Shape::new([image.patch_len(), positions])),
+        ]
     }
 
+    /// `saved` is the forward pass's patch matrix.
     fn fused_conv2d_backward(
-        x: FloatTensor<Self>,
+        saved: FloatTensor<Self>,
+        shape: Shape,
         filters: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         geometry: ConvGeometry,
     ) -> [FloatTensor<Self>; 3] {
-        let shape = x.shape();
-        let image = Image::of(&x, geometry);
+        let image = Image::of(&shape, geometry);
         let f = Strided::of(&filters);
         let (patch, positions, c_out) = (image.patch_len(), image.positions(), f.rows);
-        let cols = image.im2col(&values(&x));
+        let cols = values(&saved);
+        assert_eq!(
+            cols.len(),
+            patch * positions,
+            "conv2d backward: the saved patch matrix does not match the input's shape"
+        );
         let grad = image.batch_to_channels(&values(&grad), c_out);
         let d_bias = grad.chunks_exact(positions).map(lane_sum).collect();
         let g = (grad.as_slice(), positions as isize, 1);
@@ -368,7 +377,7 @@ impl Kernels for NdArray<f32> {
             &mut d_filters,
             patch,
         );
-        let mut d_cols = cols;
+        let mut d_cols = vec![0.0; patch * positions];
         gemm(
             [patch, c_out, positions],
             1.0,
@@ -593,8 +602,7 @@ struct Image {
 }
 
 impl Image {
-    fn of(x: &NdArrayTensor, geometry: ConvGeometry) -> Self {
-        let s = x.shape();
+    fn of(s: &Shape, geometry: ConvGeometry) -> Self {
         assert_eq!(
             s.num_dims(),
             4,
