@@ -821,12 +821,14 @@ impl Block {
         (self.rows - 1) * self.width + self.end - self.first
     }
 
-    /// Zeroes the block's entries outside `[first, end)` in every row.
+    /// Zeroes the block's entries outside `[first, end)` in every row: column by column, as
+    /// there are only `pw` such columns on either side (row by row, each was a `memset` call
+    /// of one float).
     fn zero_padding(&self, cols: &mut [f32]) {
-        for r in 0..self.rows {
-            let row = &mut cols[self.out + r * self.width..][..self.width];
-            row[..self.first].fill(0.0);
-            row[self.end..].fill(0.0);
+        for column in (0..self.first).chain(self.end..self.width) {
+            for r in 0..self.rows {
+                cols[self.out + r * self.width + column] = 0.0;
+            }
         }
     }
 }
