@@ -221,8 +221,10 @@ async fn lost(events: &mut mpsc::UnboundedReceiver<SessionEvent>, session: NodeI
     std::future::pending::<()>().await;
 }
 
-/// Parses a client list such as `0-4,7,9`: ids and inclusive ranges, sorted and deduplicated.
+/// Parses a client list such as `0-4,7,9`: ids and inclusive ranges, sorted. An id given twice
+/// (`0-9,5`) is refused: it is a typo, and a node must not host the same client twice.
 pub fn parse_ids(text: &str) -> Result<Vec<ClientId>, String> {
+    let twice = |id: ClientId| format!("client {id} appears twice in `{text}`");
     let mut ids = std::collections::BTreeSet::new();
     for part in text.split(',').map(str::trim) {
         let parse = |s: &str| {
@@ -239,10 +241,17 @@ pub fn parse_ids(text: &str) -> Result<Vec<ClientId>, String> {
                 if b - a >= 1_000_000 {
                     return Err(format!("`{part}` in `{text}`: more than a million clients"));
                 }
-                ids.extend(a..=b);
+                for id in a..=b {
+                    if !ids.insert(id) {
+                        return Err(twice(id));
+                    }
+                }
             }
             None => {
-                ids.insert(parse(part)?);
+                let id = parse(part)?;
+                if !ids.insert(id) {
+                    return Err(twice(id));
+                }
             }
         }
     }
@@ -277,7 +286,12 @@ mod tests {
     #[test]
     fn client_lists_parse_and_print_back() {
         assert_eq!(parse_ids("0-2,5, 7").unwrap(), vec![0, 1, 2, 5, 7]);
-        assert_eq!(parse_ids("3,1,1").unwrap(), vec![1, 3]);
+        assert_eq!(parse_ids("3,1").unwrap(), vec![1, 3]);
+        assert_eq!(
+            parse_ids("0-9,5").unwrap_err(),
+            "client 5 appears twice in `0-9,5`"
+        );
+        assert!(parse_ids("1,1").is_err() && parse_ids("0-3,2-4").is_err());
         assert_eq!(format_ids(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
         assert_eq!(format_ids(&[]), "");
         for bad in ["", "a", "3-1", "1-", "0-99999999"] {

@@ -21,6 +21,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use time::OffsetDateTime;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -119,20 +120,37 @@ pub struct Generated {
     pub node_key: PathBuf,
 }
 
+/// From a day before now to `days` days after now.
+fn validity(days: u32) -> Result<(OffsetDateTime, OffsetDateTime), String> {
+    if days == 0 {
+        return Err("--days: a certificate must be valid for at least one day".into());
+    }
+    let now = OffsetDateTime::now_utc();
+    Ok((
+        now - time::Duration::days(1),
+        now + time::Duration::days(i64::from(days)),
+    ))
+}
+
 /// Writes a new private CA (`ca.pem`, `ca-key.pem`) and one node certificate it signs
 /// (`node.pem`, `node-key.pem`), valid for every name in `names` (IP addresses or DNS names)
 /// as a server and as a client, into `dir`. Keys are written readable by their owner only.
 ///
 /// One certificate for every node keeps a small deployment simple; give each machine its own
 /// by running this once per machine with the same CA kept aside (or use your own PKI).
-pub fn generate(dir: &Path, names: &[String]) -> Result<Generated, String> {
+///
+/// Both certificates are valid from a day before now (nodes' clocks may disagree) until `days`
+/// days after now: rcgen's default was the year 4096, a certificate that never expires.
+pub fn generate(dir: &Path, names: &[String], days: u32) -> Result<Generated, String> {
     if names.is_empty() {
         return Err("give at least one name (IP address or DNS name) for the certificate".into());
     }
+    let (not_before, not_after) = validity(days)?;
     let err = |what: &str, e: rcgen::Error| format!("{what}: {e}");
     let mut ca_params =
         CertificateParams::new(Vec::<String>::new()).map_err(|e| err("CA parameters", e))?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    (ca_params.not_before, ca_params.not_after) = (not_before, not_after);
     ca_params
         .distinguished_name
         .push(DnType::CommonName, "fedshard private CA");
@@ -154,6 +172,7 @@ pub fn generate(dir: &Path, names: &[String]) -> Result<Generated, String> {
         .distinguished_name
         .push(DnType::CommonName, names[0].clone());
     params.use_authority_key_identifier_extension = true;
+    (params.not_before, params.not_after) = (not_before, not_after);
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![
         ExtendedKeyUsagePurpose::ServerAuth,
@@ -201,9 +220,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn certificates_expire_after_the_days_asked_for() {
+        let (from, until) = validity(30).unwrap();
+        assert_eq!((until - from).whole_days(), 31);
+        assert!(from < OffsetDateTime::now_utc() && until > OffsetDateTime::now_utc());
+        let dir = tempfile::tempdir().unwrap();
+        let refused = generate(dir.path(), &["127.0.0.1".into()], 0).unwrap_err();
+        assert!(refused.contains("at least one day"), "{refused}");
+    }
+
+    #[test]
     fn generated_files_make_a_server_and_a_client_configuration() {
         let dir = tempfile::tempdir().unwrap();
-        let files = generate(dir.path(), &["127.0.0.1".into(), "localhost".into()]).unwrap();
+        let files = generate(dir.path(), &["127.0.0.1".into(), "localhost".into()], 365).unwrap();
         acceptor(&files.node_cert, &files.node_key, None).unwrap();
         acceptor(&files.node_cert, &files.node_key, Some(&files.ca_cert)).unwrap();
         connector(&files.ca_cert, None).unwrap();
@@ -222,7 +251,7 @@ mod tests {
     async fn a_client_trusting_the_ca_completes_a_handshake() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let files = generate(dir.path(), &["127.0.0.1".into()]).unwrap();
+        let files = generate(dir.path(), &["127.0.0.1".into()], 365).unwrap();
         let acceptor = acceptor(&files.node_cert, &files.node_key, None).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -245,7 +274,7 @@ mod tests {
 
         // Another CA's client refuses the server.
         let other = tempfile::tempdir().unwrap();
-        let other = generate(other.path(), &["127.0.0.1".into()]).unwrap();
+        let other = generate(other.path(), &["127.0.0.1".into()], 365).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let acceptor2 = super::acceptor(&files.node_cert, &files.node_key, None).unwrap();
@@ -269,7 +298,7 @@ mod tests {
     async fn a_server_with_a_client_ca_needs_a_client_certificate() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let files = generate(dir.path(), &["127.0.0.1".into()]).unwrap();
+        let files = generate(dir.path(), &["127.0.0.1".into()], 365).unwrap();
         for with_identity in [true, false] {
             let acceptor =
                 acceptor(&files.node_cert, &files.node_key, Some(&files.ca_cert)).unwrap();

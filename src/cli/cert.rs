@@ -12,18 +12,22 @@ pub struct CertArgs {
     /// The server's names as client nodes dial it: IP addresses and DNS names, comma-separated.
     #[arg(long, value_delimiter = ',', required = true)]
     pub names: Vec<String>,
+    /// Days the CA and the node certificate stay valid (from a day before now, for clock skew).
+    #[arg(long, default_value_t = 365)]
+    pub days: u32,
 }
 
 pub fn run(args: &CertArgs) -> anyhow::Result<()> {
-    let files =
-        fedshard_cluster::tls::generate(&args.out, &args.names).map_err(anyhow::Error::msg)?;
+    let files = fedshard_cluster::tls::generate(&args.out, &args.names, args.days)
+        .map_err(anyhow::Error::msg)?;
     eprintln!(
         "wrote {} (give it to every node: --tls-ca), {} and {} (the server: --tls-cert, \
-         --tls-key), and the CA's key {} (keep it offline)",
+         --tls-key), and the CA's key {} (keep it offline); valid for {} days",
         files.ca_cert.display(),
         files.node_cert.display(),
         files.node_key.display(),
-        files.ca_key.display()
+        files.ca_key.display(),
+        args.days
     );
     Ok(())
 }
