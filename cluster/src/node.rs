@@ -89,15 +89,44 @@ pub async fn start(
     )
     .with_listen_addr(settings.listen.ip())
     .with_max_inbound_frame_size(settings.max_frame);
+    let cannot_listen = |why: String| {
+        format!(
+            "cannot listen for nodes on {}: {why}{}",
+            settings.listen,
+            if why.contains("in use") {
+                " (another process holds the port: stop it or choose another --listen port)"
+            } else {
+                ""
+            }
+        )
+    };
+    // ractor_cluster reports a port in use as a panic inside a panic of its listener actor;
+    // binding here first gives the operating system's own words.
+    if settings.listen.port() != 0 {
+        drop(
+            std::net::TcpListener::bind(settings.listen)
+                .map_err(|e| cannot_listen(e.to_string()))?,
+        );
+    }
     let (node, _) = Actor::spawn(None, server, ())
         .await
-        .map_err(|e| format!("cannot listen for nodes on {}: {e}", settings.listen))?;
+        .map_err(|e| cannot_listen(startup_failure(&e.to_string()).to_string()))?;
     node.cast(NodeServerMessage::SubscribeToEvents {
         id: "fedshard".into(),
         subscription: Box::new(Subscription(on_event)),
     })
     .map_err(|e| format!("the node stopped while starting: {e}"))?;
     Ok(node)
+}
+
+/// The innermost reason of a nested "Actor panicked during startup '…'" text.
+fn startup_failure(text: &str) -> &str {
+    const WRAPPER: &str = "Actor panicked during startup '";
+    let mut text = text;
+    while let Some(inner) = text.strip_prefix(WRAPPER) {
+        text = inner.strip_suffix('\'').unwrap_or(inner);
+    }
+    text
 }
 
 /// TLS settings of an outgoing connection.
@@ -144,4 +173,38 @@ pub async fn connect(
         )),
         E::Messaging(e) => ConnectError::Fatal(format!("this node stopped: {e}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secret::Secret;
+
+    #[test]
+    fn a_nested_startup_panic_reads_as_its_innermost_reason() {
+        let nested = "Actor panicked during startup 'Actor panicked during startup 'Address already in use (os error 98)''";
+        assert_eq!(
+            startup_failure(nested),
+            "Address already in use (os error 98)"
+        );
+        assert_eq!(startup_failure("plain"), "plain");
+    }
+
+    #[tokio::test]
+    async fn a_port_in_use_is_one_clean_line() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listen = held.local_addr().unwrap();
+        let settings = NodeSettings {
+            name: "port-in-use".into(),
+            secret: Secret::new("a-secret-of-enough-length").unwrap(),
+            listen,
+            tls: None,
+            max_frame: 1 << 20,
+        };
+        let error = start(settings, |_| {}).await.unwrap_err();
+        assert!(
+            error.contains("in use") && error.contains("--listen") && !error.contains("panicked"),
+            "{error}"
+        );
+    }
 }
