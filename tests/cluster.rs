@@ -351,6 +351,11 @@ fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
     );
     let wrong = tmp.path().join("wrong");
     std::fs::write(&wrong, "not-the-federation-secret-at-all").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let mut intruder = Proc::spawn(
         tmp.path(),
         "intruder",

@@ -12,8 +12,12 @@ use std::path::Path;
 /// The environment variable read when no secret file is given.
 pub const ENV_VAR: &str = "FEDSHARD_SECRET";
 
-/// Below this many bytes a secret is accepted but warned about.
+/// Fewer bytes than this are refused: a short secret can be guessed by anyone who can reach
+/// the listener.
 const SHORT: usize = 16;
+
+/// The command that makes a good secret file, quoted in the refusals.
+const MAKE_ONE: &str = "openssl rand -hex 32 > fedshard.secret && chmod 600 fedshard.secret";
 
 /// A node's secret. Its `Debug` form never shows it.
 #[derive(Clone, PartialEq, Eq)]
@@ -33,7 +37,7 @@ impl Secret {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("secret file {}: {e}", path.display()))?;
-                warn_if_readable_by_others(path);
+                refuse_if_readable_by_others(path)?;
                 Self::new(&text).map_err(|e| format!("secret file {}: {e}", path.display()))
             }
             None => match std::env::var(ENV_VAR) {
@@ -46,18 +50,18 @@ impl Secret {
         }
     }
 
-    /// A secret from its text (trimmed); empty text is an error.
+    /// A secret from its text (trimmed); empty or shorter than 16 bytes is an error.
     pub fn new(text: &str) -> Result<Self, String> {
         let text = text.trim();
         if text.is_empty() {
-            return Err("the secret is empty".into());
+            return Err(format!("the secret is empty; make one: `{MAKE_ONE}`"));
         }
         if text.len() < SHORT {
-            tracing::warn!(
-                "the shared secret is only {} bytes; use at least {SHORT} random ones \
-                 (e.g. `openssl rand -hex 32`)",
+            return Err(format!(
+                "the secret is only {} bytes, expected at least {SHORT} random ones; make one: \
+                 `{MAKE_ONE}`",
                 text.len()
-            );
+            ));
         }
         Ok(Self(text.to_string()))
     }
@@ -68,21 +72,28 @@ impl Secret {
     }
 }
 
+/// A secret other users can read is no secret: refused, with the command that fixes it.
 #[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path) {
+fn refuse_if_readable_by_others(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = std::fs::metadata(path)
-        && meta.permissions().mode() & 0o077 != 0
-    {
-        tracing::warn!(
-            "secret file {} is readable by other users; `chmod 600` it",
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("secret file {}: {e}", path.display()))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "secret file {} is readable or writable by other users (mode {:o}); `chmod 600 {}`",
+            path.display(),
+            mode & 0o777,
             path.display()
-        );
+        ));
     }
+    Ok(())
 }
 
 #[cfg(not(unix))]
-fn warn_if_readable_by_others(_: &Path) {}
+fn refuse_if_readable_by_others(_: &Path) -> Result<(), String> {
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {
@@ -97,10 +108,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = Secret::load(Some(&dir.path().join("none"))).unwrap_err();
         assert!(missing.contains("none"), "{missing}");
-        std::fs::write(dir.path().join("s"), "abc\n").unwrap();
+        let file = dir.path().join("s");
+        std::fs::write(&file, "abcdefghijklmnop\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let readable = Secret::load(Some(&file)).unwrap_err();
+            assert!(readable.contains("chmod 600"), "{readable}");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         assert_eq!(
-            Secret::load(Some(&dir.path().join("s"))).unwrap().cookie(),
-            "abc"
+            Secret::load(Some(&file)).unwrap().cookie(),
+            "abcdefghijklmnop"
+        );
+        let short = Secret::new("hunter2").unwrap_err();
+        assert!(
+            short.contains("7 bytes") && short.contains("openssl rand"),
+            "{short}"
         );
     }
 }
