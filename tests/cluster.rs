@@ -74,13 +74,18 @@ deadline_ms = 20000
 
 fn secret_file(dir: &Path) -> PathBuf {
     let path = dir.join("secret");
-    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    write_private(&path, &format!("{SECRET}\n"));
+    path
+}
+
+/// Writes a file only its owner can read, as a secret file must be.
+fn write_private(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
-    path
 }
 
 fn free_port() -> u16 {
@@ -350,12 +355,7 @@ fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
         Some(SECRET),
     );
     let wrong = tmp.path().join("wrong");
-    std::fs::write(&wrong, "not-the-federation-secret-at-all").unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    write_private(&wrong, "not-the-federation-secret-at-all");
     let mut intruder = Proc::spawn(
         tmp.path(),
         "intruder",

@@ -89,28 +89,25 @@ pub async fn start(
     )
     .with_listen_addr(settings.listen.ip())
     .with_max_inbound_frame_size(settings.max_frame);
-    let cannot_listen = |why: String| {
-        format!(
-            "cannot listen for nodes on {}: {why}{}",
-            settings.listen,
-            if why.contains("in use") {
-                " (another process holds the port: stop it or choose another --listen port)"
-            } else {
-                ""
-            }
-        )
+    let cannot_listen = |why: &dyn std::fmt::Display| {
+        format!("cannot listen for nodes on {}: {why}", settings.listen)
     };
     // ractor_cluster reports a port in use as a panic inside a panic of its listener actor;
     // binding here first gives the operating system's own words.
-    if settings.listen.port() != 0 {
-        drop(
-            std::net::TcpListener::bind(settings.listen)
-                .map_err(|e| cannot_listen(e.to_string()))?,
-        );
+    if settings.listen.port() != 0
+        && let Err(e) = std::net::TcpListener::bind(settings.listen)
+    {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                " (another process holds the port: stop it or choose another --listen port)"
+            }
+            _ => "",
+        };
+        return Err(cannot_listen(&format_args!("{e}{hint}")));
     }
     let (node, _) = Actor::spawn(None, server, ())
         .await
-        .map_err(|e| cannot_listen(startup_failure(&e.to_string()).to_string()))?;
+        .map_err(|e| cannot_listen(&startup_failure(&e.to_string())))?;
     node.cast(NodeServerMessage::SubscribeToEvents {
         id: "fedshard".into(),
         subscription: Box::new(Subscription(on_event)),
