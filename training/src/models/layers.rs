@@ -97,16 +97,13 @@ impl<B: Kernels> Affine<B> {
             shape[D - 1] = v.dims()[0];
             v.reshape(shape)
         };
-        let y = match &self.weight {
-            Weight::Dense(w) => kernels::linear(x, w.val()),
+        let bias = self.bias.as_ref().map(Param::val);
+        match &self.weight {
+            Weight::Dense(w) => kernels::affine(x, w.val(), bias),
             Weight::Factorized(f) => {
                 let projected = kernels::linear(x, f.v.val()) * along_rows(f.omega.clone());
-                kernels::linear(projected, f.u.val().transpose())
+                kernels::affine(projected, f.u.val().transpose(), bias)
             }
-        };
-        match &self.bias {
-            Some(b) => y + along_rows(b.val()),
-            None => y,
         }
     }
 }

@@ -86,12 +86,26 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         })
     }
 
-    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
-        let y = B::fused_linear(x.primitive.clone(), w.primitive.clone());
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        let y = B::fused_linear(
+            x.primitive.clone(),
+            w.primitive.clone(),
+            bias.as_ref().map(|b| b.primitive.clone()),
+        );
         let state = (x.primitive.clone(), w.primitive.clone());
-        record::<B, C, _, 2>([x, w], y, state, |(x, w), g| {
-            B::fused_linear_backward(x, w, g)
-        })
+        match bias {
+            Some(bias) => record::<B, C, _, 3>([x, w, bias], y, state, |(x, w), g| {
+                B::fused_linear_backward(x, w, g)
+            }),
+            None => record::<B, C, _, 2>([x, w], y, state, |(x, w), g| {
+                let [d_x, d_w, _] = B::fused_linear_backward(x, w, g);
+                [d_x, d_w]
+            }),
+        }
     }
 
     fn fused_attention(

@@ -124,24 +124,39 @@ pub fn layer_norm_backward<B: Backend>(
     ]
 }
 
-pub fn linear<B: Backend>(x: FloatTensor<B>, w: FloatTensor<B>) -> FloatTensor<B> {
+pub fn linear<B: Backend>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
     let (x, shape) = rows::<B>(x);
     let w: Tensor<B, 2> = float(w);
     let out = with_row_len(&shape, w.dims()[0]);
-    B::float_reshape(x.matmul(w.transpose()).into_primitive().tensor(), out)
+    let y = x.matmul(w.transpose());
+    let y = match bias {
+        Some(b) => y + row_vector(b),
+        None => y,
+    };
+    B::float_reshape(y.into_primitive().tensor(), out)
 }
 
 pub fn linear_backward<B: Backend>(
     x: FloatTensor<B>,
     w: FloatTensor<B>,
     grad: FloatTensor<B>,
-) -> [FloatTensor<B>; 2] {
+) -> [FloatTensor<B>; 3] {
     let (x, shape) = rows::<B>(x);
     let (grad, _) = rows::<B>(grad);
     let w: Tensor<B, 2> = float(w);
+    let outputs = w.dims()[0];
     let d_x = restore(grad.clone().matmul(w), shape);
+    let d_bias = grad.clone().sum_dim(0).reshape([outputs]);
     let d_w = grad.transpose().matmul(x);
-    [d_x, d_w.into_primitive().tensor()]
+    [
+        d_x,
+        d_w.into_primitive().tensor(),
+        d_bias.into_primitive().tensor(),
+    ]
 }
 
 /// `N × T × d` → `N × heads × T × d/heads`.

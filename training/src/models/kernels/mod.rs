@@ -63,18 +63,25 @@ pub trait Kernels: Backend {
         composite::layer_norm_backward::<Self>(x, gamma, grad)
     }
 
-    /// `x · wᵀ` over the last dimension of `x` (`… × in`), with `w` an `out × in` matrix
-    /// (any strides: a transposed factor is not copied).
-    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
-        composite::linear::<Self>(x, w)
+    /// `x · wᵀ (+ bias)` over the last dimension of `x` (`… × in`), with `w` an `out × in`
+    /// matrix (any strides: a transposed factor is not copied) and `bias` (`out`) added to
+    /// every row. The bias is part of the kernel because, as a separate broadcast addition, it
+    /// was one more allocating pass over the output forward and a reduction backward.
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        composite::linear::<Self>(x, w, bias)
     }
 
-    /// The gradients of [`Kernels::fused_linear`] with respect to `x` and `w`.
+    /// The gradients of [`Kernels::fused_linear`] with respect to `x`, `w` and the bias (the
+    /// column sums of `grad`, whether or not the layer has a bias).
     fn fused_linear_backward(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-    ) -> [FloatTensor<Self>; 2] {
+    ) -> [FloatTensor<Self>; 3] {
         composite::linear_backward::<Self>(x, w, grad)
     }
 
@@ -243,9 +250,19 @@ pub fn layer_norm<B: Kernels, const D: usize>(
 
 /// `x · wᵀ` through [`Kernels::fused_linear`].
 pub fn linear<B: Kernels, const D: usize>(x: Tensor<B, D>, w: Tensor<B, 2>) -> Tensor<B, D> {
+    affine(x, w, None)
+}
+
+/// `x · wᵀ + bias` (the bias added to every row) through [`Kernels::fused_linear`].
+pub fn affine<B: Kernels, const D: usize>(
+    x: Tensor<B, D>,
+    w: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, D> {
     float(B::fused_linear(
         x.into_primitive().tensor(),
         w.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
     ))
 }
 
@@ -440,22 +457,40 @@ mod tests {
     }
 
     #[test]
-    fn fused_linear_matches_the_composite_one_for_plain_and_transposed_weights() {
+    fn fused_linear_matches_the_composite_one_for_plain_and_transposed_weights_and_a_bias() {
         // A factor U (n × out) enters as Uᵀ: a strided view the kernel reads without a copy.
         let plain: fn(&Tensor<B, 3>) -> Tensor<B, 2> = |w| w.clone().reshape([5, 7]);
         let transposed: fn(&Tensor<B, 3>) -> Tensor<B, 2> =
             |w| w.clone().reshape([7, 5]).transpose();
-        for (weight, stored, what) in [
-            (plain, [1, 5, 7], "linear"),
-            (transposed, [1, 7, 5], "linear with a transposed weight"),
+        let bias = |x: &[Tensor<B, 3>]| x.get(2).map(|b| b.clone().reshape([5]));
+        for (weight, stored, with_bias, what) in [
+            (plain, [1, 5, 7], false, "linear"),
+            (
+                transposed,
+                [1, 7, 5],
+                false,
+                "linear with a transposed weight",
+            ),
+            (plain, [1, 5, 7], true, "linear with a bias"),
+            (
+                transposed,
+                [1, 7, 5],
+                true,
+                "linear with a transposed weight and a bias",
+            ),
         ] {
+            let mut inputs = vec![random([2, 3, 7], 7), random(stored, 8)];
+            if with_bias {
+                inputs.push(random([1, 1, 5], 9));
+            }
             check(
-                vec![random([2, 3, 7], 7), random(stored, 8)],
-                |x| linear(x[0].clone(), weight(&x[1])),
+                inputs,
+                |x| affine(x[0].clone(), weight(&x[1]), bias(x)),
                 |x| {
                     as_autodiff(composite::linear::<B>(
                         x[0].clone().into_primitive().tensor(),
                         weight(&x[1]).into_primitive().tensor(),
+                        bias(x).map(|b| b.into_primitive().tensor()),
                     ))
                 },
                 what,

@@ -159,23 +159,31 @@ impl Kernels for NdArray<f32> {
             tensor(d_beta, Shape::new([cols])),
         ]
     }
-    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
         let shape = x.shape();
         let inputs = row_len(&shape);
         let x = Rows::of(&x);
         let w = Strided::of(&w);
         assert_eq!(w.cols, inputs, "linear: weight width vs input width");
         let rows = shape.num_elements() / inputs;
-        let mut y = vec![0.0; rows * w.rows];
-        // y = x · wᵀ; wᵀ is w read with its strides swapped.
-        gemm(
-            [rows, inputs, w.rows],
-            1.0,
-            (&x.values, x.rs, x.cs),
-            (&w.values, w.cs, w.rs),
-            &mut y,
-            w.rows,
-        );
+        // y = x · wᵀ (wᵀ is w read with its strides swapped), added to the bias laid into
+        // every row first, if any.
+        let (x, w_t) = ((&x.values[..], x.rs, x.cs), (&w.values[..], w.cs, w.rs));
+        let mkn = [rows, inputs, w.rows];
+        let y = match &bias {
+            Some(bias) => {
+                let bias = values(bias);
+                assert_eq!(bias.len(), w.rows, "linear: bias length vs output width");
+                let mut y = bias.repeat(rows);
+                gemm_into(mkn, 1.0, x, w_t, (&mut y, w.rows), true);
+                y
+            }
+            None => gemm_fresh(mkn, 1.0, x, w_t),
+        };
         tensor(y, with_row_len(&shape, w.rows))
     }
 
@@ -183,34 +191,33 @@ impl Kernels for NdArray<f32> {
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-    ) -> [FloatTensor<Self>; 2] {
+    ) -> [FloatTensor<Self>; 3] {
         let shape = x.shape();
         let inputs = row_len(&shape);
         let (x, grad) = (Rows::of(&x), values(&grad));
         let w = Strided::of(&w);
         let rows = shape.num_elements() / inputs;
         let outputs = w.rows;
-        let mut d_x = vec![0.0; rows * inputs];
-        gemm(
+        let d_x = gemm_fresh(
             [rows, outputs, inputs],
             1.0,
             (&grad, outputs as isize, 1),
             (&w.values, w.rs, w.cs),
-            &mut d_x,
-            inputs,
         );
-        let mut d_w = vec![0.0; outputs * inputs];
-        gemm(
+        let d_w = gemm_fresh(
             [outputs, rows, inputs],
             1.0,
             (&grad, 1, outputs as isize),
             (&x.values, x.rs, x.cs),
-            &mut d_w,
-            inputs,
         );
+        let mut d_bias = vec![0.0f32; outputs];
+        for row in grad.chunks_exact(outputs) {
+            d_bias.iter_mut().zip(row).for_each(|(s, g)| *s += g);
+        }
         [
             tensor(d_x, shape),
             tensor(d_w, Shape::new([outputs, inputs])),
+            tensor(d_bias, Shape::new([outputs])),
         ]
     }
 
@@ -323,14 +330,11 @@ impl Kernels for NdArray<f32> {
         let cols = image.im2col(&values(&x));
         let positions = image.positions();
         // Y = F · cols (c_out × N·P), then laid out as N × c_out × P.
-        let mut y = vec![0.0; f.rows * positions];
-        gemm(
+        let y = gemm_fresh(
             [f.rows, image.patch_len(), positions],
             1.0,
             (&f.values, f.rs, f.cs),
             (&cols, positions as isize, 1),
-            &mut y,
-            positions,
         );
         let [oh, ow] = image.out;
         let mut y = image.channels_to_batch(&y, f.rows);
@@ -368,24 +372,13 @@ impl Kernels for NdArray<f32> {
         let d_bias = grad.chunks_exact(positions).map(lane_sum).collect();
         let g = (grad.as_slice(), positions as isize, 1);
         // dF = dY · colsᵀ, d cols = Fᵀ · dY, then the patches are added back into dX.
-        let mut d_filters = vec![0.0; c_out * patch];
-        gemm(
+        let d_filters = gemm_fresh(
             [c_out, positions, patch],
             1.0,
             g,
             (&cols, 1, positions as isize),
-            &mut d_filters,
-            patch,
         );
-        let mut d_cols = vec![0.0; patch * positions];
-        gemm(
-            [patch, c_out, positions],
-            1.0,
-            (&f.values, f.cs, f.rs),
-            g,
-            &mut d_cols,
-            positions,
-        );
+        let d_cols = gemm_fresh([patch, c_out, positions], 1.0, (&f.values, f.cs, f.rs), g);
         [
             tensor(image.col2im(d_cols), shape),
             tensor(d_filters, Shape::new([c_out, patch])),
@@ -998,12 +991,63 @@ impl<'a> Rows<'a> {
 /// AVX-512 machine it was 4–8% faster per training step for every shipped model (A/B in one
 /// binary, docs/performance.md); its AVX-512 kernels (feature `x86-v4`) were slower for the CNN.
 fn gemm(
+    mkn: [usize; 3],
+    alpha: f32,
+    a: (&[f32], isize, isize),
+    b: (&[f32], isize, isize),
+    c: &mut [f32],
+    ldc: usize,
+) {
+    gemm_into(mkn, alpha, a, b, (c, ldc), false);
+}
+
+/// [`gemm`] that adds `alpha · a · b` to what `c` holds when `accumulate`, instead of
+/// overwriting it (the linear layer's bias is laid into `c` first).
+fn gemm_into(
+    mkn: [usize; 3],
+    alpha: f32,
+    a: (&[f32], isize, isize),
+    b: (&[f32], isize, isize),
+    (c, ldc): (&mut [f32], usize),
+    accumulate: bool,
+) {
+    // SAFETY: `c` is a live, exclusively borrowed slice of `c.len()` initialised floats.
+    unsafe { gemm_raw(mkn, alpha, a, b, (c.as_mut_ptr(), c.len(), ldc), accumulate) }
+}
+
+/// `alpha · a · b` as a fresh row-major `m × n` matrix. The matrix is not zeroed first: the
+/// kernel writes every element (a `vec![0.0; m·n]` cost a `memset` of each product's output,
+/// 2% of a char-transformer step).
+fn gemm_fresh(
+    [m, k, n]: [usize; 3],
+    alpha: f32,
+    a: (&[f32], isize, isize),
+    b: (&[f32], isize, isize),
+) -> Vec<f32> {
+    let mut c = Vec::with_capacity(m * n);
+    let spare = c.spare_capacity_mut().as_mut_ptr().cast::<f32>();
+    // SAFETY: `spare` points to m·n writable floats owned by `c`; with `accumulate` false the
+    // kernel writes each of the m × n elements (row stride n) and reads none, so all m·n are
+    // initialised when `set_len` runs.
+    unsafe {
+        gemm_raw([m, k, n], alpha, a, b, (spare, m * n, n), false);
+        c.set_len(m * n);
+    }
+    c
+}
+
+/// The one call into the `gemm` crate, every index checked against the operands first.
+///
+/// # Safety
+/// `c` must point to `c_len` floats writable for the duration of the call that alias neither
+/// `a` nor `b`, initialised when `accumulate` (they are read then).
+unsafe fn gemm_raw(
     [m, k, n]: [usize; 3],
     alpha: f32,
     (a, rsa, csa): (&[f32], isize, isize),
     (b, rsb, csb): (&[f32], isize, isize),
-    c: &mut [f32],
-    ldc: usize,
+    (c, c_len, ldc): (*mut f32, usize, usize),
+    accumulate: bool,
 ) {
     assert!(m > 0 && k > 0 && n > 0, "gemm: empty operand {m}×{k}×{n}");
     // The offset of the last element of a positive-sized `rows × cols` operand.
@@ -1014,29 +1058,29 @@ fn gemm(
     assert!(last(m, k, rsa, csa) < a.len(), "gemm: a out of bounds");
     assert!(last(k, n, rsb, csb) < b.len(), "gemm: b out of bounds");
     assert!(
-        n <= ldc && last(m, n, ldc as isize, 1) < c.len(),
+        n <= ldc && last(m, n, ldc as isize, 1) < c_len,
         "gemm: c out of bounds"
     );
-    // SAFETY: the asserts above keep every element the kernel touches inside the three slices;
-    // `c` is borrowed mutably, so it aliases neither `a` nor `b`. With `read_dst` false, c is
-    // written, never read. (gemm's convention: dst ← α·dst + β·lhs·rhs, strides given as
-    // (column, row); our α is its β.)
+    // SAFETY: the asserts above keep every element the kernel touches inside the three
+    // buffers, and the caller guarantees `c` is writable and aliases neither `a` nor `b`. With
+    // `read_dst` false, c is written, never read. (gemm's convention: dst ← α·dst + β·lhs·rhs,
+    // strides given as (column, row); our α is its β, and its α is 1 when accumulating.)
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c,
             1,
             ldc as isize,
-            false,
+            accumulate,
             a.as_ptr(),
             csa,
             rsa,
             b.as_ptr(),
             csb,
             rsb,
-            0.0,
+            if accumulate { 1.0 } else { 0.0 },
             alpha,
             false,
             false,
