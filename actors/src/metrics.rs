@@ -212,6 +212,7 @@ impl Metrics {
         metrics.model_updates.with_label_values(none);
         metrics.model_version.with_label_values(none);
         metrics.late.with_label_values(none);
+        metrics.staleness.with_label_values(none);
         for kind in FailureKind::ALL {
             metrics.failures.with_label_values(&[kind.label()]);
         }

@@ -117,8 +117,9 @@ pub fn overlay(runs: &[Run]) -> Vec<(&'static str, Figure)> {
 }
 
 /// The figures of one run folder's `plots/`, as `(file stem, figure)`: accuracy; test and
-/// training loss; uplink and downlink bits; bits per parameter; participation, failures and
-/// rejections; ANME, and per cluster when the round sharded more than one (layer, keep ratio).
+/// training loss; uplink and downlink bits; bits per parameter; participation, failures,
+/// rejections and late clients; ANME, and per cluster when the round sharded more than one
+/// (layer, keep ratio); in async mode, the staleness of each version's updates.
 pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
     let figure = |title: &str, value_label: &str, value_axis, legend, series| Figure {
         title: title.into(),
@@ -127,7 +128,7 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
         legend,
         series,
     };
-    vec![
+    let mut figures = vec![
         (
             "accuracy",
             figure(
@@ -192,6 +193,9 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
                     series("accepted", rounds, |r| r.successes as f64),
                     series("failed", rounds, |r| r.failures_total() as f64),
                     series("rejected", rounds, |r| r.rejected_total() as f64),
+                    series("late (cut off by over-commitment)", rounds, |r| {
+                        r.late as f64
+                    }),
                 ],
             ),
         ),
@@ -205,7 +209,28 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
                 anme_series(rounds),
             ),
         ),
-    ]
+    ];
+    if rounds.iter().any(|r| !r.staleness.is_empty()) {
+        let mean = |r: &RoundPoint| {
+            r.staleness.iter().sum::<u64>() as f64 / r.staleness.len().max(1) as f64
+        };
+        figures.push((
+            "staleness",
+            figure(
+                "Staleness of the updates folded into each version (async)",
+                "versions behind",
+                ValueAxis::FromZero,
+                Legend::UpperRight,
+                vec![
+                    series("mean", rounds, mean),
+                    series("max", rounds, |r| {
+                        r.staleness.iter().copied().max().unwrap_or(0) as f64
+                    }),
+                ],
+            ),
+        ));
+    }
+    figures
 }
 
 /// The round's mean ANME and, when there are several, one line per (layer, keep ratio) cluster.
@@ -260,6 +285,8 @@ mod tests {
                     anme,
                 })
                 .collect(),
+            late: 0,
+            staleness: Vec::new(),
         }
     }
 
@@ -302,6 +329,22 @@ mod tests {
         );
         let participation = &figures[4].1;
         assert_eq!(participation.series[2].points, [(1.0, 1.0), (2.0, 1.0)]);
+        assert_eq!(
+            participation.series[4].label,
+            "late (cut off by over-commitment)"
+        );
         assert_eq!(figures[0].1.series[0].points[1], (2.0, 0.2));
+    }
+
+    #[test]
+    fn an_async_run_gets_a_staleness_figure_with_mean_and_max_per_version() {
+        let mut rounds = [round(1, &[]), round(2, &[])];
+        rounds[0].staleness = vec![0, 0, 1];
+        rounds[1].staleness = vec![2, 4];
+        let figures = run_figures(&rounds);
+        let (stem, staleness) = figures.last().expect("figures");
+        assert_eq!(*stem, "staleness");
+        assert_eq!(staleness.series[0].points, [(1.0, 1.0 / 3.0), (2.0, 3.0)]);
+        assert_eq!(staleness.series[1].points, [(1.0, 1.0), (2.0, 4.0)]);
     }
 }

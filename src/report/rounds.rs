@@ -44,6 +44,12 @@ pub struct RoundPoint {
     /// One entry per (sharded layer, keep-ratio cluster) of the round.
     #[serde(default)]
     pub groups: Vec<GroupPoint>,
+    /// Clients cut off by over-commitment (absent in records older than over-commitment).
+    #[serde(default)]
+    pub late: usize,
+    /// Async mode: the staleness τ of each update folded into this version (empty otherwise).
+    #[serde(default)]
+    pub staleness: Vec<u64>,
 }
 
 /// The ANME of one keep-ratio cluster on one sharded layer.
@@ -97,6 +103,8 @@ impl From<&RoundRecord> for RoundPoint {
                     anme: g.anme,
                 })
                 .collect(),
+            late: r.late,
+            staleness: r.staleness.clone(),
         }
     }
 }
