@@ -35,6 +35,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def attacker(i, port, timeout=None):
+    """Attacker i's connection, from 127.0.0.(2 + i // 10): ten to an address, under the
+    per-address limit, and never from the legitimate node's 127.0.0.1."""
+    s = socket.socket()
+    s.settimeout(timeout)
+    s.bind((f"127.0.0.{2 + i // 10}", 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
 def status_kb(pid, field):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -82,8 +92,8 @@ def memory(args):
             chunk = b"\xab" * (1 << 16)
             socks = []
 
-            def attack():
-                s = socket.create_connection(("127.0.0.1", port))
+            def attack(i):
+                s = attacker(i, port)
                 socks.append(s)
                 try:
                     s.sendall((CAP - 8).to_bytes(8, "big"))
@@ -95,7 +105,7 @@ def memory(args):
                 except OSError:
                     pass  # refused: the server closed the connection
 
-            threads = [threading.Thread(target=attack) for _ in range(args.attackers)]
+            threads = [threading.Thread(target=attack, args=(i,)) for i in range(args.attackers)]
             started = time.time()
             for t in threads:
                 t.start()
@@ -130,18 +140,18 @@ def stall(args):
         slow = []
         stop = threading.Event()
         try:
-            def connect():
+            def connect(i):
                 try:
-                    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                    s = attacker(i, port, timeout=2)
                     s.settimeout(None)
                     return s
                 except OSError:
                     return None  # the server's accept queue is full
 
-            for _ in range(args.idle):
-                socks.append(connect())
-            for _ in range(args.slowloris):
-                s = connect()
+            for i in range(args.idle):
+                socks.append(connect(i))
+            for i in range(args.idle, args.idle + args.slowloris):
+                s = connect(i)
                 if s is not None:
                     s.sendall(b"\x16\x03\x01")  # a TLS handshake record header, cut short
                 slow.append(s)
