@@ -205,9 +205,14 @@ impl Cluster {
     }
 
     fn join(&self, clients: &str, extra: &[&str]) -> Proc {
+        self.join_from(&self.config, clients, extra)
+    }
+
+    /// A client node started from `config` rather than the server's.
+    fn join_from(&self, config: &Path, clients: &str, extra: &[&str]) -> Proc {
         let mut args = vec![
             "join",
-            self.config.to_str().unwrap(),
+            config.to_str().unwrap(),
             "--server",
             &self.server,
             "--clients",
@@ -305,10 +310,24 @@ fn a_cluster_run_ends_with_the_in_process_model() {
     let tmp = tempfile::tempdir().unwrap();
     let config = config(tmp.path(), "plain", 4, 0);
     let expected = in_process_model(tmp.path(), &config);
+    // One node's config trains otherwise ([training] only, so its clients and their data are
+    // the same): the server's recipe overrules it, with a warning per differing field.
+    let other_recipe = tmp.path().join("other-recipe.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let changed = text.replace(
+        "learning_rate = 0.05\nepochs = 1",
+        "learning_rate = 0.1\nepochs = 2",
+    );
+    assert_ne!(changed, text);
+    std::fs::write(&other_recipe, changed).unwrap();
     let cluster = Cluster::new(tmp.path(), config);
     let run = tmp.path().join("cluster");
     let mut server = cluster.serve("serve", &run, &[]);
-    let mut nodes = cluster.join_all(&[]);
+    let mut nodes = vec![
+        cluster.join_from(&other_recipe, NODES[0], &[]),
+        cluster.join(NODES[1], &[]),
+        cluster.join(NODES[2], &[]),
+    ];
     server.expect_success();
     for node in &mut nodes {
         node.expect_success();
@@ -326,6 +345,14 @@ fn a_cluster_run_ends_with_the_in_process_model() {
     }
     let log = server.log();
     assert!(log.contains("every client is registered"), "{log}");
+    let warned = nodes[0].log();
+    for field in [
+        "training.learning_rate is 0.1 in this node's config, 0.05 on the server",
+        "training.epochs is 2 in this node's config, 1 on the server",
+    ] {
+        assert!(warned.contains(field), "no warning `{field}`:\n{warned}");
+    }
+    assert!(!nodes[1].log().contains("training."), "{}", nodes[1].log());
     // The run folder has the plots `fedshard run` draws.
     for plot in ["accuracy.svg", "accuracy.png", "loss.svg"] {
         assert!(run.join("plots").join(plot).is_file(), "no plots/{plot}");
