@@ -967,8 +967,9 @@ fn a_node_joins_within_the_deadline_while_idle_and_slowloris_connections_are_hel
 }
 
 /// Issue 25: a peer sending a length just under ractor_cluster's 16 MiB frame cap, then that
-/// many bytes, was held with its buffer (50 such peers: about 900 MB of server memory). Now a
-/// frame above 64 KiB before authenticating closes the connection as its length arrives.
+/// many bytes, was held with its buffer (50 such peers: about 900 MB of server memory), and an
+/// idle one was never cut. Now a frame above 64 KiB before authenticating closes the
+/// connection as its length arrives, and an idle one is cut at the handshake deadline.
 #[test]
 fn fifty_near_cap_frames_before_authenticating_leave_the_server_memory_flat() {
     let _serial = serial();
@@ -980,6 +981,10 @@ fn fifty_near_cap_frames_before_authenticating_leave_the_server_memory_flat() {
     });
     let pid = server.child.id();
     let before = attackers::peak_rss(pid);
+    // Idle plaintext connections beside them: cut at the deadline too.
+    let idle: Vec<TcpStream> = (50..60)
+        .map(|i| attackers::connect(i, &cluster.server))
+        .collect();
     let cap: u64 = 16 * 1024 * 1024;
     let attacks: Vec<_> = (0..50)
         .map(|i| {
@@ -1002,6 +1007,7 @@ fn fifty_near_cap_frames_before_authenticating_leave_the_server_memory_flat() {
         .collect();
     let held: Vec<TcpStream> = attacks.into_iter().map(|a| a.join().unwrap()).collect();
     wait_refused(metrics, "frame_too_large", 50);
+    wait_refused(metrics, "handshake_timeout", 10);
     let grown = attackers::peak_rss(pid).saturating_sub(before);
     // The stated bound: less than four attackers' frames (before the fix, 50 of them).
     let bound = 64 * 1024 * 1024;
@@ -1011,7 +1017,7 @@ fn fifty_near_cap_frames_before_authenticating_leave_the_server_memory_flat() {
         grown >> 20,
         bound >> 20
     );
-    drop(held);
+    drop((held, idle));
 }
 
 /// Issue 25: a plaintext node against a TLS server, or one without a client certificate under

@@ -85,7 +85,7 @@ impl Refusal {
                 "the TLS handshake failed (often: the node's --tls-ca did not sign this server's --tls-cert)"
             }
             Refusal::HandshakeTimeout => {
-                "it did not complete TLS and the secret's challenge within --handshake-timeout"
+                "it did not finish the handshake (TLS if on, then the secret's challenge) within --handshake-timeout"
             }
             Refusal::NotAuthenticated => {
                 "it closed before authenticating (another secret, or not a fedshard node)"
