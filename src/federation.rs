@@ -60,6 +60,20 @@ pub fn evaluator(config: &Config) -> anyhow::Result<Arc<dyn Evaluator>> {
     load(config)?.into_evaluator(config)
 }
 
+/// The training recipe tasks are built from: the config's `[training]`, with ClipLR's
+/// threshold only under a strategy that clips. Client nodes compare theirs with the server's.
+pub fn recipe(config: &Config) -> Recipe {
+    let t = &config.training;
+    Recipe {
+        clip_lr: config
+            .federation
+            .strategy
+            .uses_clip_lr()
+            .then(|| t.recipe.clip_lr.unwrap_or(DEFAULT_CLIP_LR)),
+        ..t.recipe.clone()
+    }
+}
+
 fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
     let seed = config.run.seed;
     let sizes = loaded.sizes();
@@ -92,13 +106,7 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
         rounds: config.run.rounds,
         aggregator: f.aggregator,
         sharding,
-        recipe: Recipe {
-            clip_lr: f
-                .strategy
-                .uses_clip_lr()
-                .then(|| t.recipe.clip_lr.unwrap_or(DEFAULT_CLIP_LR)),
-            ..t.recipe.clone()
-        },
+        recipe: recipe(config),
         cosine_schedule: t.cosine_schedule,
         deadline: Duration::from_millis(f.deadline_ms),
         min_successful: f.min_successful,

@@ -205,9 +205,14 @@ impl Cluster {
     }
 
     fn join(&self, clients: &str, extra: &[&str]) -> Proc {
+        self.join_from(&self.config, clients, extra)
+    }
+
+    /// A client node started from `config` rather than the server's.
+    fn join_from(&self, config: &Path, clients: &str, extra: &[&str]) -> Proc {
         let mut args = vec![
             "join",
-            self.config.to_str().unwrap(),
+            config.to_str().unwrap(),
             "--server",
             &self.server,
             "--clients",
@@ -282,16 +287,47 @@ fn metric_sum(page: &str, metric: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// `fedshard_cluster_sessions_refused_total{reason="REASON",…}` in a Prometheus text page.
+fn refused(page: &str, reason: &str) -> u64 {
+    let label = format!("reason=\"{reason}\"");
+    page.lines()
+        .filter(|l| l.starts_with("fedshard_cluster_sessions_refused_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Waits until the server whose /metrics is on `metrics` has refused `n` connections for
+/// `reason`.
+fn wait_refused(metrics: u16, reason: &str, n: u64) {
+    wait_for(&format!("{n} refusal(s) counted as {reason}"), || {
+        http_get(metrics, "/metrics").is_some_and(|page| refused(&page, reason) == n)
+    });
+}
+
 #[test]
 fn a_cluster_run_ends_with_the_in_process_model() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let config = config(tmp.path(), "plain", 4, 0);
     let expected = in_process_model(tmp.path(), &config);
+    // One node's config trains otherwise ([training] only, so its clients and their data are
+    // the same): the server's recipe overrules it, with a warning per differing field.
+    let other_recipe = tmp.path().join("other-recipe.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let changed = text.replace(
+        "learning_rate = 0.05\nepochs = 1",
+        "learning_rate = 0.1\nepochs = 2",
+    );
+    assert_ne!(changed, text);
+    std::fs::write(&other_recipe, changed).unwrap();
     let cluster = Cluster::new(tmp.path(), config);
     let run = tmp.path().join("cluster");
     let mut server = cluster.serve("serve", &run, &[]);
-    let mut nodes = cluster.join_all(&[]);
+    let mut nodes = vec![
+        cluster.join_from(&other_recipe, NODES[0], &[]),
+        cluster.join(NODES[1], &[]),
+        cluster.join(NODES[2], &[]),
+    ];
     server.expect_success();
     for node in &mut nodes {
         node.expect_success();
@@ -309,6 +345,18 @@ fn a_cluster_run_ends_with_the_in_process_model() {
     }
     let log = server.log();
     assert!(log.contains("every client is registered"), "{log}");
+    let warned = nodes[0].log();
+    for field in [
+        "training.learning_rate is 0.1 in this node's config, 0.05 on the server",
+        "training.epochs is 2 in this node's config, 1 on the server",
+    ] {
+        assert!(warned.contains(field), "no warning `{field}`:\n{warned}");
+    }
+    assert!(!nodes[1].log().contains("training."), "{}", nodes[1].log());
+    // The run folder has the plots `fedshard run` draws.
+    for plot in ["accuracy.svg", "accuracy.png", "loss.svg"] {
+        assert!(run.join("plots").join(plot).is_file(), "no plots/{plot}");
+    }
 }
 
 #[test]
@@ -378,8 +426,10 @@ fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
         intruder.log()
     );
     wait_for("the refusal to be counted", || {
-        http_get(metrics, "/metrics")
-            .is_some_and(|page| metric_sum(&page, "fedshard_cluster_sessions_refused_total") == 1)
+        http_get(metrics, "/metrics").is_some_and(|page| {
+            metric_sum(&page, "fedshard_cluster_sessions_refused_total") == 1
+                && refused(&page, "not_authenticated") == 1
+        })
     });
     assert!(
         server.log().contains("refused a node session"),
@@ -496,34 +546,15 @@ fn tls_between_nodes_and_a_plaintext_node_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let config = config(tmp.path(), "tls", 3, 0);
     let expected = in_process_model(tmp.path(), &config);
-    let certs = tmp.path().join("certs");
-    let status = Command::new(BIN)
-        .args(["cert", "--names", "127.0.0.1,localhost", "--out"])
-        .arg(&certs)
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let cert = certs.join("node.pem");
-    let key = certs.join("node-key.pem");
-    let ca = certs.join("ca.pem");
+    let certs = Certs::new(tmp.path());
     let cluster = Cluster::new(tmp.path(), config);
     let run = tmp.path().join("run");
-    let mut server = cluster.serve(
-        "serve",
-        &run,
-        &[
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ],
-    );
+    let mut server = cluster.serve("serve", &run, &certs.server());
     // A node without TLS gets nowhere, and says so.
     let mut plain = cluster.join("0-5", &["--name", "plaintext"]);
     assert_eq!(plain.wait().code(), Some(2), "{}", plain.log());
     assert!(plain.log().contains("TLS"), "{}", plain.log());
-    let mut nodes = cluster.join_all(&["--tls-ca", ca.to_str().unwrap()]);
+    let mut nodes = cluster.join_all(&["--tls-ca", &certs.ca]);
     server.expect_success();
     for node in &mut nodes {
         node.expect_success();
@@ -598,7 +629,7 @@ mod bad_frames {
                 f
             }),
             // Another version of the format: version.
-            10 => (pick.clone(), 2u16..).prop_map(|(mut f, v)| {
+            10 => (pick.clone(), any::<u16>().prop_filter("another version", |v| *v != wire::VERSION)).prop_map(|(mut f, v)| {
                 f[2..4].copy_from_slice(&v.to_le_bytes());
                 f
             }),
@@ -618,7 +649,7 @@ mod bad_frames {
                 clients: vec![(c, 1)],
             }))),
             // Frames only a server sends: unexpected.
-            5 => any::<u128>().prop_map(|k| wire::encode(&Body::Welcome { key: k })),
+            5 => any::<u128>().prop_map(|k| wire::encode(&Body::Welcome { key: k, recipe: Default::default() })),
             5 => proptest::option::of(".{0,20}").prop_map(|error| wire::encode(&Body::Finished { error })),
         ]
     }
@@ -671,6 +702,7 @@ fn ten_thousand_bad_frames_to_a_live_server_are_rejected_counted_and_change_noth
             metrics: ClusterMetrics::new(),
             key: Some(key),
             tap: Some(tap),
+            recipe: fedshard::federation::recipe(&parsed),
         };
         let node = tokio::spawn(join(options, trainers));
         let started = std::time::Instant::now();
@@ -788,5 +820,245 @@ fn a_model_over_16_mib_crosses_and_the_bench_counts_its_bytes() {
     assert!(
         wire >= floor && wire < 1.01 * floor,
         "the wire carries the models and little else: {report}"
+    );
+}
+
+/// Before they authenticate (no secret, no certificate), peers connect from other loopback
+/// addresses than the legitimate nodes (127.0.0.1), a few to each, under the per-address
+/// limit: what is tested is what the many of them together can do.
+mod attackers {
+    use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+
+    /// A connection to `server` from 127.0.0.(2 + i / 10).
+    pub fn connect(i: usize, server: &str) -> TcpStream {
+        let source = Ipv4Addr::new(127, 0, 0, 2 + (i / 10) as u8);
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
+        let server: SocketAddr = server.parse().unwrap();
+        socket.connect(&server.into()).unwrap();
+        socket.into()
+    }
+
+    /// The server's resident memory high-water mark (VmHWM), in bytes.
+    pub fn peak_rss(pid: u32) -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+            * 1024
+    }
+}
+
+/// The files of `fedshard cert` for loopback, as command-line arguments.
+struct Certs {
+    cert: String,
+    key: String,
+    ca: String,
+}
+
+impl Certs {
+    /// A TLS server's arguments.
+    fn server(&self) -> [&str; 4] {
+        ["--tls-cert", &self.cert, "--tls-key", &self.key]
+    }
+
+    fn new(dir: &Path) -> Self {
+        let certs = dir.join("certs");
+        let status = Command::new(BIN)
+            .args(["cert", "--names", "127.0.0.1,localhost", "--out"])
+            .arg(&certs)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let path = |name: &str| certs.join(name).to_str().unwrap().to_string();
+        Self {
+            cert: path("node.pem"),
+            key: path("node-key.pem"),
+            ca: path("ca.pem"),
+        }
+    }
+}
+
+impl Cluster {
+    /// A server node serving /metrics on a free port: the process and that port.
+    fn serve_metrics(&self, name: &str, out: &Path, extra: &[&str]) -> (Proc, u16) {
+        let metrics = free_port();
+        let addr = format!("127.0.0.1:{metrics}");
+        let args = [&["--metrics-addr", addr.as_str()], extra].concat();
+        (self.serve(name, out, &args), metrics)
+    }
+}
+
+/// Issue 25: ractor_cluster ran every TLS handshake inline in its accept loop with no timeout,
+/// so one idle socket kept every node out. Now each handshake runs on its own under the
+/// handshake deadline (5 s by default): a node joins at once while 100 idle and 100 slowloris
+/// connections are held, and each of those is cut at the deadline and counted.
+#[test]
+fn a_node_joins_within_the_deadline_while_idle_and_slowloris_connections_are_held() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = Certs::new(tmp.path());
+    let cluster = Cluster::new(tmp.path(), config(tmp.path(), "stall", 1, 0));
+    let (server, metrics) = cluster.serve_metrics(
+        "serve",
+        &tmp.path().join("run"),
+        &[&certs.server()[..], &["--linger", "120"]].concat(),
+    );
+    wait_for("the server to listen", || {
+        server.log().contains("listening for client nodes")
+    });
+    let idle: Vec<TcpStream> = (0..100)
+        .map(|i| attackers::connect(i, &cluster.server))
+        .collect();
+    // Slowloris: a TLS record header cut short, then one byte every half second.
+    let slow: Vec<TcpStream> = (100..200)
+        .map(|i| {
+            let mut s = attackers::connect(i, &cluster.server);
+            s.write_all(&[0x16, 0x03, 0x01]).unwrap();
+            s
+        })
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let dripping = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut slow = slow;
+            while !stop.load(Ordering::Relaxed) {
+                for s in &mut slow {
+                    let _ = s.write_all(&[0x01]);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+
+    let started = Instant::now();
+    let mut node = cluster.join("0-5", &["--tls-ca", &certs.ca]);
+    wait_for("the node's session to authenticate", || {
+        server.log().lines().any(|l| l.ends_with(" authenticated"))
+    });
+    let joined = started.elapsed();
+    // The functional property: within the deadline plus a margin for starting the `join`
+    // process on a loaded machine (before the fix it never joined: the handshake that
+    // blocked the loop never ended).
+    let bound = Duration::from_secs(5 + 10);
+    assert!(
+        joined < bound,
+        "the node took {joined:?} to authenticate (bound {bound:?}); server log:\n{}",
+        server.log()
+    );
+    node.expect_success();
+    wait_refused(metrics, "handshake_timeout", 200);
+    stop.store(true, Ordering::Relaxed);
+    dripping.join().unwrap();
+    drop(idle);
+    let log = server.log();
+    assert!(
+        log.matches("refused a node session").count() <= 20,
+        "refusals are logged once per source address and minute, not once each:\n{log}"
+    );
+}
+
+/// Issue 25: a peer sending a length just under ractor_cluster's 16 MiB frame cap, then that
+/// many bytes, was held with its buffer (50 such peers: about 900 MB of server memory), and an
+/// idle one was never cut. Now a frame above 64 KiB before authenticating closes the
+/// connection as its length arrives, and an idle one is cut at the handshake deadline.
+#[test]
+fn fifty_near_cap_frames_before_authenticating_leave_the_server_memory_flat() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::new(tmp.path(), config(tmp.path(), "memory", 1, 0));
+    let (server, metrics) = cluster.serve_metrics("serve", &tmp.path().join("run"), &[]);
+    wait_for("the server to listen", || {
+        server.log().contains("listening for client nodes")
+    });
+    let pid = server.child.id();
+    let before = attackers::peak_rss(pid);
+    // Idle plaintext connections beside them: cut at the deadline too.
+    let idle: Vec<TcpStream> = (50..60)
+        .map(|i| attackers::connect(i, &cluster.server))
+        .collect();
+    let cap: u64 = 16 * 1024 * 1024;
+    let attacks: Vec<_> = (0..50)
+        .map(|i| {
+            let server = cluster.server.clone();
+            std::thread::spawn(move || {
+                let mut s = attackers::connect(i, &server);
+                let _ = s.write_all(&(cap - 8).to_be_bytes());
+                let chunk = vec![0xAB_u8; 1 << 16];
+                let mut left = cap - 9;
+                while left > 0 {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    if s.write_all(&chunk[..n]).is_err() {
+                        break; // the server closed the connection
+                    }
+                    left -= n as u64;
+                }
+                s
+            })
+        })
+        .collect();
+    let held: Vec<TcpStream> = attacks.into_iter().map(|a| a.join().unwrap()).collect();
+    wait_refused(metrics, "frame_too_large", 50);
+    wait_refused(metrics, "handshake_timeout", 10);
+    let grown = attackers::peak_rss(pid).saturating_sub(before);
+    // The stated bound: less than four attackers' frames (before the fix, 50 of them).
+    let bound = 64 * 1024 * 1024;
+    assert!(
+        grown < bound,
+        "the server's peak RSS grew by {} MB under the attack (bound {} MB)",
+        grown >> 20,
+        bound >> 20
+    );
+    drop((held, idle));
+}
+
+/// Issue 25: a plaintext node against a TLS server, or one without a client certificate under
+/// mutual TLS, was neither logged nor counted; a TLS node against a plaintext server was told
+/// to check --tls-ca. Each is now counted by reason and each side is told which flag to fix.
+#[test]
+fn tls_mismatches_are_counted_by_reason_and_name_the_flag_to_fix() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = Certs::new(tmp.path());
+    let config = config(tmp.path(), "mismatch", 1, 0);
+    let cluster = Cluster::new(tmp.path(), config.clone());
+    let (server, metrics) = cluster.serve_metrics(
+        "serve-mtls",
+        &tmp.path().join("mtls"),
+        &[&certs.server()[..], &["--tls-client-ca", &certs.ca]].concat(),
+    );
+    let mut plain = cluster.join("0-5", &["--name", "plaintext"]);
+    assert_eq!(plain.wait().code(), Some(2), "{}", plain.log());
+    wait_refused(metrics, "tls_plaintext", 1);
+    let mut no_cert = cluster.join("0-5", &["--tls-ca", &certs.ca]);
+    assert_eq!(no_cert.wait().code(), Some(2), "{}", no_cert.log());
+    assert!(no_cert.log().contains("--tls-cert"), "{}", no_cert.log());
+    wait_refused(metrics, "tls_no_client_cert", 1);
+    let log = server.log();
+    assert!(
+        log.contains("--tls-ca") && log.contains("--tls-client-ca"),
+        "{log}"
+    );
+    drop(server);
+
+    // A TLS node against a plaintext server: both sides name the TLS flags.
+    let cluster = Cluster::new(tmp.path(), config);
+    let (plaintext, metrics) = cluster.serve_metrics("serve-plain", &tmp.path().join("plain"), &[]);
+    let mut tls = cluster.join("0-5", &["--tls-ca", &certs.ca]);
+    assert_eq!(tls.wait().code(), Some(2), "{}", tls.log());
+    assert!(tls.log().contains("drop --tls-ca"), "{}", tls.log());
+    wait_refused(metrics, "tls_on_plaintext", 1);
+    assert!(
+        plaintext.log().contains("--tls-cert"),
+        "{}",
+        plaintext.log()
     );
 }

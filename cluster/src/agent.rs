@@ -14,7 +14,7 @@ use crate::request::Request;
 use crate::wire::{self, Body, Hello, Rejection, RejectionKind as K, SessionKey};
 use fedshard_actors::client::ClientMsg;
 use fedshard_actors::server::ServerMsg;
-use fedshard_protocol::task::ClientId;
+use fedshard_protocol::task::{ClientId, Recipe};
 use ractor::pg::GroupChangeMessage;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
@@ -53,6 +53,8 @@ pub struct AgentArgs {
     pub done: oneshot::Sender<Result<(), String>>,
     /// Receives a copy of every frame the agent sends (tests replay them).
     pub tap: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// This node's training recipe, compared with the server's when it welcomes the node.
+    pub recipe: Recipe,
 }
 
 pub struct AgentState {
@@ -62,6 +64,7 @@ pub struct AgentState {
     frame_limit: usize,
     metrics: ClusterMetrics,
     tap: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    recipe: Recipe,
     done: Option<oneshot::Sender<Result<(), String>>>,
     actors: BTreeMap<ClientId, ActorRef<ClientMsg>>,
     gateway: Option<ActorRef<crate::gateway::GatewayMsg>>,
@@ -89,6 +92,7 @@ impl Actor for Agent {
             frame_limit: args.frame_limit,
             metrics: args.metrics,
             tap: args.tap,
+            recipe: args.recipe,
             done: Some(args.done),
             actors: BTreeMap::new(),
             gateway: None,
@@ -204,11 +208,16 @@ impl AgentState {
     fn receive(&mut self, bytes: &[u8], myself: &ActorRef<AgentMsg>) -> Result<(), Rejection> {
         let key = self.key;
         match wire::decode(bytes, self.frame_limit)? {
-            Body::Welcome { key: k } if k == key => {
+            Body::Welcome { key: k, recipe } if k == key => {
                 tracing::info!(
                     "the server registered this node's {} client(s)",
                     self.clients.len()
                 );
+                for difference in recipe_differences(&self.recipe, &recipe) {
+                    tracing::warn!(
+                        "{difference}: the server's is used (start every node from the server's config)"
+                    );
+                }
                 Ok(())
             }
             Body::Refused { key: k, reason } if k == key => {
@@ -323,5 +332,80 @@ impl Actor for Relay {
             agent.cast(AgentMsg::Hosted { client, actor })?;
         }
         Ok(())
+    }
+}
+/// Each field in which the server's training recipe overrules this node's, as
+/// `training.FIELD is X in this node's config, Y on the server`.
+pub fn recipe_differences(ours: &Recipe, servers: &Recipe) -> Vec<String> {
+    // Destructured, so that a new field of `Recipe` cannot be forgotten here.
+    let Recipe {
+        learning_rate,
+        epochs,
+        batch_size,
+        momentum,
+        weight_decay,
+        clip_lr,
+    } = ours;
+    let fields = [
+        (
+            "learning_rate",
+            learning_rate.to_string(),
+            servers.learning_rate.to_string(),
+        ),
+        ("epochs", epochs.to_string(), servers.epochs.to_string()),
+        (
+            "batch_size",
+            batch_size.to_string(),
+            servers.batch_size.to_string(),
+        ),
+        (
+            "momentum",
+            momentum.to_string(),
+            servers.momentum.to_string(),
+        ),
+        (
+            "weight_decay",
+            weight_decay.to_string(),
+            servers.weight_decay.to_string(),
+        ),
+        (
+            "clip_lr",
+            format!("{clip_lr:?}"),
+            format!("{:?}", servers.clip_lr),
+        ),
+    ];
+    fields
+        .into_iter()
+        .filter(|(_, here, there)| here != there)
+        .map(|(name, here, there)| {
+            format!("training.{name} is {here} in this node's config, {there} on the server")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_the_server_overrules_is_named_with_both_values() {
+        let ours = Recipe {
+            learning_rate: 0.1,
+            epochs: 3,
+            ..Recipe::default()
+        };
+        let servers = Recipe {
+            learning_rate: 0.05,
+            epochs: 1,
+            ..Recipe::default()
+        };
+        assert_eq!(
+            recipe_differences(&ours, &servers),
+            [
+                "training.learning_rate is 0.1 in this node's config, 0.05 on the server",
+                "training.epochs is 3 in this node's config, 1 on the server",
+            ]
+        );
+        assert!(recipe_differences(&servers, &servers).is_empty());
     }
 }

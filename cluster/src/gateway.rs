@@ -24,7 +24,7 @@ use crate::request::{Request, reply_client};
 use crate::wire::{self, Body, Hello, Rejection, RejectionKind as K, SessionKey};
 use fedshard_actors::client::{ClientMsg, ClientReply};
 use fedshard_actors::server::ServerMsg;
-use fedshard_protocol::task::ClientId;
+use fedshard_protocol::task::{ClientId, Recipe};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use ractor_cluster::NodeId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -68,6 +68,8 @@ pub struct GatewayArgs {
     /// The largest frame accepted ([`wire::frame_limit`]).
     pub frame_limit: usize,
     pub metrics: ClusterMetrics,
+    /// The server's training recipe (base learning rate), told to every node it welcomes.
+    pub recipe: Recipe,
 }
 
 /// A registered client node.
@@ -354,7 +356,11 @@ impl GatewayState {
         match self.accept(&hello, agent.clone()) {
             Ok(()) => {
                 self.register(&hello, myself).await;
-                self.send(&agent, &Body::Welcome { key: hello.key });
+                let welcome = Body::Welcome {
+                    key: hello.key,
+                    recipe: self.args.recipe.clone(),
+                };
+                self.send(&agent, &welcome);
                 Ok(())
             }
             Err(rejection) => {
@@ -519,11 +525,7 @@ impl GatewayState {
             SessionEvent::Disconnected { node, peer } => {
                 let authenticated = self.sessions.remove(&node).is_some_and(|s| s.0);
                 if !authenticated {
-                    self.args.metrics.session_refused();
-                    tracing::warn!(
-                        "refused a node session from {peer}: it closed before authenticating \
-                         (a wrong secret, TLS on one side only, or not a fedshard node)"
-                    );
+                    // Counted and logged by the listener (`crate::acceptor`), with its reason.
                     return;
                 }
                 self.args.metrics.session_lost();

@@ -8,7 +8,7 @@ use crate::node::{self, ConnectError, NodeSettings, SessionEvent, TlsClient};
 use crate::secret::Secret;
 use crate::wire::{self, SessionKey};
 use fedshard_actors::host::ClientHost;
-use fedshard_protocol::task::{ClientId, LocalTrainer};
+use fedshard_protocol::task::{ClientId, LocalTrainer, Recipe};
 use ractor::Actor;
 use ractor_cluster::NodeId;
 use std::collections::BTreeMap;
@@ -41,6 +41,9 @@ pub struct JoinOptions {
     pub key: Option<SessionKey>,
     /// Receives a copy of every frame this node sends.
     pub tap: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// This node's own training recipe, as its config gives it: the server's overrules it, and
+    /// every field in which they differ is warned about.
+    pub recipe: Recipe,
 }
 
 /// Hosts `trainers`' clients for the server at `options.server` until the server says the run
@@ -76,6 +79,7 @@ pub async fn join(
                 metrics: options.metrics.clone(),
                 done,
                 tap: options.tap.clone(),
+                recipe: options.recipe.clone(),
             },
         )
         .await

@@ -16,17 +16,25 @@
 //! versioned frame of bytes ([`wire`]) that the receiving actor decodes and checks itself, so a
 //! malformed, replayed or forged frame is a counted rejection ([`metrics`]), never a panic and
 //! never a change to the model. Nodes authenticate with a shared secret ([`secret`]; a node
-//! with another secret is refused and counted) and may talk TLS ([`tls`]).
+//! with another secret is refused and counted) and may talk TLS ([`tls`]). A server node
+//! accepts connections through its own listener ([`acceptor`]), which bounds what a peer can
+//! hold before it authenticates: a deadline, a small frame cap ([`guard`]), a number of
+//! waiting connections in all and per address ([`admission`]); every connection it closes is
+//! counted and logged by reason ([`refusal`]).
 //!
 //! Not here: the rounds themselves (`fedshard-actors`), building a federation from a config and
 //! the command line (`fedshard`).
 
+pub mod acceptor;
+pub(crate) mod admission;
 pub mod agent;
 pub mod gateway;
+pub(crate) mod guard;
 pub mod join;
 pub mod message;
 pub mod metrics;
 pub mod node;
+pub mod refusal;
 pub mod request;
 pub mod secret;
 pub mod serve;

@@ -1,6 +1,7 @@
 //! The cluster transport's counters, in Prometheus form so the server node's `/metrics` shows
 //! them beside the run's (`fedshard_cluster_*`), and readable in-process for tests and benches.
 
+use crate::refusal::Refusal;
 use crate::wire::RejectionKind;
 use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
@@ -9,7 +10,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 #[derive(Clone)]
 pub struct ClusterMetrics {
     rejected: IntCounterVec,
-    refused_sessions: IntCounter,
+    refused_sessions: IntCounterVec,
     disconnects: IntCounter,
     sessions: IntGauge,
     clients: IntGauge,
@@ -35,9 +36,10 @@ impl ClusterMetrics {
                 "Frames from other nodes dropped before they reached an actor's logic, by reason.",
                 "reason",
             ),
-            refused_sessions: counter(
+            refused_sessions: counter_vec(
                 "fedshard_cluster_sessions_refused_total",
-                "Node sessions that closed before authenticating (a wrong secret, a TLS mismatch, or not a fedshard node).",
+                "Connections from other nodes closed before they authenticated, by reason (a wrong secret, TLS, a deadline, a limit).",
+                "reason",
             ),
             disconnects: counter(
                 "fedshard_cluster_node_disconnects_total",
@@ -53,6 +55,9 @@ impl ClusterMetrics {
         };
         for kind in RejectionKind::ALL {
             metrics.rejected.with_label_values(&[kind.label()]);
+        }
+        for why in Refusal::ALL {
+            metrics.refused_sessions.with_label_values(&[why.label()]);
         }
         for direction in ["in", "out"] {
             metrics.frame_bytes.with_label_values(&[direction]);
@@ -84,12 +89,17 @@ impl ClusterMetrics {
         RejectionKind::ALL.iter().map(|&k| self.rejected(k)).sum()
     }
 
-    pub fn session_refused(&self) {
-        self.refused_sessions.inc();
+    pub fn session_refused(&self, why: Refusal) {
+        self.refused_sessions
+            .with_label_values(&[why.label()])
+            .inc();
     }
 
-    pub fn sessions_refused(&self) -> u64 {
-        self.refused_sessions.get()
+    /// Connections refused for `why` so far.
+    pub fn sessions_refused(&self, why: Refusal) -> u64 {
+        self.refused_sessions
+            .with_label_values(&[why.label()])
+            .get()
     }
 
     pub fn session_up(&self) {

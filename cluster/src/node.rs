@@ -89,31 +89,69 @@ pub async fn start(
     )
     .with_listen_addr(settings.listen.ip())
     .with_max_inbound_frame_size(settings.max_frame);
-    let cannot_listen = |why: &dyn std::fmt::Display| {
-        format!("cannot listen for nodes on {}: {why}", settings.listen)
-    };
     // ractor_cluster reports a port in use as a panic inside a panic of its listener actor;
     // binding here first gives the operating system's own words.
     if settings.listen.port() != 0
         && let Err(e) = std::net::TcpListener::bind(settings.listen)
     {
-        let hint = match e.kind() {
-            std::io::ErrorKind::AddrInUse => {
-                " (another process holds the port: stop it or choose another --listen port)"
-            }
-            _ => "",
-        };
-        return Err(cannot_listen(&format_args!("{e}{hint}")));
+        return Err(cannot_listen(settings.listen, &e));
     }
-    let (node, _) = Actor::spawn(None, server, ())
-        .await
-        .map_err(|e| cannot_listen(&startup_failure(&e.to_string())))?;
+    let (node, _) = Actor::spawn(None, server, ()).await.map_err(|e| {
+        format!(
+            "cannot listen for nodes on {}: {}",
+            settings.listen,
+            startup_failure(&e.to_string())
+        )
+    })?;
     node.cast(NodeServerMessage::SubscribeToEvents {
         id: "fedshard".into(),
         subscription: Box::new(Subscription(on_event)),
     })
     .map_err(|e| format!("the node stopped while starting: {e}"))?;
     Ok(node)
+}
+
+/// Why `listen` cannot be bound, in the operating system's words, with the fix for a port in
+/// use.
+pub(crate) fn cannot_listen(listen: SocketAddr, e: &std::io::Error) -> String {
+    let hint = match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            " (another process holds the port: stop it or choose another --listen port)"
+        }
+        _ => "",
+    };
+    format!("cannot listen for nodes on {listen}: {e}{hint}")
+}
+
+/// Which side of a failed TLS handshake is likely wrong, and the flag that fixes it.
+fn tls_failure_hint(error: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind as K;
+    match error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(_)) => {
+            "the server's certificate is not signed by --tls-ca, or does not name the host of \
+             --server: check --tls-ca, or set --tls-server-name"
+        }
+        Some(rustls::Error::AlertReceived(_)) => {
+            "the server refused this node's TLS: it may require a client certificate \
+             (--tls-cert, --tls-key) signed by its --tls-client-ca"
+        }
+        Some(rustls::Error::InvalidMessage(_)) => {
+            "the server does not speak TLS: it was started without --tls-cert, so drop --tls-ca here"
+        }
+        _ if matches!(
+            error.kind(),
+            K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+        ) =>
+        {
+            "the server closed the connection during the handshake: it does not use TLS \
+             (started without --tls-cert: drop --tls-ca here), or it refused the connection \
+             (too many waiting to authenticate: its log says which)"
+        }
+        _ => "check --tls-ca and --tls-server-name",
+    }
 }
 
 /// The innermost reason of a nested "Actor panicked during startup '…'" text.
@@ -166,7 +204,8 @@ pub async fn connect(
     result.map_err(|e| match e {
         E::Socket(e) => ConnectError::Unreachable(format!("{addr}: {e}")),
         E::Encryption(e) => ConnectError::Fatal(format!(
-            "TLS handshake with {addr} failed: {e} (check --tls-ca and --tls-server-name)"
+            "TLS handshake with {addr} failed: {e} ({})",
+            tls_failure_hint(&e)
         )),
         E::Messaging(e) => ConnectError::Fatal(format!("this node stopped: {e}")),
     })

@@ -1,9 +1,11 @@
 //! A server node: the unchanged `Server` actor, a [`Gateway`] for its remote clients, and a
 //! ractor_cluster node that client nodes connect to.
 
+use crate::acceptor::{self, Limits};
 use crate::gateway::{Gateway, GatewayArgs, GatewayMsg};
 use crate::metrics::ClusterMetrics;
-use crate::node::{self, NodeSettings};
+use crate::node::NodeSettings;
+use crate::refusal::Refusals;
 use crate::secret::Secret;
 use crate::wire;
 use fedshard_actors::record::Summary;
@@ -24,6 +26,8 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     pub secret: Secret,
     pub tls: Option<TlsAcceptor>,
+    /// What a peer may hold before it authenticates.
+    pub limits: Limits,
     /// Length of the model's `ModelState::to_bytes`, which sizes the frame limits.
     pub model_bytes: usize,
     pub metrics: ClusterMetrics,
@@ -44,6 +48,7 @@ pub async fn serve(
         .map(|(&id, record)| (id, record.samples))
         .collect();
     let deadline = federation.config.deadline;
+    let recipe = federation.config.recipe.clone();
     let (done, finished) = oneshot::channel();
     let (server, server_handle) = Actor::spawn(None, Server, (federation, done))
         .await
@@ -57,6 +62,7 @@ pub async fn serve(
             deadline,
             frame_limit: wire::frame_limit(options.model_bytes),
             metrics: options.metrics.clone(),
+            recipe,
         },
     )
     .await;
@@ -75,7 +81,8 @@ pub async fn serve(
         tls: options.tls,
         max_frame: wire::transport_cap(options.model_bytes),
     };
-    let node = match node::start(settings, move |event| {
+    let refusals = Refusals::new(options.metrics.clone());
+    let node = match acceptor::start(settings, options.limits, refusals, move |event| {
         let _ = events.cast(GatewayMsg::Session(event));
     })
     .await
@@ -107,7 +114,7 @@ pub async fn serve(
             }
         }
     }
-    node.stop(None);
+    node.stop();
     gateway.stop(None);
     server.stop(None);
     let _ = gateway_handle.await;

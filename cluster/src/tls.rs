@@ -24,7 +24,7 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 

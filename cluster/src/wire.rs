@@ -12,7 +12,7 @@
 //! told apart from garbage before anything is decoded.
 
 use fedshard_actors::client::ClientReply;
-use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -20,7 +20,7 @@ use std::fmt;
 pub const MAGIC: [u8; 2] = *b"FS";
 /// The version of [`Body`]'s layout; bumped whenever it changes, so mismatched nodes are told
 /// so rather than fed misread fields.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 const HEADER: usize = 4;
 
 /// A random secret a client node draws at start-up. It names the node's agent
@@ -33,8 +33,9 @@ pub type SessionKey = u128;
 pub enum Body {
     /// Client node → server: the node `node` hosts these clients (id and sample count D_c).
     Hello(Hello),
-    /// Server → client node: every client of the hello with this key is registered.
-    Welcome { key: SessionKey },
+    /// Server → client node: every client of the hello with this key is registered, and they
+    /// train with the server's recipe (its base learning rate), whatever the node's config says.
+    Welcome { key: SessionKey, recipe: Recipe },
     /// Server → client node: the hello with this key was refused, and why.
     Refused { key: SessionKey, reason: String },
     /// Server → client node: train `client` on the task (a `ClientMsg::Train`).
@@ -262,7 +263,6 @@ pub fn transport_cap(model_bytes: usize) -> u64 {
 mod tests {
     use super::*;
     use fedshard_protocol::model::{ModelState, NamedTensor};
-    use fedshard_protocol::task::Recipe;
     use proptest::prelude::*;
 
     fn task() -> TrainTask {
@@ -284,7 +284,10 @@ mod tests {
                 key: 42,
                 clients: vec![(0, 10), (1, 12)],
             }),
-            Body::Welcome { key: 42 },
+            Body::Welcome {
+                key: 42,
+                recipe: Recipe::default(),
+            },
             Body::Train {
                 request: 9,
                 deadline_ms: 1000,
@@ -320,7 +323,7 @@ mod tests {
         assert_eq!(kind(&good[..good.len() - 1]), RejectionKind::Truncated);
         assert_eq!(kind(&good[..3]), RejectionKind::Truncated);
         let mut other = good.clone();
-        other[2] = 2;
+        other[2] = VERSION as u8 + 1;
         assert_eq!(kind(&other), RejectionKind::Version);
         let mut bad = good.clone();
         bad[0] = b'X';

@@ -14,12 +14,13 @@ use clap::Args;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::record::RoundRecord;
 use fedshard_actors::server::Federation;
+use fedshard_cluster::acceptor::Limits;
 use fedshard_cluster::join::{JoinOptions, format_ids, join, parse_ids};
 use fedshard_cluster::metrics::ClusterMetrics;
 use fedshard_cluster::secret::{ENV_VAR, Secret};
 use fedshard_cluster::serve::{ServeOptions, serve};
 use fedshard_protocol::model::{ModelState, NamedTensor};
-use fedshard_protocol::task::{ClientId, LocalTrainer};
+use fedshard_protocol::task::{ClientId, LocalTrainer, Recipe};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -245,6 +246,7 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
         listen,
         secret: Secret::new(&secret).map_err(anyhow::Error::msg)?,
         tls: None,
+        limits: Limits::default(),
         model_bytes,
         metrics: metrics.clone(),
     };
@@ -307,6 +309,7 @@ pub fn cluster_node(args: &ClusterNodeArgs) -> anyhow::Result<()> {
         metrics: ClusterMetrics::new(),
         key: None,
         tap: None,
+        recipe: Recipe::default(),
     };
     let runtime = crate::runtime::build()?;
     runtime

@@ -109,6 +109,7 @@ pub fn run(args: &JoinArgs) -> anyhow::Result<()> {
         metrics: ClusterMetrics::new(),
         key: None,
         tap: None,
+        recipe: federation::recipe(&config),
     };
     let runtime = crate::runtime::build().context("starting the tokio runtime")?;
     runtime

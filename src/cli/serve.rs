@@ -10,6 +10,7 @@ use clap::Args;
 use fedshard_actors::checkpoint::write_atomically;
 use fedshard_actors::metrics::Exporter;
 use fedshard_actors::record::{RoundRecord, Summary};
+use fedshard_cluster::acceptor::Limits;
 use fedshard_cluster::metrics::ClusterMetrics;
 use fedshard_cluster::secret::Secret;
 use fedshard_cluster::serve::{ServeOptions, serve};
@@ -57,6 +58,45 @@ pub struct ServeArgs {
     /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Seconds a connecting node has, from its TCP connection, to finish TLS and the secret's
+    /// challenge; then it is cut (and counted, `reason="handshake_timeout"`).
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds,
+          default_value_t = Limits::default().handshake_timeout.as_secs_f64())]
+    pub handshake_timeout: f64,
+    /// Connections that may wait to authenticate at once; more are refused at accept.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = Limits::default().max_unauthenticated as u32)]
+    pub max_unauthenticated: u32,
+    /// Connections from one IP address that may wait to authenticate at once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = Limits::default().max_unauthenticated_per_ip as u32)]
+    pub max_unauthenticated_per_ip: u32,
+    /// The largest frame a node may send before it authenticates, in bytes (the handshake's
+    /// frames are under 1 KiB; the model-sized cap applies after).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(4096..),
+          default_value_t = Limits::default().preauth_frame_cap)]
+    pub preauth_frame_cap: u64,
+}
+
+/// A duration in seconds for `--handshake-timeout`: more than 0, at most an hour.
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s.is_finite() && s <= 3600.0 => Ok(s),
+        _ => Err(format!(
+            "expected seconds, more than 0 and at most 3600, such as 5 or 0.5; got `{text}`"
+        )),
+    }
+}
+
+impl ServeArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            handshake_timeout: std::time::Duration::from_secs_f64(self.handshake_timeout),
+            max_unauthenticated: self.max_unauthenticated as usize,
+            max_unauthenticated_per_ip: self.max_unauthenticated_per_ip as usize,
+            preauth_frame_cap: self.preauth_frame_cap,
+        }
+    }
 }
 
 use super::run::{metrics_addr, save_config};
@@ -111,6 +151,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
         listen: args.listen,
         secret,
         tls,
+        limits: args.limits(),
         model_bytes: fed.model.to_bytes().len(),
         metrics: cluster.clone(),
     };
@@ -159,6 +200,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
         .and_then(|(model, summary)| {
             write_atomically(&dir.join(super::run::MODEL_FILE), &model.to_bytes())?;
             write_summary(&dir, &summary)?;
+            crate::report::write_run_plots(&dir, &summary.per_round)?;
             Ok(summary)
         });
     if let Some(exporter) = exporter {
@@ -190,4 +232,19 @@ fn write_summary(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(summary)?;
     write_atomically(&dir.join("summary.json"), text.as_bytes())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::positive_seconds;
+
+    #[test]
+    fn a_handshake_timeout_is_positive_finite_and_at_most_an_hour() {
+        assert_eq!(positive_seconds("5"), Ok(5.0));
+        assert_eq!(positive_seconds("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "inf", "NaN", "3601", "five"] {
+            let error = positive_seconds(bad).unwrap_err();
+            assert!(error.contains(bad), "{error}");
+        }
+    }
 }
