@@ -128,8 +128,9 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
             causal,
         );
         let probs_out = probs.clone();
-        let out = record::<B, C, _, 3>([q, k, v], out, (qkv, probs), |(qkv, probs), g| {
-            B::fused_attention_backward(qkv, probs, g)
+        let state = (qkv, probs, causal);
+        let out = record::<B, C, _, 3>([q, k, v], out, state, |(qkv, probs, causal), g| {
+            B::fused_attention_backward(qkv, probs, g, causal)
         });
         [out, Self::from_inner(probs_out)]
     }

@@ -99,12 +99,16 @@ pub trait Kernels: Backend {
         composite::attention::<Self>(q, k, v, heads, causal)
     }
 
-    /// The gradients of [`Kernels::fused_attention`] with respect to `q`, `k` and `v`.
+    /// The gradients of [`Kernels::fused_attention`] with respect to `q`, `k` and `v`;
+    /// `causal` as given to the forward pass (the CPU kernels skip the products of the masked
+    /// block).
     fn fused_attention_backward(
         [q, k, v]: [FloatTensor<Self>; 3],
         probs: FloatTensor<Self>,
         grad: FloatTensor<Self>,
+        causal: bool,
     ) -> [FloatTensor<Self>; 3] {
+        let _ = causal; // the masked probabilities are zero: the composite gradient needs no flag
         composite::attention_backward::<Self>([q, k, v], probs, grad)
     }
     /// A 2-D convolution with zero padding of `N × C × H × W` images by `filters`, the
@@ -500,12 +504,13 @@ mod tests {
 
     #[test]
     fn fused_attention_matches_the_composite_one_in_q_k_and_v() {
-        for causal in [false, true] {
+        // Sequence lengths 1 (one band), 5 (causal bands of 2 and 3 queries) and 8 (4 and 4).
+        for (causal, t) in [(false, 5), (true, 1), (true, 5), (true, 8)] {
             check(
                 vec![
-                    random([2, 5, 12], 11),
-                    random([2, 5, 12], 12),
-                    random([2, 5, 12], 13),
+                    random([2, t, 12], 11),
+                    random([2, t, 12], 12),
+                    random([2, t, 12], 13),
                 ],
                 |x| attention(x[0].clone(), x[1].clone(), x[2].clone(), 3, causal),
                 |x| {
@@ -518,7 +523,7 @@ mod tests {
                     );
                     as_autodiff(out)
                 },
-                &format!("attention (causal {causal})"),
+                &format!("attention (causal {causal}, T {t})"),
             );
         }
         // Causal: the first position attends to itself only, so its output is its own value.

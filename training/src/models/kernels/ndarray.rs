@@ -234,27 +234,32 @@ impl Kernels for NdArray<f32> {
         let (q, k, v) = (values(&q), values(&k), values(&v));
         let mut out = vec![0.0; n * t * d];
         let mut probs = vec![0.0; n * heads * t * t];
+        let rows = QueryBands::of(t, causal);
         for (block, p) in probs.chunks_exact_mut(t * t).enumerate() {
             // Head h of sample b is the column band [h·w, (h+1)·w) of the sample's T × d rows.
             let base = (block / heads) * t * d + (block % heads) * width;
             let d = d as isize;
-            gemm(
-                [t, width, t],
-                scale,
-                (&q[base..], d, 1),
-                (&k[base..], 1, d),
-                p,
-                t,
-            );
+            for (first, count, keys) in rows.bands() {
+                gemm(
+                    [count, width, keys],
+                    scale,
+                    (&q[base + first * d as usize..], d, 1),
+                    (&k[base..], 1, d),
+                    &mut p[first * t..],
+                    t,
+                );
+            }
             softmax_rows(p, t, causal);
-            gemm(
-                [t, t, width],
-                1.0,
-                (p, t as isize, 1),
-                (&v[base..], d, 1),
-                &mut out[base..],
-                d as usize,
-            );
+            for (first, count, keys) in rows.bands() {
+                gemm(
+                    [count, keys, width],
+                    1.0,
+                    (&p[first * t..], t as isize, 1),
+                    (&v[base..], d, 1),
+                    &mut out[base + first * d as usize..],
+                    d as usize,
+                );
+            }
         }
         [
             tensor(out, shape),
@@ -266,6 +271,7 @@ impl Kernels for NdArray<f32> {
         [q, k, v]: [FloatTensor<Self>; 3],
         probs: FloatTensor<Self>,
         grad: FloatTensor<Self>,
+        causal: bool,
     ) -> [FloatTensor<Self>; 3] {
         let shape = q.shape();
         let [t, d] = [shape[1], shape[2]];
@@ -274,46 +280,59 @@ impl Kernels for NdArray<f32> {
         let (q, k, v) = (values(&q), values(&k), values(&v));
         let (probs, grad) = (values(&probs), values(&grad));
         let [mut d_q, mut d_k, mut d_v] = [(); 3].map(|_| vec![0.0; q.len()]);
+        // The masked block of dP is never computed and stays zero (its probabilities are zero,
+        // so the softmax backward keeps it zero too).
         let mut d_scores = vec![0.0; t * t];
+        let rows = QueryBands::of(t, causal);
         for (block, p) in probs.chunks_exact(t * t).enumerate() {
             let base = (block / heads) * t * d + (block % heads) * width;
-            let (d, tt) = (d as isize, t as isize);
+            let (du, tt) = (d, t as isize);
+            let d = d as isize;
             let g = &grad[base..];
             // dP = dO · Vᵀ, then through the softmax; the score scale goes into dQ and dK.
-            gemm(
-                [t, width, t],
-                1.0,
-                (g, d, 1),
-                (&v[base..], 1, d),
-                &mut d_scores,
-                t,
-            );
+            for (first, count, keys) in rows.bands() {
+                gemm(
+                    [count, width, keys],
+                    1.0,
+                    (&g[first * du..], d, 1),
+                    (&v[base..], 1, d),
+                    &mut d_scores[first * t..],
+                    t,
+                );
+            }
             softmax_backward_rows(p, &mut d_scores, t);
             let ds = &d_scores;
-            gemm(
-                [t, t, width],
-                scale,
-                (ds, tt, 1),
-                (&k[base..], d, 1),
-                &mut d_q[base..],
-                d as usize,
-            );
-            gemm(
-                [t, t, width],
-                scale,
-                (ds, 1, tt),
-                (&q[base..], d, 1),
-                &mut d_k[base..],
-                d as usize,
-            );
-            gemm(
-                [t, t, width],
-                1.0,
-                (p, 1, tt),
-                (g, d, 1),
-                &mut d_v[base..],
-                d as usize,
-            );
+            // dQ = dS · K, by bands of query rows.
+            for (first, count, keys) in rows.bands() {
+                gemm(
+                    [count, keys, width],
+                    scale,
+                    (&ds[first * t..], tt, 1),
+                    (&k[base..], d, 1),
+                    &mut d_q[base + first * du..],
+                    du,
+                );
+            }
+            // dK = dSᵀ · Q and dV = Pᵀ · dO, by bands of keys: key j gets queries `from`..T.
+            for (first, count, from) in rows.key_bands() {
+                let queries = t - from;
+                gemm(
+                    [count, queries, width],
+                    scale,
+                    (&ds[from * t + first..], 1, tt),
+                    (&q[base + from * du..], d, 1),
+                    &mut d_k[base + first * du..],
+                    du,
+                );
+                gemm(
+                    [count, queries, width],
+                    1.0,
+                    (&p[from * t + first..], 1, tt),
+                    (&g[from * du..], d, 1),
+                    &mut d_v[base + first * du..],
+                    du,
+                );
+            }
         }
         [d_q, d_k, d_v].map(|values| tensor(values, shape.clone()))
     }
@@ -911,6 +930,39 @@ fn head_width(d: usize, heads: usize) -> (usize, f32) {
     );
     let width = d / heads;
     (width, 1.0 / (width as f32).sqrt())
+}
+
+/// The causal mask's block structure, so that the attention products skip the block it zeroes:
+/// queries before `half` see only keys before `half`, the others see every key up to their
+/// own. (The diagonal blocks are still computed whole and masked; splitting them further
+/// makes the products too small to run at speed.) Without the mask, one band of everything.
+#[derive(Debug, Clone, Copy)]
+struct QueryBands {
+    t: usize,
+    half: usize,
+}
+
+impl QueryBands {
+    fn of(t: usize, causal: bool) -> Self {
+        let half = if causal { t / 2 } else { 0 };
+        Self { t, half }
+    }
+
+    /// (first query row, rows, keys they need).
+    fn bands(self) -> impl Iterator<Item = (usize, usize, usize)> {
+        let Self { t, half } = self;
+        [(0, half, half), (half, t - half, t)]
+            .into_iter()
+            .filter(|&(_, rows, _)| rows > 0)
+    }
+
+    /// (first key, keys, first query row that sees them).
+    fn key_bands(self) -> impl Iterator<Item = (usize, usize, usize)> {
+        let Self { t, half } = self;
+        [(0, half, 0), (half, t - half, half)]
+            .into_iter()
+            .filter(|&(_, keys, _)| keys > 0)
+    }
 }
 
 /// A CPU matrix with its element strides, borrowed when its memory is one block (a transposed
