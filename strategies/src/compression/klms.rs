@@ -176,6 +176,35 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
         selection: &mut ChaCha20Rng,
         selected: &mut [D::Symbol],
     ) -> Result<u32> {
+        self.encode_block_with_mean(
+            q,
+            p,
+            block,
+            block_index,
+            k,
+            shared,
+            selection,
+            selected,
+            None,
+        )
+    }
+
+    /// [`Self::encode_block`], also writing into `conditional_mean` (one slot per coordinate of
+    /// the block) the mean of the decoded value given the candidates, `Σ_k π(k) y_k`: its
+    /// expectation over the candidates is what the block transmits on average ([`drift_ratio`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_block_with_mean(
+        &mut self,
+        q: &D,
+        p: &D,
+        block: Range<usize>,
+        block_index: u64,
+        k: usize,
+        shared: &SharedSeed,
+        selection: &mut ChaCha20Rng,
+        selected: &mut [D::Symbol],
+        conditional_mean: Option<&mut [f64]>,
+    ) -> Result<u32> {
         check_same_len(q, p)?;
         check_block(&block, q.len())?;
         check_candidate_count(k)?;
@@ -193,6 +222,17 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
             self.weights.push(l);
         }
         normalise_log_weights(&mut self.weights);
+        if let Some(mean) = conditional_mean {
+            check_output_len(mean.len(), len)?;
+            mean.fill(0.0);
+            for (candidate, &w) in self.candidates.chunks_exact(len).zip(&self.weights) {
+                if w > 0.0 {
+                    for (m, &y) in mean.iter_mut().zip(candidate) {
+                        *m += w * D::value(y);
+                    }
+                }
+            }
+        }
         let index = draw_index(&self.weights, selection);
         selected.copy_from_slice(&self.candidates[index * len..(index + 1) * len]);
         Ok(index as u32)
@@ -212,17 +252,55 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
         selection: &mut ChaCha20Rng,
         selected: &mut [D::Symbol],
     ) -> Result<Vec<u32>> {
+        self.encode_with_mean(q, p, partition, k, shared, selection, selected, None)
+    }
+
+    /// [`Self::encode`], also writing every coordinate's conditional mean given its block's
+    /// candidates into `conditional_mean` (length `d`), as [`Self::encode_block_with_mean`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_with_mean(
+        &mut self,
+        q: &D,
+        p: &D,
+        partition: &Partition,
+        k: usize,
+        shared: &SharedSeed,
+        selection: &mut ChaCha20Rng,
+        selected: &mut [D::Symbol],
+        mut conditional_mean: Option<&mut [f64]>,
+    ) -> Result<Vec<u32>> {
         check_partition(partition, q.len())?;
         check_output_len(selected.len(), q.len())?;
+        if let Some(mean) = &conditional_mean {
+            check_output_len(mean.len(), q.len())?;
+        }
         partition
             .blocks()
             .enumerate()
             .map(|(m, block)| {
                 let out = &mut selected[block.clone()];
-                self.encode_block(q, p, block, m as u64, k, shared, selection, out)
+                let mean = conditional_mean
+                    .as_deref_mut()
+                    .map(|c| &mut c[block.clone()]);
+                self.encode_block_with_mean(q, p, block, m as u64, k, shared, selection, out, mean)
             })
             .collect()
     }
+}
+
+/// The drift ratio of a KLMS message: how much of the move from `p`'s mean to `q`'s mean the
+/// decoded sample carries, `ρ = ⟨m − μ_p, μ_q − μ_p⟩ / ‖μ_q − μ_p‖²` with `m` the transmitted
+/// mean (the encoder's conditional mean, or an average of decoded samples). Self-normalised
+/// importance sampling shrinks the drift: to first order `ρ ≈ 1 − E_p[w²]/K` per block
+/// (`w = q/p`; `E_p[w²] ≈ 1` for blocks of little KL, so `ρ ≈ 1 − 1/K`; Theorem 4.1 asks
+/// `K = exp(KL + r)`). `None` when `q` and `p` have the same mean (no drift to carry).
+pub fn drift_ratio(transmitted: &[f64], target: &[f64], prior: &[f64]) -> Option<f64> {
+    let (mut along, mut norm) = (0.0, 0.0);
+    for ((&m, &t), &b) in transmitted.iter().zip(target).zip(prior) {
+        along += (m - b) * (t - b);
+        norm += (t - b) * (t - b);
+    }
+    (norm > 0.0 && along.is_finite()).then(|| along / norm)
 }
 
 /// Decodes one block (§4.1, decoder): regenerates candidate `index` of block `block_index` from
