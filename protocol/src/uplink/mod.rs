@@ -10,13 +10,15 @@
 //!
 //! | host | symbols | `q_j` | `p_j` | server value |
 //! |---|---|---|---|---|
-//! | QSGD (s = 1, §4.7) | `{−1, 0, +1}` | `|v_j|/‖v‖` on `sign v_j` | last round's symbol frequencies, Laplace-smoothed | `sent + η_S ‖v‖ y` |
-//! | SignSGD (§4.8) | `±1` | `σ(v_j / M_b)` | `½` | `sent + η_S y` |
+//! | QSGD (s = 1, §4.7) | `{−1, 0, +1}` | `|v_j|/‖v‖` on `sign v_j` | last round's counts smoothed towards their tensor's frequency ([`qsgd`]) | `sent + η_S ‖v‖ y` |
+//! | SignSGD (§4.8) | `±1` | `σ(v_j / M)` ([`signsgd`]) | `½` | `sent + η_S y` |
 //! | FedPM (§4.6) | mask bit | `θ_local` | `θ_global` | `0.99` or `0.01` |
 //! | SGLD (§4.9) | real `y` | `N(H_c, σ²)` | `N(0, σ²)` | `sent − η κ C y` |
 //!
 //! with `v = out − sent`. Without KLMS the client sends a sample of `q` symbol by symbol (an
-//! f32 per value for SGLD); with KLMS it sends one candidate index per block
+//! f32 per value for SGLD); with KLMS it sends one candidate index per block (and, with
+//! `rescale_drift`, the share `ρ` of its drift the candidates carry, which the server divides
+//! the decoded drift by: `μ_p + (y − μ_p)/ρ`)
 //! ([`fedshard_strategies::compression`]). The server value is a model value like any other, so
 //! every aggregator folds it unchanged: FedAvg of FedPM's decoded masks is BayesAgg with
 //! `λ₀ = 1` reset every round.
