@@ -137,25 +137,16 @@ fn oracle_gaussian_toy() {
 fn bernoulli_drift_ratio(len: usize, k: usize, n: u64) -> (f64, f64) {
     let (qs, ps) = (vec![0.65; len], vec![0.5; len]);
     let (q, p) = (Bernoulli::new(&qs).unwrap(), Bernoulli::new(&ps).unwrap());
-    let mut encoder = KlmsEncoder::new();
-    let (mut y, mut mean) = (vec![false; len], vec![0.0; len]);
+    let mut encoder = KlmsEncoder::tracking_means();
+    let mut y = vec![false; len];
     let (mut conditional, mut decoded) = (vec![0.0; len], vec![0.0; len]);
     for client in 0..n {
         let shared = seed(77, k as u64, client);
         let mut selection = shared.selection_stream();
         encoder
-            .encode_block_with_mean(
-                &q,
-                &p,
-                0..len,
-                0,
-                k,
-                &shared,
-                &mut selection,
-                &mut y,
-                Some(&mut mean),
-            )
+            .encode_block(&q, &p, 0..len, 0, k, &shared, &mut selection, &mut y)
             .unwrap();
+        let mean = encoder.block_conditional_means();
         for j in 0..len {
             conditional[j] += mean[j] / n as f64;
             decoded[j] += f64::from(u8::from(y[j])) / n as f64;

@@ -690,53 +690,38 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
                 Symbols::Real(sent_values)
             }
         },
-        Some(klms) => match &m {
-            Message::Mask { q, p } => {
-                let (q, p) = (
-                    Bernoulli::new(q).map_err(err)?,
-                    Bernoulli::new(p).map_err(err)?,
-                );
-                if rescale {
-                    return Err("FedPM's decoded masks cannot be rescaled (rescale_drift)".into());
-                }
-                Symbols::Discrete(
-                    encode_klms(&q, &p, klms, false, &shared, &mut selection, &mut w)?
+        Some(klms) => {
+            if rescale && matches!(m, Message::Mask { .. }) {
+                return Err("FedPM's decoded masks cannot be rescaled (rescale_drift)".into());
+            }
+            let mut coder = KlmsUplink {
+                klms,
+                rescale,
+                shared: &shared,
+                selection: &mut selection,
+                w: &mut w,
+            };
+            match &m {
+                Message::Mask { q, p } => Symbols::Discrete(
+                    coder
+                        .encode(
+                            &Bernoulli::new(q).map_err(err)?,
+                            &Bernoulli::new(p).map_err(err)?,
+                        )?
                         .into_iter()
                         .map(i8::from)
                         .collect(),
-                )
+                ),
+                Message::Ternary { q, p } => Symbols::Discrete(coder.encode(
+                    &Categorical::new(q).map_err(err)?,
+                    &Categorical::new(p).map_err(err)?,
+                )?),
+                Message::Gaussian { mean, zero, std } => Symbols::Real(coder.encode(
+                    &Gaussian::new(mean, std).map_err(err)?,
+                    &Gaussian::new(zero, std).map_err(err)?,
+                )?),
             }
-            Message::Ternary { q, p } => {
-                let (q, p) = (
-                    Categorical::new(q).map_err(err)?,
-                    Categorical::new(p).map_err(err)?,
-                );
-                Symbols::Discrete(encode_klms(
-                    &q,
-                    &p,
-                    klms,
-                    rescale,
-                    &shared,
-                    &mut selection,
-                    &mut w,
-                )?)
-            }
-            Message::Gaussian { mean, zero, std } => {
-                let (q, p) = (
-                    Gaussian::new(mean, std).map_err(err)?,
-                    Gaussian::new(zero, std).map_err(err)?,
-                );
-                Symbols::Real(encode_klms(
-                    &q,
-                    &p,
-                    klms,
-                    rescale,
-                    &shared,
-                    &mut selection,
-                    &mut w,
-                )?)
-            }
-        },
+        }
     };
     Ok((w.finish(), symbols))
 }
@@ -745,80 +730,91 @@ fn strategy_error(e: fedshard_strategies::error::StrategyError) -> String {
     e.to_string()
 }
 
-/// KLMS over any product distribution: cuts the blocks (writing the client's own block sizes in
-/// `UPDATE` rounds, or the mean-KL report against broadcast ends), writes one candidate index
-/// per block and, with `rescale`, the drift ratio `ρ` of its candidates as an f32, and returns
-/// the symbols the server will decode.
-fn encode_klms<D: ProductDistribution>(
-    q: &D,
-    p: &D,
-    klms: &KlmsTask,
+/// What KLMS writes into one client's payload, with its settings.
+struct KlmsUplink<'a> {
+    klms: &'a KlmsTask,
+    /// Whether to append the drift ratio `ρ`.
     rescale: bool,
-    shared: &SharedSeed,
-    selection: &mut ChaCha20Rng,
-    w: &mut BitWriter,
-) -> Result<Vec<D::Symbol>, String> {
-    let err = strategy_error;
-    let partition = match &klms.blocks {
-        TaskBlocks::Fixed { size } => Partition::fixed(q.len(), *size).map_err(err)?,
-        TaskBlocks::Adaptive {
-            d_target,
-            max_block_size,
-            ends,
-        } => {
-            let kl = kl_bits_per_coordinate(q, p).map_err(err)?;
-            match ends {
-                None => {
-                    let own = Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
-                        .map_err(err)?;
-                    let width = boundary_bits(*max_block_size).map_err(err)? as u32;
-                    w.u32(own.num_blocks() as u32);
-                    for size in own.sizes() {
-                        w.bits((size - 1) as u32, width);
-                    }
-                    own
-                }
-                Some(ends) => {
-                    let global = Partition::from_ends(ends.clone()).map_err(err)?;
-                    w.f32(global.mean_block_kl_bits(&kl).map_err(err)? as f32);
-                    global
-                }
-            }
-        }
-    };
-    let width = index_bits(klms.candidates).map_err(err)? as u32;
-    let mut selected = vec![D::Symbol::default(); q.len()];
-    let mut conditional_mean = if rescale {
-        vec![0.0; q.len()]
-    } else {
-        Vec::new()
-    };
-    let indices = KlmsEncoder::new()
-        .encode_with_mean(
-            q,
-            p,
-            &partition,
-            klms.candidates,
-            shared,
-            selection,
-            &mut selected,
-            rescale.then_some(conditional_mean.as_mut_slice()),
-        )
-        .map_err(err)?;
-    for index in indices {
-        w.bits(index, width);
-    }
-    if rescale {
-        let means = |d: &D| (0..d.len()).map(|j| d.mean(j)).collect::<Vec<_>>();
-        let rho = drift_ratio(&conditional_mean, &means(q), &means(p))
-            .unwrap_or(1.0)
-            .clamp(DRIFT_RATIO_RANGE.0, DRIFT_RATIO_RANGE.1);
-        w.f32(rho as f32);
-    }
-    Ok(selected)
+    shared: &'a SharedSeed,
+    selection: &'a mut ChaCha20Rng,
+    w: &'a mut BitWriter,
 }
 
-/// The decoder of [`encode_klms`]: reads the blocks (recording uploaded ends or the KL report
+impl KlmsUplink<'_> {
+    /// KLMS over any product distribution: cuts the blocks (writing the client's own block sizes
+    /// in `UPDATE` rounds, or the mean-KL report against broadcast ends), writes one candidate
+    /// index per block and, with `rescale`, the drift ratio `ρ` of its candidates as an f32, and
+    /// returns the symbols the server will decode.
+    fn encode<D: ProductDistribution>(&mut self, q: &D, p: &D) -> Result<Vec<D::Symbol>, String> {
+        let Self {
+            klms,
+            rescale,
+            shared,
+            selection,
+            w,
+        } = self;
+        let (klms, rescale, shared) = (*klms, *rescale, *shared);
+        let err = strategy_error;
+        let partition = match &klms.blocks {
+            TaskBlocks::Fixed { size } => Partition::fixed(q.len(), *size).map_err(err)?,
+            TaskBlocks::Adaptive {
+                d_target,
+                max_block_size,
+                ends,
+            } => {
+                let kl = kl_bits_per_coordinate(q, p).map_err(err)?;
+                match ends {
+                    None => {
+                        let own = Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
+                            .map_err(err)?;
+                        let width = boundary_bits(*max_block_size).map_err(err)? as u32;
+                        w.u32(own.num_blocks() as u32);
+                        for size in own.sizes() {
+                            w.bits((size - 1) as u32, width);
+                        }
+                        own
+                    }
+                    Some(ends) => {
+                        let global = Partition::from_ends(ends.clone()).map_err(err)?;
+                        w.f32(global.mean_block_kl_bits(&kl).map_err(err)? as f32);
+                        global
+                    }
+                }
+            }
+        };
+        let width = index_bits(klms.candidates).map_err(err)? as u32;
+        let mut selected = vec![D::Symbol::default(); q.len()];
+        let mut encoder = if rescale {
+            KlmsEncoder::tracking_means()
+        } else {
+            KlmsEncoder::new()
+        };
+        let indices = encoder
+            .encode(
+                q,
+                p,
+                &partition,
+                klms.candidates,
+                shared,
+                selection,
+                &mut selected,
+            )
+            .map_err(err)?;
+        for index in indices {
+            w.bits(index, width);
+        }
+        if rescale {
+            let means = |d: &D| (0..d.len()).map(|j| d.mean(j)).collect::<Vec<_>>();
+            let rho = drift_ratio(encoder.conditional_means(), &means(q), &means(p))
+                .unwrap_or(1.0)
+                .clamp(DRIFT_RATIO_RANGE.0, DRIFT_RATIO_RANGE.1);
+            w.f32(rho as f32);
+        }
+        Ok(selected)
+    }
+}
+
+/// The decoder of [`KlmsUplink::encode`]: reads the blocks (recording uploaded ends or the KL report
 /// in `side`) and the indices, and regenerates the selected candidates.
 fn decode_klms<D: ProductDistribution>(
     p: &D,

@@ -201,12 +201,7 @@ fn message_tensors(task: &TrainTask) -> Vec<usize> {
 /// The same tensors in the global layout (all `rank` rows of `U'` and of `V'`), whose symbol
 /// frequencies QSGD-KLMS's prior uses.
 fn global_tensors(task: &TrainTask) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    for t in &task.dense.tensors {
-        out.push(at..at + t.data.len());
-        at += t.data.len();
-    }
+    let (mut out, mut at) = dense_ranges(task);
     for s in &task.shards {
         let rank = s.rows().min(s.cols());
         for part in [rank * s.rows(), rank * s.cols()] {
@@ -215,6 +210,17 @@ fn global_tensors(task: &TrainTask) -> Vec<Range<usize>> {
         }
     }
     out
+}
+
+/// The dense tensors' ranges, which lead both layouts, and where they end.
+fn dense_ranges(task: &TrainTask) -> (Vec<Range<usize>>, usize) {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for t in &task.dense.tensors {
+        out.push(at..at + t.data.len());
+        at += t.data.len();
+    }
+    (out, at)
 }
 
 /// Values in the global layout: every dense tensor, then per sharded layer all `rank` rows of
@@ -232,12 +238,7 @@ fn global_len(task: &TrainTask) -> usize {
 /// Where each value of a task's message sits in the global layout, in message order: a
 /// singular vector keeps its position across rounds and clients, so its symbol counts do.
 fn segments(task: &TrainTask) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    for t in &task.dense.tensors {
-        out.push(at..at + t.data.len());
-        at += t.data.len();
-    }
+    let (mut out, mut at) = dense_ranges(task);
     for s in &task.shards {
         let (rows, cols) = (s.rows(), s.cols());
         let rank = rows.min(cols);

@@ -142,6 +142,11 @@ pub struct KlmsEncoder<D: ProductDistribution> {
     ratios: Vec<D::LogRatio>,
     candidates: Vec<D::Symbol>,
     weights: Vec<f64>,
+    /// Whether to keep each coordinate's conditional mean ([`Self::tracking_means`]).
+    track_means: bool,
+    /// The conditional means of the last block encoded, then of the whole last message.
+    block_means: Vec<f64>,
+    means: Vec<f64>,
 }
 
 impl<D: ProductDistribution> Default for KlmsEncoder<D> {
@@ -150,6 +155,9 @@ impl<D: ProductDistribution> Default for KlmsEncoder<D> {
             ratios: Vec::new(),
             candidates: Vec::new(),
             weights: Vec::new(),
+            track_means: false,
+            block_means: Vec::new(),
+            means: Vec::new(),
         }
     }
 }
@@ -158,6 +166,29 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
     /// An encoder with empty scratch buffers.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An encoder that also keeps, for every coordinate it encodes, the mean of the decoded
+    /// value given the block's candidates, `Σ_k π(k) y_k`: its expectation over the candidates is
+    /// what the block transmits on average ([`drift_ratio`]). Costs `K · |block|` more
+    /// multiply-adds a block.
+    pub fn tracking_means() -> Self {
+        Self {
+            track_means: true,
+            ..Self::default()
+        }
+    }
+
+    /// The conditional means of the last block [`Self::encode_block`] encoded (empty unless
+    /// [`Self::tracking_means`]).
+    pub fn block_conditional_means(&self) -> &[f64] {
+        &self.block_means
+    }
+
+    /// The conditional means of every coordinate of the last message [`Self::encode`] encoded
+    /// (empty unless [`Self::tracking_means`]).
+    pub fn conditional_means(&self) -> &[f64] {
+        &self.means
     }
 
     /// Encodes the coordinates `block` (block number `block_index`) with `k` candidates: returns
@@ -176,35 +207,6 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
         selection: &mut ChaCha20Rng,
         selected: &mut [D::Symbol],
     ) -> Result<u32> {
-        self.encode_block_with_mean(
-            q,
-            p,
-            block,
-            block_index,
-            k,
-            shared,
-            selection,
-            selected,
-            None,
-        )
-    }
-
-    /// [`Self::encode_block`], also writing into `conditional_mean` (one slot per coordinate of
-    /// the block) the mean of the decoded value given the candidates, `Σ_k π(k) y_k`: its
-    /// expectation over the candidates is what the block transmits on average ([`drift_ratio`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode_block_with_mean(
-        &mut self,
-        q: &D,
-        p: &D,
-        block: Range<usize>,
-        block_index: u64,
-        k: usize,
-        shared: &SharedSeed,
-        selection: &mut ChaCha20Rng,
-        selected: &mut [D::Symbol],
-        conditional_mean: Option<&mut [f64]>,
-    ) -> Result<u32> {
         check_same_len(q, p)?;
         check_block(&block, q.len())?;
         check_candidate_count(k)?;
@@ -222,12 +224,12 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
             self.weights.push(l);
         }
         normalise_log_weights(&mut self.weights);
-        if let Some(mean) = conditional_mean {
-            check_output_len(mean.len(), len)?;
-            mean.fill(0.0);
+        if self.track_means {
+            self.block_means.clear();
+            self.block_means.resize(len, 0.0);
             for (candidate, &w) in self.candidates.chunks_exact(len).zip(&self.weights) {
                 if w > 0.0 {
-                    for (m, &y) in mean.iter_mut().zip(candidate) {
+                    for (m, &y) in self.block_means.iter_mut().zip(candidate) {
                         *m += w * D::value(y);
                     }
                 }
@@ -252,39 +254,18 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
         selection: &mut ChaCha20Rng,
         selected: &mut [D::Symbol],
     ) -> Result<Vec<u32>> {
-        self.encode_with_mean(q, p, partition, k, shared, selection, selected, None)
-    }
-
-    /// [`Self::encode`], also writing every coordinate's conditional mean given its block's
-    /// candidates into `conditional_mean` (length `d`), as [`Self::encode_block_with_mean`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn encode_with_mean(
-        &mut self,
-        q: &D,
-        p: &D,
-        partition: &Partition,
-        k: usize,
-        shared: &SharedSeed,
-        selection: &mut ChaCha20Rng,
-        selected: &mut [D::Symbol],
-        mut conditional_mean: Option<&mut [f64]>,
-    ) -> Result<Vec<u32>> {
         check_partition(partition, q.len())?;
         check_output_len(selected.len(), q.len())?;
-        if let Some(mean) = &conditional_mean {
-            check_output_len(mean.len(), q.len())?;
+        self.means.clear();
+        let mut indices = Vec::with_capacity(partition.num_blocks());
+        for (m, block) in partition.blocks().enumerate() {
+            let out = &mut selected[block.clone()];
+            indices.push(self.encode_block(q, p, block, m as u64, k, shared, selection, out)?);
+            if self.track_means {
+                self.means.extend_from_slice(&self.block_means);
+            }
         }
-        partition
-            .blocks()
-            .enumerate()
-            .map(|(m, block)| {
-                let out = &mut selected[block.clone()];
-                let mean = conditional_mean
-                    .as_deref_mut()
-                    .map(|c| &mut c[block.clone()]);
-                self.encode_block_with_mean(q, p, block, m as u64, k, shared, selection, out, mean)
-            })
-            .collect()
+        Ok(indices)
     }
 }
 
