@@ -165,24 +165,28 @@ pub fn markdown(
             .collect();
         let (mean, std) = mean_and_sample_std(&accuracies);
         let bits = bpp(&rs);
-        let plain = arm.compressor.host().and_then(|host| {
-            Compressor::ALL
+        // Against every plain encoding of the same host in the grid (QSGD: five symbols a byte
+        // and Elias-coded).
+        let versus_host = if arm.compressor.klms() {
+            let savings: Vec<String> = Compressor::ALL
                 .into_iter()
-                .find(|c| c.host() == Some(host) && !c.klms())
-        });
-        let versus_host = match plain {
-            Some(p) if arm.compressor.klms() => {
-                let base = bpp(&row_runs(&UplinkArm {
-                    compressor: p,
-                    d_target: None,
-                }));
-                if base.is_finite() && bits > 0.0 {
-                    format!("{:.1}× fewer", base / bits)
-                } else {
-                    "—".into()
-                }
+                .filter(|c| !c.klms() && c.host().is_some() && c.host() == arm.compressor.host())
+                .filter_map(|plain| {
+                    let base = bpp(&row_runs(&UplinkArm {
+                        compressor: plain,
+                        d_target: None,
+                    }));
+                    (base.is_finite() && bits > 0.0)
+                        .then(|| format!("{:.1}× fewer than {plain}", base / bits))
+                })
+                .collect();
+            if savings.is_empty() {
+                "—".into()
+            } else {
+                savings.join("; ")
             }
-            _ => "—".into(),
+        } else {
+            "—".into()
         };
         let failed = rs.iter().filter(|r| r.error.is_some()).count();
         // SGLD without KLMS sends f32 values: nothing saved against f32.

@@ -819,7 +819,37 @@ impl Config {
             c.temperature_group >= 1,
             "at least 1",
             c.temperature_group.to_string(),
-        )
+        )?;
+        field(
+            "compression.temperature_scale",
+            c.temperature_scale > 0.0 && c.temperature_scale.is_finite(),
+            "a positive number (SignSGD's M = temperature_scale × rms(v))",
+            c.temperature_scale.to_string(),
+        )?;
+        field(
+            "compression.margin_bits",
+            c.d_target + c.margin_bits <= 20,
+            "d_target + margin_bits ≤ 20 (K = 2^(d_target + margin_bits) candidates)",
+            c.margin_bits.to_string(),
+        )?;
+        field(
+            "compression.prior_weight",
+            c.prior_weight > 0.0 && c.prior_weight.is_finite(),
+            "a positive number of pseudo-counts β",
+            c.prior_weight.to_string(),
+        )?;
+        if c.rescale_drift {
+            // Without KLMS nothing shrinks the drift: the flag is ignored there (a compare grid
+            // shares one table between a host and its KLMS version).
+            field(
+                "compression.rescale_drift",
+                compressor.host() != Some(Host::Fedpm),
+                "`true` only with qsgd-klms, signsgd-klms or sgld-klms (FedPM's decoded values \
+                 are mask probabilities, which a rescaled drift would push out of [0, 1])",
+                format!("`true` with `{compressor}`"),
+            )?;
+        }
+        Ok(())
     }
 
     /// What SGLD (ALGORITHMS.md §4.9) needs: the `uniform` aggregator, whose mean over the

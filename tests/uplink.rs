@@ -130,6 +130,64 @@ fn a_compression_table_without_a_compressor_is_an_error_naming_it() {
         Config::parse(&DIGITS.replace("COMPRESSOR", "zip"), Path::new("bad.toml")).unwrap_err()
     );
     assert!(err.contains("zip"), "{err}");
+    // The issue-23 fields: each bad value names its field.
+    for (compressor, table, field) in [
+        (
+            "qsgd-klms",
+            "d_target = 8\nmargin_bits = 13",
+            "compression.margin_bits",
+        ),
+        (
+            "qsgd-klms",
+            "prior_weight = 0.0",
+            "compression.prior_weight",
+        ),
+        (
+            "signsgd-klms",
+            "temperature_scale = -1.0",
+            "compression.temperature_scale",
+        ),
+        ("signsgd-klms", "temperature = \"hot\"", "temperature"),
+    ] {
+        let text = DIGITS.replace("COMPRESSOR", compressor) + "\n[compression]\n" + table + "\n";
+        let err = format!(
+            "{:#}",
+            Config::parse(&text, Path::new("bad.toml")).unwrap_err()
+        );
+        assert!(err.contains(field), "{table}: {err}");
+    }
+}
+
+/// FedPM's decoded values are mask probabilities: rescaling its drift is refused, naming the
+/// field (the masked model needs the FedPM config, so this one is checked on its own).
+#[test]
+fn rescaling_fedpm_is_refused_naming_the_field() {
+    let text = r#"
+[run]
+name = "bad"
+seed = 1
+rounds = 2
+
+[data]
+dataset = "digits"
+clients = 4
+
+[model]
+kind = "fedpm"
+hidden = [16]
+
+[federation]
+clients_per_round = 4
+compressor = "fedpm-klms"
+
+[compression]
+rescale_drift = true
+"#;
+    let err = format!(
+        "{:#}",
+        Config::parse(text, Path::new("bad.toml")).unwrap_err()
+    );
+    assert!(err.contains("compression.rescale_drift"), "{err}");
 }
 
 #[test]

@@ -46,7 +46,7 @@ pub struct CompareArgs {
     #[arg(long, requires = "out")]
     pub resume: bool,
     /// Compare uplink compressors instead of sharding strategies (seed 004's Tables 1–2):
-    /// comma-separated names (`identity`, `qsgd`, `qsgd-klms`, `signsgd`, `signsgd-klms`,
+    /// comma-separated names (`identity`, `qsgd`, `qsgd-elias`, `qsgd-klms`, `signsgd`, `signsgd-klms`,
     /// `fedpm`, `fedpm-klms`, `sgld`, `sgld-klms`); the config's strategy and keep ratios stay.
     /// Prints accuracy and the bits per parameter the clients really sent.
     #[arg(long, value_name = "LIST")]

@@ -10,13 +10,15 @@
 //!
 //! | host | symbols | `q_j` | `p_j` | server value |
 //! |---|---|---|---|---|
-//! | QSGD (s = 1, §4.7) | `{−1, 0, +1}` | `|v_j|/‖v‖` on `sign v_j` | last round's symbol frequencies, Laplace-smoothed | `sent + η_S ‖v‖ y` |
-//! | SignSGD (§4.8) | `±1` | `σ(v_j / M_b)` | `½` | `sent + η_S y` |
+//! | QSGD (s = 1, §4.7) | `{−1, 0, +1}` | `|v_j|/‖v‖` on `sign v_j` | last round's counts smoothed towards their tensor's frequency ([`qsgd`]) | `sent + η_S ‖v‖ y` |
+//! | SignSGD (§4.8) | `±1` | `σ(v_j / M)` ([`signsgd`]) | `½` | `sent + η_S y` |
 //! | FedPM (§4.6) | mask bit | `θ_local` | `θ_global` | `0.99` or `0.01` |
 //! | SGLD (§4.9) | real `y` | `N(H_c, σ²)` | `N(0, σ²)` | `sent − η κ C y` |
 //!
 //! with `v = out − sent`. Without KLMS the client sends a sample of `q` symbol by symbol (an
-//! f32 per value for SGLD); with KLMS it sends one candidate index per block
+//! f32 per value for SGLD); with KLMS it sends one candidate index per block (and, with
+//! `rescale_drift`, the share `ρ` of its drift the candidates carry, which the server divides
+//! the decoded drift by: `μ_p + (y − μ_p)/ρ`)
 //! ([`fedshard_strategies::compression`]). The server value is a model value like any other, so
 //! every aggregator folds it unchanged: FedAvg of FedPM's decoded masks is BayesAgg with
 //! `λ₀ = 1` reset every round.
@@ -38,6 +40,8 @@
 //! `(1 − 1/K) H_c` for a block of small KL, less near `D_target`: the bias of §4.11's Gaussian
 //! toy) while the noise stays `2η`, so the chain moves as if its drift had a smaller step.
 
+pub mod qsgd;
+pub mod signsgd;
 pub mod state;
 pub mod wire;
 
@@ -45,11 +49,14 @@ use crate::model::ModelState;
 use crate::task::{LayerShard, TrainOutput, TrainTask};
 use fedshard_strategies::compression::{
     Bernoulli, Categorical, Gaussian, KlmsEncoder, LangevinScaling, Partition, ProductDistribution,
-    SharedSeed, boundary_bits, decode as klms_decode, index_bits, kl_bits_per_coordinate,
+    SharedSeed, boundary_bits, decode as klms_decode, drift_ratio, index_bits,
+    kl_bits_per_coordinate,
 };
 use fedshard_strategies::rng::{ChaCha20Rng, uniform};
 use serde::{Deserialize, Serialize};
-use wire::{BitReader, BitWriter, read_trits, write_trits};
+use wire::{
+    BitReader, BitWriter, read_elias_symbols, read_trits, write_elias_symbols, write_trits,
+};
 
 /// An uplink compressor, selected by name in `[federation] compressor`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -60,6 +67,9 @@ pub enum Compressor {
     Identity,
     /// QSGD with one level: a 32-bit norm and a symbol in `{−1, 0, +1}` per value (1.6 bits).
     Qsgd,
+    /// The same QSGD symbols Elias-coded as in the QSGD paper: a 32-bit norm, the number of
+    /// non-zero symbols, then per non-zero symbol its gap (Elias gamma) and its sign.
+    QsgdElias,
     /// QSGD's symbols coded with KLMS against last round's symbol frequencies.
     QsgdKlms,
     /// Stochastic SignSGD: one sign bit per value.
@@ -86,9 +96,10 @@ pub enum Host {
 }
 
 impl Compressor {
-    pub const ALL: [Compressor; 9] = [
+    pub const ALL: [Compressor; 10] = [
         Compressor::Identity,
         Compressor::Qsgd,
+        Compressor::QsgdElias,
         Compressor::QsgdKlms,
         Compressor::Signsgd,
         Compressor::SignsgdKlms,
@@ -102,7 +113,7 @@ impl Compressor {
     pub fn host(self) -> Option<Host> {
         match self {
             Compressor::Identity => None,
-            Compressor::Qsgd | Compressor::QsgdKlms => Some(Host::Qsgd),
+            Compressor::Qsgd | Compressor::QsgdElias | Compressor::QsgdKlms => Some(Host::Qsgd),
             Compressor::Signsgd | Compressor::SignsgdKlms => Some(Host::Signsgd),
             Compressor::Fedpm | Compressor::FedpmKlms => Some(Host::Fedpm),
             Compressor::Sgld | Compressor::SgldKlms => Some(Host::Sgld),
@@ -125,6 +136,7 @@ impl Compressor {
         match self {
             Compressor::Identity => "identity",
             Compressor::Qsgd => "qsgd",
+            Compressor::QsgdElias => "qsgd-elias",
             Compressor::QsgdKlms => "qsgd-klms",
             Compressor::Signsgd => "signsgd",
             Compressor::SignsgdKlms => "signsgd-klms",
@@ -206,9 +218,45 @@ pub struct CompressionConfig {
     /// decoded update. SGLD's step `η` (§4.9): `θ ← θ − η κ Σ_c y_c`.
     #[serde(default = "default_server_lr")]
     pub server_lr: f64,
-    /// SignSGD: values per temperature group; `M_b = max_{j ∈ b} |v_j| / 20` (the reference's).
+    /// SignSGD: values per temperature group of `temperature = "group"`;
+    /// `M_b = max_{j ∈ b} |v_j| / 20` (the reference's).
     #[serde(default = "default_block_size")]
     pub temperature_group: usize,
+    /// SignSGD: how the temperature `M` of `q_j(+1) = σ(v_j / M)` is chosen (§4.8).
+    #[serde(default)]
+    pub temperature: Temperature,
+    /// SignSGD with `temperature = "rms"`: `M = temperature_scale × rms(v)`.
+    #[serde(default = "default_temperature_scale")]
+    pub temperature_scale: f64,
+    /// Adaptive KLMS: the margin `r` of Theorem 4.1 in bits; blocks still carry about
+    /// `d_target` bits of KL but get `K = 2^(d_target + margin_bits)` candidates, so each index
+    /// costs `d_target + margin_bits` bits.
+    #[serde(default)]
+    pub margin_bits: u32,
+    /// KLMS with QSGD, SignSGD or SGLD: the client measures the share `ρ` of its drift that its
+    /// candidates carry (32 bits, counted) and the server divides the decoded drift by it.
+    /// Ignored without KLMS; refused with FedPM.
+    #[serde(default)]
+    pub rescale_drift: bool,
+    /// QSGD-KLMS: `β`, the pseudo-counts of the per-tensor symbol frequency added to last
+    /// round's per-value counts: `p_j(s) = (n_j(s) + β f_t(s)) / (n_j + β)`.
+    #[serde(default = "default_prior_weight")]
+    pub prior_weight: f64,
+}
+
+/// SignSGD's temperature rule (`[compression] temperature`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Temperature {
+    /// The reference's `M_b = max_{j ∈ b} |v_j| / 20` over groups of `temperature_group`
+    /// values: `q` is nearly deterministic, about 0.7 bits of KL per value.
+    Group,
+    /// `M = max_j |v_j| / 20` over the whole message.
+    Vector,
+    /// `M = temperature_scale × rms(v)` over the whole message: `E[y_j] ≈ v_j / (2M)`, and a
+    /// value's KL is about `(v_j / M)² / (8 ln 2)` bits.
+    #[default]
+    Rms,
 }
 
 impl Default for CompressionConfig {
@@ -221,6 +269,11 @@ impl Default for CompressionConfig {
             candidates: None,
             server_lr: default_server_lr(),
             temperature_group: default_block_size(),
+            temperature: Temperature::default(),
+            temperature_scale: default_temperature_scale(),
+            margin_bits: 0,
+            rescale_drift: false,
+            prior_weight: default_prior_weight(),
         }
     }
 }
@@ -237,6 +290,12 @@ fn default_block_size() -> usize {
 fn default_server_lr() -> f64 {
     1.0
 }
+fn default_temperature_scale() -> f64 {
+    2.0
+}
+fn default_prior_weight() -> f64 {
+    10.0
+}
 
 /// What a task tells a client about its uplink this round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -246,11 +305,23 @@ pub struct Uplink {
     pub server_lr: f64,
     /// SignSGD's temperature group size.
     pub temperature_group: usize,
+    /// SignSGD's temperature rule and its scale.
+    pub temperature: Temperature,
+    pub temperature_scale: f64,
     /// The KLMS settings of this round, for the `-klms` compressors.
     pub klms: Option<KlmsTask>,
+    /// KLMS: the client sends its drift ratio `ρ` and the server divides the drift by it.
+    pub rescale_drift: bool,
     /// QSGD: last round's counts of `(−1, 0, +1)` at each value of this task's message; `None`
-    /// before any round decoded a symbol (then `p` is uniform).
+    /// before any round decoded a symbol.
     pub prior_counts: Option<Vec<[u16; 3]>>,
+    /// QSGD-KLMS: the tensors of the message (their lengths, in message order) and, once a round
+    /// decoded symbols, each tensor's smoothed symbol frequency of that round; without them the
+    /// client sends its own tensor means (`qsgd` module).
+    pub prior_tensors: Vec<usize>,
+    pub prior_means: Option<Vec<[f64; 3]>>,
+    /// QSGD-KLMS: `β`.
+    pub prior_weight: f64,
     /// SGLD: the step and the round's cohort, which fix `σ²` and the server's scale.
     pub langevin: Option<LangevinScaling>,
 }
@@ -297,6 +368,8 @@ pub struct UplinkSide {
     pub mean_kl_bits: Option<f64>,
     /// QSGD's decoded symbols.
     pub symbols: Option<Vec<i8>>,
+    /// The drift ratio `ρ` the client reported (`rescale_drift`).
+    pub drift_ratio: Option<f64>,
 }
 
 /// The message vector of a task or an output: dense tensors, then per shard its left then right
@@ -337,9 +410,6 @@ pub fn unflatten(task: &TrainTask, values: &[f32]) -> (ModelState, Vec<LayerShar
 pub const MASK_LOW: f32 = 0.01;
 pub const MASK_HIGH: f32 = 0.99;
 
-/// The SignSGD temperature divisor of the reference: arguments of σ stay in `[−20, 20]`.
-const SIGN_RANGE: f64 = 20.0;
-
 /// The two distributions of a host over one message.
 enum Message {
     Mask {
@@ -367,19 +437,12 @@ enum Symbols {
     Real(Vec<f64>),
 }
 
-/// QSGD's global distribution from last round's counts (`(c + 1)/(C + 3)`), uniform without.
-pub fn smoothed_prior(counts: Option<&[[u16; 3]]>, len: usize) -> Vec<[f64; 3]> {
-    match counts {
-        Some(c) => c
-            .iter()
-            .map(|n| {
-                let total = f64::from(n[0]) + f64::from(n[1]) + f64::from(n[2]) + 3.0;
-                n.map(|x| (f64::from(x) + 1.0) / total)
-            })
-            .collect(),
-        None => vec![[1.0 / 3.0; 3]; len],
-    }
-}
+/// The range of drift ratios a client may report, so the server never multiplies a drift by
+/// more than 10. Inside it the rescaling is exact along the drift: `ρ` is the least-squares
+/// ratio of the block means given the candidates, so `⟨(ȳ − μ_p)/ρ, Δ⟩ = ‖Δ‖²` for every draw
+/// of candidates, and the selection draws `y` with mean `ȳ`; a clamped `ρ` (a short message,
+/// few blocks) loses that.
+pub const DRIFT_RATIO_RANGE: (f64, f64) = (0.1, 2.0);
 
 /// The fair-coin prior of SignSGD.
 const FAIR_SIGN: [f64; 3] = [0.5, 0.0, 0.5];
@@ -391,21 +454,21 @@ fn prior(uplink: &Uplink, sent: &[f32]) -> Result<Message, String> {
             q: Vec::new(),
             p: mask_probabilities(sent, "sent")?,
         },
-        Host::Qsgd => {
-            if let Some(c) = &uplink.prior_counts
-                && c.len() != sent.len()
-            {
-                return Err(format!(
-                    "{} prior counts for a message of {}",
-                    c.len(),
-                    sent.len()
-                ));
-            }
-            Message::Ternary {
-                q: Vec::new(),
-                p: smoothed_prior(uplink.prior_counts.as_deref(), sent.len()),
-            }
-        }
+        // Plain QSGD needs no `p`; QSGD-KLMS without tensor frequencies from the server gets
+        // it from the client's own tensor means ([`qsgd`]), filled in once they are known.
+        Host::Qsgd => Message::Ternary {
+            q: Vec::new(),
+            p: match (&uplink.prior_means, &uplink.klms) {
+                (Some(means), Some(_)) => qsgd::global_distribution(
+                    &uplink.prior_tensors,
+                    means,
+                    uplink.prior_counts.as_deref(),
+                    uplink.prior_weight,
+                    sent.len(),
+                )?,
+                _ => Vec::new(),
+            },
+        },
         Host::Signsgd => Message::Ternary {
             q: Vec::new(),
             p: vec![FAIR_SIGN; sent.len()],
@@ -456,25 +519,38 @@ fn mask_probabilities(values: &[f32], what: &str) -> Result<Vec<f64>, String> {
         .collect()
 }
 
-/// The client's view: `q` and `p`, plus QSGD's norm.
-fn message(uplink: &Uplink, sent: &[f32], out: &[f32]) -> Result<(Message, Option<f32>), String> {
+/// The client's view of its message.
+struct ClientMessage {
+    m: Message,
+    /// QSGD's norm as sent.
+    norm: Option<f32>,
+    /// QSGD-KLMS without the server's tensor frequencies: the client's own tensor means, sent.
+    tensor_means: Option<Vec<[f32; 2]>>,
+}
+
+/// The client's view: `q` and `p`, plus QSGD's norm and, when it must send them, its tensor
+/// means.
+fn message(uplink: &Uplink, sent: &[f32], out: &[f32]) -> Result<ClientMessage, String> {
     let mut m = prior(uplink, sent)?;
-    let mut scale = None;
+    let mut norm = None;
+    let mut tensor_means = None;
+    let v = || -> Vec<f64> {
+        out.iter()
+            .zip(sent)
+            .map(|(o, s)| f64::from(*o) - f64::from(*s))
+            .collect()
+    };
     match (&mut m, host_of(uplink)?) {
         (Message::Mask { q, .. }, _) => *q = mask_probabilities(out, "trained")?,
-        (Message::Ternary { q, .. }, Host::Qsgd) => {
-            let v: Vec<f64> = out
-                .iter()
-                .zip(sent)
-                .map(|(o, s)| f64::from(*o) - f64::from(*s))
-                .collect();
-            let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
-            if !norm.is_finite() {
-                return Err(format!("QSGD: the update's norm is {norm}"));
+        (Message::Ternary { q, p }, Host::Qsgd) => {
+            let v = v();
+            let full = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+            if !full.is_finite() {
+                return Err(format!("QSGD: the update's norm is {full}"));
             }
             // The norm travels as f32; q uses the value the server reads.
-            let sent_norm = norm as f32;
-            scale = Some(sent_norm);
+            let sent_norm = full as f32;
+            norm = Some(sent_norm);
             let n = f64::from(sent_norm);
             *q = v
                 .iter()
@@ -490,26 +566,25 @@ fn message(uplink: &Uplink, sent: &[f32], out: &[f32]) -> Result<(Message, Optio
                     }
                 })
                 .collect();
+            if uplink.klms.is_some() && uplink.prior_means.is_none() {
+                let own = qsgd::own_tensor_means(q, &uplink.prior_tensors);
+                *p = qsgd::global_distribution(
+                    &uplink.prior_tensors,
+                    &qsgd::means_from_wire(&own)?,
+                    uplink.prior_counts.as_deref(),
+                    uplink.prior_weight,
+                    sent.len(),
+                )?;
+                tensor_means = Some(own);
+            }
         }
         (Message::Ternary { q, .. }, _) => {
-            let group = uplink.temperature_group.max(1);
-            q.reserve(out.len());
-            for (o, s) in out.chunks(group).zip(sent.chunks(group)) {
-                let v: Vec<f64> = o
-                    .iter()
-                    .zip(s)
-                    .map(|(a, b)| f64::from(*a) - f64::from(*b))
-                    .collect();
-                let temperature =
-                    (v.iter().fold(0.0f64, |m, x| m.max(x.abs())) / SIGN_RANGE).max(1e-15);
-                if !temperature.is_finite() {
-                    return Err("SignSGD: the update is not finite".into());
-                }
-                for x in v {
-                    let plus = 1.0 / (1.0 + (-x / temperature).exp());
-                    q.push([1.0 - plus, 0.0, plus]);
-                }
-            }
+            *q = signsgd::sign_probabilities(
+                &v(),
+                uplink.temperature,
+                uplink.temperature_group,
+                uplink.temperature_scale,
+            )?;
         }
         (Message::Gaussian { mean, .. }, _) => {
             // The SGLD client's output is `θ − H_c` (one unit step on its potential).
@@ -523,7 +598,11 @@ fn message(uplink: &Uplink, sent: &[f32], out: &[f32]) -> Result<(Message, Optio
             }
         }
     }
-    Ok((m, scale))
+    Ok(ClientMessage {
+        m,
+        norm,
+        tensor_means,
+    })
 }
 
 /// Encodes a training output for `task.uplink` (the identity encoding is not handled here).
@@ -535,7 +614,7 @@ pub fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Vec<u8>, String>
 /// for bit.
 fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Symbols), String> {
     let uplink = &task.uplink;
-    let host = host_of(uplink)?;
+    host_of(uplink)?;
     let sent = flatten(&task.dense, &task.shards);
     let out = flatten(&output.dense, &output.shards);
     if sent.len() != out.len() {
@@ -545,7 +624,11 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
             sent.len()
         ));
     }
-    let (m, scale) = message(uplink, &sent, &out)?;
+    let ClientMessage {
+        m,
+        norm,
+        tensor_means,
+    } = message(uplink, &sent, &out)?;
     let shared = SharedSeed {
         seed: task.seed,
         round: task.round,
@@ -553,9 +636,14 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
     };
     let mut selection = shared.selection_stream();
     let mut w = BitWriter::new();
-    if let Some(norm) = scale {
+    if let Some(norm) = norm {
         w.f32(norm);
     }
+    for [minus, plus] in tensor_means.iter().flatten() {
+        w.f32(*minus);
+        w.f32(*plus);
+    }
+    let rescale = uplink.rescale_drift;
     let err = |e: fedshard_strategies::error::StrategyError| e.to_string();
     let symbols = match &uplink.klms {
         None => match m {
@@ -574,12 +662,14 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
                     .iter()
                     .map(|row| draw_ternary(row, &mut selection))
                     .collect();
-                if host == Host::Signsgd {
-                    for &s in &symbols {
-                        w.bits(u32::from(s > 0), 1);
+                match uplink.compressor {
+                    Compressor::Signsgd => {
+                        for &s in &symbols {
+                            w.bits(u32::from(s > 0), 1);
+                        }
                     }
-                } else {
-                    write_trits(&mut w, &symbols);
+                    Compressor::QsgdElias => write_elias_symbols(&mut w, &symbols),
+                    _ => write_trits(&mut w, &symbols),
                 }
                 Symbols::Discrete(symbols)
             }
@@ -600,34 +690,38 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
                 Symbols::Real(sent_values)
             }
         },
-        Some(klms) => match &m {
-            Message::Mask { q, p } => {
-                let (q, p) = (
-                    Bernoulli::new(q).map_err(err)?,
-                    Bernoulli::new(p).map_err(err)?,
-                );
-                Symbols::Discrete(
-                    encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?
+        Some(klms) => {
+            if rescale && matches!(m, Message::Mask { .. }) {
+                return Err("FedPM's decoded masks cannot be rescaled (rescale_drift)".into());
+            }
+            let mut coder = KlmsUplink {
+                klms,
+                rescale,
+                shared: &shared,
+                selection: &mut selection,
+                w: &mut w,
+            };
+            match &m {
+                Message::Mask { q, p } => Symbols::Discrete(
+                    coder
+                        .encode(
+                            &Bernoulli::new(q).map_err(err)?,
+                            &Bernoulli::new(p).map_err(err)?,
+                        )?
                         .into_iter()
                         .map(i8::from)
                         .collect(),
-                )
+                ),
+                Message::Ternary { q, p } => Symbols::Discrete(coder.encode(
+                    &Categorical::new(q).map_err(err)?,
+                    &Categorical::new(p).map_err(err)?,
+                )?),
+                Message::Gaussian { mean, zero, std } => Symbols::Real(coder.encode(
+                    &Gaussian::new(mean, std).map_err(err)?,
+                    &Gaussian::new(zero, std).map_err(err)?,
+                )?),
             }
-            Message::Ternary { q, p } => {
-                let (q, p) = (
-                    Categorical::new(q).map_err(err)?,
-                    Categorical::new(p).map_err(err)?,
-                );
-                Symbols::Discrete(encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?)
-            }
-            Message::Gaussian { mean, zero, std } => {
-                let (q, p) = (
-                    Gaussian::new(mean, std).map_err(err)?,
-                    Gaussian::new(zero, std).map_err(err)?,
-                );
-                Symbols::Real(encode_klms(&q, &p, klms, &shared, &mut selection, &mut w)?)
-            }
-        },
+        }
     };
     Ok((w.finish(), symbols))
 }
@@ -636,69 +730,96 @@ fn strategy_error(e: fedshard_strategies::error::StrategyError) -> String {
     e.to_string()
 }
 
-/// KLMS over any product distribution: cuts the blocks (writing the client's own block sizes in
-/// `UPDATE` rounds, or the mean-KL report against broadcast ends), writes one candidate index
-/// per block, and returns the symbols the server will decode.
-fn encode_klms<D: ProductDistribution>(
-    q: &D,
-    p: &D,
-    klms: &KlmsTask,
-    shared: &SharedSeed,
-    selection: &mut ChaCha20Rng,
-    w: &mut BitWriter,
-) -> Result<Vec<D::Symbol>, String> {
-    let err = strategy_error;
-    let partition = match &klms.blocks {
-        TaskBlocks::Fixed { size } => Partition::fixed(q.len(), *size).map_err(err)?,
-        TaskBlocks::Adaptive {
-            d_target,
-            max_block_size,
-            ends,
-        } => {
-            let kl = kl_bits_per_coordinate(q, p).map_err(err)?;
-            match ends {
-                None => {
-                    let own = Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
-                        .map_err(err)?;
-                    let width = boundary_bits(*max_block_size).map_err(err)? as u32;
-                    w.u32(own.num_blocks() as u32);
-                    for size in own.sizes() {
-                        w.bits((size - 1) as u32, width);
-                    }
-                    own
-                }
-                Some(ends) => {
-                    let global = Partition::from_ends(ends.clone()).map_err(err)?;
-                    w.f32(global.mean_block_kl_bits(&kl).map_err(err)? as f32);
-                    global
-                }
-            }
-        }
-    };
-    let width = index_bits(klms.candidates).map_err(err)? as u32;
-    let mut selected = vec![D::Symbol::default(); q.len()];
-    let indices = KlmsEncoder::new()
-        .encode(
-            q,
-            p,
-            &partition,
-            klms.candidates,
-            shared,
-            selection,
-            &mut selected,
-        )
-        .map_err(err)?;
-    for index in indices {
-        w.bits(index, width);
-    }
-    Ok(selected)
+/// What KLMS writes into one client's payload, with its settings.
+struct KlmsUplink<'a> {
+    klms: &'a KlmsTask,
+    /// Whether to append the drift ratio `ρ`.
+    rescale: bool,
+    shared: &'a SharedSeed,
+    selection: &'a mut ChaCha20Rng,
+    w: &'a mut BitWriter,
 }
 
-/// The decoder of [`encode_klms`]: reads the blocks (recording uploaded ends or the KL report
+impl KlmsUplink<'_> {
+    /// KLMS over any product distribution: cuts the blocks (writing the client's own block sizes
+    /// in `UPDATE` rounds, or the mean-KL report against broadcast ends), writes one candidate
+    /// index per block and, with `rescale`, the drift ratio `ρ` of its candidates as an f32, and
+    /// returns the symbols the server will decode.
+    fn encode<D: ProductDistribution>(&mut self, q: &D, p: &D) -> Result<Vec<D::Symbol>, String> {
+        let Self {
+            klms,
+            rescale,
+            shared,
+            selection,
+            w,
+        } = self;
+        let (klms, rescale, shared) = (*klms, *rescale, *shared);
+        let err = strategy_error;
+        let partition = match &klms.blocks {
+            TaskBlocks::Fixed { size } => Partition::fixed(q.len(), *size).map_err(err)?,
+            TaskBlocks::Adaptive {
+                d_target,
+                max_block_size,
+                ends,
+            } => {
+                let kl = kl_bits_per_coordinate(q, p).map_err(err)?;
+                match ends {
+                    None => {
+                        let own = Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
+                            .map_err(err)?;
+                        let width = boundary_bits(*max_block_size).map_err(err)? as u32;
+                        w.u32(own.num_blocks() as u32);
+                        for size in own.sizes() {
+                            w.bits((size - 1) as u32, width);
+                        }
+                        own
+                    }
+                    Some(ends) => {
+                        let global = Partition::from_ends(ends.clone()).map_err(err)?;
+                        w.f32(global.mean_block_kl_bits(&kl).map_err(err)? as f32);
+                        global
+                    }
+                }
+            }
+        };
+        let width = index_bits(klms.candidates).map_err(err)? as u32;
+        let mut selected = vec![D::Symbol::default(); q.len()];
+        let mut encoder = if rescale {
+            KlmsEncoder::tracking_means()
+        } else {
+            KlmsEncoder::new()
+        };
+        let indices = encoder
+            .encode(
+                q,
+                p,
+                &partition,
+                klms.candidates,
+                shared,
+                selection,
+                &mut selected,
+            )
+            .map_err(err)?;
+        for index in indices {
+            w.bits(index, width);
+        }
+        if rescale {
+            let means = |d: &D| (0..d.len()).map(|j| d.mean(j)).collect::<Vec<_>>();
+            let rho = drift_ratio(encoder.conditional_means(), &means(q), &means(p))
+                .unwrap_or(1.0)
+                .clamp(DRIFT_RATIO_RANGE.0, DRIFT_RATIO_RANGE.1);
+            w.f32(rho as f32);
+        }
+        Ok(selected)
+    }
+}
+
+/// The decoder of [`KlmsUplink::encode`]: reads the blocks (recording uploaded ends or the KL report
 /// in `side`) and the indices, and regenerates the selected candidates.
 fn decode_klms<D: ProductDistribution>(
     p: &D,
     klms: &KlmsTask,
+    rescale: bool,
     shared: &SharedSeed,
     r: &mut BitReader,
     side: &mut UplinkSide,
@@ -748,6 +869,14 @@ fn decode_klms<D: ProductDistribution>(
         .collect::<Result<Vec<_>, _>>()?;
     let mut out = vec![D::Symbol::default(); d];
     klms_decode(p, &partition, klms.candidates, &indices, shared, &mut out).map_err(err)?;
+    if rescale {
+        let rho = f64::from(r.f32()?);
+        let (low, high) = DRIFT_RATIO_RANGE;
+        if !(low as f32 as f64..=high).contains(&rho) {
+            return Err(format!("drift ratio {rho}; expected {low} ≤ ρ ≤ {high}"));
+        }
+        side.drift_ratio = Some(rho);
+    }
     Ok(out)
 }
 
@@ -767,26 +896,42 @@ fn draw_ternary(row: &[f64; 3], rng: &mut ChaCha20Rng) -> i8 {
 /// information for [`state::UplinkState`]. Every malformed field is an error, never a panic.
 pub fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), String> {
     let sent = flatten(&task.dense, &task.shards);
-    let (symbols, scale, mut side) = decode_symbols(task, &sent, bytes)?;
+    let Decoded {
+        symbols,
+        norm,
+        mut side,
+        prior_mean,
+    } = decode_symbols(task, &sent, bytes)?;
     let uplink = &task.uplink;
     let host = host_of(uplink)?;
-    let eta = uplink.server_lr as f32;
+    let eta = uplink.server_lr;
+    // The transmitted drift, rescaled: `μ_p + (y − μ_p) / ρ` (plain `y` without a ratio).
+    let rho = side.drift_ratio;
+    let drift = |j: usize, y: f64| match rho {
+        Some(rho) => {
+            let mu = prior_mean.get(j).copied().unwrap_or(0.0);
+            mu + (y - mu) / rho
+        }
+        None => y,
+    };
     let values = match (host, &symbols) {
         (Host::Fedpm, Symbols::Discrete(symbols)) => symbols
             .iter()
             .map(|&m| if m > 0 { MASK_HIGH } else { MASK_LOW })
             .collect(),
         (Host::Qsgd, Symbols::Discrete(symbols)) => {
-            let step = eta * scale.unwrap_or(0.0);
+            let step = eta * f64::from(norm.unwrap_or(0.0));
             sent.iter()
                 .zip(symbols)
-                .map(|(s, &y)| s + step * f32::from(y))
+                .enumerate()
+                .map(|(j, (s, &y))| (f64::from(*s) + step * drift(j, f64::from(y))) as f32)
                 .collect()
         }
         (Host::Signsgd, Symbols::Discrete(symbols)) => sent
             .iter()
             .zip(symbols)
-            .map(|(s, &y)| s + eta * f32::from(y))
+            .enumerate()
+            .map(|(j, (s, &y))| (f64::from(*s) + eta * drift(j, f64::from(y))) as f32)
             .collect(),
         // `sent − η κ C y_c`: the equal-weight mean over the C participants is the SGLD step
         // `θ − η κ Σ_c y_c` (`uniform` aggregator, enforced by the config).
@@ -794,7 +939,8 @@ pub fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), 
             let scale = langevin_of(uplink)?.decoded_scale();
             sent.iter()
                 .zip(y)
-                .map(|(s, y)| (f64::from(*s) - scale * y) as f32)
+                .enumerate()
+                .map(|(j, (s, &y))| (f64::from(*s) - scale * drift(j, y)) as f32)
                 .collect()
         }
         (host, _) => return Err(format!("{host:?} decoded the wrong kind of symbols")),
@@ -805,23 +951,29 @@ pub fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), 
     Ok((values, side))
 }
 
-/// The symbols of a payload, QSGD's norm and the side information; `sent` is the task's
-/// message ([`flatten`]).
-fn decode_symbols(
-    task: &TrainTask,
-    sent: &[f32],
-    bytes: &[u8],
-) -> Result<(Symbols, Option<f32>, UplinkSide), String> {
+/// What [`decode_symbols`] reads from a payload.
+struct Decoded {
+    symbols: Symbols,
+    /// QSGD's norm.
+    norm: Option<f32>,
+    side: UplinkSide,
+    /// `E_p[y_j]` per value when the drift is rescaled, else empty.
+    prior_mean: Vec<f64>,
+}
+
+/// The symbols of a payload, QSGD's norm, the side information and, with `rescale_drift`, the
+/// prior's means; `sent` is the task's message ([`flatten`]).
+fn decode_symbols(task: &TrainTask, sent: &[f32], bytes: &[u8]) -> Result<Decoded, String> {
     let uplink = &task.uplink;
     let host = host_of(uplink)?;
     let d = sent.len();
-    let p = prior(uplink, sent)?;
+    let mut p = prior(uplink, sent)?;
     let mut r = BitReader::new(bytes);
     let mut side = UplinkSide {
         len: d,
         ..UplinkSide::default()
     };
-    let scale = match host {
+    let norm = match host {
         Host::Qsgd => {
             let norm = r.f32()?;
             if !(norm.is_finite() && norm >= 0.0) {
@@ -831,10 +983,34 @@ fn decode_symbols(
         }
         _ => None,
     };
+    if let (Host::Qsgd, Some(_), None) = (host, &uplink.klms, &uplink.prior_means) {
+        // The client's own tensor means come right after the norm ([`qsgd`]).
+        let own = (0..uplink.prior_tensors.len())
+            .map(|_| Ok([r.f32()?, r.f32()?]))
+            .collect::<Result<Vec<_>, String>>()?;
+        p = Message::Ternary {
+            q: Vec::new(),
+            p: qsgd::global_distribution(
+                &uplink.prior_tensors,
+                &qsgd::means_from_wire(&own)?,
+                uplink.prior_counts.as_deref(),
+                uplink.prior_weight,
+                d,
+            )?,
+        };
+    }
+    let rescale = uplink.rescale_drift;
+    if rescale && (host == Host::Fedpm || uplink.klms.is_none()) {
+        return Err("only KLMS with QSGD, SignSGD or SGLD rescales its drift".into());
+    }
     let err = strategy_error;
+    let mut prior_mean = Vec::new();
     // Symbols: +1/−1/0 for ternary hosts, 1/0 for masks, reals for SGLD.
     let symbols = match &uplink.klms {
         None => match host {
+            Host::Qsgd if uplink.compressor == Compressor::QsgdElias => {
+                Symbols::Discrete(read_elias_symbols(&mut r, d)?)
+            }
             Host::Qsgd => Symbols::Discrete(read_trits(&mut r, d)?),
             Host::Signsgd => Symbols::Discrete(
                 (0..d)
@@ -865,7 +1041,7 @@ fn decode_symbols(
                 Message::Mask { p, .. } => {
                     let p = Bernoulli::new(p).map_err(err)?;
                     Symbols::Discrete(
-                        decode_klms(&p, klms, &shared, &mut r, &mut side)?
+                        decode_klms(&p, klms, false, &shared, &mut r, &mut side)?
                             .into_iter()
                             .map(i8::from)
                             .collect(),
@@ -873,17 +1049,28 @@ fn decode_symbols(
                 }
                 Message::Ternary { p, .. } => {
                     let p = Categorical::new(p).map_err(err)?;
-                    Symbols::Discrete(decode_klms(&p, klms, &shared, &mut r, &mut side)?)
+                    if rescale {
+                        prior_mean = (0..p.len()).map(|j| p.mean(j)).collect();
+                    }
+                    Symbols::Discrete(decode_klms(&p, klms, rescale, &shared, &mut r, &mut side)?)
                 }
                 Message::Gaussian { zero, std, .. } => {
                     let p = Gaussian::new(zero, std).map_err(err)?;
-                    Symbols::Real(decode_klms(&p, klms, &shared, &mut r, &mut side)?)
+                    if rescale {
+                        prior_mean = zero.clone();
+                    }
+                    Symbols::Real(decode_klms(&p, klms, rescale, &shared, &mut r, &mut side)?)
                 }
             }
         }
     };
     r.finish()?;
-    Ok((symbols, scale, side))
+    Ok(Decoded {
+        symbols,
+        norm,
+        side,
+        prior_mean,
+    })
 }
 
 #[cfg(test)]

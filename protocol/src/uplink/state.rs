@@ -4,7 +4,7 @@
 
 use super::{
     BlockMode, Cohort, CompressionConfig, Compressor, Host, KlmsTask, TaskBlocks, Uplink,
-    UplinkSide,
+    UplinkSide, qsgd,
 };
 use crate::task::TrainTask;
 use fedshard_strategies::compression::{
@@ -51,7 +51,7 @@ impl UplinkState {
                     }
                 }
                 BlockMode::Adaptive => KlmsTask {
-                    candidates: candidates_for_target(config.d_target)
+                    candidates: candidates_for_target(config.d_target + config.margin_bits)
                         .map_err(|e| e.to_string())?,
                     blocks: TaskBlocks::Adaptive {
                         d_target: config.d_target,
@@ -78,6 +78,14 @@ impl UplinkState {
         } else {
             None
         };
+        let prior_means = if host == Host::Qsgd && !self.counts.is_empty() {
+            Some(qsgd::tensor_frequencies(
+                &self.counts,
+                &global_tensors(task),
+            ))
+        } else {
+            None
+        };
         let langevin = if host == Host::Sgld {
             Some(
                 LangevinScaling::new(config.server_lr, cohort.population, cohort.participants)
@@ -90,8 +98,18 @@ impl UplinkState {
             compressor,
             server_lr: config.server_lr,
             temperature_group: config.temperature_group,
+            temperature: config.temperature,
+            temperature_scale: config.temperature_scale,
             klms,
+            rescale_drift: config.rescale_drift && compressor.klms(),
             prior_counts,
+            prior_tensors: if host == Host::Qsgd {
+                message_tensors(task)
+            } else {
+                Vec::new()
+            },
+            prior_means,
+            prior_weight: config.prior_weight,
             langevin,
         })
     }
@@ -169,6 +187,42 @@ pub fn message_len(task: &TrainTask) -> usize {
             .sum::<usize>()
 }
 
+/// The tensors of a task's message, by length in message order: each dense tensor, then per
+/// sharded layer the rows of `U'` it holds and the rows of `V'`.
+fn message_tensors(task: &TrainTask) -> Vec<usize> {
+    let mut out: Vec<usize> = task.dense.tensors.iter().map(|t| t.data.len()).collect();
+    for s in &task.shards {
+        out.push(s.left.len());
+        out.push(s.right.len());
+    }
+    out
+}
+
+/// The same tensors in the global layout (all `rank` rows of `U'` and of `V'`), whose symbol
+/// frequencies QSGD-KLMS's prior uses.
+fn global_tensors(task: &TrainTask) -> Vec<Range<usize>> {
+    let (mut out, mut at) = dense_ranges(task);
+    for s in &task.shards {
+        let rank = s.rows().min(s.cols());
+        for part in [rank * s.rows(), rank * s.cols()] {
+            out.push(at..at + part);
+            at += part;
+        }
+    }
+    out
+}
+
+/// The dense tensors' ranges, which lead both layouts, and where they end.
+fn dense_ranges(task: &TrainTask) -> (Vec<Range<usize>>, usize) {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for t in &task.dense.tensors {
+        out.push(at..at + t.data.len());
+        at += t.data.len();
+    }
+    (out, at)
+}
+
 /// Values in the global layout: every dense tensor, then per sharded layer all `rank` rows of
 /// `U'` and then of `V'`.
 fn global_len(task: &TrainTask) -> usize {
@@ -184,12 +238,7 @@ fn global_len(task: &TrainTask) -> usize {
 /// Where each value of a task's message sits in the global layout, in message order: a
 /// singular vector keeps its position across rounds and clients, so its symbol counts do.
 fn segments(task: &TrainTask) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    for t in &task.dense.tensors {
-        out.push(at..at + t.data.len());
-        at += t.data.len();
-    }
+    let (mut out, mut at) = dense_ranges(task);
     for s in &task.shards {
         let (rows, cols) = (s.rows(), s.cols());
         let rank = rows.min(cols);

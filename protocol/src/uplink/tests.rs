@@ -95,7 +95,11 @@ fn the_server_decodes_the_clients_symbols_bit_for_bit() {
             let t = task(compressor, &config, &UplinkState::default());
             let (bytes, chosen) = encode_symbols(&t, &trained(&t)).unwrap();
             let sent = flatten(&t.dense, &t.shards);
-            let (decoded, _, side) = decode_symbols(&t, &sent, &bytes).unwrap();
+            let Decoded {
+                symbols: decoded,
+                side,
+                ..
+            } = decode_symbols(&t, &sent, &bytes).unwrap();
             assert_eq!(
                 bit_patterns(&decoded),
                 bit_patterns(&chosen),
@@ -127,6 +131,23 @@ fn bits_reported_are_the_bytes_sent() {
     assert_eq!(size(Compressor::Signsgd), 70usize.div_ceil(8));
     assert_eq!(size(Compressor::Fedpm), 70usize.div_ceil(8));
     assert_eq!(size(Compressor::Qsgd), 4 + 70usize.div_ceil(5));
+    // Elias-coded QSGD: the norm, then `2⌊log2 x⌋ + 1` bits for the count plus one and for each
+    // gap, and a sign bit per non-zero symbol.
+    let t = task(Compressor::QsgdElias, &config, &UplinkState::default());
+    let (bytes, symbols) = encode_symbols(&t, &trained(&t)).unwrap();
+    let Symbols::Discrete(symbols) = symbols else {
+        panic!("QSGD is discrete")
+    };
+    let gamma = |x: usize| 2 * x.ilog2() as usize + 1;
+    let nonzero: Vec<usize> = (0..70).filter(|&j| symbols[j] != 0).collect();
+    let mut bits = 32 + gamma(nonzero.len() + 1);
+    let mut previous = None;
+    for &j in &nonzero {
+        bits += gamma(previous.map_or(j + 1, |p| j - p)) + 1;
+        previous = Some(j);
+    }
+    assert!(!nonzero.is_empty());
+    assert_eq!(bytes.len(), bits.div_ceil(8), "{nonzero:?}");
 }
 
 #[test]
@@ -136,7 +157,12 @@ fn decoded_values_follow_each_host() {
         ..CompressionConfig::default()
     };
     let state = UplinkState::default();
-    for compressor in [Compressor::Fedpm, Compressor::Signsgd, Compressor::Qsgd] {
+    for compressor in [
+        Compressor::Fedpm,
+        Compressor::Signsgd,
+        Compressor::Qsgd,
+        Compressor::QsgdElias,
+    ] {
         let t = task(compressor, &config, &state);
         let out = trained(&t);
         let bytes = encode(&t, &out).unwrap();
@@ -294,55 +320,172 @@ fn qsgd_counts_follow_each_singular_vector_across_clients() {
     assert_eq!(counts.len(), 70);
     assert_eq!(counts[40..44], [[0, 0, 1]; 4]);
     assert_eq!(counts[44..48], [[1, 0, 1]; 4]);
-    // Laplace smoothing keeps every symbol possible.
-    let p = smoothed_prior(Some(&counts), counts.len());
+    // The message's tensors: the dense one, then the U' and V' rows a holds.
+    assert_eq!(next.prior_tensors, [40, 12, 18]);
+    // Tensor frequencies over the global layout, `(N_t(s) + 1) / (N_t + 3)`: the dense tensor
+    // has 40 (−1) and 40 (+1); U' (4 terms × 4 values) has 12 (+1) from a, 8 (−1) from b.
+    let means = next.prior_means.expect("tensor frequencies");
+    let expect = [
+        [41.0 / 83.0, 1.0 / 83.0, 41.0 / 83.0],
+        [9.0 / 23.0, 1.0 / 23.0, 13.0 / 23.0],
+    ];
+    for (got, want) in means.iter().zip(&expect) {
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-12, "{means:?}");
+        }
+    }
+    // The counts, smoothed towards them, keep every symbol possible.
+    let p =
+        qsgd::global_distribution(&next.prior_tensors, &means, Some(&counts), 10.0, 70).unwrap();
     assert!(p.iter().flatten().all(|&x| x > 0.0));
-    assert!((p[40][2] - 2.0 / 4.0).abs() < 1e-12);
+    // U' value of term 0 (a's +1 only): (0 + 10·9/23, 0 + 10/23, 1 + 10·13/23) / 11.
+    assert!((p[40][2] - (1.0 + 130.0 / 23.0) / 11.0).abs() < 1e-12);
+}
+
+/// ALGORITHMS.md §4.7's update with one more value: `v = (.3, −.4, 0 | 1.2, 0)` in two tensors,
+/// `‖v‖ = 1.3`.
+fn qsgd_oracle_uplink(counts: Option<Vec<[u16; 3]>>, means: Option<Vec<[f64; 3]>>) -> Uplink {
+    Uplink {
+        compressor: Compressor::QsgdKlms,
+        server_lr: 1.0,
+        klms: Some(KlmsTask {
+            candidates: 4,
+            blocks: TaskBlocks::Fixed { size: 5 },
+        }),
+        prior_counts: counts,
+        prior_tensors: vec![3, 2],
+        prior_means: means,
+        prior_weight: 2.0,
+        ..Uplink::default()
+    }
+}
+
+const QSGD_ORACLE_V: [f32; 5] = [0.3, -0.4, 0.0, 1.2, 0.0];
+
+fn assert_rows_close(got: &[[f64; 3]], want: &[[f64; 3]], tolerance: f64) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        for (a, b) in g.iter().zip(w) {
+            assert!((a - b).abs() < tolerance, "{got:?} vs {want:?}");
+        }
+    }
 }
 
 #[test]
-fn qsgd_distribution_matches_the_oracle() {
-    // ALGORITHMS.md §4.7: v = (.3, −.4, 0, 1.2), ‖v‖ = 1.3.
-    let sent = [0.0f32; 4];
-    let out = [0.3f32, -0.4, 0.0, 1.2];
-    let uplink = Uplink {
-        compressor: Compressor::Qsgd,
-        server_lr: 1.0,
-        temperature_group: 8,
-        klms: None,
-        prior_counts: Some(vec![[2, 7, 1], [5, 5, 0], [0, 10, 0], [1, 3, 6]]),
-        langevin: None,
-    };
-    let (m, norm) = message(&uplink, &sent, &out).unwrap();
-    assert!((norm.unwrap() - 1.3).abs() < 1e-6);
-    let Message::Ternary { q, p } = m else {
+fn qsgd_prior_smooths_counts_towards_the_tensor_frequency() {
+    // Two clients' counts; tensor frequencies by hand: tensor 0 has N = (1, 4, 1) → (2, 5, 2)/9,
+    // tensor 1 has N = (0, 2, 2) → (1, 3, 3)/7. With β = 2, value 0 is
+    // ((0, 2, 0) + 2 (2, 5, 2)/9) / 4 = (1, 7, 1)/9, and so on.
+    let counts = vec![[0, 2, 0], [1, 1, 0], [0, 1, 1], [0, 2, 0], [0, 0, 2]];
+    let means = qsgd::tensor_frequencies(&counts, &[0..3, 3..5]);
+    assert_rows_close(
+        &means,
+        &[
+            [2.0 / 9.0, 5.0 / 9.0, 2.0 / 9.0],
+            [1.0 / 7.0, 3.0 / 7.0, 3.0 / 7.0],
+        ],
+        1e-12,
+    );
+    let uplink = qsgd_oracle_uplink(Some(counts), Some(means));
+    let c = message(&uplink, &[0.0; 5], &QSGD_ORACLE_V).unwrap();
+    assert!((c.norm.unwrap() - 1.3).abs() < 1e-6);
+    assert!(
+        c.tensor_means.is_none(),
+        "the server's frequencies: nothing to send"
+    );
+    let Message::Ternary { q, p } = c.m else {
         panic!("QSGD is ternary")
     };
-    let expect_q = [
-        [0.0, 0.769231, 0.230769],
-        [0.307692, 0.692308, 0.0],
-        [0.0, 1.0, 0.0],
-        [0.0, 0.076923, 0.923077],
-    ];
-    let expect_p = [
-        [0.230769, 0.615385, 0.153846],
-        [0.461538, 0.461538, 0.076923],
-        [0.076923, 0.846154, 0.076923],
-        [0.153846, 0.307692, 0.538462],
-    ];
-    for (got, want) in q.iter().zip(&expect_q).chain(p.iter().zip(&expect_p)) {
-        for (g, w) in got.iter().zip(want) {
-            assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
-        }
-    }
+    assert_rows_close(
+        &q,
+        &[
+            [0.0, 0.769231, 0.230769],
+            [0.307692, 0.692308, 0.0],
+            [0.0, 1.0, 0.0],
+            [0.0, 0.076923, 0.923077],
+            [0.0, 1.0, 0.0],
+        ],
+        1e-6,
+    );
+    assert_rows_close(
+        &p,
+        &[
+            [1.0 / 9.0, 7.0 / 9.0, 1.0 / 9.0],
+            [13.0 / 36.0, 19.0 / 36.0, 4.0 / 36.0],
+            [4.0 / 36.0, 19.0 / 36.0, 13.0 / 36.0],
+            [1.0 / 14.0, 5.0 / 7.0, 3.0 / 14.0],
+            [1.0 / 14.0, 3.0 / 14.0, 5.0 / 7.0],
+        ],
+        1e-12,
+    );
     let kl = kl_bits_per_coordinate(
         &Categorical::new(&q).unwrap(),
         &Categorical::new(&p).unwrap(),
     )
     .unwrap();
-    for (g, w) in kl.iter().zip([0.382628, 0.224986, 0.241008, 0.563945]) {
+    // Σ_v q(v) log2(q(v)/p(v)), by hand (python3, math.log2).
+    for (g, w) in kl
+        .iter()
+        .zip([0.231071, 0.199964, 0.921997, 1.697536, 2.222392])
+    {
         assert!((g - w).abs() < 1e-5, "{kl:?}");
     }
+}
+
+#[test]
+fn qsgd_klms_sends_its_tensor_means_only_before_the_first_counts() {
+    // Round 1: p is the client's own tensor means of q, (m₋, m₊) = (.4/3.9, .3/3.9) and
+    // (0, 1.2/2.6), sent as 4 f32; the payload is the norm, the means and one 2-bit index
+    // (one block of 5 values, K = 4): 32 + 128 + 2 = 162 bits, 21 bytes.
+    let mut t = task(
+        Compressor::QsgdKlms,
+        &CompressionConfig::default(),
+        &UplinkState::default(),
+    );
+    t.dense = ModelState::new(vec![
+        NamedTensor::new("a", vec![3], vec![0.0; 3]).unwrap(),
+        NamedTensor::new("b", vec![2], vec![0.0; 2]).unwrap(),
+    ])
+    .unwrap();
+    t.shards.clear();
+    t.uplink = qsgd_oracle_uplink(None, None);
+    let c = message(&t.uplink, &[0.0; 5], &QSGD_ORACLE_V).unwrap();
+    let own = c.tensor_means.expect("the client's own means");
+    let want = [[0.4 / 3.9, 0.3 / 3.9], [0.0, 1.2 / 2.6]];
+    for (g, w) in own.iter().flatten().zip(want.iter().flatten()) {
+        assert!((f64::from(*g) - w).abs() < 1e-7, "{own:?}");
+    }
+    let Message::Ternary { p, .. } = c.m else {
+        panic!("QSGD is ternary")
+    };
+    assert!((p[0][0] - 0.4 / 3.9).abs() < 1e-7 && (p[4][2] - 1.2 / 2.6).abs() < 1e-7);
+    let mut out = TrainOutput {
+        dense: t.dense.clone(),
+        shards: Vec::new(),
+        loss: 0.0,
+    };
+    out.dense.tensors[0].data = QSGD_ORACLE_V[..3].to_vec();
+    out.dense.tensors[1].data = QSGD_ORACLE_V[3..].to_vec();
+    let bytes = encode(&t, &out).unwrap();
+    assert_eq!(bytes.len(), 162usize.div_ceil(8));
+    decode(&t, &bytes).unwrap();
+    // With the server's frequencies nothing is sent for p: 32 + 2 bits, 5 bytes.
+    t.uplink = qsgd_oracle_uplink(
+        Some(vec![[0, 2, 0]; 5]),
+        Some(vec![[0.1, 0.8, 0.1], [0.1, 0.8, 0.1]]),
+    );
+    let bytes = encode(&t, &out).unwrap();
+    assert_eq!(bytes.len(), 34usize.div_ceil(8));
+    // With the drift ratio: 32 more bits.
+    t.uplink.rescale_drift = true;
+    let bytes = encode(&t, &out).unwrap();
+    assert_eq!(bytes.len(), 66usize.div_ceil(8));
+    let (_, side) = decode(&t, &bytes).unwrap();
+    let rho = side.drift_ratio.expect("ρ");
+    assert!(
+        (DRIFT_RATIO_RANGE.0..=DRIFT_RATIO_RANGE.1).contains(&rho),
+        "{rho}"
+    );
 }
 
 #[test]
@@ -354,12 +497,10 @@ fn signsgd_distribution_matches_the_oracle() {
         compressor: Compressor::Signsgd,
         server_lr: 1.0,
         temperature_group: 4,
-        klms: None,
-        prior_counts: None,
-        langevin: None,
+        temperature: Temperature::Group,
+        ..Uplink::default()
     };
-    let (m, _) = message(&uplink, &sent, &out).unwrap();
-    let Message::Ternary { q, .. } = m else {
+    let Message::Ternary { q, .. } = message(&uplink, &sent, &out).unwrap().m else {
         panic!("SignSGD is ternary")
     };
     for (row, want) in q.iter().zip([0.999955, 2.1e-9, 0.993307, 0.5]) {
@@ -412,7 +553,7 @@ fn sgld_candidates_are_decoded_bit_for_bit_through_the_location_protocol() {
                 let t = task_in(Compressor::SgldKlms, config, &state, COHORT, round, client);
                 let (bytes, chosen) = encode_symbols(&t, &trained(&t)).unwrap();
                 let sent = flatten(&t.dense, &t.shards);
-                let (decoded, _, _) = decode_symbols(&t, &sent, &bytes).unwrap();
+                let decoded = decode_symbols(&t, &sent, &bytes).unwrap().symbols;
                 assert_eq!(bit_patterns(&decoded), bit_patterns(&chosen));
                 let (values, side) = decode(&t, &bytes).unwrap();
                 let Symbols::Real(y) = chosen else {
@@ -555,4 +696,110 @@ fn many_sgld_clients_step_by_the_mean_drift_with_exactly_the_langevin_noise() {
             );
         }
     }
+}
+
+/// The share of the expected drift that `n` clients' decoded values carry on average. Every
+/// client holds the same 1 500 values and trains the same update `v` (a seeded ramp with random
+/// signs, like a gradient), so the mean decoded move over clients estimates the expected one,
+/// `η_S E_q[y]` (`η_S v` for QSGD). Also returns the mean reported `ρ`.
+fn mean_drift_ratio(compressor: Compressor, config: &CompressionConfig, n: u64) -> (f64, f64) {
+    const LEN: usize = 1500;
+    let mut rng = stream(8, 0, 0, Purpose::TestSample);
+    let v: Vec<f32> = (0..LEN)
+        .map(|j| {
+            let sign = if uniform(&mut rng) < 0.5 { -1.0 } else { 1.0 };
+            sign * 0.01 * (1.0 + (j % 50) as f32) / 50.0
+        })
+        .collect();
+    let state = UplinkState::default();
+    let make = |client: u64| {
+        let mut t = task_in(compressor, config, &state, COHORT, 1, client);
+        t.dense = ModelState::new(vec![
+            NamedTensor::new("w", vec![LEN], vec![0.5; LEN]).unwrap(),
+        ])
+        .unwrap();
+        t.shards.clear();
+        t.uplink = state.uplink(compressor, config, COHORT, &t).unwrap();
+        t
+    };
+    let v64: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+    let target: Vec<f64> = match compressor.host() {
+        Some(Host::Qsgd) => v64.clone(),
+        _ => signsgd::sign_probabilities(&v64, config.temperature, 8, config.temperature_scale)
+            .unwrap()
+            .iter()
+            .map(|r| r[2] - r[0])
+            .collect(),
+    };
+    let mut moved = vec![0.0; LEN];
+    let mut rho = 0.0;
+    for client in 0..n {
+        let t = make(client);
+        let mut out = TrainOutput {
+            dense: t.dense.clone(),
+            shards: Vec::new(),
+            loss: 0.0,
+        };
+        for (o, x) in out.dense.tensors[0].data.iter_mut().zip(&v) {
+            *o += x;
+        }
+        let bytes = encode(&t, &out).unwrap();
+        let (values, side) = decode(&t, &bytes).unwrap();
+        rho += side.drift_ratio.unwrap_or(1.0) / n as f64;
+        for (m, value) in moved.iter_mut().zip(&values) {
+            *m += f64::from(value - 0.5) / config.server_lr / n as f64;
+        }
+    }
+    let zero = vec![0.0; LEN];
+    (
+        fedshard_strategies::compression::drift_ratio(&moved, &target, &zero).unwrap(),
+        rho,
+    )
+}
+
+/// KLMS at K = 4 (`d_target = 2`) carries only part of the expected drift; with
+/// `rescale_drift` the client's own ratio, sent as 32 bits, restores it. Monte Carlo over 1 000
+/// clients of 1 500 values: the rescaled ratio must be within 0.04 of 1 (its standard error is
+/// under 0.01 here), the plain one below 0.9 and within 0.04 of the mean reported `ρ` (the
+/// encoder's own estimate of what it carries).
+#[test]
+fn rescaling_restores_the_drift_klms_shrinks() {
+    for compressor in [Compressor::SignsgdKlms, Compressor::QsgdKlms] {
+        let plain = CompressionConfig::default();
+        let rescaled = CompressionConfig {
+            rescale_drift: true,
+            ..CompressionConfig::default()
+        };
+        let (without, _) = mean_drift_ratio(compressor, &plain, 1000);
+        let (with, reported) = mean_drift_ratio(compressor, &rescaled, 1000);
+        eprintln!(
+            "{compressor}: drift ratio {without:.4}, mean reported ρ {reported:.4}, rescaled {with:.4}"
+        );
+        assert!(without < 0.9, "{compressor}: {without}");
+        assert!(
+            (without - reported).abs() < 0.04,
+            "{compressor}: {reported}"
+        );
+        assert!((with - 1.0).abs() < 0.04, "{compressor}: {with}");
+    }
+}
+
+#[test]
+fn a_drift_ratio_out_of_range_is_refused() {
+    let config = CompressionConfig {
+        rescale_drift: true,
+        blocks: BlockMode::Fixed,
+        candidates: Some(4),
+        block_size: 70,
+        ..CompressionConfig::default()
+    };
+    let t = task(Compressor::SignsgdKlms, &config, &UplinkState::default());
+    let mut bytes = encode(&t, &trained(&t)).unwrap();
+    // One 2-bit index, then ρ: bits 2..34.
+    let mut w = BitWriter::new();
+    w.bits(u32::from(bytes[0] & 0b11), 2);
+    w.f32(0.01);
+    bytes = w.finish();
+    let err = decode(&t, &bytes).unwrap_err();
+    assert!(err.contains("drift ratio 0.0099"), "{err}");
 }

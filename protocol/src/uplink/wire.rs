@@ -145,6 +145,70 @@ pub fn read_trits(reader: &mut BitReader, len: usize) -> Result<Vec<i8>, String>
     Ok(out)
 }
 
+/// Elias gamma code of `x ≥ 1`: `⌊log2 x⌋` zeros, then `x` in `⌊log2 x⌋ + 1` bits, most
+/// significant first (`2⌊log2 x⌋ + 1` bits).
+pub fn write_elias_gamma(writer: &mut BitWriter, x: u32) {
+    debug_assert!(x >= 1);
+    let n = 31 - x.leading_zeros();
+    writer.bits(0, n);
+    for i in (0..=n).rev() {
+        writer.bits((x >> i) & 1, 1);
+    }
+}
+
+/// Reads one [`write_elias_gamma`] value; more than 31 leading zeros is an error.
+pub fn read_elias_gamma(reader: &mut BitReader) -> Result<u32, String> {
+    let mut n = 0;
+    while reader.bits(1)? == 0 {
+        n += 1;
+        if n > 31 {
+            return Err("an Elias gamma code with more than 31 leading zeros".into());
+        }
+    }
+    let mut x = 1u32;
+    for _ in 0..n {
+        x = (x << 1) | reader.bits(1)?;
+    }
+    Ok(x)
+}
+
+/// QSGD symbols as in the QSGD paper's Elias coding: the number of non-zero symbols plus one,
+/// then per non-zero symbol the gap from the previous one (the first from position −1) and its
+/// sign bit (1 for `+1`), all in Elias gamma. About `nnz (2 log2(d / nnz) + 2)` bits.
+pub fn write_elias_symbols(writer: &mut BitWriter, symbols: &[i8]) {
+    let nonzero = symbols.iter().filter(|&&s| s != 0).count();
+    write_elias_gamma(writer, nonzero as u32 + 1);
+    let mut previous = -1i64;
+    for (j, &s) in symbols.iter().enumerate() {
+        if s != 0 {
+            write_elias_gamma(writer, (j as i64 - previous) as u32);
+            writer.bits(u32::from(s > 0), 1);
+            previous = j as i64;
+        }
+    }
+}
+
+/// Reads `len` symbols written by [`write_elias_symbols`]; a count or a gap that runs past the
+/// message is an error.
+pub fn read_elias_symbols(reader: &mut BitReader, len: usize) -> Result<Vec<i8>, String> {
+    let nonzero = read_elias_gamma(reader)? as usize - 1;
+    if nonzero > len {
+        return Err(format!("{nonzero} non-zero symbols in a message of {len}"));
+    }
+    let mut out = vec![0i8; len];
+    let mut previous = -1i64;
+    for _ in 0..nonzero {
+        let at = previous + i64::from(read_elias_gamma(reader)?);
+        let slot = usize::try_from(at)
+            .ok()
+            .and_then(|j| out.get_mut(j))
+            .ok_or_else(|| format!("a symbol gap runs to value {at} of {len}"))?;
+        *slot = if reader.bits(1)? == 1 { 1 } else { -1 };
+        previous = at;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +260,40 @@ mod tests {
         let mut r = BitReader::new(&bytes);
         assert_eq!(read_trits(&mut r, 23).unwrap(), symbols);
         assert!(read_trits(&mut BitReader::new(&[243]), 1).is_err());
+    }
+
+    #[test]
+    fn elias_gamma_has_the_textbook_lengths() {
+        // 1 → "1", 2 → "010", 5 → "00101", 17 → 9 bits: 2⌊log2 x⌋ + 1.
+        for (x, bits) in [(1u32, 1usize), (2, 3), (5, 5), (17, 9), (u32::MAX, 63)] {
+            let mut w = BitWriter::new();
+            write_elias_gamma(&mut w, x);
+            w.bits(1, 1); // a marker right after the code
+            let bytes = w.finish();
+            assert_eq!(bytes.len(), (bits + 1).div_ceil(8), "{x}");
+            let mut r = BitReader::new(&bytes);
+            assert_eq!(read_elias_gamma(&mut r).unwrap(), x);
+            assert_eq!(r.bits(1).unwrap(), 1);
+        }
+        // 32 zeros: not a code.
+        assert!(read_elias_gamma(&mut BitReader::new(&[0; 5])).is_err());
+    }
+
+    #[test]
+    fn elias_symbols_cost_the_gaps_and_signs() {
+        // 100 values, non-zero at 0 (+), 9 (−), 99 (+): count 4 → 5 bits; gaps 1, 9, 90 →
+        // 1 + 7 + 13 bits; 3 signs: 29 bits, 4 bytes.
+        let mut symbols = vec![0i8; 100];
+        (symbols[0], symbols[9], symbols[99]) = (1, -1, 1);
+        let mut w = BitWriter::new();
+        write_elias_symbols(&mut w, &symbols);
+        let bytes = w.finish();
+        assert_eq!(bytes.len(), 29usize.div_ceil(8));
+        let mut r = BitReader::new(&bytes);
+        assert_eq!(read_elias_symbols(&mut r, 100).unwrap(), symbols);
+        r.finish().unwrap();
+        // The same bytes cannot describe a message of 50 values: the last gap runs past it.
+        let err = read_elias_symbols(&mut BitReader::new(&bytes), 50).unwrap_err();
+        assert!(err.contains("runs to value 99"), "{err}");
     }
 }

@@ -53,6 +53,11 @@ pub trait ProductDistribution {
     fn sample_block(&self, block: Range<usize>, rng: &mut ChaCha20Rng, out: &mut [Self::Symbol]);
     /// The 32-bit words of the stream one candidate over `block_len` coordinates consumes.
     fn words_per_candidate(block_len: usize) -> u64;
+    /// A symbol as a number: 0/1 for a mask bit, `−1, 0, +1` for a ternary symbol, the value of
+    /// a Gaussian coordinate. Means of samples (the drift KLMS transmits) are taken over these.
+    fn value(x: Self::Symbol) -> f64;
+    /// `E_{d_j}[value]`, the mean of coordinate `j`.
+    fn mean(&self, j: usize) -> f64;
     /// Draws one candidate like [`Self::sample_block`] and returns its log-weight
     /// `l = Σ_j ln q_j(y_j) − ln p_j(y_j)` from the prepared `ratios` of the block (§4.1 step 2).
     /// Implementations may fuse the two passes; the values drawn are the same.
@@ -209,6 +214,14 @@ impl<'a> Bernoulli<'a> {
 
 impl ProductDistribution for Bernoulli<'_> {
     type Symbol = bool;
+
+    fn value(x: bool) -> f64 {
+        f64::from(u8::from(x))
+    }
+
+    fn mean(&self, j: usize) -> f64 {
+        self.probs[j]
+    }
     /// `[ln q(0) − ln p(0), ln q(1) − ln p(1)]`.
     type LogRatio = [f64; 2];
 
@@ -313,6 +326,14 @@ fn ternary_slot(x: i8) -> usize {
 
 impl ProductDistribution for Categorical<'_> {
     type Symbol = i8;
+
+    fn value(x: i8) -> f64 {
+        f64::from(x.signum())
+    }
+
+    fn mean(&self, j: usize) -> f64 {
+        self.probs[j][2] - self.probs[j][0]
+    }
     /// `ln q(v) − ln p(v)` for `v = −1, 0, +1`.
     type LogRatio = [f64; 3];
 
@@ -440,6 +461,14 @@ pub struct GaussianLogRatio {
 
 impl ProductDistribution for Gaussian<'_> {
     type Symbol = f64;
+
+    fn value(x: f64) -> f64 {
+        x
+    }
+
+    fn mean(&self, j: usize) -> f64 {
+        self.means[j]
+    }
     type LogRatio = GaussianLogRatio;
 
     fn len(&self) -> usize {

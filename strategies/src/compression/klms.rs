@@ -142,6 +142,11 @@ pub struct KlmsEncoder<D: ProductDistribution> {
     ratios: Vec<D::LogRatio>,
     candidates: Vec<D::Symbol>,
     weights: Vec<f64>,
+    /// Whether to keep each coordinate's conditional mean ([`Self::tracking_means`]).
+    track_means: bool,
+    /// The conditional means of the last block encoded, then of the whole last message.
+    block_means: Vec<f64>,
+    means: Vec<f64>,
 }
 
 impl<D: ProductDistribution> Default for KlmsEncoder<D> {
@@ -150,6 +155,9 @@ impl<D: ProductDistribution> Default for KlmsEncoder<D> {
             ratios: Vec::new(),
             candidates: Vec::new(),
             weights: Vec::new(),
+            track_means: false,
+            block_means: Vec::new(),
+            means: Vec::new(),
         }
     }
 }
@@ -158,6 +166,29 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
     /// An encoder with empty scratch buffers.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An encoder that also keeps, for every coordinate it encodes, the mean of the decoded
+    /// value given the block's candidates, `Σ_k π(k) y_k`: its expectation over the candidates is
+    /// what the block transmits on average ([`drift_ratio`]). Costs `K · |block|` more
+    /// multiply-adds a block.
+    pub fn tracking_means() -> Self {
+        Self {
+            track_means: true,
+            ..Self::default()
+        }
+    }
+
+    /// The conditional means of the last block [`Self::encode_block`] encoded (empty unless
+    /// [`Self::tracking_means`]).
+    pub fn block_conditional_means(&self) -> &[f64] {
+        &self.block_means
+    }
+
+    /// The conditional means of every coordinate of the last message [`Self::encode`] encoded
+    /// (empty unless [`Self::tracking_means`]).
+    pub fn conditional_means(&self) -> &[f64] {
+        &self.means
     }
 
     /// Encodes the coordinates `block` (block number `block_index`) with `k` candidates: returns
@@ -193,6 +224,17 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
             self.weights.push(l);
         }
         normalise_log_weights(&mut self.weights);
+        if self.track_means {
+            self.block_means.clear();
+            self.block_means.resize(len, 0.0);
+            for (candidate, &w) in self.candidates.chunks_exact(len).zip(&self.weights) {
+                if w > 0.0 {
+                    for (m, &y) in self.block_means.iter_mut().zip(candidate) {
+                        *m += w * D::value(y);
+                    }
+                }
+            }
+        }
         let index = draw_index(&self.weights, selection);
         selected.copy_from_slice(&self.candidates[index * len..(index + 1) * len]);
         Ok(index as u32)
@@ -214,15 +256,32 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
     ) -> Result<Vec<u32>> {
         check_partition(partition, q.len())?;
         check_output_len(selected.len(), q.len())?;
-        partition
-            .blocks()
-            .enumerate()
-            .map(|(m, block)| {
-                let out = &mut selected[block.clone()];
-                self.encode_block(q, p, block, m as u64, k, shared, selection, out)
-            })
-            .collect()
+        self.means.clear();
+        let mut indices = Vec::with_capacity(partition.num_blocks());
+        for (m, block) in partition.blocks().enumerate() {
+            let out = &mut selected[block.clone()];
+            indices.push(self.encode_block(q, p, block, m as u64, k, shared, selection, out)?);
+            if self.track_means {
+                self.means.extend_from_slice(&self.block_means);
+            }
+        }
+        Ok(indices)
     }
+}
+
+/// The drift ratio of a KLMS message: how much of the move from `p`'s mean to `q`'s mean the
+/// decoded sample carries, `ρ = ⟨m − μ_p, μ_q − μ_p⟩ / ‖μ_q − μ_p‖²` with `m` the transmitted
+/// mean (the encoder's conditional mean, or an average of decoded samples). Self-normalised
+/// importance sampling shrinks the drift: to first order `ρ ≈ 1 − E_p[w²]/K` per block
+/// (`w = q/p`; `E_p[w²] ≈ 1` for blocks of little KL, so `ρ ≈ 1 − 1/K`; Theorem 4.1 asks
+/// `K = exp(KL + r)`). `None` when `q` and `p` have the same mean (no drift to carry).
+pub fn drift_ratio(transmitted: &[f64], target: &[f64], prior: &[f64]) -> Option<f64> {
+    let (mut along, mut norm) = (0.0, 0.0);
+    for ((&m, &t), &b) in transmitted.iter().zip(target).zip(prior) {
+        along += (m - b) * (t - b);
+        norm += (t - b) * (t - b);
+    }
+    (norm > 0.0 && along.is_finite()).then(|| along / norm)
 }
 
 /// Decodes one block (§4.1, decoder): regenerates candidate `index` of block `block_index` from

@@ -37,5 +37,5 @@ pub use distribution::{
     Bernoulli, Categorical, Gaussian, ProductDistribution, TERNARY_SUPPORT, block_kl_bits,
     block_log_likelihood, kl_bits_per_coordinate,
 };
-pub use klms::{KlmsEncoder, SharedSeed, decode, decode_block, importance_weights};
+pub use klms::{KlmsEncoder, SharedSeed, decode, decode_block, drift_ratio, importance_weights};
 pub use sgld::LangevinScaling;
