@@ -202,7 +202,9 @@ pub fn nearest(wanted: &Path, shipped: &[String]) -> Option<String> {
             (distance, name)
         })
         .filter(|(distance, name)| *distance <= 3.max(name.len() / 4))
-        .min_by_key(|(distance, _)| *distance)
+        // Among equals (several names the typed one begins), the shortest: `digits-cn` is
+        // `digits-cnn`, not `digits-cnn-dense`.
+        .min_by_key(|(distance, name)| (*distance, name.len()))
         .map(|(_, name)| name.clone())
 }
 
@@ -303,9 +305,14 @@ mod tests {
 
     #[test]
     fn a_mistyped_config_gets_the_nearest_shipped_one() {
-        let names: Vec<String> = ["digits-cnn.toml", "digits-linear.toml", "mnist-mlp.toml"]
-            .map(String::from)
-            .to_vec();
+        let names: Vec<String> = [
+            "digits-cnn-dense.toml",
+            "digits-cnn.toml",
+            "digits-linear.toml",
+            "mnist-mlp.toml",
+        ]
+        .map(String::from)
+        .to_vec();
         for typed in [
             "config/digits-cn.toml",
             "digit-cnn.toml",
