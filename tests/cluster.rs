@@ -359,6 +359,61 @@ fn a_cluster_run_ends_with_the_in_process_model() {
     }
 }
 
+/// Over-commitment and async mode through `serve`/`join`: with the injector's virtual clock
+/// (`base_delay_ms` > 0) which updates close a round or fill a buffer depends on the seed
+/// alone, so the cluster's model must be the in-process one, byte for byte.
+#[test]
+fn over_commitment_and_async_mode_across_nodes_give_the_in_process_model() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(config(tmp.path(), "base", 4, 0)).unwrap();
+    // Two of the six clients three times slower than the others on the virtual clock.
+    let stragglers = "\n[faults.stragglers]\nkind = \"share\"\nshare = 0.34\nfactor = 3.0\nbase_delay_ms = 100\n";
+    for (name, federation) in [
+        ("over-commit", "clients_per_round = 4\nover_commit = 1.5"),
+        (
+            "async",
+            "clients_per_round = 6\nmode = \"async\"\nconcurrency = 3\nbuffer = 2",
+        ),
+    ] {
+        let text = base.replace("clients_per_round = 6", federation) + stragglers;
+        assert_ne!(
+            text,
+            format!("{base}{stragglers}"),
+            "{name}: the config did not change"
+        );
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let expected = in_process_model(&tmp.path().join(name), &config);
+        let cluster = Cluster::new(tmp.path(), config);
+        let run = tmp.path().join(format!("cluster-{name}"));
+        let mut server = cluster.serve(name, &run, &[]);
+        let mut nodes = cluster.join_all(&[]);
+        server.expect_success();
+        for node in &mut nodes {
+            node.expect_success();
+        }
+        let model = std::fs::read(run.join("model.bin")).unwrap();
+        assert!(
+            model == expected,
+            "{name}: the cluster's final model differs from the in-process one; server log:\n{}",
+            server.log()
+        );
+        let records = records(&run);
+        assert_eq!(records.len(), 4, "{name}");
+        for r in &records {
+            if name == "async" {
+                assert_eq!(r["successes"], 2, "{name}: {r}");
+                assert_eq!(r["staleness"].as_array().map(Vec::len), Some(2), "{r}");
+            } else {
+                // Six asked, the first four close the round: the two slow ones are late.
+                assert_eq!(r["successes"], 4, "{name}: {r}");
+                assert_eq!(r["late"], 2, "{name}: {r}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
     let _serial = serial();
