@@ -243,6 +243,28 @@ fn in_process_model(dir: &Path, config: &Path) -> Vec<u8> {
     std::fs::read(out.join("model.bin")).unwrap()
 }
 
+/// Waits for the server and every node to exit 0, checks that the served run's `model.bin` is
+/// `expected` byte for byte, and returns the run's records.
+fn finished_with_the_model(
+    server: &mut Proc,
+    nodes: &mut [Proc],
+    run: &Path,
+    expected: &[u8],
+    what: &str,
+) -> Vec<serde_json::Value> {
+    server.expect_success();
+    for node in nodes.iter_mut() {
+        node.expect_success();
+    }
+    let model = std::fs::read(run.join("model.bin")).unwrap();
+    assert!(
+        model == expected,
+        "{what}: the cluster's final model differs from the in-process one; server log:\n{}",
+        server.log()
+    );
+    records(run)
+}
+
 fn records(run: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap_or_default()
@@ -328,17 +350,7 @@ fn a_cluster_run_ends_with_the_in_process_model() {
         cluster.join(NODES[1], &[]),
         cluster.join(NODES[2], &[]),
     ];
-    server.expect_success();
-    for node in &mut nodes {
-        node.expect_success();
-    }
-    let model = std::fs::read(run.join("model.bin")).unwrap();
-    assert!(
-        model == expected,
-        "the cluster's final model differs from the in-process one; server log:\n{}",
-        server.log()
-    );
-    let records = records(&run);
+    let records = finished_with_the_model(&mut server, &mut nodes, &run, &expected, "plain");
     assert_eq!(records.len(), 4);
     for r in &records {
         assert_eq!(r["successes"], 6, "{r}");
@@ -389,17 +401,7 @@ fn over_commitment_and_async_mode_across_nodes_give_the_in_process_model() {
         let run = tmp.path().join(format!("cluster-{name}"));
         let mut server = cluster.serve(name, &run, &[]);
         let mut nodes = cluster.join_all(&[]);
-        server.expect_success();
-        for node in &mut nodes {
-            node.expect_success();
-        }
-        let model = std::fs::read(run.join("model.bin")).unwrap();
-        assert!(
-            model == expected,
-            "{name}: the cluster's final model differs from the in-process one; server log:\n{}",
-            server.log()
-        );
-        let records = records(&run);
+        let records = finished_with_the_model(&mut server, &mut nodes, &run, &expected, name);
         assert_eq!(records.len(), 4, "{name}");
         for r in &records {
             if name == "async" {
