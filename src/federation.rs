@@ -167,7 +167,13 @@ fn trainers_of(config: &Config, loaded: &Loaded, ids: &[ClientId]) -> anyhow::Re
     }
     let mut trainers = loaded.trainers(config, ids)?;
     if let Some(plan) = &config.faults {
-        FaultyTrainer::wrap_all(&mut trainers, plan, config.run.seed, count);
+        FaultyTrainer::wrap_all(
+            &mut trainers,
+            plan,
+            config.run.seed,
+            count,
+            fedshard_training::train::slots::take_held,
+        );
     }
     Ok(trainers)
 }

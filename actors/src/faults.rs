@@ -180,6 +180,11 @@ pub struct FaultyTrainer {
     pub plan: FaultPlan,
     /// This client's factor f_c ≥ 1 ([`Stragglers::factors`]); 1 without stragglers.
     pub slowdown: f64,
+    /// The time the calling thread computed since the last call (the training crate's
+    /// `slots::take_held`), zero for a trainer that does not queue for a core: the slow-down
+    /// stretches computation, not the time a client waited for one of this machine's cores,
+    /// which a slow device of its own would not have waited.
+    pub computed: fn() -> Duration,
 }
 
 impl FaultyTrainer {
@@ -190,6 +195,7 @@ impl FaultyTrainer {
         plan: &FaultPlan,
         seed: u64,
         clients: usize,
+        computed: fn() -> Duration,
     ) {
         let factors = plan
             .stragglers
@@ -201,6 +207,7 @@ impl FaultyTrainer {
                 inner: trainer.clone(),
                 plan: plan.clone(),
                 slowdown: factors.get(*id as usize).copied().unwrap_or(1.0),
+                computed,
             });
         }
     }
@@ -234,9 +241,15 @@ impl LocalTrainer for FaultyTrainer {
             Some(FaultKind::Timeout) => std::thread::sleep(self.plan.delay),
             _ => {}
         }
+        let _ = (self.computed)();
         let started = std::time::Instant::now();
         let trained = self.inner.train(task);
-        self.straggle(started.elapsed());
+        // A trainer that queued for a core reports the time it held one; any other computed
+        // from start to end.
+        let computed = Some((self.computed)())
+            .filter(|held| !held.is_zero())
+            .unwrap_or_else(|| started.elapsed());
+        self.straggle(computed);
         let mut output = trained?;
         match fault {
             Some(FaultKind::NonFinite) => {

@@ -7,9 +7,12 @@
 //! does not depend on when it trains (its seed fixes it), so runs stay bit-identical.
 //!
 //! Only local computation takes a slot: a fault injector's simulated slowness sleeps outside
-//! it, as a slow remote device would not hold this machine's cores.
+//! it, as a slow remote device would not hold this machine's cores, and is proportional to the
+//! time the client held a slot ([`take_held`]), not to the time it queued for one.
 
+use std::cell::Cell;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 /// A counting semaphore over the process's cores.
 struct Slots {
@@ -17,14 +20,27 @@ struct Slots {
     freed: Condvar,
 }
 
-/// A held slot; dropping it frees the slot.
-pub struct Slot(&'static Slots);
+/// A held slot and when it was taken; dropping it frees the slot and adds the time it was held
+/// to this thread's [`take_held`].
+pub struct Slot(&'static Slots, Instant);
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        HELD.with(|held| held.set(held.get() + self.1.elapsed()));
         *lock(&self.0.free) += 1;
         self.0.freed.notify_one();
     }
+}
+
+thread_local! {
+    /// Time this thread held slots since the last [`take_held`].
+    static HELD: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+}
+
+/// The time the calling thread held slots since the last call (zero if it took none), and
+/// starts counting afresh: the computation time of a client's task, without its queueing.
+pub fn take_held() -> Duration {
+    HELD.with(|held| held.replace(Duration::ZERO))
 }
 
 fn lock(free: &Mutex<usize>) -> MutexGuard<'_, usize> {
@@ -51,7 +67,7 @@ pub fn acquire() -> Slot {
             .unwrap_or_else(PoisonError::into_inner);
     }
     *free -= 1;
-    Slot(slots)
+    Slot(slots, Instant::now())
 }
 
 #[cfg(test)]
@@ -79,5 +95,38 @@ mod tests {
             most >= 1 && most <= cores,
             "{most} holders on {cores} cores"
         );
+    }
+
+    #[test]
+    fn held_time_counts_the_holding_not_the_queueing() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let hold = Duration::from_millis(30);
+        // Every core busy for 3 × hold, so the measuring thread queues before it holds.
+        let blockers: Vec<_> = (0..cores)
+            .map(|_| {
+                let slot = acquire();
+                std::thread::spawn(move || {
+                    std::thread::sleep(3 * hold);
+                    drop(slot);
+                })
+            })
+            .collect();
+        std::thread::spawn(move || {
+            let _ = take_held();
+            let started = Instant::now();
+            {
+                let _slot = acquire();
+                std::thread::sleep(hold);
+            }
+            let (held, total) = (take_held(), started.elapsed());
+            assert!(held >= hold, "held {held:?} < {hold:?}");
+            assert!(total >= held + 2 * hold, "queued {:?}", total - held);
+            assert_eq!(take_held(), Duration::ZERO, "take_held resets");
+        })
+        .join()
+        .expect("the measuring thread");
+        for blocker in blockers {
+            blocker.join().expect("a blocker");
+        }
     }
 }
