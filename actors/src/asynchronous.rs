@@ -19,7 +19,7 @@
 //! kept with it until it answers: at most `concurrency` versions' worth, never the whole history.
 
 use crate::coordinator::Registry;
-use crate::record::RoundRecord;
+use crate::record::{KlmsStats, RoundRecord};
 use crate::round::{Accepted, ClientFailure, FailureKind, Folded, Outcome, build_tasks, check};
 use crate::schedule::{Arrivals, Staleness};
 use crate::server::{ServerState, call_client};
@@ -442,6 +442,11 @@ impl ServerState {
             late: 0,
             staleness: taus,
             phases: Default::default(),
+            klms: KlmsStats::of(
+                buffer
+                    .iter()
+                    .filter_map(|b| b.accepted.update.side.as_ref()),
+            ),
         };
         self.fed.history.push(record.clone());
         self.persist(&record).await?;

@@ -53,6 +53,8 @@ pub struct Metrics {
     learning_rate: GaugeVec,
     update_cosine: GaugeVec,
     model_version: IntGaugeVec,
+    klms_block_kl_bits: GaugeVec,
+    klms_drift_ratio: GaugeVec,
     staleness: HistogramVec,
     late: IntCounterVec,
 }
@@ -193,6 +195,16 @@ impl Metrics {
                 "fedshard_model_version",
                 "Versions of the global model applied so far (aggregates that changed it).",
             )?,
+            klms_block_kl_bits: gauge(
+                "fedshard_klms_block_kl_bits",
+                "KLMS: the accepted clients' mean KL per block in bits against the broadcast blocks, last round that reported it (d_target ideally).",
+                none,
+            )?,
+            klms_drift_ratio: gauge(
+                "fedshard_klms_drift_ratio",
+                "KLMS with rescale_drift: the mean share of their drift the accepted clients' candidates carried, last round.",
+                none,
+            )?,
             staleness: histogram(
                 "fedshard_update_staleness",
                 "Staleness of each accepted update in async mode: model versions applied between the one its client trained from and the one it was folded into.",
@@ -291,6 +303,12 @@ impl Metrics {
         self.update_cosine
             .with_label_values(none)
             .set(r.update_cosine.unwrap_or(f64::NAN));
+        if let Some(kl) = r.klms.and_then(|k| k.block_kl_bits) {
+            self.klms_block_kl_bits.with_label_values(none).set(kl);
+        }
+        if let Some(rho) = r.klms.and_then(|k| k.drift_ratio) {
+            self.klms_drift_ratio.with_label_values(none).set(rho);
+        }
     }
 
     /// The registry in the Prometheus text exposition format.
@@ -448,6 +466,11 @@ mod tests {
             late: 2,
             staleness: vec![0, 1, 3],
             phases: Default::default(),
+            klms: Some(crate::record::KlmsStats {
+                block_uploads: 0,
+                block_kl_bits: Some(2.5),
+                drift_ratio: Some(0.75),
+            }),
         }
     }
 
@@ -479,6 +502,8 @@ mod tests {
             "fedshard_update_staleness_count{run=\"demo\"} 6",
             "fedshard_update_staleness_sum{run=\"demo\"} 8",
             "fedshard_update_staleness_bucket{run=\"demo\",le=\"1\"} 4",
+            "fedshard_klms_block_kl_bits{run=\"demo\"} 2.5",
+            "fedshard_klms_drift_ratio{run=\"demo\"} 0.75",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

@@ -5,6 +5,7 @@ use crate::round::FailureKind;
 use fedshard_protocol::payload::RejectionKind;
 use fedshard_protocol::shard_plan::GroupStats;
 use fedshard_protocol::task::ClientId;
+use fedshard_protocol::uplink::UplinkSide;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -66,6 +67,44 @@ pub struct RoundRecord {
     /// Where the round's `seconds` went. Zeros in async mode and in older histories.
     #[serde(default)]
     pub phases: PhaseSeconds,
+    /// What the accepted clients' KLMS coders reported; absent without a KLMS compressor (and
+    /// in older histories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub klms: Option<KlmsStats>,
+}
+
+/// A round's KLMS reports (seed 004 §4.4; `[compression] rescale_drift`), so that a run shows
+/// whether its blocks still carry about `d_target` bits of KL and how much of the drift the
+/// candidates carried: the two numbers that explain a KLMS run's bits and accuracy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct KlmsStats {
+    /// Accepted clients that cut and uploaded their own block ends (`UPDATE` rounds).
+    pub block_uploads: usize,
+    /// Mean over the other accepted clients of their mean KL per block in bits, measured against
+    /// the broadcast blocks (a re-partition follows when it leaves `[D/3, 1.5 D]`); `None` when
+    /// every client uploaded blocks, which are cut at about `d_target` bits each.
+    pub block_kl_bits: Option<f64>,
+    /// Mean over the accepted clients of the share `ρ` of their drift that the selected
+    /// candidates carry, as they reported it (`rescale_drift`; the server divides by it).
+    pub drift_ratio: Option<f64>,
+}
+
+impl KlmsStats {
+    /// The stats of a round's decoded uplinks, `None` when none of them was KLMS-coded.
+    pub fn of<'a>(sides: impl IntoIterator<Item = &'a UplinkSide>) -> Option<Self> {
+        let mean = |xs: &[f64]| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
+        let (mut uploads, mut kl, mut rho) = (0, Vec::new(), Vec::new());
+        for side in sides {
+            uploads += usize::from(side.ends.is_some());
+            kl.extend(side.mean_kl_bits);
+            rho.extend(side.drift_ratio);
+        }
+        (uploads > 0 || !kl.is_empty() || !rho.is_empty()).then(|| Self {
+            block_uploads: uploads,
+            block_kl_bits: mean(&kl),
+            drift_ratio: mean(&rho),
+        })
+    }
 }
 
 /// Where a synchronous round's wall-clock seconds went, phase by phase; the rest of `seconds`
@@ -291,6 +330,40 @@ impl Summary {
 mod tests {
     use super::*;
 
+    #[test]
+    fn klms_stats_average_what_the_clients_reported() {
+        let side = |ends: Option<Vec<usize>>, kl: Option<f64>, rho: Option<f64>| UplinkSide {
+            len: 8,
+            ends,
+            mean_kl_bits: kl,
+            symbols: None,
+            drift_ratio: rho,
+        };
+        assert_eq!(KlmsStats::of(&[UplinkSide::default()]), None, "no KLMS");
+        let sides = [
+            side(Some(vec![4, 8]), None, Some(0.8)),
+            side(None, Some(1.5), Some(1.0)),
+            side(None, Some(2.5), None),
+        ];
+        let stats = KlmsStats {
+            block_uploads: 1,
+            block_kl_bits: Some(2.0),
+            drift_ratio: Some(0.9),
+        };
+        assert_eq!(KlmsStats::of(&sides), Some(stats));
+        // Written only where there is something to say, and read back.
+        let mut r = record();
+        assert!(!serde_json::to_string(&r).unwrap().contains("klms"));
+        r.klms = Some(stats);
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(
+            line.contains(r#""klms":{"block_uploads":1,"block_kl_bits":2.0,"drift_ratio":0.9}"#)
+        );
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let read: KlmsStats = serde_json::from_value(value["klms"].clone()).unwrap();
+        assert_eq!(read, stats);
+    }
+
     fn record() -> RoundRecord {
         RoundRecord {
             round: 3,
@@ -322,6 +395,7 @@ mod tests {
             seconds: 7.5,
             update_cosine: Some(0.5),
             late: 0,
+            klms: None,
             staleness: vec![],
             phases: PhaseSeconds {
                 plan: 0.001,

@@ -6,7 +6,7 @@
 
 use crate::client::ClientReply;
 use crate::coordinator::Registry;
-use crate::record::RoundRecord;
+use crate::record::{KlmsStats, RoundRecord};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::payload::{DecodedUpdate, RejectionKind, UpdateEnvelope, open};
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, dense_part};
@@ -623,6 +623,7 @@ pub fn record(s: &RoundSummary<'_>) -> RoundRecord {
         late: 0,
         staleness: vec![],
         phases: Default::default(),
+        klms: KlmsStats::of(accepted.iter().filter_map(|a| a.update.side.as_ref())),
     }
 }
 
