@@ -1,10 +1,14 @@
 //! How many connections may wait to authenticate at once: in all, and from one source address.
 //! A connection holds a [`Slot`] from its accept until it authenticates or closes, so peers
 //! without the secret can hold at most `global` slots, each for at most the handshake deadline.
+//!
+//! A "source address" is an IPv4 address, or an IPv6 /64: one host or link is usually given a
+//! whole /64 and can pick any address in it, so counting IPv6 addresses one by one would let a
+//! single machine take every slot.
 
 use crate::refusal::Refusal;
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -12,14 +16,33 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub(crate) struct Admission {
     global: Arc<Semaphore>,
     per_address: usize,
-    waiting: Mutex<HashMap<IpAddr, usize>>,
+    waiting: Mutex<HashMap<Source, usize>>,
+}
+
+/// What the per-address cap counts: an IPv4 address (IPv4-mapped IPv6 included) or an IPv6 /64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Source {
+    V4(Ipv4Addr),
+    V6Prefix64(u64),
+}
+
+impl From<IpAddr> for Source {
+    fn from(address: IpAddr) -> Self {
+        match address {
+            IpAddr::V4(v4) => Source::V4(v4),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Source::V4(v4),
+                None => Source::V6Prefix64((v6.to_bits() >> 64) as u64),
+            },
+        }
+    }
 }
 
 /// One connection's place among those waiting to authenticate; dropping it frees the place.
 #[derive(Debug)]
 pub(crate) struct Slot {
     _global: OwnedSemaphorePermit,
-    address: IpAddr,
+    source: Source,
     admission: Arc<Admission>,
 }
 
@@ -34,8 +57,9 @@ impl Admission {
 
     /// A slot for a connection from `address`, or why there is none.
     pub(crate) fn admit(self: &Arc<Self>, address: IpAddr) -> Result<Slot, Refusal> {
+        let source = Source::from(address);
         let mut waiting = self.lock();
-        if waiting.get(&address).copied().unwrap_or(0) >= self.per_address {
+        if waiting.get(&source).copied().unwrap_or(0) >= self.per_address {
             return Err(Refusal::TooManyFromAddress);
         }
         let permit = self
@@ -43,15 +67,15 @@ impl Admission {
             .clone()
             .try_acquire_owned()
             .map_err(|_| Refusal::TooManyUnauthenticated)?;
-        *waiting.entry(address).or_insert(0) += 1;
+        *waiting.entry(source).or_insert(0) += 1;
         Ok(Slot {
             _global: permit,
-            address,
+            source,
             admission: self.clone(),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Source, usize>> {
         self.waiting
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -61,10 +85,10 @@ impl Admission {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut waiting = self.admission.lock();
-        if let Some(n) = waiting.get_mut(&self.address) {
+        if let Some(n) = waiting.get_mut(&self.source) {
             *n -= 1;
             if *n == 0 {
-                waiting.remove(&self.address);
+                waiting.remove(&self.source);
             }
         }
     }
@@ -100,8 +124,31 @@ mod tests {
         let admission = Arc::new(Admission::new(8, 8));
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let slots: Vec<_> = (0..5).map(|_| admission.admit(a).unwrap()).collect();
-        assert_eq!(admission.lock().get(&a), Some(&5));
+        assert_eq!(admission.lock().get(&Source::from(a)), Some(&5));
         drop(slots);
         assert!(admission.lock().is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_64_is_one_source_and_a_mapped_ipv4_is_its_address() {
+        let admission = Arc::new(Admission::new(16, 2));
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        // Two addresses of one /64 share its cap; the next /64 has its own.
+        let _x = admission.admit(ip("2001:db8:0:1::1")).unwrap();
+        let _y = admission.admit(ip("2001:db8:0:1:ffff:1:2:3")).unwrap();
+        assert_eq!(
+            admission.admit(ip("2001:db8:0:1::beef")).unwrap_err(),
+            Refusal::TooManyFromAddress
+        );
+        let _z = admission.admit(ip("2001:db8:0:2::1")).unwrap();
+        // An IPv4 peer counts the same whether the socket reports it mapped or not.
+        let _v4 = admission.admit(ip("192.0.2.7")).unwrap();
+        let _mapped = admission.admit(ip("::ffff:192.0.2.7")).unwrap();
+        assert_eq!(
+            admission.admit(ip("192.0.2.7")).unwrap_err(),
+            Refusal::TooManyFromAddress
+        );
+        // IPv4 addresses stay one by one.
+        let _other = admission.admit(ip("192.0.2.8")).unwrap();
     }
 }

@@ -67,7 +67,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
           default_value_t = Limits::default().max_unauthenticated as u32)]
     pub max_unauthenticated: u32,
-    /// Connections from one IP address that may wait to authenticate at once.
+    /// Connections from one source that may wait to authenticate at once: an IPv4 address, or an
+    /// IPv6 /64 (a host can pick any address in its /64).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
           default_value_t = Limits::default().max_unauthenticated_per_ip as u32)]
     pub max_unauthenticated_per_ip: u32,
