@@ -132,23 +132,20 @@ mod tests {
     #[test]
     fn an_ipv6_64_is_one_source_and_a_mapped_ipv4_is_its_address() {
         let admission = Arc::new(Admission::new(16, 2));
-        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let admit = |s: &str| admission.admit(s.parse().unwrap());
         // Two addresses of one /64 share its cap; the next /64 has its own.
-        let _x = admission.admit(ip("2001:db8:0:1::1")).unwrap();
-        let _y = admission.admit(ip("2001:db8:0:1:ffff:1:2:3")).unwrap();
+        let _x = admit("2001:db8:0:1::1").unwrap();
+        let _y = admit("2001:db8:0:1:ffff:1:2:3").unwrap();
         assert_eq!(
-            admission.admit(ip("2001:db8:0:1::beef")).unwrap_err(),
+            admit("2001:db8:0:1::beef").unwrap_err(),
             Refusal::TooManyFromAddress
         );
-        let _z = admission.admit(ip("2001:db8:0:2::1")).unwrap();
+        let _z = admit("2001:db8:0:2::1").unwrap();
         // An IPv4 peer counts the same whether the socket reports it mapped or not.
-        let _v4 = admission.admit(ip("192.0.2.7")).unwrap();
-        let _mapped = admission.admit(ip("::ffff:192.0.2.7")).unwrap();
-        assert_eq!(
-            admission.admit(ip("192.0.2.7")).unwrap_err(),
-            Refusal::TooManyFromAddress
-        );
+        let _v4 = admit("192.0.2.7").unwrap();
+        let _mapped = admit("::ffff:192.0.2.7").unwrap();
+        assert_eq!(admit("192.0.2.7").unwrap_err(), Refusal::TooManyFromAddress);
         // IPv4 addresses stay one by one.
-        let _other = admission.admit(ip("192.0.2.8")).unwrap();
+        let _other = admit("192.0.2.8").unwrap();
     }
 }
