@@ -5,7 +5,7 @@
 //! Every run goes through [`federation::run_to_end`], the loop behind `fedshard run`; the bits
 //! are those of the payload bytes the clients sent (`RoundRecord::uplink_bits`), not a formula.
 
-use crate::compare::{mean_and_sample_std, parse_list};
+use crate::compare::{mean_and_sample_std, parse_list, t_interval_95};
 use crate::config::Config;
 use crate::federation;
 use anyhow::{Context, ensure};
@@ -130,8 +130,9 @@ pub fn compare_uplink(
     Ok(runs)
 }
 
-/// The table as markdown: per row, accuracy (mean ± std over seeds), bits per parameter, and
-/// the saving against the same host without KLMS and against 32-bit floats.
+/// The table as markdown: per row, accuracy (mean ± std over seeds), bits per parameter, the
+/// saving against the same host without KLMS and against 32-bit floats, and the accuracy against
+/// that host paired by seed ([`paired_difference`]).
 pub fn markdown(
     runs: &[UplinkRun],
     compressors: &[Compressor],
@@ -141,9 +142,9 @@ pub fn markdown(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| compressor | accuracy % | bits / parameter | vs. host without KLMS | vs. f32 | failed runs |"
+        "| compressor | accuracy % | bits / parameter | vs. host without KLMS | vs. f32 | accuracy vs. host, paired by seed (points, 95% CI) | failed runs |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
     let row_runs = |arm: &UplinkArm| -> Vec<&UplinkRun> {
         runs.iter()
             .filter(|r| r.compressor == arm.compressor && r.d_target == arm.d_target)
@@ -167,27 +168,53 @@ pub fn markdown(
         let bits = bpp(&rs);
         // Against every plain encoding of the same host in the grid (QSGD: five symbols a byte
         // and Elias-coded).
-        let versus_host = if arm.compressor.klms() {
-            let savings: Vec<String> = Compressor::ALL
-                .into_iter()
-                .filter(|c| !c.klms() && c.host().is_some() && c.host() == arm.compressor.host())
-                .filter_map(|plain| {
-                    let base = bpp(&row_runs(&UplinkArm {
-                        compressor: plain,
-                        d_target: None,
-                    }));
+        let plains: Vec<Compressor> = Compressor::ALL
+            .into_iter()
+            .filter(|c| {
+                arm.compressor.klms()
+                    && !c.klms()
+                    && c.host().is_some()
+                    && c.host() == arm.compressor.host()
+            })
+            .collect();
+        let plain_runs = |plain: Compressor| {
+            row_runs(&UplinkArm {
+                compressor: plain,
+                d_target: None,
+            })
+        };
+        let joined = |cells: Vec<String>| {
+            if cells.is_empty() {
+                "—".to_string()
+            } else {
+                cells.join("; ")
+            }
+        };
+        let versus_host = joined(
+            plains
+                .iter()
+                .filter_map(|&plain| {
+                    let base = bpp(&plain_runs(plain));
                     (base.is_finite() && bits > 0.0)
                         .then(|| format!("{:.1}× fewer than {plain}", base / bits))
                 })
-                .collect();
-            if savings.is_empty() {
-                "—".into()
-            } else {
-                savings.join("; ")
-            }
-        } else {
-            "—".into()
-        };
+                .collect(),
+        );
+        let paired = joined(
+            plains
+                .iter()
+                .filter_map(|&plain| {
+                    let d = paired_difference(&rs, &plain_runs(plain))?;
+                    let interval = d.interval.map_or_else(String::new, |(low, high)| {
+                        format!(" [{low:+.2}, {high:+.2}]")
+                    });
+                    Some(format!(
+                        "{:+.2}{interval} vs {plain}, n = {}",
+                        d.mean, d.seeds
+                    ))
+                })
+                .collect(),
+        );
         let failed = rs.iter().filter(|r| r.error.is_some()).count();
         // SGLD without KLMS sends f32 values: nothing saved against f32.
         let versus_f32 = match arm.compressor {
@@ -196,11 +223,42 @@ pub fn markdown(
         };
         let _ = writeln!(
             out,
-            "| {} | {mean:.2} ± {std:.2} | {bits:.4} | {versus_host} | {versus_f32} | {failed} |",
+            "| {} | {mean:.2} ± {std:.2} | {bits:.4} | {versus_host} | {versus_f32} | {paired} | {failed} |",
             arm.label(),
         );
     }
     out
+}
+
+/// The accuracy of one row minus another's over the seeds both completed, in points.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairedDifference {
+    pub mean: f64,
+    /// The 95% Student-t interval of the mean difference; `None` below two seeds.
+    pub interval: Option<(f64, f64)>,
+    pub seeds: usize,
+}
+
+/// `runs` minus `baseline`, paired by seed: the same seed gives both the same data split and
+/// initial model, so the seeds' spread (often several points) cancels and a difference of a
+/// point can be told from noise. `None` when no seed completed in both.
+pub fn paired_difference(runs: &[&UplinkRun], baseline: &[&UplinkRun]) -> Option<PairedDifference> {
+    let differences: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| {
+            let base = baseline.iter().find(|b| b.seed == r.seed)?.final_accuracy?;
+            Some(100.0 * (r.final_accuracy? - base))
+        })
+        .collect();
+    if differences.is_empty() {
+        return None;
+    }
+    let (mean, std) = mean_and_sample_std(&differences);
+    Some(PairedDifference {
+        mean,
+        interval: t_interval_95(mean, std, differences.len()),
+        seeds: differences.len(),
+    })
 }
 
 /// `D_target` values parsed from `1,2,4`.
@@ -219,4 +277,58 @@ pub fn parse_d_targets(list: &str) -> anyhow::Result<Vec<u32>> {
 /// Compressor names parsed from `fedpm,fedpm-klms` (no empty entries, no repeats).
 pub fn parse_compressors(list: &str) -> anyhow::Result<Vec<Compressor>> {
     parse_list(list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seed: u64, accuracy: Option<f64>) -> UplinkRun {
+        UplinkRun {
+            compressor: Compressor::Signsgd,
+            d_target: None,
+            seed,
+            final_accuracy: accuracy,
+            bits_per_parameter: Some(1.0),
+            uplink_bits_total: Some(1),
+            error: None,
+            seconds: 0.0,
+            accuracy_per_round: vec![],
+        }
+    }
+
+    #[test]
+    fn paired_difference_pairs_by_seed_and_skips_what_did_not_complete() {
+        let klms = [
+            run(1, Some(0.80)),
+            run(2, Some(0.70)),
+            run(3, Some(0.60)),
+            run(5, Some(0.99)),
+        ];
+        let host = [
+            run(3, Some(0.63)),
+            run(1, Some(0.81)),
+            run(2, Some(0.72)),
+            run(4, Some(0.10)),
+            run(5, None),
+        ];
+        let d = paired_difference(
+            &klms.iter().collect::<Vec<_>>(),
+            &host.iter().collect::<Vec<_>>(),
+        )
+        .expect("three pairs");
+        // Differences −1, −2, −3 points: mean −2, std 1, t(0.975; 2) = 4.302653.
+        assert_eq!(d.seeds, 3);
+        assert!((d.mean + 2.0).abs() < 1e-9, "{d:?}");
+        let half = 4.302_653 / 3f64.sqrt();
+        let (low, high) = d.interval.expect("an interval");
+        assert!(
+            (low - (-2.0 - half)).abs() < 1e-5 && (high - (-2.0 + half)).abs() < 1e-5,
+            "{d:?}"
+        );
+        assert_eq!(
+            paired_difference(&[&run(9, Some(0.5))], &host.iter().collect::<Vec<_>>()),
+            None
+        );
+    }
 }

@@ -214,6 +214,8 @@ fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
     ] {
         assert!(table.contains(row), "{row} missing from\n{table}");
     }
+    // Each KLMS row against its host, paired by the one seed (no interval from one pair).
+    assert_eq!(table.matches(" vs signsgd, n = 1 |").count(), 2, "{table}");
     // Signs without KLMS: one bit per value, so 32 / (656 / 650) ≈ 31.7× fewer than f32.
     let signs = runs
         .iter()
