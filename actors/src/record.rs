@@ -67,9 +67,10 @@ pub struct RoundRecord {
     /// Where the round's `seconds` went. Zeros in async mode and in older histories.
     #[serde(default)]
     pub phases: PhaseSeconds,
-    /// What the accepted clients' KLMS coders reported; absent without a KLMS compressor (and
-    /// in older histories).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the accepted clients' KLMS coders reported; `None` without a KLMS compressor (and
+    /// absent in older histories). Always written: the checkpoint's bincode has no optional
+    /// fields.
+    #[serde(default)]
     pub klms: Option<KlmsStats>,
 }
 
@@ -351,9 +352,9 @@ mod tests {
             drift_ratio: Some(0.9),
         };
         assert_eq!(KlmsStats::of(&sides), Some(stats));
-        // Written only where there is something to say, and read back.
+        // `null` without KLMS, and read back.
         let mut r = record();
-        assert!(!serde_json::to_string(&r).unwrap().contains("klms"));
+        assert!(serde_json::to_string(&r).unwrap().contains(r#""klms":null"#));
         r.klms = Some(stats);
         let line = serde_json::to_string(&r).unwrap();
         assert!(
