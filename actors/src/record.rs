@@ -354,7 +354,11 @@ mod tests {
         assert_eq!(KlmsStats::of(&sides), Some(stats));
         // `null` without KLMS, and read back.
         let mut r = record();
-        assert!(serde_json::to_string(&r).unwrap().contains(r#""klms":null"#));
+        assert!(
+            serde_json::to_string(&r)
+                .unwrap()
+                .contains(r#""klms":null"#)
+        );
         r.klms = Some(stats);
         let line = serde_json::to_string(&r).unwrap();
         assert!(

@@ -3,7 +3,7 @@
 //! node behind it), and gives an unauthenticated session its model-sized frame cap and no
 //! deadline. Here every connection is admitted against the limits ([`Limits`]), its TLS
 //! handshake runs in a task of its own under the handshake deadline, and the decrypted stream
-//! reaches ractor_cluster as an external stream whose reads are guarded ([`crate::guard`]) until
+//! reaches ractor_cluster as an external stream whose reads are guarded (`guard.rs`) until
 //! the session authenticates. Every connection closed on the way is a counted, rate-limited
 //! [`Refusal`].
 //!

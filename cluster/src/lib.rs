@@ -18,8 +18,8 @@
 //! never a change to the model. Nodes authenticate with a shared secret ([`secret`]; a node
 //! with another secret is refused and counted) and may talk TLS ([`tls`]). A server node
 //! accepts connections through its own listener ([`acceptor`]), which bounds what a peer can
-//! hold before it authenticates: a deadline, a small frame cap ([`guard`]), a number of
-//! waiting connections in all and per address ([`admission`]); every connection it closes is
+//! hold before it authenticates: a deadline, a small frame cap (`guard.rs`), a number of
+//! waiting connections in all and per address (`admission.rs`); every connection it closes is
 //! counted and logged by reason ([`refusal`]).
 //!
 //! Not here: the rounds themselves (`fedshard-actors`), building a federation from a config and
