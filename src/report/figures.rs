@@ -119,7 +119,8 @@ pub fn overlay(runs: &[Run]) -> Vec<(&'static str, Figure)> {
 /// The figures of one run folder's `plots/`, as `(file stem, figure)`: accuracy; test and
 /// training loss; uplink and downlink bits; bits per parameter; participation, failures,
 /// rejections and late clients; ANME, and per cluster when the round sharded more than one
-/// (layer, keep ratio); in async mode, the staleness of each version's updates.
+/// (layer, keep ratio); in async mode, the staleness of each version's updates; with KLMS, the
+/// coders' KL per block and drift ratio.
 pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
     let figure = |title: &str, value_label: &str, value_axis, legend, series| Figure {
         title: title.into(),
@@ -230,6 +231,29 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
             ),
         ));
     }
+    if rounds.iter().any(|r| r.klms.is_some()) {
+        let kl = |r: &RoundPoint| r.klms.and_then(|k| k.block_kl_bits).unwrap_or(f64::NAN);
+        let rho = |r: &RoundPoint| r.klms.and_then(|k| k.drift_ratio).unwrap_or(f64::NAN);
+        let mut lines = vec![series(
+            // A gap: the clients cut and uploaded new blocks that round.
+            "KL per block (bits)",
+            rounds,
+            kl,
+        )];
+        if rounds.iter().any(|r| !rho(r).is_nan()) {
+            lines.push(series("drift ratio ρ", rounds, rho));
+        }
+        figures.push((
+            "klms",
+            figure(
+                "KLMS coder: mean KL per block and drift ratio",
+                "bits, or ratio",
+                ValueAxis::FromZero,
+                Legend::UpperRight,
+                lines,
+            ),
+        ));
+    }
     figures
 }
 
@@ -287,7 +311,40 @@ mod tests {
                 .collect(),
             late: 0,
             staleness: Vec::new(),
+            klms: None,
         }
+    }
+
+    #[test]
+    fn a_klms_run_gets_a_figure_of_its_block_kl_and_drift_ratio() {
+        use fedshard_actors::record::KlmsStats;
+        let mut rounds = [round(1, &[]), round(2, &[])];
+        assert!(run_figures(&rounds).iter().all(|(stem, _)| *stem != "klms"));
+        rounds[0].klms = Some(KlmsStats {
+            block_uploads: 10,
+            block_kl_bits: None,
+            drift_ratio: Some(0.9),
+        });
+        rounds[1].klms = Some(KlmsStats {
+            block_uploads: 0,
+            block_kl_bits: Some(3.5),
+            drift_ratio: Some(0.7),
+        });
+        let figures = run_figures(&rounds);
+        let (stem, klms) = figures.last().expect("figures");
+        assert_eq!(*stem, "klms");
+        let kl = &klms.series[0].points;
+        assert!(kl[0].1.is_nan() && kl[1] == (2.0, 3.5), "{kl:?}");
+        assert_eq!(klms.series[1].points, [(1.0, 0.9), (2.0, 0.7)]);
+        // Without rescale_drift there is no ratio to draw.
+        rounds.iter_mut().for_each(|r| {
+            r.klms = r.klms.map(|k| KlmsStats {
+                drift_ratio: None,
+                ..k
+            })
+        });
+        let figures = run_figures(&rounds);
+        assert_eq!(figures.last().expect("figures").1.series.len(), 1);
     }
 
     #[test]

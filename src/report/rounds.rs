@@ -7,7 +7,7 @@
 //! ignored, so a folder from a run with more fields still reads.
 
 use anyhow::{Context, bail};
-use fedshard_actors::record::RoundRecord;
+use fedshard_actors::record::{KlmsStats, RoundRecord};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,6 +50,9 @@ pub struct RoundPoint {
     /// Async mode: the staleness τ of each update folded into this version (empty otherwise).
     #[serde(default)]
     pub staleness: Vec<u64>,
+    /// What the KLMS coders reported (absent without KLMS and in older records).
+    #[serde(default)]
+    pub klms: Option<KlmsStats>,
 }
 
 /// The ANME of one keep-ratio cluster on one sharded layer.
@@ -105,6 +108,7 @@ impl From<&RoundRecord> for RoundPoint {
                 .collect(),
             late: r.late,
             staleness: r.staleness.clone(),
+            klms: r.klms,
         }
     }
 }
