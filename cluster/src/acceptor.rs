@@ -151,9 +151,7 @@ impl Front {
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Pending>>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.pending)
     }
 
     /// Follows ractor_cluster's session events: an authenticated connection is free of its

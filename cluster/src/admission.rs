@@ -76,9 +76,7 @@ impl Admission {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Source, usize>> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.waiting)
     }
 }
 

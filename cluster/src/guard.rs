@@ -6,6 +6,7 @@
 //! authenticates, bytes pass through untouched and ractor_cluster's model-sized cap applies.
 
 use crate::admission::Slot;
+use crate::lock;
 use crate::refusal::Refusal;
 use ractor_cluster::{BoxRead, BoxWrite, ClusterBidiStream};
 use std::future::Future;
@@ -54,12 +55,6 @@ impl Pending {
     pub(crate) fn refusal(&self) -> Refusal {
         lock(&self.refusal).unwrap_or(Refusal::NotAuthenticated)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// ractor_cluster's framing (a u64 big-endian length, then that many bytes), followed byte by

@@ -41,6 +41,14 @@ pub mod serve;
 pub mod tls;
 pub mod wire;
 
+/// Locks `mutex` even if a holder panicked: every lock of this crate guards counters and maps
+/// that each update leaves consistent, so a panic elsewhere must not take the listener down.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The process group of the server node's gateway; client nodes watch it to find the server.
 pub const GATEWAY_GROUP: &str = "fedshard.gateway";
 

@@ -174,11 +174,8 @@ impl Refusals {
     /// line for this reason for an interval.
     pub fn refuse(&self, peer: std::net::SocketAddr, why: Refusal) {
         self.metrics.session_refused(why);
-        let logged = self
-            .limit
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .admit((peer.ip(), why), Instant::now(), self.interval);
+        let logged =
+            crate::lock(&self.limit).admit((peer.ip(), why), Instant::now(), self.interval);
         match logged {
             Some(0) => {
                 tracing::warn!("refused a node session from {peer}: {}", why.explanation());

@@ -444,6 +444,18 @@ enum Symbols {
 /// few blocks) loses that.
 pub const DRIFT_RATIO_RANGE: (f64, f64) = (0.1, 2.0);
 
+/// QSGD-KLMS's `p` over a message of `len` values from the tensor frequencies `means` (the
+/// server's, or the client's own as sent) and the task's counts and `β`.
+fn qsgd_prior(uplink: &Uplink, means: &[[f64; 3]], len: usize) -> Result<Vec<[f64; 3]>, String> {
+    qsgd::global_distribution(
+        &uplink.prior_tensors,
+        means,
+        uplink.prior_counts.as_deref(),
+        uplink.prior_weight,
+        len,
+    )
+}
+
 /// The fair-coin prior of SignSGD.
 const FAIR_SIGN: [f64; 3] = [0.5, 0.0, 0.5];
 
@@ -459,13 +471,7 @@ fn prior(uplink: &Uplink, sent: &[f32]) -> Result<Message, String> {
         Host::Qsgd => Message::Ternary {
             q: Vec::new(),
             p: match (&uplink.prior_means, &uplink.klms) {
-                (Some(means), Some(_)) => qsgd::global_distribution(
-                    &uplink.prior_tensors,
-                    means,
-                    uplink.prior_counts.as_deref(),
-                    uplink.prior_weight,
-                    sent.len(),
-                )?,
+                (Some(means), Some(_)) => qsgd_prior(uplink, means, sent.len())?,
                 _ => Vec::new(),
             },
         },
@@ -568,13 +574,7 @@ fn message(uplink: &Uplink, sent: &[f32], out: &[f32]) -> Result<ClientMessage, 
                 .collect();
             if uplink.klms.is_some() && uplink.prior_means.is_none() {
                 let own = qsgd::own_tensor_means(q, &uplink.prior_tensors);
-                *p = qsgd::global_distribution(
-                    &uplink.prior_tensors,
-                    &qsgd::means_from_wire(&own)?,
-                    uplink.prior_counts.as_deref(),
-                    uplink.prior_weight,
-                    sent.len(),
-                )?;
+                *p = qsgd_prior(uplink, &qsgd::means_from_wire(&own)?, sent.len())?;
                 tensor_means = Some(own);
             }
         }
@@ -990,13 +990,7 @@ fn decode_symbols(task: &TrainTask, sent: &[f32], bytes: &[u8]) -> Result<Decode
             .collect::<Result<Vec<_>, String>>()?;
         p = Message::Ternary {
             q: Vec::new(),
-            p: qsgd::global_distribution(
-                &uplink.prior_tensors,
-                &qsgd::means_from_wire(&own)?,
-                uplink.prior_counts.as_deref(),
-                uplink.prior_weight,
-                d,
-            )?,
+            p: qsgd_prior(uplink, &qsgd::means_from_wire(&own)?, d)?,
         };
     }
     let rescale = uplink.rescale_drift;
