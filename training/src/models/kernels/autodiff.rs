@@ -99,11 +99,11 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         let state = (x.primitive.clone(), w.primitive.clone());
         match bias {
             Some(bias) => record::<B, C, _, 3>([x, w, bias], y, state, |(x, w), g| {
-                B::fused_linear_backward(x, w, g)
+                let [d_x, d_w] = B::fused_linear_backward(x, w, g.clone());
+                [d_x, d_w, B::fused_bias_backward(g)]
             }),
             None => record::<B, C, _, 2>([x, w], y, state, |(x, w), g| {
-                let [d_x, d_w, _] = B::fused_linear_backward(x, w, g);
-                [d_x, d_w]
+                B::fused_linear_backward(x, w, g)
             }),
         }
     }

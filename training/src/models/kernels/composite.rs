@@ -144,19 +144,19 @@ pub fn linear_backward<B: Backend>(
     x: FloatTensor<B>,
     w: FloatTensor<B>,
     grad: FloatTensor<B>,
-) -> [FloatTensor<B>; 3] {
+) -> [FloatTensor<B>; 2] {
     let (x, shape) = rows::<B>(x);
     let (grad, _) = rows::<B>(grad);
     let w: Tensor<B, 2> = float(w);
-    let outputs = w.dims()[0];
     let d_x = restore(grad.clone().matmul(w), shape);
-    let d_bias = grad.clone().sum_dim(0).reshape([outputs]);
     let d_w = grad.transpose().matmul(x);
-    [
-        d_x,
-        d_w.into_primitive().tensor(),
-        d_bias.into_primitive().tensor(),
-    ]
+    [d_x, d_w.into_primitive().tensor()]
+}
+
+pub fn bias_backward<B: Backend>(grad: FloatTensor<B>) -> FloatTensor<B> {
+    let (grad, _) = rows::<B>(grad);
+    let outputs = grad.dims()[1];
+    grad.sum_dim(0).reshape([outputs]).into_primitive().tensor()
 }
 
 /// `N × T × d` → `N × heads × T × d/heads`.

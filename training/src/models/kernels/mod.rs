@@ -75,14 +75,20 @@ pub trait Kernels: Backend {
         composite::linear::<Self>(x, w, bias)
     }
 
-    /// The gradients of [`Kernels::fused_linear`] with respect to `x`, `w` and the bias (the
-    /// column sums of `grad`, whether or not the layer has a bias).
+    /// The gradients of [`Kernels::fused_linear`] with respect to `x` and `w`.
     fn fused_linear_backward(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-    ) -> [FloatTensor<Self>; 3] {
+    ) -> [FloatTensor<Self>; 2] {
         composite::linear_backward::<Self>(x, w, grad)
+    }
+
+    /// The gradient of [`Kernels::fused_linear`] with respect to its bias: the column sums of
+    /// `grad` over every row. Separate from [`Kernels::fused_linear_backward`] so that a layer
+    /// without a bias does not pay for it.
+    fn fused_bias_backward(grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::bias_backward::<Self>(grad)
     }
 
     /// Multi-head scaled dot-product attention of `N × T × d` queries, keys and values split

@@ -191,7 +191,7 @@ impl Kernels for NdArray<f32> {
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-    ) -> [FloatTensor<Self>; 3] {
+    ) -> [FloatTensor<Self>; 2] {
         let shape = x.shape();
         let inputs = row_len(&shape);
         let (x, grad) = (Rows::of(&x), values(&grad));
@@ -210,15 +210,20 @@ impl Kernels for NdArray<f32> {
             (&grad, 1, outputs as isize),
             (&x.values, x.rs, x.cs),
         );
+        [
+            tensor(d_x, shape),
+            tensor(d_w, Shape::new([outputs, inputs])),
+        ]
+    }
+
+    fn fused_bias_backward(grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        let outputs = row_len(&grad.shape());
+        let grad = values(&grad);
         let mut d_bias = vec![0.0f32; outputs];
         for row in grad.chunks_exact(outputs) {
             d_bias.iter_mut().zip(row).for_each(|(s, g)| *s += g);
         }
-        [
-            tensor(d_x, shape),
-            tensor(d_w, Shape::new([outputs, inputs])),
-            tensor(d_bias, Shape::new([outputs])),
-        ]
+        tensor(d_bias, Shape::new([outputs]))
     }
 
     fn fused_attention(
