@@ -5,7 +5,7 @@ use anyhow::{Context, bail};
 use fedshard_actors::faults::FaultPlan;
 use fedshard_actors::schedule::Staleness;
 use fedshard_protocol::task::Recipe;
-use fedshard_protocol::uplink::{CompressionConfig, Compressor, Host};
+use fedshard_protocol::uplink::{BlockMode, BlockScope, CompressionConfig, Compressor, Host};
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
@@ -831,6 +831,19 @@ impl Config {
             c.d_target + c.margin_bits <= 20,
             "d_target + margin_bits ≤ 20 (K = 2^(d_target + margin_bits) candidates)",
             c.margin_bits.to_string(),
+        )?;
+        field(
+            "compression.block_scope",
+            c.block_scope == BlockScope::Global || c.blocks == BlockMode::Adaptive,
+            "\"client\" only with `blocks = \"adaptive\"` (fixed blocks are the same for every \
+             client)",
+            "\"client\" with `blocks = \"fixed\"`".into(),
+        )?;
+        field(
+            "compression.recut_below_drift",
+            c.recut_below_drift >= 0.0 && c.recut_below_drift <= 1.0,
+            "a drift ratio in [0, 1] (0: re-cut only when the mean block KL leaves its band)",
+            c.recut_below_drift.to_string(),
         )?;
         field(
             "compression.prior_weight",

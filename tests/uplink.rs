@@ -148,6 +148,17 @@ fn a_compression_table_without_a_compressor_is_an_error_naming_it() {
             "compression.temperature_scale",
         ),
         ("signsgd-klms", "temperature = \"hot\"", "temperature"),
+        (
+            "signsgd-klms",
+            "blocks = \"fixed\"\nblock_scope = \"client\"",
+            "compression.block_scope",
+        ),
+        (
+            "signsgd-klms",
+            "recut_below_drift = 1.5",
+            "compression.recut_below_drift",
+        ),
+        ("signsgd-klms", "block_scope = \"mine\"", "block_scope"),
     ] {
         let text = DIGITS.replace("COMPRESSOR", compressor) + "\n[compression]\n" + table + "\n";
         let err = format!(
@@ -230,4 +241,84 @@ fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
             .contains("zip")
     );
     assert!(parse_d_targets("0").is_err());
+}
+
+/// SignSGD-KLMS on skewed clients, blocks cut per client (`block_scope = "client"`) against the
+/// shared partition: the candidates carry more of each client's drift (measured on these 12
+/// rounds at a constant learning rate: 0.91 against 0.84 on average), the federation learns
+/// (0.71 after 12 rounds, chance 0.1) at 0.20 bits per parameter, and a run stopped after 6 rounds and resumed from its checkpoint, where the
+/// clients' blocks live, ends with the uninterrupted model.
+#[test]
+fn client_blocks_carry_more_of_the_drift_and_survive_a_resume() {
+    use fedshard_actors::record::Summary;
+    let compression = |scope: &str| {
+        format!(
+            "\n[compression]\nd_target = 4\nmargin_bits = 4\nrescale_drift = true\n\
+             server_lr = 0.5\nblock_scope = \"{scope}\"\n"
+        )
+    };
+    let mean_drift = |s: &Summary| {
+        let rhos: Vec<f64> = s
+            .per_round
+            .iter()
+            .filter_map(|r| r.klms.as_ref()?.drift_ratio)
+            .collect();
+        assert_eq!(rhos.len(), s.per_round.len(), "every round reports ρ");
+        rhos.iter().sum::<f64>() / rhos.len() as f64
+    };
+    // A constant learning rate, so that a 6-round run is the first half of the 12-round one.
+    let scoped = |scope: &str| {
+        let mut c = config("signsgd-klms", &compression(scope));
+        c.training.cosine_schedule = false;
+        c
+    };
+    let (_, global) = federation::run_to_end(&scoped("global")).expect("run completes");
+    let client_config = scoped("client");
+    let (model, client) = federation::run_to_end(&client_config).expect("run completes");
+    let (g, c) = (mean_drift(&global), mean_drift(&client));
+    eprintln!(
+        "mean ρ: client blocks {c:.3}, shared {g:.3}; accuracy {:.3}; {:.3} bits per parameter",
+        client.final_accuracy,
+        bpp(&client)
+    );
+    assert!(c > 0.85 && c > g + 0.03, "client blocks ρ {c}, shared {g}");
+    // Re-cuts happen (a client whose ρ fell below 0.85 uploads new blocks), not every round.
+    let uploads: usize = client
+        .per_round
+        .iter()
+        .skip(1)
+        .filter_map(|r| Some(r.klms.as_ref()?.block_uploads))
+        .sum();
+    assert!(uploads > 0 && uploads < 8 * 11 / 2, "{uploads} re-cuts");
+    assert!(client.final_accuracy > 0.5, "{}", client.final_accuracy);
+    // An index per block of 8 bits, the KL report and ρ, and the re-cuts: far below the
+    // host's one bit a value (measured 0.20).
+    assert!(bpp(&client) < 0.3, "{}", bpp(&client));
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = |c: &Config| {
+        let (mut fed, trainers) = federation::in_process(c).expect("federation");
+        fed.run_dir = Some(dir.path().to_path_buf());
+        fed.resume_from_checkpoint().expect("resume");
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime
+            .block_on(fedshard_actors::server::run(fed, trainers))
+            .expect("run")
+    };
+    let mut half = client_config.clone();
+    half.run.rounds = 6;
+    let (_, first) = run(&half);
+    assert!(
+        first
+            .per_round
+            .iter()
+            .skip(1)
+            .any(|r| r.klms.as_ref().is_some_and(|k| k.block_uploads < 8))
+    );
+    let (resumed, _) = run(&client_config);
+    assert_eq!(
+        resumed.to_bytes(),
+        model.to_bytes(),
+        "resumed = uninterrupted"
+    );
 }

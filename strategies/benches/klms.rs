@@ -1,5 +1,6 @@
 //! KLMS encode and decode throughput on Bernoulli coordinates (ALGORITHMS.md §4.1; issue 14:
-//! at least 10⁷ parameters per second per core for K ≤ 16).
+//! at least 10⁷ parameters per second per core for K ≤ 16), and SignSGD's bit-candidate coder
+//! against the generic one on the same signs.
 //!
 //! The floor of the encoder is `K · S` random draws from `p` and `K · S` log-ratio evaluations
 //! per block of `S` coordinates (plus `S` log-ratio preparations): the work per parameter grows
@@ -9,8 +10,12 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use fedshard_strategies::compression::{Bernoulli, KlmsEncoder, Partition, SharedSeed, decode};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use fedshard_strategies::compression::{
+    Bernoulli, Categorical, FairSignEncoder, KlmsEncoder, Partition, ProductDistribution,
+    SharedSeed, decode,
+};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 
 /// The number of coordinates per run: large enough that per-call overhead vanishes.
@@ -21,15 +26,50 @@ fn probabilities(salt: u64) -> Vec<f64> {
     (0..D).map(|_| 0.05 + 0.9 * uniform(&mut rng)).collect()
 }
 
+/// A benchmark group measured in parameters per second, `samples` samples of about 2 s.
+fn configured(c: &mut Criterion, name: String, samples: usize) -> BenchmarkGroup<'_, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .throughput(Throughput::Elements(D as u64))
+        .sample_size(samples)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    group
+}
+
+/// The seed, round and client of every benchmarked message.
+const SHARED: SharedSeed = SharedSeed {
+    seed: 7,
+    round: 1,
+    client: 3,
+};
+
+/// Benchmarks the generic encoder on `q` against `p` as `name`; returns the indices and the
+/// selected symbols of one more encoding, for the decoder.
+fn bench_generic_encode<D: ProductDistribution>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    q: &D,
+    p: &D,
+    partition: &Partition,
+    k: usize,
+) -> (Vec<u32>, Vec<D::Symbol>) {
+    let mut encoder = KlmsEncoder::new();
+    let mut selected = vec![D::Symbol::default(); q.len()];
+    let mut selection = SHARED.selection_stream();
+    let mut run = |selected: &mut [D::Symbol]| {
+        encoder
+            .encode(q, p, partition, k, &SHARED, &mut selection, selected)
+            .expect("valid input")
+    };
+    group.bench_function(name, |b| b.iter(|| run(&mut selected)));
+    (run(&mut selected), selected)
+}
+
 fn klms(c: &mut Criterion) {
     let (qs, ps) = (probabilities(1), probabilities(2));
     let q = Bernoulli::new(&qs).expect("probabilities in [0, 1]");
     let p = Bernoulli::new(&ps).expect("probabilities in [0, 1]");
-    let shared = SharedSeed {
-        seed: 7,
-        round: 1,
-        client: 3,
-    };
     for block_size in [64, 256] {
         let partition = Partition::fixed(D, block_size).expect("d, S > 0");
         for k in [2, 4, 16] {
@@ -39,41 +79,8 @@ fn klms(c: &mut Criterion) {
                 k * block_size,
                 k * block_size,
             );
-            let mut group = c.benchmark_group(format!("klms bernoulli S={block_size} K={k}"));
-            group
-                .throughput(Throughput::Elements(D as u64))
-                .sample_size(20)
-                .warm_up_time(Duration::from_millis(500))
-                .measurement_time(Duration::from_secs(2));
-            let mut encoder = KlmsEncoder::new();
-            let mut selected = vec![false; D];
-            let mut selection = shared.selection_stream();
-            group.bench_function("encode", |b| {
-                b.iter(|| {
-                    encoder
-                        .encode(
-                            &q,
-                            &p,
-                            &partition,
-                            k,
-                            &shared,
-                            &mut selection,
-                            &mut selected,
-                        )
-                        .expect("valid input")
-                })
-            });
-            let indices = encoder
-                .encode(
-                    &q,
-                    &p,
-                    &partition,
-                    k,
-                    &shared,
-                    &mut selection,
-                    &mut selected,
-                )
-                .expect("valid input");
+            let mut group = configured(c, format!("klms bernoulli S={block_size} K={k}"), 20);
+            let (indices, _) = bench_generic_encode(&mut group, "encode", &q, &p, &partition, k);
             let mut decoded = vec![false; D];
             group.bench_function("decode", |b| {
                 b.iter(|| {
@@ -82,7 +89,7 @@ fn klms(c: &mut Criterion) {
                         &partition,
                         k,
                         black_box(&indices),
-                        &shared,
+                        &SHARED,
                         &mut decoded,
                     )
                     .expect("valid indices")
@@ -93,5 +100,46 @@ fn klms(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, klms);
+/// SignSGD's bit-candidate coder (`fair_signs`) against the generic categorical coder on the
+/// same signs: per block, the generic coder draws `K · S` words and looks up `K · S` log ratios;
+/// this one draws `K · ⌈S/32⌉` words and looks up `K · ⌈S/8⌉` byte tables.
+fn fair_signs(c: &mut Criterion) {
+    let plus = probabilities(3);
+    let rows: Vec<[f64; 3]> = plus.iter().map(|&x| [1.0 - x, 0.0, x]).collect();
+    let fair = vec![[0.5, 0.0, 0.5]; D];
+    let q = Categorical::new(&rows).expect("probabilities in [0, 1]");
+    let p = Categorical::new(&fair).expect("probabilities in [0, 1]");
+    let block_size = 128;
+    let partition = Partition::fixed(D, block_size).expect("d, S > 0");
+    for k in [16, 256] {
+        eprintln!(
+            "signs, S = {block_size}, K = {k}: generic coder {} words + {} look-ups per block, \
+             bit coder {} words + {} look-ups",
+            k * block_size,
+            k * block_size,
+            k * block_size.div_ceil(32),
+            k * block_size.div_ceil(8),
+        );
+        let mut group = configured(c, format!("klms signs S={block_size} K={k}"), 10);
+        bench_generic_encode(&mut group, "encode generic", &q, &p, &partition, k);
+        let mut selection = SHARED.selection_stream();
+        let mut bits = FairSignEncoder::new();
+        group.bench_function("encode bit candidates", |b| {
+            b.iter(|| {
+                bits.encode(
+                    black_box(&plus),
+                    &partition,
+                    k,
+                    &SHARED,
+                    &mut selection,
+                    false,
+                )
+                .expect("valid input")
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, klms, fair_signs);
 criterion_main!(benches);

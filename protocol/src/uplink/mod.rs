@@ -48,9 +48,9 @@ pub mod wire;
 use crate::model::ModelState;
 use crate::task::{LayerShard, TrainOutput, TrainTask};
 use fedshard_strategies::compression::{
-    Bernoulli, Categorical, Gaussian, KlmsEncoder, LangevinScaling, Partition, ProductDistribution,
-    SharedSeed, boundary_bits, decode as klms_decode, drift_ratio, index_bits,
-    kl_bits_per_coordinate,
+    Bernoulli, Categorical, FairSignEncoder, Gaussian, KlmsEncoder, LangevinScaling, Partition,
+    ProductDistribution, SharedSeed, boundary_bits, decode as klms_decode, decode_fair_signs,
+    drift_ratio, index_bits, kl_bits_per_coordinate,
 };
 use fedshard_strategies::rng::{ChaCha20Rng, uniform};
 use serde::{Deserialize, Serialize};
@@ -195,12 +195,36 @@ pub enum BlockMode {
     Fixed,
 }
 
+/// Whose KL the blocks of adaptive KLMS fit (`[compression] block_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BlockScope {
+    /// One partition for every client of a message length, aggregated from the clients' uploads
+    /// (§4.4, the paper's): the fewest location bits, but a client whose update is skewed
+    /// against the others' finds a few blocks holding far more than `d_target` bits of KL, and
+    /// those blocks carry most of its drift and the least of it.
+    #[default]
+    Global,
+    /// Each client keeps the blocks it cut itself: the server remembers them per client and
+    /// sends them back with its tasks, and a client re-cuts (uploading its new blocks) when its
+    /// mean block KL leaves the band or, with `rescale_drift`, when its candidates carried less
+    /// than `recut_below_drift` of its drift.
+    Client,
+}
+
 /// `[compression]`: the settings of the compressors (every field has a default).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompressionConfig {
     #[serde(default)]
     pub blocks: BlockMode,
+    /// Adaptive blocks: one partition for all clients, or one per client.
+    #[serde(default)]
+    pub block_scope: BlockScope,
+    /// `block_scope = "client"` with `rescale_drift`: a client whose reported drift ratio falls
+    /// below this re-cuts its blocks in its next task.
+    #[serde(default = "default_recut_below_drift")]
+    pub recut_below_drift: f64,
     /// Adaptive blocks: KL bits per block `D_target`; `K = 2^D_target`.
     #[serde(default = "default_d_target")]
     pub d_target: u32,
@@ -263,6 +287,8 @@ impl Default for CompressionConfig {
     fn default() -> Self {
         Self {
             blocks: BlockMode::default(),
+            block_scope: BlockScope::default(),
+            recut_below_drift: default_recut_below_drift(),
             d_target: default_d_target(),
             max_block_size: default_max_block_size(),
             block_size: default_block_size(),
@@ -280,6 +306,9 @@ impl Default for CompressionConfig {
 
 fn default_d_target() -> u32 {
     2
+}
+fn default_recut_below_drift() -> f64 {
+    0.85
 }
 fn default_max_block_size() -> usize {
     256
@@ -712,6 +741,10 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
                         .map(i8::from)
                         .collect(),
                 ),
+                Message::Ternary { q, .. } if uplink.compressor == Compressor::SignsgdKlms => {
+                    let plus: Vec<f64> = q.iter().map(|row| row[2]).collect();
+                    Symbols::Discrete(coder.encode_signs(&plus)?)
+                }
                 Message::Ternary { q, p } => Symbols::Discrete(coder.encode(
                     &Categorical::new(q).map_err(err)?,
                     &Categorical::new(p).map_err(err)?,
@@ -746,45 +779,10 @@ impl KlmsUplink<'_> {
     /// index per block and, with `rescale`, the drift ratio `ρ` of its candidates as an f32, and
     /// returns the symbols the server will decode.
     fn encode<D: ProductDistribution>(&mut self, q: &D, p: &D) -> Result<Vec<D::Symbol>, String> {
-        let Self {
-            klms,
-            rescale,
-            shared,
-            selection,
-            w,
-        } = self;
-        let (klms, rescale, shared) = (*klms, *rescale, *shared);
         let err = strategy_error;
-        let partition = match &klms.blocks {
-            TaskBlocks::Fixed { size } => Partition::fixed(q.len(), *size).map_err(err)?,
-            TaskBlocks::Adaptive {
-                d_target,
-                max_block_size,
-                ends,
-            } => {
-                let kl = kl_bits_per_coordinate(q, p).map_err(err)?;
-                match ends {
-                    None => {
-                        let own = Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
-                            .map_err(err)?;
-                        let width = boundary_bits(*max_block_size).map_err(err)? as u32;
-                        w.u32(own.num_blocks() as u32);
-                        for size in own.sizes() {
-                            w.bits((size - 1) as u32, width);
-                        }
-                        own
-                    }
-                    Some(ends) => {
-                        let global = Partition::from_ends(ends.clone()).map_err(err)?;
-                        w.f32(global.mean_block_kl_bits(&kl).map_err(err)? as f32);
-                        global
-                    }
-                }
-            }
-        };
-        let width = index_bits(klms.candidates).map_err(err)? as u32;
+        let partition = self.partition(q.len(), || kl_bits_per_coordinate(q, p))?;
         let mut selected = vec![D::Symbol::default(); q.len()];
-        let mut encoder = if rescale {
+        let mut encoder = if self.rescale {
             KlmsEncoder::tracking_means()
         } else {
             KlmsEncoder::new()
@@ -794,23 +792,98 @@ impl KlmsUplink<'_> {
                 q,
                 p,
                 &partition,
-                klms.candidates,
-                shared,
-                selection,
+                self.klms.candidates,
+                self.shared,
+                self.selection,
                 &mut selected,
             )
             .map_err(err)?;
-        for index in indices {
-            w.bits(index, width);
-        }
-        if rescale {
+        let rho = self.rescale.then(|| {
             let means = |d: &D| (0..d.len()).map(|j| d.mean(j)).collect::<Vec<_>>();
-            let rho = drift_ratio(encoder.conditional_means(), &means(q), &means(p))
+            drift_ratio(encoder.conditional_means(), &means(q), &means(p))
+        });
+        self.finish(&indices, rho)?;
+        Ok(selected)
+    }
+
+    /// SignSGD's signs with `P(+1) = plus[j]` against the fair coin, through the bit-candidate
+    /// coder ([`FairSignEncoder`]): the same payload layout as [`Self::encode`].
+    fn encode_signs(&mut self, plus: &[f64]) -> Result<Vec<i8>, String> {
+        let err = strategy_error;
+        let partition = self.partition(plus.len(), || {
+            let half = vec![0.5; plus.len()];
+            kl_bits_per_coordinate(&Bernoulli::new(plus)?, &Bernoulli::new(&half)?)
+        })?;
+        let message = FairSignEncoder::new()
+            .encode(
+                plus,
+                &partition,
+                self.klms.candidates,
+                self.shared,
+                self.selection,
+                self.rescale,
+            )
+            .map_err(err)?;
+        self.finish(
+            &message.indices,
+            self.rescale.then_some(message.drift_ratio),
+        )?;
+        Ok(message.signs)
+    }
+
+    /// Cuts the blocks: fixed, the client's own adaptive blocks (written: their count and sizes)
+    /// or the broadcast ends (written: the mean-KL report), over `len` values; `kl` gives the
+    /// per-value KL in bits.
+    fn partition(
+        &mut self,
+        len: usize,
+        kl: impl FnOnce() -> fedshard_strategies::error::Result<Vec<f64>>,
+    ) -> Result<Partition, String> {
+        let err = strategy_error;
+        Ok(match &self.klms.blocks {
+            TaskBlocks::Fixed { size } => Partition::fixed(len, *size).map_err(err)?,
+            TaskBlocks::Adaptive {
+                d_target,
+                max_block_size,
+                ends,
+            } => {
+                let kl = kl().map_err(err)?;
+                match ends {
+                    None => {
+                        let own = Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)
+                            .map_err(err)?;
+                        let width = boundary_bits(*max_block_size).map_err(err)? as u32;
+                        self.w.u32(own.num_blocks() as u32);
+                        for size in own.sizes() {
+                            self.w.bits((size - 1) as u32, width);
+                        }
+                        own
+                    }
+                    Some(ends) => {
+                        let global = Partition::from_ends(ends.clone()).map_err(err)?;
+                        self.w
+                            .f32(global.mean_block_kl_bits(&kl).map_err(err)? as f32);
+                        global
+                    }
+                }
+            }
+        })
+    }
+
+    /// Writes one index per block in `⌈log2 K⌉` bits, then, with `rescale`, the drift ratio
+    /// (`Some(None)`: no drift to carry, sent as 1), clamped to [`DRIFT_RATIO_RANGE`].
+    fn finish(&mut self, indices: &[u32], rho: Option<Option<f64>>) -> Result<(), String> {
+        let width = index_bits(self.klms.candidates).map_err(strategy_error)? as u32;
+        for &index in indices {
+            self.w.bits(index, width);
+        }
+        if let Some(rho) = rho {
+            let rho = rho
                 .unwrap_or(1.0)
                 .clamp(DRIFT_RATIO_RANGE.0, DRIFT_RATIO_RANGE.1);
-            w.f32(rho as f32);
+            self.w.f32(rho as f32);
         }
-        Ok(selected)
+        Ok(())
     }
 }
 
@@ -824,8 +897,40 @@ fn decode_klms<D: ProductDistribution>(
     r: &mut BitReader,
     side: &mut UplinkSide,
 ) -> Result<Vec<D::Symbol>, String> {
+    let (partition, indices) = read_blocks(klms, p.len(), r, side)?;
+    let mut out = vec![D::Symbol::default(); p.len()];
+    klms_decode(p, &partition, klms.candidates, &indices, shared, &mut out)
+        .map_err(strategy_error)?;
+    read_drift_ratio(rescale, r, side)?;
+    Ok(out)
+}
+
+/// The decoder of [`KlmsUplink::encode_signs`]: `d` signs, `±1`.
+fn decode_signs(
+    klms: &KlmsTask,
+    rescale: bool,
+    shared: &SharedSeed,
+    d: usize,
+    r: &mut BitReader,
+    side: &mut UplinkSide,
+) -> Result<Vec<i8>, String> {
+    let (partition, indices) = read_blocks(klms, d, r, side)?;
+    let mut out = vec![0; d];
+    decode_fair_signs(&partition, klms.candidates, &indices, shared, &mut out)
+        .map_err(strategy_error)?;
+    read_drift_ratio(rescale, r, side)?;
+    Ok(out)
+}
+
+/// Reads what [`KlmsUplink::partition`] wrote for a message of `d` values, then one index per
+/// block.
+fn read_blocks(
+    klms: &KlmsTask,
+    d: usize,
+    r: &mut BitReader,
+    side: &mut UplinkSide,
+) -> Result<(Partition, Vec<u32>), String> {
     let err = strategy_error;
-    let d = p.len();
     let partition = match &klms.blocks {
         TaskBlocks::Fixed { size } => Partition::fixed(d, *size).map_err(err)?,
         TaskBlocks::Adaptive {
@@ -867,8 +972,11 @@ fn decode_klms<D: ProductDistribution>(
     let indices = (0..partition.num_blocks())
         .map(|_| r.bits(width))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut out = vec![D::Symbol::default(); d];
-    klms_decode(p, &partition, klms.candidates, &indices, shared, &mut out).map_err(err)?;
+    Ok((partition, indices))
+}
+
+/// Reads the drift ratio [`KlmsUplink::finish`] wrote, if the task rescales, into `side`.
+fn read_drift_ratio(rescale: bool, r: &mut BitReader, side: &mut UplinkSide) -> Result<(), String> {
     if rescale {
         let rho = f64::from(r.f32()?);
         let (low, high) = DRIFT_RATIO_RANGE;
@@ -877,7 +985,7 @@ fn decode_klms<D: ProductDistribution>(
         }
         side.drift_ratio = Some(rho);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A draw from `[P(−1), P(0), P(+1)]` by inverse CDF in that order.
@@ -1040,6 +1148,12 @@ fn decode_symbols(task: &TrainTask, sent: &[f32], bytes: &[u8]) -> Result<Decode
                             .map(i8::from)
                             .collect(),
                     )
+                }
+                Message::Ternary { p, .. } if host == Host::Signsgd => {
+                    if rescale {
+                        prior_mean = vec![0.0; p.len()];
+                    }
+                    Symbols::Discrete(decode_signs(klms, rescale, &shared, d, &mut r, &mut side)?)
                 }
                 Message::Ternary { p, .. } => {
                     let p = Categorical::new(p).map_err(err)?;

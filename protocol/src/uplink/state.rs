@@ -3,8 +3,8 @@
 //! so a resumed run codes its uplinks exactly as an uninterrupted one.
 
 use super::{
-    BlockMode, Cohort, CompressionConfig, Compressor, Host, KlmsTask, TaskBlocks, Uplink,
-    UplinkSide, qsgd,
+    BlockMode, BlockScope, Cohort, CompressionConfig, Compressor, Host, KlmsTask, TaskBlocks,
+    Uplink, UplinkSide, qsgd,
 };
 use crate::task::TrainTask;
 use fedshard_strategies::compression::{
@@ -19,6 +19,9 @@ pub struct UplinkState {
     /// Adaptive KLMS: the aggregated block ends for each message length (the clients of one
     /// keep ratio hold the same number of values); a length without ends is in `UPDATE`.
     pub ends: BTreeMap<usize, Vec<usize>>,
+    /// Adaptive KLMS with `block_scope = "client"`: each client's own block ends (the last end
+    /// is its message length); a client without them is in `UPDATE`.
+    pub client_ends: BTreeMap<u64, Vec<usize>>,
     /// QSGD: last round's `(−1, 0, +1)` counts at each value of the global layout; empty before
     /// the first decoded round.
     pub counts: Vec<[u16; 3]>,
@@ -56,7 +59,14 @@ impl UplinkState {
                     blocks: TaskBlocks::Adaptive {
                         d_target: config.d_target,
                         max_block_size: config.max_block_size,
-                        ends: self.ends.get(&len).cloned(),
+                        ends: match config.block_scope {
+                            BlockScope::Global => self.ends.get(&len).cloned(),
+                            BlockScope::Client => self
+                                .client_ends
+                                .get(&task.client)
+                                .filter(|ends| ends.last() == Some(&len))
+                                .cloned(),
+                        },
                     },
                 },
             })
@@ -116,14 +126,32 @@ impl UplinkState {
 
     /// Learns from a round's decoded uplinks: aggregates uploaded block ends, re-opens `UPDATE`
     /// for a message length whose mean block KL left `[D_target/3, 1.5 D_target]`, and replaces
-    /// QSGD's counts with this round's symbols.
+    /// QSGD's counts with this round's symbols. With `block_scope = "client"` each client's
+    /// uploaded ends are kept as its own, and a client whose KL report left the band, or whose
+    /// drift ratio fell below `recut_below_drift`, is sent back to `UPDATE` alone.
     pub fn observe(
         &mut self,
         compressor: Compressor,
         config: &CompressionConfig,
         decoded: &[(&TrainTask, &UplinkSide)],
     ) -> Result<(), String> {
-        if compressor.klms() && config.blocks == BlockMode::Adaptive {
+        let adaptive = compressor.klms() && config.blocks == BlockMode::Adaptive;
+        if adaptive && config.block_scope == BlockScope::Client {
+            let band = KlBand::around(f64::from(config.d_target));
+            for (task, side) in decoded {
+                if let Some(ends) = &side.ends {
+                    self.client_ends.insert(task.client, ends.clone());
+                } else if side
+                    .mean_kl_bits
+                    .is_some_and(|kl| band.needs_repartition(kl))
+                    || side
+                        .drift_ratio
+                        .is_some_and(|rho| rho < config.recut_below_drift)
+                {
+                    self.client_ends.remove(&task.client);
+                }
+            }
+        } else if adaptive {
             let mut by_len: BTreeMap<usize, (Vec<Partition>, Vec<f64>)> = BTreeMap::new();
             for (_, side) in decoded {
                 let entry = by_len.entry(side.len).or_default();

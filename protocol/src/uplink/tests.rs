@@ -290,6 +290,92 @@ fn the_location_protocol_broadcasts_aggregated_blocks_then_reports_kl() {
     assert!(!state.ends.contains_key(&70));
 }
 
+/// `block_scope = "client"`: each client gets back the ends it uploaded, not an aggregate; a
+/// client whose KL report leaves the band, or whose drift ratio falls below
+/// `recut_below_drift`, alone goes back to `UPDATE`.
+#[test]
+fn client_scoped_blocks_stay_with_their_client() {
+    let config = CompressionConfig {
+        block_scope: BlockScope::Client,
+        rescale_drift: true,
+        ..CompressionConfig::default()
+    };
+    let compressor = Compressor::SignsgdKlms;
+    let mut state = UplinkState::default();
+    let ends_of = |t: &TrainTask| match &t.uplink.klms.as_ref().unwrap().blocks {
+        TaskBlocks::Adaptive { ends, .. } => ends.clone(),
+        other => panic!("{other:?}"),
+    };
+    // Round 1: both clients cut their own blocks; client 2's update is scaled so that its
+    // blocks differ from client 1's.
+    let first: Vec<_> = [1u64, 2]
+        .into_iter()
+        .map(|c| {
+            let t = task_in(compressor, &config, &state, COHORT, 1, c);
+            assert_eq!(ends_of(&t), None);
+            let mut out = trained(&t);
+            if c == 2 {
+                for x in out.dense.tensors[0].data.iter_mut().take(20) {
+                    *x = 0.5 * *x + 0.5;
+                }
+            }
+            let (_, side) = decode(&t, &encode(&t, &out).unwrap()).unwrap();
+            (t, side)
+        })
+        .collect();
+    let own: Vec<Vec<usize>> = first.iter().map(|(_, s)| s.ends.clone().unwrap()).collect();
+    assert_ne!(own[0], own[1]);
+    let pairs: Vec<_> = first.iter().map(|(t, s)| (t, s)).collect();
+    state.observe(compressor, &config, &pairs).unwrap();
+    assert!(state.ends.is_empty(), "no shared partition in client scope");
+    // Round 2: each client's task carries its own ends; its payload reports KL against them.
+    let second: Vec<_> = [1u64, 2]
+        .into_iter()
+        .map(|c| {
+            let t = task_in(compressor, &config, &state, COHORT, 2, c);
+            assert_eq!(ends_of(&t).as_ref(), Some(&own[c as usize - 1]));
+            let (_, side) = decode(&t, &encode(&t, &trained(&t)).unwrap()).unwrap();
+            assert!(side.ends.is_none() && side.mean_kl_bits.is_some());
+            (t, side)
+        })
+        .collect();
+    // Client 1 carried little of its drift, client 2 enough: only client 1 re-cuts.
+    let low = UplinkSide {
+        drift_ratio: Some(config.recut_below_drift - 0.01),
+        mean_kl_bits: Some(f64::from(config.d_target)),
+        ..second[0].1.clone()
+    };
+    let fine = UplinkSide {
+        drift_ratio: Some(config.recut_below_drift + 0.01),
+        mean_kl_bits: Some(f64::from(config.d_target)),
+        ..second[1].1.clone()
+    };
+    state
+        .observe(
+            compressor,
+            &config,
+            &[(&second[0].0, &low), (&second[1].0, &fine)],
+        )
+        .unwrap();
+    assert_eq!(
+        ends_of(&task_in(compressor, &config, &state, COHORT, 3, 1)),
+        None
+    );
+    assert_eq!(
+        ends_of(&task_in(compressor, &config, &state, COHORT, 3, 2)).as_ref(),
+        Some(&own[1])
+    );
+    // A KL report out of the band sends client 2 back too.
+    let out_of_band = UplinkSide {
+        mean_kl_bits: Some(0.01),
+        ..fine
+    };
+    state
+        .observe(compressor, &config, &[(&second[1].0, &out_of_band)])
+        .unwrap();
+    assert!(state.client_ends.is_empty());
+}
+
 #[test]
 fn qsgd_counts_follow_each_singular_vector_across_clients() {
     let config = CompressionConfig::default();

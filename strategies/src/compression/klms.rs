@@ -324,6 +324,16 @@ pub fn decode<D: ProductDistribution>(
 ) -> Result<()> {
     check_partition(partition, p.len())?;
     check_output_len(out.len(), p.len())?;
+    check_index_count(partition, indices)?;
+    for ((m, block), &index) in partition.blocks().enumerate().zip(indices) {
+        let slot = &mut out[block.clone()];
+        decode_block(p, block, m as u64, k, index, shared, slot)?;
+    }
+    Ok(())
+}
+
+/// Checks that a message has one candidate index per block.
+pub(crate) fn check_index_count(partition: &Partition, indices: &[u32]) -> Result<()> {
     if indices.len() != partition.num_blocks() {
         return Err(StrategyError::invalid(
             "candidate indices",
@@ -333,10 +343,6 @@ pub fn decode<D: ProductDistribution>(
                 partition.num_blocks()
             ),
         ));
-    }
-    for ((m, block), &index) in partition.blocks().enumerate().zip(indices) {
-        let slot = &mut out[block.clone()];
-        decode_block(p, block, m as u64, k, index, shared, slot)?;
     }
     Ok(())
 }
@@ -351,7 +357,7 @@ fn check_output_len(got: usize, want: usize) -> Result<()> {
     Ok(())
 }
 
-fn check_partition(partition: &Partition, len: usize) -> Result<()> {
+pub(crate) fn check_partition(partition: &Partition, len: usize) -> Result<()> {
     if partition.len() != len {
         return Err(StrategyError::invalid(
             "partition",

@@ -18,7 +18,8 @@
 //! block boundaries plus reports, are [`uplink_bits`] (§4.5).
 //!
 //! The coordinates are Bernoulli (FedPM masks), categorical over `{−1, 0, +1}` (QSGD, SignSGD) or
-//! Gaussian (SGLD); see [`distribution`]. FedPM's server step on the decoded masks, BayesAgg
+//! Gaussian (SGLD); see [`distribution`]. Signs against the fair coin (SignSGD) have their own
+//! fast coder, [`fair_signs`], whose candidates are bits of the stream. FedPM's server step on the decoded masks, BayesAgg
 //! (§4.6), is [`bayes_agg()`]; SGLD's scaling rule (§4.9) is [`sgld`]. Not here: the host
 //! methods, the wire format and the protocol state (`UPDATE`, the broadcast of boundaries);
 //! those live with the compressor policies that use this module.
@@ -27,6 +28,7 @@ pub mod bayes_agg;
 pub mod bits;
 pub mod blocks;
 pub mod distribution;
+pub mod fair_signs;
 pub mod klms;
 pub mod sgld;
 
@@ -37,5 +39,6 @@ pub use distribution::{
     Bernoulli, Categorical, Gaussian, ProductDistribution, TERNARY_SUPPORT, block_kl_bits,
     block_log_likelihood, kl_bits_per_coordinate,
 };
+pub use fair_signs::{FairSignEncoder, SignMessage, decode_fair_signs, words_per_sign_candidate};
 pub use klms::{KlmsEncoder, SharedSeed, decode, decode_block, drift_ratio, importance_weights};
 pub use sgld::LangevinScaling;
