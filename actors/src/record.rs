@@ -82,8 +82,9 @@ pub struct KlmsStats {
     /// Accepted clients that cut and uploaded their own block ends (`UPDATE` rounds).
     pub block_uploads: usize,
     /// Mean over the other accepted clients of their mean KL per block in bits, measured against
-    /// the broadcast blocks (a re-partition follows when it leaves `[D/3, 1.5 D]`); `None` when
-    /// every client uploaded blocks, which are cut at about `d_target` bits each.
+    /// the blocks they were sent (the broadcast ones, or their own with `block_scope =
+    /// "client"`; a re-partition follows when it leaves `[D/3, 1.5 D]`); `None` when every
+    /// client uploaded blocks, which are cut at about `d_target` bits each.
     pub block_kl_bits: Option<f64>,
     /// Mean over the accepted clients of the share `ρ` of their drift that the selected
     /// candidates carry, as they reported it (`rescale_drift`; the server divides by it).
