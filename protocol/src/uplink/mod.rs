@@ -485,9 +485,6 @@ fn qsgd_prior(uplink: &Uplink, means: &[[f64; 3]], len: usize) -> Result<Vec<[f6
     )
 }
 
-/// The fair-coin prior of SignSGD.
-const FAIR_SIGN: [f64; 3] = [0.5, 0.0, 0.5];
-
 /// The server's view: `p` from the task alone.
 fn prior(uplink: &Uplink, sent: &[f32]) -> Result<Message, String> {
     Ok(match host_of(uplink)? {
@@ -504,9 +501,11 @@ fn prior(uplink: &Uplink, sent: &[f32]) -> Result<Message, String> {
                 _ => Vec::new(),
             },
         },
+        // SignSGD's `p` is the fair coin, implicit in its bit-candidate coder
+        // ([`FairSignEncoder`]).
         Host::Signsgd => Message::Ternary {
             q: Vec::new(),
-            p: vec![FAIR_SIGN; sent.len()],
+            p: Vec::new(),
         },
         Host::Sgld => {
             let std = langevin_of(uplink)?.noise_variance().sqrt();
@@ -643,7 +642,7 @@ pub fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Vec<u8>, String>
 /// for bit.
 fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Symbols), String> {
     let uplink = &task.uplink;
-    host_of(uplink)?;
+    let host = host_of(uplink)?;
     let sent = flatten(&task.dense, &task.shards);
     let out = flatten(&output.dense, &output.shards);
     if sent.len() != out.len() {
@@ -741,7 +740,7 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
                         .map(i8::from)
                         .collect(),
                 ),
-                Message::Ternary { q, .. } if uplink.compressor == Compressor::SignsgdKlms => {
+                Message::Ternary { q, .. } if host == Host::Signsgd => {
                     let plus: Vec<f64> = q.iter().map(|row| row[2]).collect();
                     Symbols::Discrete(coder.encode_signs(&plus)?)
                 }
@@ -802,7 +801,7 @@ impl KlmsUplink<'_> {
             let means = |d: &D| (0..d.len()).map(|j| d.mean(j)).collect::<Vec<_>>();
             drift_ratio(encoder.conditional_means(), &means(q), &means(p))
         });
-        self.finish(&indices, rho)?;
+        self.finish(&indices, rho.flatten())?;
         Ok(selected)
     }
 
@@ -824,10 +823,7 @@ impl KlmsUplink<'_> {
                 self.rescale,
             )
             .map_err(err)?;
-        self.finish(
-            &message.indices,
-            self.rescale.then_some(message.drift_ratio),
-        )?;
+        self.finish(&message.indices, message.drift_ratio)?;
         Ok(message.signs)
     }
 
@@ -871,13 +867,13 @@ impl KlmsUplink<'_> {
     }
 
     /// Writes one index per block in `⌈log2 K⌉` bits, then, with `rescale`, the drift ratio
-    /// (`Some(None)`: no drift to carry, sent as 1), clamped to [`DRIFT_RATIO_RANGE`].
-    fn finish(&mut self, indices: &[u32], rho: Option<Option<f64>>) -> Result<(), String> {
+    /// `rho` (`None`: no drift to carry, sent as 1), clamped to [`DRIFT_RATIO_RANGE`].
+    fn finish(&mut self, indices: &[u32], rho: Option<f64>) -> Result<(), String> {
         let width = index_bits(self.klms.candidates).map_err(strategy_error)? as u32;
         for &index in indices {
             self.w.bits(index, width);
         }
-        if let Some(rho) = rho {
+        if self.rescale {
             let rho = rho
                 .unwrap_or(1.0)
                 .clamp(DRIFT_RATIO_RANGE.0, DRIFT_RATIO_RANGE.1);
@@ -1149,9 +1145,9 @@ fn decode_symbols(task: &TrainTask, sent: &[f32], bytes: &[u8]) -> Result<Decode
                             .collect(),
                     )
                 }
-                Message::Ternary { p, .. } if host == Host::Signsgd => {
+                Message::Ternary { .. } if host == Host::Signsgd => {
                     if rescale {
-                        prior_mean = vec![0.0; p.len()];
+                        prior_mean = vec![0.0; d];
                     }
                     Symbols::Discrete(decode_signs(klms, rescale, &shared, d, &mut r, &mut side)?)
                 }

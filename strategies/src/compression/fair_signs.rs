@@ -2,10 +2,9 @@
 //! whose `p` puts ½ on each sign of every value.
 //!
 //! The generic coder ([`super::klms`]) draws a candidate value by value, one 32-bit word and one
-//! log-ratio look-up each, which caps it at about 10⁷ values a second: fine for `K ≤ 256`, far
-//! too slow for the `K = 2^16` that long blocks need to carry their drift (a block of `KL` bits
-//! wants `K ≫ E_p[w²] ≈ 2^(2 KL)`, see [`super::klms::drift_ratio`]). Under the fair coin a
-//! candidate is just random bits, so here a candidate of `S` signs is `⌈S/32⌉` words of the
+//! log-ratio look-up each, so its cost grows as `K · S` words a block: the `K = 2^(D + r)` that a
+//! block needs to carry its drift (see [`super::klms::drift_ratio`]) makes it the slowest part of
+//! a SignSGD-KLMS client. Under the fair coin a candidate is just random bits, so here a candidate of `S` signs is `⌈S/32⌉` words of the
 //! shared stream, bit `i` giving sign `i` (1 ↦ +1), and its log-weight is a sum of `⌈S/8⌉`
 //! look-ups in per-byte tables `T_g[b] = Σ_{i<8} ln q_{8g+i}(sign of bit i of b) − ln ½`, built
 //! once per block: eight values per look-up instead of one per word.
@@ -17,15 +16,15 @@
 use super::blocks::Partition;
 use super::distribution::Bernoulli;
 use super::klms::{
-    SharedSeed, check_candidate_count, check_index_count, check_partition, draw_index,
+    SharedSeed, check_candidate_count, check_index, check_index_count, check_partition, draw_index,
     normalise_log_weights,
 };
-use crate::error::{Result, StrategyError};
+use crate::error::Result;
 use crate::rng::ChaCha20Rng;
 use rand::Rng;
 
 /// The 32-bit words of the stream a candidate of `block_len` signs consumes.
-pub fn words_per_sign_candidate(block_len: usize) -> usize {
+fn words_per_sign_candidate(block_len: usize) -> usize {
     block_len.div_ceil(32)
 }
 
@@ -219,12 +218,7 @@ pub fn decode_fair_signs(
     check_partition(partition, out.len())?;
     check_index_count(partition, indices)?;
     for ((m, block), &index) in partition.blocks().enumerate().zip(indices) {
-        if index as usize >= k {
-            return Err(StrategyError::invalid(
-                "candidate index",
-                format!("block {m} has index {index}, but K = {k}"),
-            ));
-        }
+        check_index(m as u64, index, k)?;
         decode_candidate(shared, m as u64, index, &mut out[block]);
     }
     Ok(())

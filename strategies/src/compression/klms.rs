@@ -300,12 +300,7 @@ pub fn decode_block<D: ProductDistribution>(
     check_block(&block, p.len())?;
     check_candidate_count(k)?;
     check_output_len(out.len(), block.len())?;
-    if index as usize >= k {
-        return Err(StrategyError::invalid(
-            "candidate index",
-            format!("block {block_index} has index {index}, but K = {k}"),
-        ));
-    }
+    check_index(block_index, index, k)?;
     let mut rng = shared.candidate_stream(block_index);
     let words = u128::from(index) * u128::from(D::words_per_candidate(block.len()));
     rng.set_word_pos(words);
@@ -328,6 +323,17 @@ pub fn decode<D: ProductDistribution>(
     for ((m, block), &index) in partition.blocks().enumerate().zip(indices) {
         let slot = &mut out[block.clone()];
         decode_block(p, block, m as u64, k, index, shared, slot)?;
+    }
+    Ok(())
+}
+
+/// Checks that block `block_index`'s candidate index is below `K` (a corrupted message is not).
+pub(crate) fn check_index(block_index: u64, index: u32, k: usize) -> Result<()> {
+    if index as usize >= k {
+        return Err(StrategyError::invalid(
+            "candidate index",
+            format!("block {block_index} has index {index}, but K = {k}"),
+        ));
     }
     Ok(())
 }

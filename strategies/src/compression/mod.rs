@@ -19,8 +19,8 @@
 //!
 //! The coordinates are Bernoulli (FedPM masks), categorical over `{−1, 0, +1}` (QSGD, SignSGD) or
 //! Gaussian (SGLD); see [`distribution`]. Signs against the fair coin (SignSGD) have their own
-//! fast coder, [`fair_signs`], whose candidates are bits of the stream. FedPM's server step on the decoded masks, BayesAgg
-//! (§4.6), is [`bayes_agg()`]; SGLD's scaling rule (§4.9) is [`sgld`]. Not here: the host
+//! fast coder, [`fair_signs`], whose candidates are bits of the stream. FedPM's server step on
+//! the decoded masks, BayesAgg (§4.6), is [`bayes_agg()`]; SGLD's scaling rule (§4.9) is [`sgld`]. Not here: the host
 //! methods, the wire format and the protocol state (`UPDATE`, the broadcast of boundaries);
 //! those live with the compressor policies that use this module.
 
@@ -39,6 +39,6 @@ pub use distribution::{
     Bernoulli, Categorical, Gaussian, ProductDistribution, TERNARY_SUPPORT, block_kl_bits,
     block_log_likelihood, kl_bits_per_coordinate,
 };
-pub use fair_signs::{FairSignEncoder, SignMessage, decode_fair_signs, words_per_sign_candidate};
+pub use fair_signs::{FairSignEncoder, SignMessage, decode_fair_signs};
 pub use klms::{KlmsEncoder, SharedSeed, decode, decode_block, drift_ratio, importance_weights};
 pub use sgld::LangevinScaling;
