@@ -770,6 +770,9 @@ impl Config {
                 format!("`{compressor}` with model kind `{}`", self.model.kind()),
             )?;
         }
+        if compressor.host() == Some(Host::Signsgd) {
+            self.validate_sign_norm_bound(compressor, field)?;
+        }
         if compressor.host() == Some(Host::Sgld) {
             self.validate_sgld(compressor, field)?;
         }
@@ -860,6 +863,31 @@ impl Config {
                 "`true` only with qsgd-klms, signsgd-klms or sgld-klms (FedPM's decoded values \
                  are mask probabilities, which a rescaled drift would push out of [0, 1])",
                 format!("`true` with `{compressor}`"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A SignSGD update moves every value it carries by `±server_lr`: its norm is
+    /// `server_lr · √(values sent)` whatever the client trained, so `max_update_norm` would
+    /// reject every update or none (a run that learns nothing, or a bound that checks nothing).
+    /// Only with `rescale_drift` (KLMS), where the server divides by the client's drift ratio,
+    /// does the norm depend on the client.
+    fn validate_sign_norm_bound(
+        &self,
+        compressor: Compressor,
+        field: &dyn Fn(&str, bool, &str, String) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let rescaled =
+            compressor.klms() && self.compression.as_ref().is_some_and(|c| c.rescale_drift);
+        if let Some(bound) = self.federation.max_update_norm {
+            field(
+                "federation.max_update_norm",
+                rescaled,
+                "no bound with `signsgd` or `signsgd-klms` without `compression.rescale_drift`: \
+                 every such update has the norm server_lr × √(values sent), so a bound rejects \
+                 all of them or none (remove the line)",
+                format!("{bound} with `{compressor}`"),
             )?;
         }
         Ok(())

@@ -1,8 +1,8 @@
-//! A real Prometheus scrapes a real `fedshard run`, and every PromQL query of
-//! `dashboards/fedshard.json` returns data; the scraped final values agree with `metrics.jsonl`;
-//! and, while the run is still up, headless Chromium screenshots Prometheus's own graph page for
-//! the accuracy and the uplink bitrate (the live view without Grafana), saved as test artefacts in
-//! `target/test-artefacts/`.
+//! A real Prometheus scrapes a real `fedshard run` (the sharded digits config, its updates sent
+//! with SignSGD-KLMS), and every PromQL query of `dashboards/fedshard.json` returns data; the
+//! scraped final values agree with `metrics.jsonl`; and, while the run is still up, headless
+//! Chromium screenshots Prometheus's own graph page for the accuracy and the uplink bitrate (the
+//! live view without Grafana), saved as test artefacts in `target/test-artefacts/`.
 //!
 //! Needs the `prometheus` binary on `PATH` (Debian: `apt-get install prometheus`; `cargo xtask test`
 //! installs it). Without it every test fails and says how to get it: a pass always means a real
@@ -28,6 +28,11 @@ const DEADLINE_MS: u64 = 200;
 /// … and about two rounds in three have a client that sleeps past it: the run then lasts long
 /// enough (tens of 1 s scrapes) for Prometheus to record curves, not just the final values.
 const PACING_FAULTS: &str = "\n[faults]\nrate = 0.1\nkinds = [\"timeout\"]\ndelay_ms = 400\n";
+/// The clients send their updates with SignSGD-KLMS and a rescaled drift, so that the KLMS
+/// panels (KL per block, drift ratio) have data too.
+const KLMS_UPLINK: &str = "compressor = \"signsgd-klms\"";
+const KLMS_TABLE: &str =
+    "\n[compression]\nd_target = 4\nmargin_bits = 4\nrescale_drift = true\nserver_lr = 0.05\n";
 /// `--linger`: long enough that the run still serves `/metrics` while the queries are evaluated
 /// and the screenshots taken (the processes are killed at the end anyway).
 const LINGER_S: &str = "40";
@@ -268,9 +273,10 @@ fn scenario(tmp: &Path) -> Outcome {
         .replace("rounds = 30", &format!("rounds = {ROUNDS}"))
         .replace(
             "deadline_ms = 30000",
-            &format!("deadline_ms = {DEADLINE_MS}"),
+            &format!("deadline_ms = {DEADLINE_MS}\n{KLMS_UPLINK}"),
         )
-        + PACING_FAULTS;
+        + PACING_FAULTS
+        + KLMS_TABLE;
     std::fs::write(&config, text).unwrap();
     let started = Instant::now();
     let metrics_port = free_port();

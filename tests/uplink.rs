@@ -201,6 +201,36 @@ rescale_drift = true
     assert!(err.contains("compression.rescale_drift"), "{err}");
 }
 
+/// A SignSGD update's norm is `server_lr · √(values sent)` whatever the client trained: a norm
+/// bound is refused naming the field, except with a rescaled drift (the norm then depends on the
+/// client's drift ratio).
+#[test]
+fn a_norm_bound_on_sign_updates_is_refused_unless_the_drift_is_rescaled() {
+    let bounded = |compressor: &str| {
+        DIGITS.replace("COMPRESSOR", compressor).replace(
+            "deadline_ms = 60000",
+            "deadline_ms = 60000\nmax_update_norm = 5.0",
+        )
+    };
+    for text in [
+        bounded("signsgd"),
+        bounded("signsgd-klms"),
+        bounded("signsgd-klms") + "\n[compression]\nrescale_drift = false\n",
+    ] {
+        let err = format!(
+            "{:#}",
+            Config::parse(&text, Path::new("bad.toml")).unwrap_err()
+        );
+        assert!(
+            err.contains("federation.max_update_norm") && err.contains("server_lr"),
+            "{err}"
+        );
+    }
+    let rescaled = bounded("signsgd-klms") + "\n[compression]\nrescale_drift = true\n";
+    Config::parse(&rescaled, Path::new("ok.toml")).unwrap();
+    Config::parse(&bounded("qsgd"), Path::new("ok.toml")).unwrap();
+}
+
 #[test]
 fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
     use fedshard::compare_uplink::{compare_uplink, markdown, parse_compressors, parse_d_targets};
