@@ -2,7 +2,7 @@
 
 use fedshard_strategies::compression::{
     Bernoulli, Categorical, Gaussian, KlBand, KlmsEncoder, Partition, ProductDistribution,
-    SharedSeed, UplinkLayout, bayes_agg, block_kl_bits, candidates_for_target, decode,
+    Selection, SharedSeed, UplinkLayout, bayes_agg, block_kl_bits, candidates_for_target, decode,
     decode_block, drift_ratio, importance_weights, index_bits, kl_bits_per_coordinate, uplink_bits,
 };
 use proptest::prelude::*;
@@ -135,17 +135,25 @@ fn oracle_gaussian_toy() {
 /// `n` shared seeds at `K` candidates: from the encoder's conditional means `Σ_k π(k) y_k` and from
 /// the decoded samples themselves.
 fn bernoulli_drift_ratio(len: usize, k: usize, n: u64) -> (f64, f64) {
+    let (conditional, decoded, _) = drift_ratio_by(Selection::Importance, len, k, n);
+    (conditional, decoded)
+}
+
+/// [`bernoulli_drift_ratio`] for either selection rule, with the mean of `log2(k* + 1)`.
+fn drift_ratio_by(rule: Selection, len: usize, k: usize, n: u64) -> (f64, f64, f64) {
     let (qs, ps) = (vec![0.65; len], vec![0.5; len]);
     let (q, p) = (Bernoulli::new(&qs).unwrap(), Bernoulli::new(&ps).unwrap());
-    let mut encoder = KlmsEncoder::tracking_means();
+    let mut encoder = KlmsEncoder::tracking_means().with_selection(rule);
     let mut y = vec![false; len];
     let (mut conditional, mut decoded) = (vec![0.0; len], vec![0.0; len]);
+    let mut index_log = 0.0;
     for client in 0..n {
         let shared = seed(77, k as u64, client);
         let mut selection = shared.selection_stream();
-        encoder
+        let index = encoder
             .encode_block(&q, &p, 0..len, 0, k, &shared, &mut selection, &mut y)
             .unwrap();
+        index_log += f64::from(index + 1).log2() / n as f64;
         let mean = encoder.block_conditional_means();
         for j in 0..len {
             conditional[j] += mean[j] / n as f64;
@@ -155,7 +163,37 @@ fn bernoulli_drift_ratio(len: usize, k: usize, n: u64) -> (f64, f64) {
     (
         drift_ratio(&conditional, &qs, &ps).unwrap(),
         drift_ratio(&decoded, &qs, &ps).unwrap(),
+        index_log,
     )
+}
+
+/// Ordered random coding on the blocks above: with the same candidates it carries more of the
+/// drift than importance sampling (measured, 10 000 seeds, standard error about 0.005: 0.82
+/// against 0.76 at K = 16, 0.95 against 0.90 at K = 64, 0.99 against 0.97 at K = 256), its
+/// estimated selection probabilities agree with the decoded samples (within 0.04, as above),
+/// and its index is small: `log2(k* + 1)` averages under 2.5 bits at every K for these
+/// 1.98-bit blocks, where importance sampling's index is uniform-like (`⌈log2 K⌉` bits).
+#[test]
+fn ordered_selection_carries_more_drift_with_small_indices() {
+    let n = 10_000;
+    for k in [16usize, 64, 256] {
+        let (ordered, decoded, index_log) = drift_ratio_by(Selection::Ordered, 30, k, n);
+        let (importance, _, importance_log) = drift_ratio_by(Selection::Importance, 30, k, n);
+        eprintln!(
+            "K = {k}: ordered {ordered:.4} (decoded {decoded:.4}, mean log2(k*+1) \
+             {index_log:.2}), importance {importance:.4} (mean log2(k*+1) {importance_log:.2})"
+        );
+        assert!(
+            ordered > importance + 0.01,
+            "K = {k}: ordered {ordered} vs importance {importance}"
+        );
+        assert!(
+            (decoded - ordered).abs() < 0.04,
+            "K = {k}: decoded {decoded} vs estimated {ordered}"
+        );
+        assert!(index_log < 2.5, "K = {k}: mean log2(k*+1) {index_log}");
+        assert!(importance_log > (k as f64).log2() - 2.0);
+    }
 }
 
 /// Self-normalised importance sampling carries only part of the drift `Δ = μ_q − μ_p`. The

@@ -10,14 +10,14 @@
 //! once per block: eight values per look-up instead of one per word.
 //!
 //! The protocol is otherwise the generic one: the same shared seed and block streams, the same
-//! self-normalised weights and private selection, `⌈log2 K⌉` bits an index, and the decoder
+//! weights and private selection ([`super::klms::select`]), and the decoder
 //! jumps straight to candidate `k*` (`k* · ⌈S/32⌉` words into the block's stream).
 
 use super::blocks::Partition;
 use super::distribution::Bernoulli;
 use super::klms::{
-    SharedSeed, check_candidate_count, check_index, check_index_count, check_partition, draw_index,
-    normalise_log_weights,
+    Selection, SharedSeed, check_candidate_count, check_index, check_index_count, check_partition,
+    select,
 };
 use crate::error::Result;
 use crate::rng::ChaCha20Rng;
@@ -36,7 +36,7 @@ pub struct SignMessage {
     /// The signs the server will decode, `±1` per value.
     pub signs: Vec<i8>,
     /// With drift tracking, the share of the drift `μ_q − μ_p = 2q − 1` the candidates carry
-    /// on average, `ρ = Σ_blocks Σ_k π(k) ⟨y_k, Δ⟩ / ‖Δ‖²` (what [`super::drift_ratio`]
+    /// on average, `ρ = Σ_blocks Σ_k P(k* = k) ⟨y_k, Δ⟩ / ‖Δ‖²` (what [`super::drift_ratio`]
     /// computes from the conditional means); `None` without tracking or when `q` is the fair
     /// coin.
     pub drift_ratio: Option<f64>,
@@ -45,6 +45,8 @@ pub struct SignMessage {
 /// The client side, with its tables and buffers reused across blocks and rounds.
 #[derive(Debug, Default)]
 pub struct FairSignEncoder {
+    /// How `k*` is picked.
+    selection: Selection,
     /// Per byte-group of the block: the log-weight of each of the 256 bit patterns.
     weight_tables: Vec<[f64; 256]>,
     /// Per byte-group: `⟨y, Δ⟩` of each bit pattern (drift tracking only).
@@ -64,9 +66,14 @@ impl FairSignEncoder {
         Self::default()
     }
 
+    /// This encoder, picking `k*` by `selection` (default [`Selection::Importance`]).
+    pub fn with_selection(self, selection: Selection) -> Self {
+        Self { selection, ..self }
+    }
+
     /// Encodes the signs with `P(+1) = plus[j]` in the blocks of `partition`, `k` candidates
-    /// each; block `m` uses the candidate stream `m` of `shared`, `k*` is drawn from
-    /// `selection`. With `track_drift` it also measures the drift ratio (twice the look-ups).
+    /// each; block `m` uses the candidate stream `m` of `shared`, `k*` is picked with the
+    /// private stream `selection`. With `track_drift` it also measures the drift ratio (twice the look-ups).
     pub fn encode(
         &mut self,
         plus: &[f64],
@@ -87,7 +94,7 @@ impl FairSignEncoder {
             self.build_tables(q, track_drift);
             let mut rng = shared.candidate_stream(m as u64);
             self.weigh_candidates(q.len(), k, &mut rng, track_drift);
-            normalise_log_weights(&mut self.weights);
+            let index = select(&mut self.weights, self.selection, selection, track_drift);
             if track_drift {
                 along += self
                     .weights
@@ -98,7 +105,6 @@ impl FairSignEncoder {
                     .sum::<f64>();
                 norm += q.iter().map(|x| (2.0 * x - 1.0).powi(2)).sum::<f64>();
             }
-            let index = draw_index(&self.weights, selection);
             decode_candidate(shared, m as u64, index as u32, &mut signs[block]);
             indices.push(index as u32);
         }
@@ -227,7 +233,7 @@ pub fn decode_fair_signs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compression::klms::importance_weights;
+    use crate::compression::klms::{importance_weights, normalise_log_weights};
     use crate::compression::{Categorical, drift_ratio};
     use crate::rng::{Purpose, stream, uniform};
 

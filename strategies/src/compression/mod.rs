@@ -8,8 +8,9 @@
 //!    ([`SharedSeed::candidate_stream`], §4.2);
 //! 2. the client weighs them, `l_k = Σ_{j ∈ I} ln q_j(y_kj) − ln p_j(y_kj)`,
 //!    `π(k) = exp(l_k − max l) / Σ_k' exp(l_k' − max l)` ([`importance_weights`], §4.1);
-//! 3. the client draws `k* ~ π` privately and sends it in `⌈log2 K⌉` bits ([`index_bits`]); the
-//!    server outputs `y_{k*}` ([`decode`]).
+//! 3. the client draws `k* ~ π` privately and sends it in `⌈log2 K⌉` bits ([`index_bits`]), or
+//!    picks it by ordered random coding and sends it in a variable-length code
+//!    ([`Selection`]); the server outputs `y_{k*}` ([`decode`]).
 //!
 //! With `K ≈ exp(KL(q_I ‖ p_I))` the decoded `y_{k*}` is close to a sample of `q` (Theorem 4.1),
 //! so blocks are cut to carry about `D_target` bits of KL each and `K = 2^D_target`
@@ -40,5 +41,8 @@ pub use distribution::{
     block_log_likelihood, kl_bits_per_coordinate,
 };
 pub use fair_signs::{FairSignEncoder, SignMessage, decode_fair_signs};
-pub use klms::{KlmsEncoder, SharedSeed, decode, decode_block, drift_ratio, importance_weights};
+pub use klms::{
+    KlmsEncoder, Selection, SharedSeed, decode, decode_block, drift_ratio, importance_weights,
+    select,
+};
 pub use sgld::LangevinScaling;
