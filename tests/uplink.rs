@@ -159,6 +159,7 @@ fn a_compression_table_without_a_compressor_is_an_error_naming_it() {
             "compression.recut_below_drift",
         ),
         ("signsgd-klms", "block_scope = \"mine\"", "block_scope"),
+        ("signsgd-klms", "selection = \"best\"", "selection"),
     ] {
         let text = DIGITS.replace("COMPRESSOR", compressor) + "\n[compression]\n" + table + "\n";
         let err = format!(

@@ -51,6 +51,7 @@ impl UplinkState {
                         blocks: TaskBlocks::Fixed {
                             size: config.block_size,
                         },
+                        selection: config.selection,
                     }
                 }
                 BlockMode::Adaptive => KlmsTask {
@@ -68,6 +69,7 @@ impl UplinkState {
                                 .cloned(),
                         },
                     },
+                    selection: config.selection,
                 },
             })
         } else {

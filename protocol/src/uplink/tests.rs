@@ -68,15 +68,24 @@ fn trained(task: &TrainTask) -> TrainOutput {
     out
 }
 
+/// Adaptive and fixed blocks, each with the paper's importance sampling and with ordered
+/// random coding.
 fn configs() -> Vec<CompressionConfig> {
+    let fixed = CompressionConfig {
+        blocks: BlockMode::Fixed,
+        candidates: Some(3),
+        block_size: 5,
+        ..CompressionConfig::default()
+    };
+    let ordered = |c: &CompressionConfig| CompressionConfig {
+        selection: Selection::Ordered,
+        ..c.clone()
+    };
     vec![
         CompressionConfig::default(),
-        CompressionConfig {
-            blocks: BlockMode::Fixed,
-            candidates: Some(3),
-            block_size: 5,
-            ..CompressionConfig::default()
-        },
+        ordered(&CompressionConfig::default()),
+        ordered(&fixed),
+        fixed,
     ]
 }
 
@@ -148,6 +157,55 @@ fn bits_reported_are_the_bytes_sent() {
     }
     assert!(!nonzero.is_empty());
     assert_eq!(bytes.len(), bits.div_ceil(8), "{nonzero:?}");
+}
+
+/// Ordered random coding writes each index in the exp-Golomb code of order `⌊log2 K / 2⌋` for
+/// fixed blocks (here K = 16: order 2, 3 bits for an index below 4, 5 below 12, 7 below 28),
+/// and nothing else changes: the payload is exactly those codes, against importance sampling's
+/// 4 bits an index; and the decoder reads back the indices the client chose.
+#[test]
+fn ordered_indices_cost_their_exp_golomb_codes() {
+    let config = |selection| CompressionConfig {
+        blocks: BlockMode::Fixed,
+        candidates: Some(16),
+        block_size: 5,
+        selection,
+        ..CompressionConfig::default()
+    };
+    for compressor in [Compressor::SignsgdKlms, Compressor::QsgdKlms] {
+        let ordered = task(
+            compressor,
+            &config(Selection::Ordered),
+            &UplinkState::default(),
+        );
+        let klms = ordered.uplink.klms.as_ref().unwrap();
+        assert_eq!(index_code_order(klms).unwrap(), Some(2));
+        let bytes = encode(&ordered, &trained(&ordered)).unwrap();
+        let mut r = BitReader::new(&bytes);
+        // QSGD's 32-bit norm comes first, then (before any counts) its tensor means.
+        let skip = match compressor {
+            Compressor::QsgdKlms => 32 + 64 * ordered.uplink.prior_tensors.len() as u32,
+            _ => 0,
+        };
+        for _ in 0..skip / 32 {
+            r.u32().unwrap();
+        }
+        let (_, indices) = read_blocks(klms, 70, &mut r, &mut UplinkSide::default()).unwrap();
+        assert_eq!(indices.len(), 14);
+        let bits: u64 = indices.iter().map(|&k| wire::exp_golomb_bits(k, 2)).sum();
+        assert_eq!(
+            bytes.len() as u64,
+            (u64::from(skip) + bits).div_ceil(8),
+            "{indices:?}"
+        );
+        let importance = task(
+            compressor,
+            &config(Selection::Importance),
+            &UplinkState::default(),
+        );
+        let plain = encode(&importance, &trained(&importance)).unwrap();
+        assert_eq!(plain.len() as u64, (u64::from(skip) + 14 * 4).div_ceil(8));
+    }
 }
 
 #[test]
@@ -437,6 +495,7 @@ fn qsgd_oracle_uplink(counts: Option<Vec<[u16; 3]>>, means: Option<Vec<[f64; 3]>
         klms: Some(KlmsTask {
             candidates: 4,
             blocks: TaskBlocks::Fixed { size: 5 },
+            selection: Selection::Importance,
         }),
         prior_counts: counts,
         prior_tensors: vec![3, 2],
@@ -847,26 +906,39 @@ fn mean_drift_ratio(compressor: Compressor, config: &CompressionConfig, n: u64) 
 /// `rescale_drift` the client's own ratio, sent as 32 bits, restores it. Monte Carlo over 1 000
 /// clients of 1 500 values: the rescaled ratio must be within 0.04 of 1 (its standard error is
 /// under 0.01 here), the plain one below 0.9 and within 0.04 of the mean reported `ρ` (the
-/// encoder's own estimate of what it carries).
+/// encoder's own estimate of what it carries: exact given the candidates for importance
+/// sampling, from 32 arrival sequences for ordered random coding, which must carry more).
 #[test]
 fn rescaling_restores_the_drift_klms_shrinks() {
     for compressor in [Compressor::SignsgdKlms, Compressor::QsgdKlms] {
-        let plain = CompressionConfig::default();
-        let rescaled = CompressionConfig {
-            rescale_drift: true,
-            ..CompressionConfig::default()
-        };
-        let (without, _) = mean_drift_ratio(compressor, &plain, 1000);
-        let (with, reported) = mean_drift_ratio(compressor, &rescaled, 1000);
-        eprintln!(
-            "{compressor}: drift ratio {without:.4}, mean reported ρ {reported:.4}, rescaled {with:.4}"
-        );
-        assert!(without < 0.9, "{compressor}: {without}");
-        assert!(
-            (without - reported).abs() < 0.04,
-            "{compressor}: {reported}"
-        );
-        assert!((with - 1.0).abs() < 0.04, "{compressor}: {with}");
+        let mut carried = Vec::new();
+        for selection in [Selection::Importance, Selection::Ordered] {
+            let plain = CompressionConfig {
+                selection,
+                ..CompressionConfig::default()
+            };
+            let rescaled = CompressionConfig {
+                rescale_drift: true,
+                ..plain.clone()
+            };
+            let (without, _) = mean_drift_ratio(compressor, &plain, 1000);
+            let (with, reported) = mean_drift_ratio(compressor, &rescaled, 1000);
+            eprintln!(
+                "{compressor} {selection:?}: drift ratio {without:.4}, mean reported ρ \
+                 {reported:.4}, rescaled {with:.4}"
+            );
+            assert!(without < 0.9, "{compressor}: {without}");
+            assert!(
+                (without - reported).abs() < 0.04,
+                "{compressor} {selection:?}: {reported}"
+            );
+            assert!(
+                (with - 1.0).abs() < 0.04,
+                "{compressor} {selection:?}: {with}"
+            );
+            carried.push(without);
+        }
+        assert!(carried[1] > carried[0] + 0.02, "{compressor}: {carried:?}");
     }
 }
 

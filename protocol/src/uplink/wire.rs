@@ -172,6 +172,44 @@ pub fn read_elias_gamma(reader: &mut BitReader) -> Result<u32, String> {
     Ok(x)
 }
 
+/// Exp-Golomb code of order `k` of `n ≥ 0`: the Elias gamma code of `n + 2^k` without its
+/// first `k` zeros, `2⌊log2(n + 2^k)⌋ − k + 1` bits: `k + 1` bits for `n < 2^k`, two more for
+/// each doubling beyond. KLMS's ordered selection sends its candidate indices in it.
+pub fn write_exp_golomb(writer: &mut BitWriter, n: u32, k: u32) {
+    let x = u64::from(n) + (1u64 << k);
+    let top = 63 - x.leading_zeros();
+    writer.bits(0, top - k);
+    for i in (0..=top).rev() {
+        writer.bits(((x >> i) & 1) as u32, 1);
+    }
+}
+
+/// The bits [`write_exp_golomb`] spends on `n` at order `k`.
+pub fn exp_golomb_bits(n: u32, k: u32) -> u64 {
+    let x = u64::from(n) + (1u64 << k);
+    u64::from(2 * (63 - x.leading_zeros()) - k + 1)
+}
+
+/// Reads one [`write_exp_golomb`] value of order `k ≤ 31`; a code for a value of 2³² or more is
+/// an error.
+pub fn read_exp_golomb(reader: &mut BitReader, k: u32) -> Result<u32, String> {
+    let mut zeros = 0;
+    while reader.bits(1)? == 0 {
+        zeros += 1;
+        if zeros + k > 32 {
+            return Err(format!(
+                "an exp-Golomb code of order {k} with {zeros} leading zeros"
+            ));
+        }
+    }
+    let mut x = 1u64;
+    for _ in 0..zeros + k {
+        x = (x << 1) | u64::from(reader.bits(1)?);
+    }
+    u32::try_from(x - (1u64 << k))
+        .map_err(|_| format!("an exp-Golomb value {x} − 2^{k} past 32 bits"))
+}
+
 /// QSGD symbols as in the QSGD paper's Elias coding: the number of non-zero symbols plus one,
 /// then per non-zero symbol the gap from the previous one (the first from position −1) and its
 /// sign bit (1 for `+1`), all in Elias gamma. About `nnz (2 log2(d / nnz) + 2)` bits.
@@ -277,6 +315,41 @@ mod tests {
         }
         // 32 zeros: not a code.
         assert!(read_elias_gamma(&mut BitReader::new(&[0; 5])).is_err());
+    }
+
+    #[test]
+    fn exp_golomb_has_the_textbook_codes() {
+        // Order 0 is Elias gamma of n + 1; order 2 spends 3 bits below 4, 5 bits below 12.
+        for (n, k, code) in [
+            (0, 0, "1"),
+            (1, 0, "010"),
+            (4, 0, "00101"),
+            (0, 2, "100"),
+            (3, 2, "111"),
+            (4, 2, "01000"),
+            (11, 2, "01111"),
+            (12, 2, "0010000"),
+        ] {
+            let mut w = BitWriter::new();
+            write_exp_golomb(&mut w, n, k);
+            let bytes = w.finish();
+            let mut r = BitReader::new(&bytes);
+            let bits: String = (0..code.len())
+                .map(|_| char::from(b'0' + r.bits(1).unwrap() as u8))
+                .collect();
+            assert_eq!(bits, code, "n = {n}, k = {k}");
+            assert_eq!(exp_golomb_bits(n, k), code.len() as u64);
+            assert_eq!(read_exp_golomb(&mut BitReader::new(&bytes), k).unwrap(), n);
+        }
+        for k in [0, 3, 10] {
+            for n in [0, 1, 7, 1000, (1 << 20) - 1, u32::MAX - (1 << k)] {
+                let mut w = BitWriter::new();
+                write_exp_golomb(&mut w, n, k);
+                let bytes = w.finish();
+                assert_eq!(read_exp_golomb(&mut BitReader::new(&bytes), k).unwrap(), n);
+            }
+        }
+        assert!(read_exp_golomb(&mut BitReader::new(&[0; 8]), 2).is_err());
     }
 
     #[test]
