@@ -262,7 +262,8 @@ pub struct CompressionConfig {
     /// KLMS: how a client picks its candidate, `importance` (the paper's: `k* ~ π`, an index
     /// costs `⌈log2 K⌉` bits) or `ordered` (ordered random coding: the index in an exp-Golomb
     /// code of order [`index_code_order`], about the block's KL plus 2 bits, and more of the
-    /// drift carried at the same `K`).
+    /// drift carried at the same `K`). Ignored without KLMS, like `rescale_drift` (a compare
+    /// grid shares one table between a host and its KLMS version).
     #[serde(default)]
     pub selection: Selection,
     /// KLMS with QSGD, SignSGD or SGLD: the client measures the share `ρ` of its drift that its

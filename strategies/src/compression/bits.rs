@@ -69,7 +69,9 @@ pub struct UplinkLayout {
 }
 
 /// The exact bits of an uplink of `num_blocks` indices of `K` candidates each, plus what
-/// `layout` adds (§4.5).
+/// `layout` adds (§4.5), with the paper's importance sampling (`⌈log2 K⌉` bits an index); an
+/// ordered selection's indices have a variable-length code whose bits depend on the indices
+/// drawn (`protocol::uplink::index_code_order`).
 pub fn uplink_bits(num_blocks: usize, k: usize, layout: &UplinkLayout) -> Result<UplinkBits> {
     let m = num_blocks as u64;
     Ok(UplinkBits {
