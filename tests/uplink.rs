@@ -41,6 +41,14 @@ fn config(compressor: &str, compression: &str) -> Config {
 const VALUES: u64 = 650;
 
 /// Mean uplink bits per parameter of a run that has rounds.
+/// The error, with its causes, of a config that must not parse.
+fn parse_error(text: &str) -> String {
+    format!(
+        "{:#}",
+        Config::parse(text, Path::new("bad.toml")).expect_err("the config must be refused")
+    )
+}
+
 fn bpp(s: &fedshard_actors::record::Summary) -> f64 {
     s.mean_bits_per_parameter().expect("the run has rounds")
 }
@@ -111,24 +119,15 @@ fn fedpm_klms_learns_like_fedpm_with_a_tenth_of_its_bits() {
 #[test]
 fn a_compression_table_without_a_compressor_is_an_error_naming_it() {
     let text = DIGITS.replace("COMPRESSOR", "identity") + "\n[compression]\nd_target = 2\n";
-    let err = format!(
-        "{:#}",
-        Config::parse(&text, Path::new("bad.toml")).unwrap_err()
-    );
+    let err = parse_error(&text);
     assert!(
         err.contains("bad.toml") && err.contains("compression"),
         "{err}"
     );
     let text = DIGITS.replace("COMPRESSOR", "qsgd-klms") + "\n[compression]\nd_target = 40\n";
-    let err = format!(
-        "{:#}",
-        Config::parse(&text, Path::new("bad.toml")).unwrap_err()
-    );
+    let err = parse_error(&text);
     assert!(err.contains("compression.d_target"), "{err}");
-    let err = format!(
-        "{:#}",
-        Config::parse(&DIGITS.replace("COMPRESSOR", "zip"), Path::new("bad.toml")).unwrap_err()
-    );
+    let err = parse_error(&DIGITS.replace("COMPRESSOR", "zip"));
     assert!(err.contains("zip"), "{err}");
     // The issue-23 fields: each bad value names its field.
     for (compressor, table, field) in [
@@ -162,10 +161,7 @@ fn a_compression_table_without_a_compressor_is_an_error_naming_it() {
         ("signsgd-klms", "selection = \"best\"", "selection"),
     ] {
         let text = DIGITS.replace("COMPRESSOR", compressor) + "\n[compression]\n" + table + "\n";
-        let err = format!(
-            "{:#}",
-            Config::parse(&text, Path::new("bad.toml")).unwrap_err()
-        );
+        let err = parse_error(&text);
         assert!(err.contains(field), "{table}: {err}");
     }
 }
@@ -195,10 +191,7 @@ compressor = "fedpm-klms"
 [compression]
 rescale_drift = true
 "#;
-    let err = format!(
-        "{:#}",
-        Config::parse(text, Path::new("bad.toml")).unwrap_err()
-    );
+    let err = parse_error(text);
     assert!(err.contains("compression.rescale_drift"), "{err}");
 }
 
@@ -218,10 +211,7 @@ fn a_norm_bound_on_sign_updates_is_refused_unless_the_drift_is_rescaled() {
         bounded("signsgd-klms"),
         bounded("signsgd-klms") + "\n[compression]\nrescale_drift = false\n",
     ] {
-        let err = format!(
-            "{:#}",
-            Config::parse(&text, Path::new("bad.toml")).unwrap_err()
-        );
+        let err = parse_error(&text);
         assert!(
             err.contains("federation.max_update_norm") && err.contains("server_lr"),
             "{err}"
@@ -277,8 +267,9 @@ fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
 /// SignSGD-KLMS on skewed clients, blocks cut per client (`block_scope = "client"`) against the
 /// shared partition: the candidates carry more of each client's drift (measured on these 12
 /// rounds at a constant learning rate: 0.91 against 0.84 on average), the federation learns
-/// (0.71 after 12 rounds, chance 0.1) at 0.20 bits per parameter, and a run stopped after 6 rounds and resumed from its checkpoint, where the
-/// clients' blocks live, ends with the uninterrupted model.
+/// (0.71 after 12 rounds, chance 0.1) at 0.20 bits per parameter, and a run stopped after 6
+/// rounds and resumed from its checkpoint, where the clients' blocks live, ends with the
+/// uninterrupted model.
 #[test]
 fn client_blocks_carry_more_of_the_drift_and_survive_a_resume() {
     use fedshard_actors::record::Summary;

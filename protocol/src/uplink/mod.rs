@@ -261,7 +261,7 @@ pub struct CompressionConfig {
     pub margin_bits: u32,
     /// KLMS: how a client picks its candidate, `importance` (the paper's: `k* ~ π`, an index
     /// costs `⌈log2 K⌉` bits) or `ordered` (ordered random coding: the index in an exp-Golomb
-    /// code of order [`index_code_order`], about the block's KL plus 2 bits, and more of the
+    /// code of order [`index_code_order`], about the block's KL plus 1–3 bits, and more of the
     /// drift carried at the same `K`). Ignored without KLMS, like `rescale_drift` (a compare
     /// grid shares one table between a host and its KLMS version).
     #[serde(default)]

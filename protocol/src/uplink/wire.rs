@@ -146,30 +146,17 @@ pub fn read_trits(reader: &mut BitReader, len: usize) -> Result<Vec<i8>, String>
 }
 
 /// Elias gamma code of `x ≥ 1`: `⌊log2 x⌋` zeros, then `x` in `⌊log2 x⌋ + 1` bits, most
-/// significant first (`2⌊log2 x⌋ + 1` bits).
+/// significant first (`2⌊log2 x⌋ + 1` bits): the exp-Golomb code of order 0 of `x − 1`.
 pub fn write_elias_gamma(writer: &mut BitWriter, x: u32) {
     debug_assert!(x >= 1);
-    let n = 31 - x.leading_zeros();
-    writer.bits(0, n);
-    for i in (0..=n).rev() {
-        writer.bits((x >> i) & 1, 1);
-    }
+    write_exp_golomb(writer, x - 1, 0);
 }
 
-/// Reads one [`write_elias_gamma`] value; more than 31 leading zeros is an error.
+/// Reads one [`write_elias_gamma`] value; a code for a value of 2³² or more is an error.
 pub fn read_elias_gamma(reader: &mut BitReader) -> Result<u32, String> {
-    let mut n = 0;
-    while reader.bits(1)? == 0 {
-        n += 1;
-        if n > 31 {
-            return Err("an Elias gamma code with more than 31 leading zeros".into());
-        }
-    }
-    let mut x = 1u32;
-    for _ in 0..n {
-        x = (x << 1) | reader.bits(1)?;
-    }
-    Ok(x)
+    read_exp_golomb(reader, 0)?
+        .checked_add(1)
+        .ok_or_else(|| "an Elias gamma value past 32 bits".to_string())
 }
 
 /// Exp-Golomb code of order `k` of `n ≥ 0`: the Elias gamma code of `n + 2^k` without its

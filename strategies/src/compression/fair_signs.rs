@@ -73,7 +73,8 @@ impl FairSignEncoder {
 
     /// Encodes the signs with `P(+1) = plus[j]` in the blocks of `partition`, `k` candidates
     /// each; block `m` uses the candidate stream `m` of `shared`, `k*` is picked with the
-    /// private stream `selection`. With `track_drift` it also measures the drift ratio (twice the look-ups).
+    /// private stream `selection`. With `track_drift` it also measures the drift ratio (twice
+    /// the look-ups).
     pub fn encode(
         &mut self,
         plus: &[f64],

@@ -21,9 +21,9 @@
 //! The coordinates are Bernoulli (FedPM masks), categorical over `{−1, 0, +1}` (QSGD, SignSGD) or
 //! Gaussian (SGLD); see [`distribution`]. Signs against the fair coin (SignSGD) have their own
 //! fast coder, [`fair_signs`], whose candidates are bits of the stream. FedPM's server step on
-//! the decoded masks, BayesAgg (§4.6), is [`bayes_agg()`]; SGLD's scaling rule (§4.9) is [`sgld`]. Not here: the host
-//! methods, the wire format and the protocol state (`UPDATE`, the broadcast of boundaries);
-//! those live with the compressor policies that use this module.
+//! the decoded masks, BayesAgg (§4.6), is [`bayes_agg()`]; SGLD's scaling rule (§4.9) is
+//! [`sgld`]. Not here: the host methods, the wire format and the protocol state (`UPDATE`, the
+//! broadcast of boundaries); those live with the compressor policies that use this module.
 
 pub mod bayes_agg;
 pub mod bits;
