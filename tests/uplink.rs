@@ -237,7 +237,7 @@ fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
     .expect("grid runs");
     assert_eq!((runs.len(), seen), (4, 4));
     assert!(runs.iter().all(|r| r.error.is_none()));
-    let table = markdown(&runs, &compressors, &d_targets, BlockMode::Adaptive);
+    let table = markdown(&runs, &compressors, &d_targets, BlockMode::Adaptive, 650);
     for row in [
         "| identity |",
         "| signsgd |",

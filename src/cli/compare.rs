@@ -3,6 +3,7 @@
 use crate::compare::{self, DEFAULT_SETUPS, DEFAULT_STRATEGIES, RunResult};
 use crate::compare_journal::Journal;
 use crate::config::Config;
+use crate::federation;
 use anyhow::{Context, ensure};
 use clap::Args;
 use serde::Serialize;
@@ -187,7 +188,8 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
         return super::print_json(&serde_json::json!({ "runs": runs }));
     }
     let blocks = config.compression.clone().unwrap_or_default().blocks;
-    let table = compare_uplink::markdown(&runs, &compressors, &d_targets, blocks);
+    let parameters = federation::initial_model(&config, config.run.seed).num_parameters();
+    let table = compare_uplink::markdown(&runs, &compressors, &d_targets, blocks, parameters);
     println!(
         "Final test accuracy in % (mean ± std over {} seeds) and uplink bits per parameter per \
          update (mean over rounds) on {}: {} rounds, {} clients, {} per round.\n\n{table}\n\
