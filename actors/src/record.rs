@@ -193,6 +193,12 @@ impl RoundRecord {
                 .max()
                 .map_or(String::new(), u64::to_string),
         ]);
+        let klms = self.klms.as_ref();
+        cells.extend([
+            klms.map_or(String::new(), |k| count(k.block_uploads)),
+            csv_float(klms.and_then(|k| k.block_kl_bits).unwrap_or(f64::NAN)),
+            csv_float(klms.and_then(|k| k.drift_ratio).unwrap_or(f64::NAN)),
+        ]);
         cells.extend(self.phases.columns().map(|(_, s)| csv_float(s)));
         cells.join(",")
     }
@@ -204,8 +210,9 @@ impl RoundRecord {
 /// rounds line up); the per-cluster `groups` as their count and the least and largest cluster
 /// ANME (`anme` is their mean); `client_train_seconds` as count, mean and maximum (the slowest
 /// client is what a deadline has to cover); `update_cosine`, empty when the model did not
-/// change; then `late` and the mean and largest `staleness` (empty in synchronous rounds); then
-/// the [`PhaseSeconds`] as `plan_seconds`, `train_seconds`, `aggregate_seconds` and
+/// change; then `late` and the mean and largest `staleness` (empty in synchronous rounds); the
+/// [`KlmsStats`] as `klms_block_uploads`, `klms_block_kl_bits` and `klms_drift_ratio` (empty
+/// without KLMS, and where no client reported the value); then the [`PhaseSeconds`] as `plan_seconds`, `train_seconds`, `aggregate_seconds` and
 /// `evaluate_seconds`.
 pub fn csv_header() -> String {
     let mut columns = vec![
@@ -239,6 +246,9 @@ pub fn csv_header() -> String {
             "late",
             "staleness_mean",
             "staleness_max",
+            "klms_block_uploads",
+            "klms_block_kl_bits",
+            "klms_drift_ratio",
         ]
         .map(String::from),
     );
@@ -466,6 +476,28 @@ mod tests {
             assert_eq!(cells[column], "", "column {column}");
         }
         assert_eq!(cells["groups"], "0");
+        for column in [
+            "klms_block_uploads",
+            "klms_block_kl_bits",
+            "klms_drift_ratio",
+        ] {
+            assert_eq!(cells[column], "", "no KLMS: column {column}");
+        }
+        r.klms = Some(KlmsStats {
+            block_uploads: 2,
+            block_kl_bits: None,
+            drift_ratio: Some(0.93),
+        });
+        let row = r.csv_row();
+        let cells: BTreeMap<&str, &str> = header.split(',').zip(row.split(',')).collect();
+        assert_eq!(
+            [
+                cells["klms_block_uploads"],
+                cells["klms_block_kl_bits"],
+                cells["klms_drift_ratio"]
+            ],
+            ["2", "", "0.93"]
+        );
         // A round that left the model unchanged has no cosine.
         let row = RoundRecord {
             update_cosine: None,
