@@ -14,7 +14,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use fedshard_strategies::compression::{
     Bernoulli, Categorical, FairSignEncoder, KlmsEncoder, Partition, ProductDistribution,
-    SharedSeed, decode,
+    Selection, SharedSeed, decode,
 };
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 
@@ -44,17 +44,17 @@ const SHARED: SharedSeed = SharedSeed {
     client: 3,
 };
 
-/// Benchmarks the generic encoder on `q` against `p` as `name`; returns the indices and the
-/// selected symbols of one more encoding, for the decoder.
+/// Benchmarks the generic encoder with `selection` on `q` against `p` as `name`; returns the
+/// indices and the selected symbols of one more encoding, for the decoder.
 fn bench_generic_encode<D: ProductDistribution>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
-    q: &D,
-    p: &D,
+    (q, p): (&D, &D),
     partition: &Partition,
     k: usize,
+    selection: Selection,
 ) -> (Vec<u32>, Vec<D::Symbol>) {
-    let mut encoder = KlmsEncoder::new();
+    let mut encoder = KlmsEncoder::new().with_selection(selection);
     let mut selected = vec![D::Symbol::default(); q.len()];
     let mut selection = SHARED.selection_stream();
     let mut run = |selected: &mut [D::Symbol]| {
@@ -80,7 +80,22 @@ fn klms(c: &mut Criterion) {
                 k * block_size,
             );
             let mut group = configured(c, format!("klms bernoulli S={block_size} K={k}"), 20);
-            let (indices, _) = bench_generic_encode(&mut group, "encode", &q, &p, &partition, k);
+            let (indices, _) = bench_generic_encode(
+                &mut group,
+                "encode",
+                (&q, &p),
+                &partition,
+                k,
+                Selection::Importance,
+            );
+            bench_generic_encode(
+                &mut group,
+                "encode ordered",
+                (&q, &p),
+                &partition,
+                k,
+                Selection::Ordered,
+            );
             let mut decoded = vec![false; D];
             group.bench_function("decode", |b| {
                 b.iter(|| {
@@ -98,6 +113,26 @@ fn klms(c: &mut Criterion) {
             group.finish();
         }
     }
+    // The shipped MNIST configs' regime: blocks of up to 1 024 values and about 8 bits of KL,
+    // K = 2^(8 + 4) candidates, ordered selection.
+    let (block_size, k) = (1024, 4096);
+    eprintln!(
+        "S = {block_size}, K = {k}, ordered: encoder floor {} draws + {} log-ratio evaluations \
+         per block ({k} of each per parameter)",
+        k * block_size,
+        k * block_size,
+    );
+    let partition = Partition::fixed(D, block_size).expect("d, S > 0");
+    let mut group = configured(c, format!("klms bernoulli S={block_size} K={k}"), 10);
+    bench_generic_encode(
+        &mut group,
+        "encode ordered",
+        (&q, &p),
+        &partition,
+        k,
+        Selection::Ordered,
+    );
+    group.finish();
 }
 
 /// SignSGD's bit-candidate coder (`fair_signs`) against the generic categorical coder on the
@@ -121,22 +156,34 @@ fn fair_signs(c: &mut Criterion) {
             k * block_size.div_ceil(8),
         );
         let mut group = configured(c, format!("klms signs S={block_size} K={k}"), 10);
-        bench_generic_encode(&mut group, "encode generic", &q, &p, &partition, k);
+        bench_generic_encode(
+            &mut group,
+            "encode generic",
+            (&q, &p),
+            &partition,
+            k,
+            Selection::Importance,
+        );
         let mut selection = SHARED.selection_stream();
-        let mut bits = FairSignEncoder::new();
-        group.bench_function("encode bit candidates", |b| {
-            b.iter(|| {
-                bits.encode(
-                    black_box(&plus),
-                    &partition,
-                    k,
-                    &SHARED,
-                    &mut selection,
-                    false,
-                )
-                .expect("valid input")
-            })
-        });
+        for (name, choice) in [
+            ("encode bit candidates", Selection::Importance),
+            ("encode bit candidates ordered", Selection::Ordered),
+        ] {
+            let mut bits = FairSignEncoder::new().with_selection(choice);
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    bits.encode(
+                        black_box(&plus),
+                        &partition,
+                        k,
+                        &SHARED,
+                        &mut selection,
+                        false,
+                    )
+                    .expect("valid input")
+                })
+            });
+        }
         group.finish();
     }
 }
