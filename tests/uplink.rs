@@ -169,7 +169,7 @@ fn a_compression_table_without_a_compressor_is_an_error_naming_it() {
 /// FedPM's decoded values are mask probabilities: rescaling its drift is refused, naming the
 /// field (the masked model needs the FedPM config, so this one is checked on its own).
 #[test]
-fn rescaling_fedpm_is_refused_naming_the_field() {
+fn rescaling_fedpm_is_refused_naming_the_field_reporting_is_not() {
     let text = r#"
 [run]
 name = "bad"
@@ -193,6 +193,9 @@ rescale_drift = true
 "#;
     let err = parse_error(text);
     assert!(err.contains("compression.rescale_drift"), "{err}");
+    // Reporting the ratio without applying it is FedPM's way to see it.
+    let reported = text.replace("rescale_drift = true", "report_drift = true");
+    Config::parse(&reported, Path::new("ok.toml")).expect("report_drift with FedPM-KLMS");
 }
 
 /// A SignSGD update's norm is `server_lr · √(values sent)` whatever the client trained: a norm

@@ -202,7 +202,7 @@ impl Metrics {
             )?,
             klms_drift_ratio: gauge(
                 "fedshard_klms_drift_ratio",
-                "KLMS with rescale_drift: the mean share of their drift the accepted clients' candidates carried, last round.",
+                "KLMS with rescale_drift or report_drift: the mean share of their drift the accepted clients' candidates carried, last round.",
                 none,
             )?,
             staleness: histogram(

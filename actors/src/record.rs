@@ -74,7 +74,7 @@ pub struct RoundRecord {
     pub klms: Option<KlmsStats>,
 }
 
-/// A round's KLMS reports (seed 004 §4.4; `[compression] rescale_drift`), so that a run shows
+/// A round's KLMS reports (seed 004 §4.4; `[compression] rescale_drift`, `report_drift`), so that a run shows
 /// whether its blocks still carry about `d_target` bits of KL and how much of the drift the
 /// candidates carried: the two numbers that explain a KLMS run's bits and accuracy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -87,7 +87,8 @@ pub struct KlmsStats {
     /// client uploaded blocks, which are cut at about `d_target` bits each.
     pub block_kl_bits: Option<f64>,
     /// Mean over the accepted clients of the share `ρ` of their drift that the selected
-    /// candidates carry, as they reported it (`rescale_drift`; the server divides by it).
+    /// candidates carry, as they reported it (`rescale_drift`, where the server divides by it,
+    /// or `report_drift`).
     pub drift_ratio: Option<f64>,
 }
 

@@ -336,7 +336,7 @@ mod tests {
         let kl = &klms.series[0].points;
         assert!(kl[0].1.is_nan() && kl[1] == (2.0, 3.5), "{kl:?}");
         assert_eq!(klms.series[1].points, [(1.0, 0.9), (2.0, 0.7)]);
-        // Without rescale_drift there is no ratio to draw.
+        // Without rescale_drift or report_drift there is no ratio to draw.
         rounds.iter_mut().for_each(|r| {
             r.klms = r.klms.map(|k| KlmsStats {
                 drift_ratio: None,

@@ -50,6 +50,10 @@ pub enum Purpose {
     FedpmMasks = 17,
     /// The one mask the server's FedPM evaluator samples from the global θ.
     FedpmEvalMask = 18,
+    /// The extra arrival sequences behind a KLMS client's estimate of its ordered selection's
+    /// probabilities (its drift ratio); the ChaCha stream id is the block index. Apart from the
+    /// selection stream, so that measuring the ratio does not change the candidate chosen.
+    KlmsDriftEstimate = 19,
 }
 
 /// The stream for `(seed, round, client, purpose)`: the 32-byte ChaCha key is the four numbers in

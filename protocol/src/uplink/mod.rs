@@ -271,6 +271,12 @@ pub struct CompressionConfig {
     /// Ignored without KLMS; refused with FedPM.
     #[serde(default)]
     pub rescale_drift: bool,
+    /// KLMS with any host, FedPM included: the client measures `ρ` and sends it (32 bits,
+    /// counted) as `rescale_drift` does, but the server only records it (`metrics.jsonl`,
+    /// `fedshard_klms_drift_ratio`) and folds the drift as decoded: a run then shows how much of
+    /// its drift the candidates carried at its `K`. Implied by `rescale_drift`.
+    #[serde(default)]
+    pub report_drift: bool,
     /// QSGD-KLMS: `β`, the pseudo-counts of the per-tensor symbol frequency added to last
     /// round's per-value counts: `p_j(s) = (n_j(s) + β f_t(s)) / (n_j + β)`.
     #[serde(default = "default_prior_weight")]
@@ -309,6 +315,7 @@ impl Default for CompressionConfig {
             margin_bits: 0,
             selection: Selection::default(),
             rescale_drift: false,
+            report_drift: false,
             prior_weight: default_prior_weight(),
         }
     }
@@ -351,6 +358,8 @@ pub struct Uplink {
     pub klms: Option<KlmsTask>,
     /// KLMS: the client sends its drift ratio `ρ` and the server divides the drift by it.
     pub rescale_drift: bool,
+    /// KLMS: the client sends its drift ratio `ρ`, which the server only records.
+    pub report_drift: bool,
     /// QSGD: last round's counts of `(−1, 0, +1)` at each value of this task's message; `None`
     /// before any round decoded a symbol.
     pub prior_counts: Option<Vec<[u16; 3]>>,
@@ -703,6 +712,7 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
         w.f32(*plus);
     }
     let rescale = uplink.rescale_drift;
+    let sends_drift = rescale || uplink.report_drift;
     let err = |e: fedshard_strategies::error::StrategyError| e.to_string();
     let symbols = match &uplink.klms {
         None => match m {
@@ -755,7 +765,7 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
             }
             let mut coder = KlmsUplink {
                 klms,
-                rescale,
+                sends_drift,
                 shared: &shared,
                 selection: &mut selection,
                 w: &mut w,
@@ -796,8 +806,8 @@ fn strategy_error(e: fedshard_strategies::error::StrategyError) -> String {
 /// What KLMS writes into one client's payload, with its settings.
 struct KlmsUplink<'a> {
     klms: &'a KlmsTask,
-    /// Whether to append the drift ratio `ρ`.
-    rescale: bool,
+    /// Whether to append the drift ratio `ρ` (`rescale_drift` or `report_drift`).
+    sends_drift: bool,
     shared: &'a SharedSeed,
     selection: &'a mut ChaCha20Rng,
     w: &'a mut BitWriter,
@@ -806,13 +816,13 @@ struct KlmsUplink<'a> {
 impl KlmsUplink<'_> {
     /// KLMS over any product distribution: cuts the blocks (writing the client's own block sizes
     /// in `UPDATE` rounds, or the mean-KL report against broadcast ends), writes one candidate
-    /// index per block and, with `rescale`, the drift ratio `ρ` of its candidates as an f32, and
+    /// index per block and, with `sends_drift`, the drift ratio `ρ` of its candidates as an f32, and
     /// returns the symbols the server will decode.
     fn encode<D: ProductDistribution>(&mut self, q: &D, p: &D) -> Result<Vec<D::Symbol>, String> {
         let err = strategy_error;
         let partition = self.partition(q.len(), || kl_bits_per_coordinate(q, p))?;
         let mut selected = vec![D::Symbol::default(); q.len()];
-        let mut encoder = if self.rescale {
+        let mut encoder = if self.sends_drift {
             KlmsEncoder::tracking_means()
         } else {
             KlmsEncoder::new()
@@ -829,7 +839,7 @@ impl KlmsUplink<'_> {
                 &mut selected,
             )
             .map_err(err)?;
-        let rho = self.rescale.then(|| {
+        let rho = self.sends_drift.then(|| {
             let means = |d: &D| (0..d.len()).map(|j| d.mean(j)).collect::<Vec<_>>();
             drift_ratio(encoder.conditional_means(), &means(q), &means(p))
         });
@@ -853,7 +863,7 @@ impl KlmsUplink<'_> {
                 self.klms.candidates,
                 self.shared,
                 self.selection,
-                self.rescale,
+                self.sends_drift,
             )
             .map_err(err)?;
         self.finish(&message.indices, message.drift_ratio)?;
@@ -900,7 +910,7 @@ impl KlmsUplink<'_> {
     }
 
     /// Writes one index per block, in `⌈log2 K⌉` bits or in the exp-Golomb code of
-    /// [`index_code_order`], then, with `rescale`, the drift ratio `rho` (`None`: no drift to
+    /// [`index_code_order`], then, with `sends_drift`, the drift ratio `rho` (`None`: no drift to
     /// carry, sent as 1), clamped to [`DRIFT_RATIO_RANGE`].
     fn finish(&mut self, indices: &[u32], rho: Option<f64>) -> Result<(), String> {
         match index_code_order(self.klms)? {
@@ -912,7 +922,7 @@ impl KlmsUplink<'_> {
                 indices.iter().for_each(|&index| self.w.bits(index, width));
             }
         }
-        if self.rescale {
+        if self.sends_drift {
             let rho = rho
                 .unwrap_or(1.0)
                 .clamp(DRIFT_RATIO_RANGE.0, DRIFT_RATIO_RANGE.1);
@@ -922,39 +932,58 @@ impl KlmsUplink<'_> {
     }
 }
 
-/// The decoder of [`KlmsUplink::encode`]: reads the blocks (recording uploaded ends or the KL report
-/// in `side`) and the indices, and regenerates the selected candidates.
-fn decode_klms<D: ProductDistribution>(
-    p: &D,
-    klms: &KlmsTask,
-    rescale: bool,
-    shared: &SharedSeed,
-    r: &mut BitReader,
-    side: &mut UplinkSide,
-) -> Result<Vec<D::Symbol>, String> {
-    let (partition, indices) = read_blocks(klms, p.len(), r, side)?;
-    let mut out = vec![D::Symbol::default(); p.len()];
-    klms_decode(p, &partition, klms.candidates, &indices, shared, &mut out)
-        .map_err(strategy_error)?;
-    read_drift_ratio(rescale, r, side)?;
-    Ok(out)
+/// The server's side of [`KlmsUplink`]: reads one KLMS payload's blocks, indices and drift
+/// ratio, recording the side information in `side`.
+struct KlmsReader<'a, 'b> {
+    klms: &'a KlmsTask,
+    /// Whether the payload ends with the drift ratio `ρ` (`rescale_drift` or `report_drift`).
+    sends_drift: bool,
+    shared: SharedSeed,
+    r: &'a mut BitReader<'b>,
+    side: &'a mut UplinkSide,
 }
 
-/// The decoder of [`KlmsUplink::encode_signs`]: `d` signs, `±1`.
-fn decode_signs(
-    klms: &KlmsTask,
-    rescale: bool,
-    shared: &SharedSeed,
-    d: usize,
-    r: &mut BitReader,
-    side: &mut UplinkSide,
-) -> Result<Vec<i8>, String> {
-    let (partition, indices) = read_blocks(klms, d, r, side)?;
-    let mut out = vec![0; d];
-    decode_fair_signs(&partition, klms.candidates, &indices, shared, &mut out)
+impl KlmsReader<'_, '_> {
+    /// The decoder of [`KlmsUplink::encode`]: reads the blocks (recording uploaded ends or the
+    /// KL report in `side`) and the indices, and regenerates the selected candidates.
+    fn decode<D: ProductDistribution>(&mut self, p: &D) -> Result<Vec<D::Symbol>, String> {
+        self.read(p.len(), |partition, k, indices, shared, out| {
+            klms_decode(p, partition, k, indices, shared, out)
+        })
+    }
+
+    /// The decoder of [`KlmsUplink::encode_signs`]: `d` signs, `±1`.
+    fn decode_signs(&mut self, d: usize) -> Result<Vec<i8>, String> {
+        self.read(d, decode_fair_signs)
+    }
+
+    /// Reads the blocks and indices of `d` values, has `regenerate` write the selected
+    /// candidates (given the partition, `K`, the indices and the shared seed), then reads the
+    /// drift ratio.
+    fn read<S: Clone + Default>(
+        &mut self,
+        d: usize,
+        regenerate: impl FnOnce(
+            &Partition,
+            usize,
+            &[u32],
+            &SharedSeed,
+            &mut [S],
+        ) -> fedshard_strategies::error::Result<()>,
+    ) -> Result<Vec<S>, String> {
+        let (partition, indices) = read_blocks(self.klms, d, self.r, self.side)?;
+        let mut out = vec![S::default(); d];
+        regenerate(
+            &partition,
+            self.klms.candidates,
+            &indices,
+            &self.shared,
+            &mut out,
+        )
         .map_err(strategy_error)?;
-    read_drift_ratio(rescale, r, side)?;
-    Ok(out)
+        read_drift_ratio(self.sends_drift, self.r, self.side)?;
+        Ok(out)
+    }
 }
 
 /// Reads what [`KlmsUplink::partition`] wrote for a message of `d` values, then one index per
@@ -1017,9 +1046,13 @@ fn read_blocks(
     Ok((partition, indices))
 }
 
-/// Reads the drift ratio [`KlmsUplink::finish`] wrote, if the task rescales, into `side`.
-fn read_drift_ratio(rescale: bool, r: &mut BitReader, side: &mut UplinkSide) -> Result<(), String> {
-    if rescale {
+/// Reads the drift ratio [`KlmsUplink::finish`] wrote, if the task sends one, into `side`.
+fn read_drift_ratio(
+    sends_drift: bool,
+    r: &mut BitReader,
+    side: &mut UplinkSide,
+) -> Result<(), String> {
+    if sends_drift {
         let rho = f64::from(r.f32()?);
         let (low, high) = DRIFT_RATIO_RANGE;
         if !(low as f32 as f64..=high).contains(&rho) {
@@ -1055,8 +1088,9 @@ pub fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), 
     let uplink = &task.uplink;
     let host = host_of(uplink)?;
     let eta = uplink.server_lr;
-    // The transmitted drift, rescaled: `μ_p + (y − μ_p) / ρ` (plain `y` without a ratio).
-    let rho = side.drift_ratio;
+    // The transmitted drift, rescaled: `μ_p + (y − μ_p) / ρ` (plain `y` without a ratio, or
+    // with a ratio only reported).
+    let rho = side.drift_ratio.filter(|_| uplink.rescale_drift);
     let drift = |j: usize, y: f64| match rho {
         Some(rho) => {
             let mu = prior_mean.get(j).copied().unwrap_or(0.0);
@@ -1147,6 +1181,10 @@ fn decode_symbols(task: &TrainTask, sent: &[f32], bytes: &[u8]) -> Result<Decode
     if rescale && (host == Host::Fedpm || uplink.klms.is_none()) {
         return Err("only KLMS with QSGD, SignSGD or SGLD rescales its drift".into());
     }
+    if uplink.report_drift && uplink.klms.is_none() {
+        return Err("only KLMS reports a drift ratio".into());
+    }
+    let sends_drift = rescale || uplink.report_drift;
     let err = strategy_error;
     let mut prior_mean = Vec::new();
     // Symbols: +1/−1/0 for ternary hosts, 1/0 for masks, reals for SGLD.
@@ -1176,40 +1214,44 @@ fn decode_symbols(task: &TrainTask, sent: &[f32], bytes: &[u8]) -> Result<Decode
             ),
         },
         Some(klms) => {
-            let shared = SharedSeed {
-                seed: task.seed,
-                round: task.round,
-                client: task.client,
+            let mut reader = KlmsReader {
+                klms,
+                sends_drift,
+                shared: SharedSeed {
+                    seed: task.seed,
+                    round: task.round,
+                    client: task.client,
+                },
+                r: &mut r,
+                side: &mut side,
             };
             match &p {
-                Message::Mask { p, .. } => {
-                    let p = Bernoulli::new(p).map_err(err)?;
-                    Symbols::Discrete(
-                        decode_klms(&p, klms, false, &shared, &mut r, &mut side)?
-                            .into_iter()
-                            .map(i8::from)
-                            .collect(),
-                    )
-                }
+                Message::Mask { p, .. } => Symbols::Discrete(
+                    reader
+                        .decode(&Bernoulli::new(p).map_err(err)?)?
+                        .into_iter()
+                        .map(i8::from)
+                        .collect(),
+                ),
                 Message::Ternary { .. } if host == Host::Signsgd => {
                     if rescale {
                         prior_mean = vec![0.0; d];
                     }
-                    Symbols::Discrete(decode_signs(klms, rescale, &shared, d, &mut r, &mut side)?)
+                    Symbols::Discrete(reader.decode_signs(d)?)
                 }
                 Message::Ternary { p, .. } => {
                     let p = Categorical::new(p).map_err(err)?;
                     if rescale {
                         prior_mean = (0..p.len()).map(|j| p.mean(j)).collect();
                     }
-                    Symbols::Discrete(decode_klms(&p, klms, rescale, &shared, &mut r, &mut side)?)
+                    Symbols::Discrete(reader.decode(&p)?)
                 }
                 Message::Gaussian { zero, std, .. } => {
                     let p = Gaussian::new(zero, std).map_err(err)?;
                     if rescale {
                         prior_mean = zero.clone();
                     }
-                    Symbols::Real(decode_klms(&p, klms, rescale, &shared, &mut r, &mut side)?)
+                    Symbols::Real(reader.decode(&p)?)
                 }
             }
         }

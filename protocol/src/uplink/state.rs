@@ -114,6 +114,7 @@ impl UplinkState {
             temperature_scale: config.temperature_scale,
             klms,
             rescale_drift: config.rescale_drift && compressor.klms(),
+            report_drift: config.report_drift && compressor.klms(),
             prior_counts,
             prior_tensors: if host == Host::Qsgd {
                 message_tensors(task)
@@ -146,9 +147,10 @@ impl UplinkState {
                 } else if side
                     .mean_kl_bits
                     .is_some_and(|kl| band.needs_repartition(kl))
-                    || side
-                        .drift_ratio
-                        .is_some_and(|rho| rho < config.recut_below_drift)
+                    || (config.rescale_drift
+                        && side
+                            .drift_ratio
+                            .is_some_and(|rho| rho < config.recut_below_drift))
                 {
                     self.client_ends.remove(&task.client);
                 }

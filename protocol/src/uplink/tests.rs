@@ -961,3 +961,36 @@ fn a_drift_ratio_out_of_range_is_refused() {
     let err = decode(&t, &bytes).unwrap_err();
     assert!(err.contains("drift ratio 0.0099"), "{err}");
 }
+
+/// `report_drift` sends the same candidates plus the 32-bit ratio, which the server records and
+/// does not apply: the decoded values are those of the plain payload, for every KLMS host
+/// (FedPM included, which cannot rescale) and both selections.
+#[test]
+fn a_reported_drift_ratio_is_recorded_not_applied() {
+    for selection in [Selection::Importance, Selection::Ordered] {
+        let plain = CompressionConfig {
+            selection,
+            ..CompressionConfig::default()
+        };
+        let reporting = CompressionConfig {
+            report_drift: true,
+            ..plain.clone()
+        };
+        for compressor in Compressor::ALL.into_iter().filter(|c| c.klms()) {
+            let t = task(compressor, &plain, &UplinkState::default());
+            let r = task(compressor, &reporting, &UplinkState::default());
+            assert!(r.uplink.report_drift && !r.uplink.rescale_drift);
+            let out = trained(&t);
+            let (plain_bytes, reported_bytes) =
+                (encode(&t, &out).unwrap(), encode(&r, &out).unwrap());
+            let (values, side) = decode(&t, &plain_bytes).unwrap();
+            let (reported_values, reported_side) = decode(&r, &reported_bytes).unwrap();
+            assert_eq!(values, reported_values, "{compressor} {selection:?}");
+            assert_eq!(side.drift_ratio, None);
+            let rho = reported_side.drift_ratio.expect("ρ");
+            assert!(rho > 0.0 && rho <= 1.0, "{compressor} {selection:?}: {rho}");
+            // The ratio is one f32 after the indices: the payload grows by 32 bits, 4 bytes.
+            assert_eq!(reported_bytes.len(), plain_bytes.len() + 4, "{compressor}");
+        }
+    }
+}

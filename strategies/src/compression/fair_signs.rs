@@ -95,7 +95,13 @@ impl FairSignEncoder {
             self.build_tables(q, track_drift);
             let mut rng = shared.candidate_stream(m as u64);
             self.weigh_candidates(q.len(), k, &mut rng, track_drift);
-            let index = select(&mut self.weights, self.selection, selection, track_drift);
+            let mut repeats = track_drift.then(|| shared.drift_estimate_stream(m as u64));
+            let index = select(
+                &mut self.weights,
+                self.selection,
+                selection,
+                repeats.as_mut(),
+            );
             if track_drift {
                 along += self
                     .weights

@@ -47,6 +47,20 @@ impl SharedSeed {
     pub fn selection_stream(&self) -> ChaCha20Rng {
         stream(self.seed, self.round, self.client, Purpose::KlmsSelection)
     }
+
+    /// The client's private stream for estimating block `m`'s selection probabilities under
+    /// ordered selection ([`select`]): apart from [`Self::selection_stream`], so that a client
+    /// that measures its drift ratio picks the very candidates of one that does not.
+    pub fn drift_estimate_stream(&self, block: u64) -> ChaCha20Rng {
+        let mut rng = stream(
+            self.seed,
+            self.round,
+            self.client,
+            Purpose::KlmsDriftEstimate,
+        );
+        rng.set_stream(block);
+        rng
+    }
 }
 
 /// Checks `1 ≤ K ≤ 2³²`.
@@ -129,16 +143,18 @@ pub enum Selection {
 pub const ORDERED_REPEATS: usize = 32;
 
 /// Picks `k*` from the candidates' log-weights `l` (overwritten) with the private `rng`. With
-/// `probabilities`, `l` then holds each candidate's probability of being picked given the
-/// candidates: `π` exactly for [`Selection::Importance`]; for [`Selection::Ordered`] the share
-/// of [`ORDERED_REPEATS`] arrival sequences, the first of them the one that picked `k*`, that
-/// pick it. Without, `l`'s content is unspecified. NaN weights count as `−∞`; when no candidate
-/// is possible under `q` both rules fall back to `p` (uniform `π`, or the first arrival).
+/// `probabilities` (a stream apart from `rng`), `l` then holds each candidate's probability of
+/// being picked given the candidates: `π` exactly for [`Selection::Importance`]; for
+/// [`Selection::Ordered`] the share of [`ORDERED_REPEATS`] arrival sequences, the first of them
+/// the one that picked `k*` and the others drawn from `probabilities`, that pick it; `rng` is
+/// used as without, so `k*` is the same either way. Without, `l`'s content is unspecified. NaN
+/// weights count as `−∞`; when no candidate is possible under `q` both rules fall back to `p`
+/// (uniform `π`, or the first arrival).
 pub fn select(
     l: &mut [f64],
     selection: Selection,
     rng: &mut ChaCha20Rng,
-    probabilities: bool,
+    probabilities: Option<&mut ChaCha20Rng>,
 ) -> usize {
     match selection {
         Selection::Importance => {
@@ -152,11 +168,11 @@ pub fn select(
             }
             let records = records(l);
             let chosen = first_arrival(&records, l, rng);
-            if probabilities {
+            if let Some(repeats) = probabilities {
                 let mut counts = vec![0u32; l.len()];
                 counts[chosen] += 1;
                 for _ in 1..ORDERED_REPEATS {
-                    counts[first_arrival(&records, l, rng)] += 1;
+                    counts[first_arrival(&records, l, repeats)] += 1;
                 }
                 for (x, c) in l.iter_mut().zip(counts) {
                     *x = f64::from(c) / ORDERED_REPEATS as f64;
@@ -349,11 +365,14 @@ impl<D: ProductDistribution> KlmsEncoder<D> {
             let l = p.sample_and_weigh(block.clone(), &mut rng, &self.ratios, candidate);
             self.weights.push(l);
         }
+        let mut repeats = self
+            .track_means
+            .then(|| shared.drift_estimate_stream(block_index));
         let index = select(
             &mut self.weights,
             self.selection,
             selection,
-            self.track_means,
+            repeats.as_mut(),
         );
         if self.track_means {
             self.block_means.clear();
@@ -546,7 +565,7 @@ mod tests {
         let mut rng = stream(3, 0, 0, Purpose::Experiment);
         for _ in 0..n {
             let mut w = l;
-            fast[select(&mut w, Selection::Ordered, &mut rng, false)] += 1.0 / n as f64;
+            fast[select(&mut w, Selection::Ordered, &mut rng, None)] += 1.0 / n as f64;
         }
         let mut scan = [0.0; 7];
         let mut rng = stream(4, 0, 0, Purpose::Experiment);
@@ -572,9 +591,17 @@ mod tests {
         // The estimated probabilities sum to one and put mass only on records.
         let mut w = l;
         let mut rng = stream(5, 0, 0, Purpose::Experiment);
-        select(&mut w, Selection::Ordered, &mut rng, true);
+        let mut repeats = stream(6, 0, 0, Purpose::Experiment);
+        let chosen = select(&mut w, Selection::Ordered, &mut rng, Some(&mut repeats));
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         assert!([1, 3, 4, 6].iter().all(|&k| w[k] == 0.0));
+        // Estimating the probabilities leaves the choice and the private stream as they were.
+        let (mut plain, mut rng_plain) = (l, stream(5, 0, 0, Purpose::Experiment));
+        assert_eq!(
+            select(&mut plain, Selection::Ordered, &mut rng_plain, None),
+            chosen
+        );
+        assert_eq!(rng_plain.get_word_pos(), rng.get_word_pos());
     }
 
     #[test]
