@@ -74,9 +74,10 @@ pub struct RoundRecord {
     pub klms: Option<KlmsStats>,
 }
 
-/// A round's KLMS reports (seed 004 §4.4; `[compression] rescale_drift`, `report_drift`), so that a run shows
-/// whether its blocks still carry about `d_target` bits of KL and how much of the drift the
-/// candidates carried: the two numbers that explain a KLMS run's bits and accuracy.
+/// A round's KLMS reports (seed 004 §4.4; `[compression] rescale_drift`, `report_drift`), so
+/// that a run shows whether its blocks still carry about `d_target` bits of KL and how much of
+/// the drift the candidates carried: the two numbers that explain a KLMS run's bits and
+/// accuracy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct KlmsStats {
     /// Accepted clients that cut and uploaded their own block ends (`UPDATE` rounds).
@@ -213,8 +214,8 @@ impl RoundRecord {
 /// client is what a deadline has to cover); `update_cosine`, empty when the model did not
 /// change; then `late` and the mean and largest `staleness` (empty in synchronous rounds); the
 /// [`KlmsStats`] as `klms_block_uploads`, `klms_block_kl_bits` and `klms_drift_ratio` (empty
-/// without KLMS, and where no client reported the value); then the [`PhaseSeconds`] as `plan_seconds`, `train_seconds`, `aggregate_seconds` and
-/// `evaluate_seconds`.
+/// without KLMS, and where no client reported the value); then the [`PhaseSeconds`] as
+/// `plan_seconds`, `train_seconds`, `aggregate_seconds` and `evaluate_seconds`.
 pub fn csv_header() -> String {
     let mut columns = vec![
         "round".to_string(),

@@ -44,26 +44,42 @@ const SHARED: SharedSeed = SharedSeed {
     client: 3,
 };
 
-/// Benchmarks the generic encoder with `selection` on `q` against `p` as `name`; returns the
-/// indices and the selected symbols of one more encoding, for the decoder.
-fn bench_generic_encode<D: ProductDistribution>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    name: &str,
-    (q, p): (&D, &D),
-    partition: &Partition,
+/// One generic-encoder setting: `q` against `p` in the blocks of `partition`, `k` candidates.
+struct Case<'a, D> {
+    q: &'a D,
+    p: &'a D,
+    partition: &'a Partition,
     k: usize,
-    selection: Selection,
-) -> (Vec<u32>, Vec<D::Symbol>) {
-    let mut encoder = KlmsEncoder::new().with_selection(selection);
-    let mut selected = vec![D::Symbol::default(); q.len()];
-    let mut selection = SHARED.selection_stream();
-    let mut run = |selected: &mut [D::Symbol]| {
-        encoder
-            .encode(q, p, partition, k, &SHARED, &mut selection, selected)
-            .expect("valid input")
-    };
-    group.bench_function(name, |b| b.iter(|| run(&mut selected)));
-    (run(&mut selected), selected)
+}
+
+impl<D: ProductDistribution> Case<'_, D> {
+    /// Benchmarks the generic encoder with `selection` as `name`; returns the indices of one
+    /// more encoding, for the decoder.
+    fn bench_encode(
+        &self,
+        group: &mut BenchmarkGroup<'_, WallTime>,
+        name: &str,
+        selection: Selection,
+    ) -> Vec<u32> {
+        let mut encoder = KlmsEncoder::new().with_selection(selection);
+        let mut selected = vec![D::Symbol::default(); self.q.len()];
+        let mut selection = SHARED.selection_stream();
+        let mut run = || {
+            encoder
+                .encode(
+                    self.q,
+                    self.p,
+                    self.partition,
+                    self.k,
+                    &SHARED,
+                    &mut selection,
+                    &mut selected,
+                )
+                .expect("valid input")
+        };
+        group.bench_function(name, |b| b.iter(&mut run));
+        run()
+    }
 }
 
 fn klms(c: &mut Criterion) {
@@ -80,22 +96,14 @@ fn klms(c: &mut Criterion) {
                 k * block_size,
             );
             let mut group = configured(c, format!("klms bernoulli S={block_size} K={k}"), 20);
-            let (indices, _) = bench_generic_encode(
-                &mut group,
-                "encode",
-                (&q, &p),
-                &partition,
+            let case = Case {
+                q: &q,
+                p: &p,
+                partition: &partition,
                 k,
-                Selection::Importance,
-            );
-            bench_generic_encode(
-                &mut group,
-                "encode ordered",
-                (&q, &p),
-                &partition,
-                k,
-                Selection::Ordered,
-            );
+            };
+            let indices = case.bench_encode(&mut group, "encode", Selection::Importance);
+            case.bench_encode(&mut group, "encode ordered", Selection::Ordered);
             let mut decoded = vec![false; D];
             group.bench_function("decode", |b| {
                 b.iter(|| {
@@ -124,14 +132,13 @@ fn klms(c: &mut Criterion) {
     );
     let partition = Partition::fixed(D, block_size).expect("d, S > 0");
     let mut group = configured(c, format!("klms bernoulli S={block_size} K={k}"), 10);
-    bench_generic_encode(
-        &mut group,
-        "encode ordered",
-        (&q, &p),
-        &partition,
+    let case = Case {
+        q: &q,
+        p: &p,
+        partition: &partition,
         k,
-        Selection::Ordered,
-    );
+    };
+    case.bench_encode(&mut group, "encode ordered", Selection::Ordered);
     group.finish();
 }
 
@@ -156,14 +163,13 @@ fn fair_signs(c: &mut Criterion) {
             k * block_size.div_ceil(8),
         );
         let mut group = configured(c, format!("klms signs S={block_size} K={k}"), 10);
-        bench_generic_encode(
-            &mut group,
-            "encode generic",
-            (&q, &p),
-            &partition,
+        let case = Case {
+            q: &q,
+            p: &p,
+            partition: &partition,
             k,
-            Selection::Importance,
-        );
+        };
+        case.bench_encode(&mut group, "encode generic", Selection::Importance);
         let mut selection = SHARED.selection_stream();
         for (name, choice) in [
             ("encode bit candidates", Selection::Importance),

@@ -374,6 +374,14 @@ pub struct Uplink {
     pub langevin: Option<LangevinScaling>,
 }
 
+impl Uplink {
+    /// Whether a KLMS payload ends with the client's drift ratio `ρ`: to be divided by
+    /// (`rescale_drift`) or only recorded (`report_drift`).
+    fn sends_drift(&self) -> bool {
+        self.rescale_drift || self.report_drift
+    }
+}
+
 /// The round's cohort, as the server knows it when it attaches the uplinks: `N` clients in the
 /// population and `C` of them asked to train. Only SGLD uses it (`κ = N / C`, §4.9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -712,7 +720,6 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
         w.f32(*plus);
     }
     let rescale = uplink.rescale_drift;
-    let sends_drift = rescale || uplink.report_drift;
     let err = |e: fedshard_strategies::error::StrategyError| e.to_string();
     let symbols = match &uplink.klms {
         None => match m {
@@ -765,7 +772,7 @@ fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Sy
             }
             let mut coder = KlmsUplink {
                 klms,
-                sends_drift,
+                sends_drift: uplink.sends_drift(),
                 shared: &shared,
                 selection: &mut selection,
                 w: &mut w,
@@ -816,8 +823,8 @@ struct KlmsUplink<'a> {
 impl KlmsUplink<'_> {
     /// KLMS over any product distribution: cuts the blocks (writing the client's own block sizes
     /// in `UPDATE` rounds, or the mean-KL report against broadcast ends), writes one candidate
-    /// index per block and, with `sends_drift`, the drift ratio `ρ` of its candidates as an f32, and
-    /// returns the symbols the server will decode.
+    /// index per block and, with `sends_drift`, the drift ratio `ρ` of its candidates as an f32,
+    /// and returns the symbols the server will decode.
     fn encode<D: ProductDistribution>(&mut self, q: &D, p: &D) -> Result<Vec<D::Symbol>, String> {
         let err = strategy_error;
         let partition = self.partition(q.len(), || kl_bits_per_coordinate(q, p))?;
@@ -1184,7 +1191,6 @@ fn decode_symbols(task: &TrainTask, sent: &[f32], bytes: &[u8]) -> Result<Decode
     if uplink.report_drift && uplink.klms.is_none() {
         return Err("only KLMS reports a drift ratio".into());
     }
-    let sends_drift = rescale || uplink.report_drift;
     let err = strategy_error;
     let mut prior_mean = Vec::new();
     // Symbols: +1/−1/0 for ternary hosts, 1/0 for masks, reals for SGLD.
@@ -1216,7 +1222,7 @@ fn decode_symbols(task: &TrainTask, sent: &[f32], bytes: &[u8]) -> Result<Decode
         Some(klms) => {
             let mut reader = KlmsReader {
                 klms,
-                sends_drift,
+                sends_drift: uplink.sends_drift(),
                 shared: SharedSeed {
                     seed: task.seed,
                     round: task.round,
