@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference throughput for `fedshard bench train`: the same networks, the same
 recipe (SGD, momentum 0.9, weight decay 1e-4 except the MLP), the same batch sizes, one
-thread, CPU. Prints one JSON line per (model, batch) in samples per second of training
+thread, CPU (or `--device cuda`, beside `fedshard bench train --device cuda`). Prints one JSON line per (model, batch) in samples per second of training
 steps (forward, backward, optimiser step), measured after a warm-up.
 
 Not part of the build or the tests: run it in a throwaway venv outside the repository,
@@ -105,9 +105,12 @@ def setup(model):
     return DigitsCnn(), x, y, 1e-4, False
 
 
-def rate(model, batch, seconds):
+def rate(model, batch, seconds, device):
     torch.manual_seed(0)
     net, x, y, decay, per_position = setup(model)
+    net, x, y = net.to(device), x.to(device), y.to(device)
+    # CUDA runs asynchronously: a pass is timed only once its kernels have finished.
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=decay)
     steps_per_pass = max(1, min(len(x), batch * 20) // batch)
 
@@ -120,6 +123,7 @@ def rate(model, batch, seconds):
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+        sync()
         return steps_per_pass * batch
 
     one_pass()
@@ -133,6 +137,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument(
         "--runs",
         default="digits-mlp:32,digits-cnn:32,digits-cnn:8,digits-cnn:1,char-transformer:10",
@@ -142,13 +147,14 @@ def main():
     torch.set_num_threads(args.threads)
     for run in args.runs.split(","):
         model, batch = run.split(":")
-        samples = rate(model, int(batch), args.seconds)
+        samples = rate(model, int(batch), args.seconds, args.device)
         print(
             json.dumps(
                 {
                     "model": model,
                     "batch": int(batch),
                     "threads": args.threads,
+                    "device": args.device,
                     "torch": torch.__version__,
                     "samples_per_second": round(samples, 1),
                 }

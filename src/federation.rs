@@ -513,6 +513,10 @@ fn neural_evaluator(
     })
 }
 
+/// The CUDA device, checked usable (for `bench train --device cuda`).
+#[cfg(feature = "cuda")]
+pub use cuda::device as cuda_device;
+
 /// The CUDA backend, compiled only with the `cuda` feature; without it, asking for CUDA is an
 /// error that says how to get it.
 #[cfg(feature = "cuda")]
@@ -520,18 +524,37 @@ mod cuda {
     use super::*;
     use burn::backend::{Autodiff, Cuda, cuda::CudaDevice};
 
-    /// Fails with a clear message when no GPU or driver is present (burn panics on first use).
-    fn device() -> anyhow::Result<CudaDevice> {
+    /// Fails with a clear message when no GPU, driver or CUDA toolkit is present. burn panics on
+    /// first use, often in its device thread, so the probe runs under `catch_unwind` with a panic
+    /// hook that collects instead of printing (no backtrace on the terminal), and the first
+    /// panic's text, which names what is missing (the driver, `libnvrtc`, `CUDA_PATH`), goes
+    /// into the error.
+    pub fn device() -> anyhow::Result<CudaDevice> {
         let device = CudaDevice::default();
+        let panics = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let hook = std::panic::take_hook();
+        let sink = Arc::clone(&panics);
+        std::panic::set_hook(Box::new(move |info| {
+            if let Ok(mut seen) = sink.lock() {
+                seen.push(info.payload_as_str().unwrap_or("a panic").to_owned());
+            }
+        }));
         let probe = std::panic::catch_unwind(|| {
             burn::tensor::Tensor::<Cuda, 1>::zeros([1], &device).into_data()
         });
-        match probe {
-            Ok(_) => Ok(device),
-            Err(_) => anyhow::bail!(
-                "field `training.device`: CUDA was selected, but no usable NVIDIA GPU or driver was found; use `cpu`"
-            ),
+        std::panic::set_hook(hook);
+        if probe.is_ok() {
+            return Ok(device);
         }
+        let cause = panics
+            .lock()
+            .ok()
+            .and_then(|seen| seen.first().cloned())
+            .unwrap_or_default();
+        anyhow::bail!(
+            "field `training.device` (or `--device`): CUDA was selected, but no usable NVIDIA GPU, driver or CUDA toolkit was found (the toolkit's `libnvrtc` on the library path, its headers under `CUDA_PATH` or /usr/local/cuda); use `cpu`. Cause: {}",
+            cause.trim()
+        )
     }
 
     pub fn trainer(

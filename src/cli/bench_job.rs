@@ -20,6 +20,9 @@ pub struct JobBenchArgs {
     /// Rounds to run instead of the config's `run.rounds`.
     #[arg(long)]
     pub rounds: Option<u64>,
+    /// Where neural clients train, instead of the config's `training.device`.
+    #[arg(long, value_enum)]
+    pub device: Option<crate::config::Device>,
     #[arg(long)]
     pub json: bool,
 }
@@ -48,14 +51,18 @@ pub struct JobReport {
     /// FNV-1a 64 of the final model's bytes: equal digests, bit-identical models.
     pub model_digest: String,
     pub threads: usize,
+    pub device: crate::config::Device,
 }
 
 pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
     let mut config = Config::load(&args.config)?;
     if let Some(rounds) = args.rounds {
         config.run.rounds = rounds;
-        config.validate()?;
     }
+    if let Some(device) = args.device {
+        config.training.device = device;
+    }
+    config.validate()?;
     let started = Instant::now();
     let (model, summary) = crate::federation::run_to_end(&config)?;
     let wall = started.elapsed().as_secs_f64();
@@ -81,6 +88,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
         seconds,
         model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        device: config.training.device,
     })
 }
 
@@ -96,11 +104,12 @@ pub fn describe(r: &JobReport) -> String {
     let s = &r.seconds;
     let per_round = |x: f64| x / r.rounds.max(1) as f64;
     let mut text = format!(
-        "job {}: {} rounds in {:.2} s wall on {} core(s), final accuracy {:.4}, model digest {}\n",
+        "job {}: {} rounds in {:.2} s wall on {} core(s), training on {:?}, final accuracy {:.4}, model digest {}\n",
         r.config.display(),
         r.rounds,
         s.wall,
         r.threads,
+        r.device,
         r.final_accuracy,
         r.model_digest
     );

@@ -5,11 +5,13 @@
 //! recipe and batches; PyTorch 2.15 CPU from PyPI, one thread) run on the machine that
 //! produced docs/performance.md; re-run it beside this command to compare on another machine.
 
+use crate::config::Device;
 use clap::{Args, ValueEnum};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{LayerShard, Recipe};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use fedshard_training::models::char_transformer::CharShape;
+use fedshard_training::models::kernels::TrainingBackend;
 use fedshard_training::models::net::Architecture;
 use fedshard_training::train::neural::{
     CharWindows, CpuTraining, Examples, single_client_task, train,
@@ -50,6 +52,10 @@ pub struct TrainBenchArgs {
     /// Seconds to measure, after one warm-up epoch.
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
+    /// Where to train: burn's ndarray backend, or CUDA (a build with `--features cuda` and an
+    /// NVIDIA GPU; the warm-up pass includes the kernels' JIT compilation, not measured).
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
     #[arg(long)]
     pub json: bool,
 }
@@ -57,6 +63,7 @@ pub struct TrainBenchArgs {
 #[derive(Debug, Serialize)]
 pub struct TrainBenchReport {
     pub model: BenchModel,
+    pub device: Device,
     pub batch: usize,
     pub threads: usize,
     pub keep_ratio: f64,
@@ -68,7 +75,7 @@ pub struct TrainBenchReport {
     /// batch size amortises (autodiff graph, optimizer, allocation, kernel set-up).
     pub microseconds_per_step_at_batch_1: f64,
     /// PyTorch 2.15 CPU, one thread, same model and batch (`scripts/torch_reference.py`), where
-    /// measured.
+    /// measured; none on CUDA (run the script with `--device cuda` on the same machine).
     pub reference_samples_per_second: Option<f64>,
 }
 
@@ -167,9 +174,41 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
         .map_err(anyhow::Error::msg)?;
     let task =
         single_client_task(&state, &shardable, args.keep_ratio, 0).map_err(anyhow::Error::msg)?;
+    let batch = s.batch;
+    let (rates, steps_per_second) = match args.device {
+        Device::Cpu => rates_on::<CpuTraining>(&mut s, &task, args, &Default::default())?,
+        Device::Cuda => cuda::rates(&mut s, &task, args)?,
+    };
+    let total: f64 = rates.iter().sum();
+    Ok(TrainBenchReport {
+        model: args.model,
+        device: args.device,
+        batch,
+        threads: args.threads,
+        keep_ratio: args.keep_ratio,
+        samples_per_second: total,
+        samples_per_second_per_thread: total / rates.len() as f64,
+        microseconds_per_step_at_batch_1: 1e6 / steps_per_second,
+        reference_samples_per_second: (args.device == Device::Cpu)
+            .then(|| torch_reference(args.model, batch))
+            .flatten(),
+    })
+}
+
+/// Each thread's rate at the set-up's batch, then the steps per second at batch 1 (alone on
+/// one thread, for a fifth of the time): the fixed cost of a step.
+fn rates_on<B: TrainingBackend>(
+    s: &mut Setup,
+    task: &(ModelState, Vec<LayerShard>),
+    args: &TrainBenchArgs,
+    device: &B::Device,
+) -> anyhow::Result<(Vec<f64>, f64)> {
+    let setup: &Setup = s;
     let rates = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..args.threads)
-            .map(|_| scope.spawn(|| client_rate(&s, &task, args.model, args.seconds)))
+            .map(|_| {
+                scope.spawn(|| client_rate::<B>(setup, task, args.model, args.seconds, device))
+            })
             .collect();
         workers
             .into_iter()
@@ -179,35 +218,55 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
             })
             .collect::<anyhow::Result<Vec<f64>>>()
     })?;
-    let total: f64 = rates.iter().sum();
-    // The per-step cost, alone on one thread: batches of one for a fifth of the time.
-    let batch = s.batch;
     s.batch = 1;
-    let steps_per_second = client_rate(&s, &task, args.model, (args.seconds / 5.0).max(0.5))?;
-    Ok(TrainBenchReport {
-        model: args.model,
-        batch,
-        threads: args.threads,
-        keep_ratio: args.keep_ratio,
-        samples_per_second: total,
-        samples_per_second_per_thread: total / rates.len() as f64,
-        microseconds_per_step_at_batch_1: 1e6 / steps_per_second,
-        reference_samples_per_second: torch_reference(args.model, batch),
-    })
+    let seconds = (args.seconds / 5.0).max(0.5);
+    let steps_per_second = client_rate::<B>(s, task, args.model, seconds, device)?;
+    Ok((rates, steps_per_second))
+}
+
+/// The same measurement on burn's CUDA backend, compiled only with the `cuda` feature.
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use burn::backend::{Autodiff, Cuda};
+
+    pub fn rates(
+        s: &mut Setup,
+        task: &(ModelState, Vec<LayerShard>),
+        args: &TrainBenchArgs,
+    ) -> anyhow::Result<(Vec<f64>, f64)> {
+        let device = crate::federation::cuda_device()?;
+        rates_on::<Autodiff<Cuda>>(s, task, args, &device)
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod cuda {
+    use super::*;
+
+    pub fn rates(
+        _: &mut Setup,
+        _: &(ModelState, Vec<LayerShard>),
+        _: &TrainBenchArgs,
+    ) -> anyhow::Result<(Vec<f64>, f64)> {
+        anyhow::bail!(
+            "--device cuda: this fedshard was built without CUDA (rebuild with `cargo build --release --features cuda`)"
+        )
+    }
 }
 
 /// One client's training rate in samples per second: its own copy of the task's model, trained
 /// on slices of the data until `seconds` have been measured after a warm-up pass.
-fn client_rate(
+fn client_rate<B: TrainingBackend>(
     s: &Setup,
     (dense, shards): &(ModelState, Vec<LayerShard>),
     model: BenchModel,
     seconds: f64,
+    device: &B::Device,
 ) -> anyhow::Result<f64> {
-    let device = Default::default();
     let (mut net, _) = s
         .architecture
-        .load::<CpuTraining>(dense, shards, &device)
+        .load::<B>(dense, shards, device)
         .map_err(anyhow::Error::msg)?;
     let recipe = Recipe {
         learning_rate: 0.01,
@@ -233,7 +292,7 @@ fn client_rate(
     let mut round = 0;
     while elapsed < seconds || round < 2 {
         let started = Instant::now();
-        (net, _) = train(net, &slice, &recipe, 0, round, 0, &device).map_err(anyhow::Error::msg)?;
+        (net, _) = train(net, &slice, &recipe, 0, round, 0, device).map_err(anyhow::Error::msg)?;
         if round > 0 {
             elapsed += started.elapsed().as_secs_f64();
             samples += per_call;
@@ -267,8 +326,8 @@ impl Examples for Slice<'_> {
 /// The human-readable line of a report.
 pub fn describe(r: &TrainBenchReport) -> String {
     let mut line = format!(
-        "train {:?}: batch {}, {} thread(s), keep ratio {}: {:.0} samples/s",
-        r.model, r.batch, r.threads, r.keep_ratio, r.samples_per_second
+        "train {:?} on {:?}: batch {}, {} thread(s), keep ratio {}: {:.0} samples/s",
+        r.model, r.device, r.batch, r.threads, r.keep_ratio, r.samples_per_second
     );
     if r.threads > 1 {
         line += &format!(" in all, {:.0} per thread", r.samples_per_second_per_thread);
@@ -284,4 +343,29 @@ pub fn describe(r: &TrainBenchReport) -> String {
         r.microseconds_per_step_at_batch_1
     );
     line
+}
+
+/// A build without the `cuda` feature refuses `--device cuda` naming the flag and the rebuild,
+/// rather than measuring the CPU under the GPU's name.
+#[cfg(all(test, not(feature = "cuda")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_without_the_feature_is_a_clear_error() {
+        let args = TrainBenchArgs {
+            model: BenchModel::DigitsMlp,
+            threads: 1,
+            keep_ratio: 1.0,
+            batch: Some(4),
+            seconds: 0.01,
+            device: Device::Cuda,
+            json: false,
+        };
+        let error = train_throughput(&args)
+            .expect_err("no CUDA in this build")
+            .to_string();
+        assert!(error.contains("--device cuda"), "{error}");
+        assert!(error.contains("--features cuda"), "{error}");
+    }
 }
