@@ -144,9 +144,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         config.validate()?;
     }
     let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
-    save_config(&dir, &config)?;
-
+    // The federation is built (data, clients, the device) before the run folder is written, so
+    // a run that cannot start (no GPU, a missing data file) leaves no folder behind.
     let (mut fed, trainers) = federation::in_process(&config)?;
+    save_config(&dir, &config)?;
     fed.run_dir = Some(dir.clone());
     if args.resume.is_some() {
         let resumed = fed.resume_from_checkpoint().map_err(anyhow::Error::msg)?;
