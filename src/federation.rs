@@ -531,13 +531,11 @@ mod cuda {
     /// into the error.
     pub fn device() -> anyhow::Result<CudaDevice> {
         let device = CudaDevice::default();
-        let panics = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let first_panic = Arc::new(std::sync::OnceLock::<String>::new());
         let hook = std::panic::take_hook();
-        let sink = Arc::clone(&panics);
+        let sink = Arc::clone(&first_panic);
         std::panic::set_hook(Box::new(move |info| {
-            if let Ok(mut seen) = sink.lock() {
-                seen.push(info.payload_as_str().unwrap_or("a panic").to_owned());
-            }
+            let _ = sink.set(info.payload_as_str().unwrap_or("a panic").to_owned());
         }));
         let probe = std::panic::catch_unwind(|| {
             burn::tensor::Tensor::<Cuda, 1>::zeros([1], &device).into_data()
@@ -546,11 +544,7 @@ mod cuda {
         if probe.is_ok() {
             return Ok(device);
         }
-        let cause = panics
-            .lock()
-            .ok()
-            .and_then(|seen| seen.first().cloned())
-            .unwrap_or_default();
+        let cause = first_panic.get().map_or("", String::as_str);
         anyhow::bail!(
             "field `training.device` (or `--device`): CUDA was selected, but no usable NVIDIA GPU, driver or CUDA toolkit was found (the toolkit's `libnvrtc` on the library path, its headers under `CUDA_PATH` or /usr/local/cuda); use `cpu`. Cause: {}",
             cause.trim()
