@@ -6,7 +6,10 @@
 //! Generic over `f32` and `f64` through [`SvdScalar`]; all matrices are row-major slices so the
 //! callers (tensors of any backend) only need a flat buffer.
 
+use faer::diag::Diag;
+use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::matmul::matmul;
+use faer::linalg::svd::{ComputeSvdVectors, svd, svd_scratch};
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use crate::{Result, StrategyError};
@@ -105,12 +108,25 @@ pub fn factorize<T: SvdScalar>(weights: &[T], rows: usize, cols: usize) -> Resul
         ));
     }
     let matrix = MatRef::from_row_major_slice(weights, rows, cols);
-    let svd = matrix
-        .thin_svd()
-        .map_err(|e| StrategyError::invalid("weights", format!("thin SVD failed: {e:?}")))?;
     let terms = rows.min(cols);
-    let (u, v) = (svd.U(), svd.V());
-    let sigma = svd.S().column_vector();
+    let (mut u, mut v) = (Mat::<T>::zeros(rows, terms), Mat::<T>::zeros(cols, terms));
+    let mut sigma = Diag::<T>::zeros(terms);
+    // Sequential on purpose: faer's default (`Par::rayon(0)`, every core) splits the reductions
+    // by thread count, so the factors, and every run after them, would differ between a 2-core
+    // and a 16-core machine. fedshard's parallelism is across clients, not inside one SVD.
+    let (thin, par) = (ComputeSvdVectors::Thin, Par::Seq);
+    let scratch = svd_scratch::<T>(rows, cols, thin, thin, par, Default::default());
+    svd(
+        matrix,
+        sigma.as_mut(),
+        Some(u.as_mut()),
+        Some(v.as_mut()),
+        par,
+        MemStack::new(&mut MemBuffer::new(scratch)),
+        Default::default(),
+    )
+    .map_err(|e| StrategyError::invalid("weights", format!("thin SVD failed: {e:?}")))?;
+    let sigma = sigma.column_vector();
     let mut singular_values = Vec::with_capacity(terms);
     let mut left = Vec::with_capacity(terms * rows);
     let mut right = Vec::with_capacity(terms * cols);
@@ -295,6 +311,36 @@ mod tests {
         (0..rows * cols)
             .map(|_| 2.0 * uniform(&mut rng) - 1.0)
             .collect()
+    }
+
+    /// faer's default parallelism splits an SVD's reductions by thread count; `factorize` must
+    /// not, or a run's model would depend on the machine's cores. The matrix is large enough
+    /// that faer's parallel path does split it (checked against `thin_svd()` under the same two
+    /// pools when this test was written: their factors differed).
+    #[test]
+    fn factors_do_not_depend_on_the_thread_count() {
+        let (rows, cols) = (256, 384);
+        let weights: Vec<f32> = random_matrix(rows, cols, 11)
+            .into_iter()
+            .map(|w| w as f32)
+            .collect();
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool");
+            pool.install(|| factorize(&weights, rows, cols).expect("the SVD"))
+        };
+        let (one, four) = (on(1), on(4));
+        let bits = |f: &Factors<f32>| {
+            (f.singular_values.iter().chain(&f.left).chain(&f.right))
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            bits(&one) == bits(&four),
+            "factors differ between 1 and 4 threads"
+        );
     }
 
     fn relative_error<T: SvdScalar>(a: &[T], b: &[T]) -> f64 {
