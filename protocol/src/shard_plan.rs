@@ -9,6 +9,7 @@ use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::sharding::plan::StrategySpec;
 use fedshard_strategies::spectrum::kept_terms;
 use fedshard_strategies::svd::{Factors, factorize};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -97,13 +98,27 @@ pub fn plan_shards(
     let mut shards: BTreeMap<ClientId, Vec<LayerShard>> = BTreeMap::new();
     let mut factors = Vec::new();
     let mut groups = Vec::new();
-    for name in &policy.layers {
-        let tensor = global
-            .get(name)
-            .ok_or_else(|| format!("sharded layer `{name}` is not a tensor of the model"))?;
+    let tensors = policy
+        .layers
+        .iter()
+        .map(|name| {
+            global
+                .get(name)
+                .ok_or_else(|| format!("sharded layer `{name}` is not a tensor of the model"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // Each SVD runs on one core, so its factors are the same on any machine; the layers are
+    // independent, so a model with many of them still uses every core.
+    let factorized: Vec<_> = tensors
+        .par_iter()
+        .map(|tensor| {
+            let (rows, cols) = tensor.matrix_shape();
+            factorize(&tensor.data, rows, cols)
+        })
+        .collect();
+    for ((name, tensor), layer) in policy.layers.iter().zip(tensors).zip(factorized) {
         let (rows, cols) = tensor.matrix_shape();
-        let layer =
-            factorize(&tensor.data, rows, cols).map_err(|e| format!("layer `{name}`: {e}"))?;
+        let layer = layer.map_err(|e| format!("layer `{name}`: {e}"))?;
         let spectrum: Vec<f64> = layer
             .singular_values
             .iter()

@@ -111,9 +111,9 @@ pub fn factorize<T: SvdScalar>(weights: &[T], rows: usize, cols: usize) -> Resul
     let terms = rows.min(cols);
     let (mut u, mut v) = (Mat::<T>::zeros(rows, terms), Mat::<T>::zeros(cols, terms));
     let mut sigma = Diag::<T>::zeros(terms);
-    // Sequential on purpose: faer's default (`Par::rayon(0)`, every core) splits the reductions
-    // by thread count, so the factors, and every run after them, would differ between a 2-core
-    // and a 16-core machine. fedshard's parallelism is across clients, not inside one SVD.
+    // Sequential on purpose (and faer is built without `rayon`): faer's parallel SVD splits its
+    // reductions by thread count, so the factors, and every run after them, would differ between
+    // a 2-core and a 16-core machine. The server factorises the layers in parallel instead.
     let (thin, par) = (ComputeSvdVectors::Thin, Par::Seq);
     let scratch = svd_scratch::<T>(rows, cols, thin, thin, par, Default::default());
     svd(
@@ -315,8 +315,8 @@ mod tests {
 
     /// faer's default parallelism splits an SVD's reductions by thread count; `factorize` must
     /// not, or a run's model would depend on the machine's cores. The matrix is large enough
-    /// that faer's parallel path does split it (checked against `thin_svd()` under the same two
-    /// pools when this test was written: their factors differed).
+    /// that faer's parallel path does split it: with faer's `rayon` feature on (as until
+    /// 2026-11-26), `thin_svd()` under these two pools gave different factors.
     #[test]
     fn factors_do_not_depend_on_the_thread_count() {
         let (rows, cols) = (256, 384);

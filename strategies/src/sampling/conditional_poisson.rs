@@ -471,9 +471,9 @@ fn pairwise_lanes_sum(x: &[f64]) -> f64 {
 /// Solves `A x = b` for a symmetric positive-definite `A` by Cholesky, or `None` when `A` is not
 /// positive definite.
 ///
-/// Sequential on purpose: faer's default parallelism (every core) splits the factorisation by
-/// thread count, so the fitted working probabilities, and the samples drawn from them, would
-/// differ between machines with different core counts.
+/// Sequential on purpose (and faer is built without `rayon`): faer's parallel Cholesky splits
+/// the factorisation by thread count, so the fitted working probabilities, and the samples
+/// drawn from them, would differ between machines with different core counts.
 fn cholesky_solve(mut a: Mat<f64>, mut b: Col<f64>) -> Option<Col<f64>> {
     let n = a.nrows();
     let par = Par::Seq;

@@ -121,14 +121,13 @@ fn validate(config: &RidgeConfig) -> anyhow::Result<()> {
 /// the report is bit-for-bit independent of scheduling and thread count. `on_task_done` is
 /// called once per finished task (for a progress bar).
 ///
-/// faer's own parallelism is switched off (`faer::set_global_parallelism(Par::Seq)`): the
-/// matrices are `d × d`, parallelism is across tasks.
+/// faer runs sequentially (it is built without its `rayon` feature): the matrices are `d × d`,
+/// parallelism is across tasks.
 pub fn run_ridge(
     config: &RidgeConfig,
     on_task_done: &(dyn Fn() + Sync),
 ) -> anyhow::Result<RidgeReport> {
     validate(config)?;
-    faer::set_global_parallelism(faer::Par::Seq);
     let tasks: Vec<(usize, usize)> = (0..config.gammas.len())
         .flat_map(|g| (0..config.runs).map(move |r| (g, r)))
         .collect();
