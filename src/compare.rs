@@ -12,6 +12,7 @@ use crate::compare_journal::Journal;
 use crate::config::{Config, KeepRatioShare};
 use crate::federation;
 use anyhow::{Context, bail, ensure};
+use fedshard_actors::record::RoundRecord;
 use fedshard_strategies::sharding::plan::StrategySpec;
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
@@ -226,7 +227,8 @@ pub fn arms(strategies: &[StrategySpec], setups: &[Setup]) -> Vec<Arm> {
 /// Every run's config is built and validated before the first run starts, so a bad setup fails
 /// at once; a run that fails later is recorded with its error and the grid goes on. With a
 /// [`Journal`], a run it holds for the identical config is reused, and every new run is
-/// appended to it as soon as it ends.
+/// appended to it as soon as it ends. `on_round(label, record)` after each round of a run that
+/// trains, with the run's label (`[k/total] strategy setup seed s`).
 pub fn compare(
     config: &Config,
     strategies: &[StrategySpec],
@@ -234,6 +236,7 @@ pub fn compare(
     seeds: &[u64],
     mut journal: Option<&mut Journal>,
     on_run: &mut dyn FnMut(usize, usize, &RunResult, bool),
+    on_round: &mut dyn FnMut(&str, &RoundRecord),
 ) -> anyhow::Result<Vec<RunResult>> {
     ensure!(
         !config.model.sharded_layers().is_empty(),
@@ -252,7 +255,6 @@ pub fn compare(
             runs.push((strategy.clone(), setup.clone(), seed, run));
         }
     }
-    let runtime = crate::runtime::build()?;
     let total = runs.len();
     let mut results = Vec::with_capacity(total);
     for (strategy, setup, seed, run) in runs {
@@ -267,7 +269,11 @@ pub fn compare(
             continue;
         }
         let started = Instant::now();
-        let outcome = run_one(&run, &runtime);
+        let label = format!(
+            "[{}/{total}] {strategy} {setup} seed {seed}",
+            results.len() + 1
+        );
+        let outcome = run_one(&run, &mut |record| on_round(&label, record));
         let result = RunResult {
             strategy,
             setup,
@@ -301,11 +307,8 @@ struct Outcome {
 }
 
 /// Runs one federation in memory.
-fn run_one(config: &Config, runtime: &tokio::runtime::Runtime) -> anyhow::Result<Outcome> {
-    let (federation, trainers) = federation::in_process(config)?;
-    let (_, summary) = runtime
-        .block_on(fedshard_actors::server::run(federation, trainers))
-        .map_err(anyhow::Error::msg)?;
+fn run_one(config: &Config, on_round: &mut dyn FnMut(&RoundRecord)) -> anyhow::Result<Outcome> {
+    let (_, summary) = federation::run_to_end_watching(config, on_round)?;
     let rounds = &summary.per_round;
     ensure!(!rounds.is_empty(), "the run completed no round");
     Ok(Outcome {

@@ -9,7 +9,7 @@ use crate::compare::{mean_and_sample_std, parse_list, t_interval_95};
 use crate::config::Config;
 use crate::federation;
 use anyhow::{Context, ensure};
-use fedshard_actors::record::Summary;
+use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_protocol::uplink::{BlockMode, Compressor, qsgd};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -87,7 +87,8 @@ pub fn run_config(base: &Config, arm: &UplinkArm, seed: u64) -> anyhow::Result<C
     Ok(config)
 }
 
-/// Runs every arm for every seed, one after the other; `on_run(k, total, run)` after each.
+/// Runs every arm for every seed, one after the other; `on_run(k, total, run)` after each, and
+/// `on_round(label, record)` after each round with the run's label (`[k/total] arm seed s`).
 /// Every config is validated before the first run; a run that fails is recorded with its error.
 pub fn compare_uplink(
     base: &Config,
@@ -95,6 +96,7 @@ pub fn compare_uplink(
     d_targets: &[u32],
     seeds: &[u64],
     on_run: &mut dyn FnMut(usize, usize, &UplinkRun),
+    on_round: &mut dyn FnMut(&str, &RoundRecord),
 ) -> anyhow::Result<Vec<UplinkRun>> {
     ensure!(!compressors.is_empty(), "no compressor to compare");
     ensure!(!seeds.is_empty(), "no seed to run");
@@ -110,7 +112,8 @@ pub fn compare_uplink(
     let mut runs = Vec::with_capacity(total);
     for (arm, seed, config) in planned {
         let started = Instant::now();
-        let outcome = federation::run_to_end(&config);
+        let label = format!("[{}/{total}] {} seed {seed}", runs.len() + 1, arm.label());
+        let outcome = federation::run_to_end_watching(&config, &mut |r| on_round(&label, r));
         let summary = outcome.as_ref().ok().map(|(_, s)| s);
         let rounds = summary.map(|s| s.per_round.as_slice()).unwrap_or_default();
         let run = UplinkRun {

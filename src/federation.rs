@@ -8,6 +8,7 @@ use crate::config::{Config, DataSection, Device, LabelSplit, Mode, default_test_
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::faults::FaultyTrainer;
+use fedshard_actors::record::RoundRecord;
 use fedshard_actors::schedule::AsyncConfig;
 use fedshard_actors::server::{Federation, RuntimeConfig};
 use fedshard_protocol::model::{ModelState, NamedTensor};
@@ -187,10 +188,32 @@ pub fn run_to_end(
     fedshard_protocol::model::ModelState,
     fedshard_actors::record::Summary,
 )> {
-    let (federation, trainers) = in_process(config)?;
+    run_to_end_watching(config, &mut |_| {})
+}
+
+/// [`run_to_end`], calling `on_round` with each round's record as the round ends (a grid's
+/// progress lines).
+pub fn run_to_end_watching(
+    config: &Config,
+    on_round: &mut dyn FnMut(&RoundRecord),
+) -> anyhow::Result<(
+    fedshard_protocol::model::ModelState,
+    fedshard_actors::record::Summary,
+)> {
+    let (mut federation, trainers) = in_process(config)?;
+    let (events, mut records) = tokio::sync::mpsc::unbounded_channel();
+    federation.events = Some(events);
     let runtime = crate::runtime::build().context("starting the tokio runtime")?;
     runtime
-        .block_on(fedshard_actors::server::run(federation, trainers))
+        .block_on(async {
+            // The records end when the run drops the federation, and with it the sender.
+            let watch = async {
+                while let Some(record) = records.recv().await {
+                    on_round(&record);
+                }
+            };
+            tokio::join!(fedshard_actors::server::run(federation, trainers), watch).0
+        })
         .map_err(anyhow::Error::msg)
 }
 

@@ -63,6 +63,7 @@ fn the_library_runs_every_strategy_setup_and_seed_plus_the_reference() {
     let seeds = compare::seeds(config.run.seed, 2);
     assert_eq!(seeds, [1, 2]);
     let mut progress = Vec::new();
+    let mut rounds = Vec::new();
     let results = compare::compare(
         &config,
         &strategies,
@@ -70,6 +71,7 @@ fn the_library_runs_every_strategy_setup_and_seed_plus_the_reference() {
         &seeds,
         None,
         &mut |k, total, _, _| progress.push((k, total)),
+        &mut |label, record| rounds.push((label.to_string(), record.round)),
     )
     .expect("the grid runs");
 
@@ -79,6 +81,18 @@ fn the_library_runs_every_strategy_setup_and_seed_plus_the_reference() {
     assert_eq!(
         progress,
         (1..=total).map(|k| (k, total)).collect::<Vec<_>>()
+    );
+    // Every round of every run reported as it ended, under its run's label.
+    assert_eq!(rounds.len(), total * 3);
+    assert_eq!(
+        rounds[0],
+        (format!("[1/{total}] {NO_SHARDING} {FULL_MODEL} seed 1"), 1)
+    );
+    assert_eq!(rounds[3].1, 1, "the second run starts at round 1");
+    assert!(
+        rounds[3].0.starts_with(&format!("[2/{total}] ")),
+        "{:?}",
+        rounds[3]
     );
     for r in &results {
         assert_consistent(r);

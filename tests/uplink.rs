@@ -233,12 +233,22 @@ fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
     base.run.rounds = 2;
     let compressors = parse_compressors("identity,signsgd,signsgd-klms").expect("names");
     let d_targets = parse_d_targets("1,3").expect("bits");
-    let mut seen = 0;
-    let runs = compare_uplink(&base, &compressors, &d_targets, &[1], &mut |_, _, _| {
-        seen += 1
-    })
+    let (mut seen, mut rounds) = (0, Vec::new());
+    let runs = compare_uplink(
+        &base,
+        &compressors,
+        &d_targets,
+        &[1],
+        &mut |_, _, _| seen += 1,
+        &mut |label, record| rounds.push((label.to_string(), record.round)),
+    )
     .expect("grid runs");
     assert_eq!((runs.len(), seen), (4, 4));
+    assert_eq!(rounds.len(), 4 * 2, "every round of every run: {rounds:?}");
+    assert_eq!(
+        rounds[7],
+        ("[4/4] signsgd-klms (D = 3) seed 1".to_string(), 2)
+    );
     assert!(runs.iter().all(|r| r.error.is_none()));
     let table = markdown(&runs, &compressors, &d_targets, BlockMode::Adaptive, 650);
     for row in [

@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::federation;
 use anyhow::{Context, ensure};
 use clap::Args;
+use fedshard_actors::record::RoundRecord;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -100,6 +101,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
                 r.strategy, r.setup, r.seed, r.seconds
             );
         },
+        &mut round_lines(config.run.rounds),
     )
     .with_context(|| args.config.display().to_string())?;
     eprintln!(
@@ -156,6 +158,28 @@ fn config_and_seeds(args: &CompareArgs) -> anyhow::Result<(Config, Vec<u64>)> {
     Ok((config, seeds))
 }
 
+/// Progress inside a grid's runs, on stderr: a line at every tenth of a run's `rounds` (the
+/// run's own line follows its last), so a grid of long runs never goes quiet for long.
+fn round_lines(rounds: u64) -> impl FnMut(&str, &RoundRecord) {
+    let every = rounds.div_ceil(10).max(1);
+    // The run's label and the seconds its rounds took so far.
+    let mut current = (String::new(), 0.0);
+    move |label, record| {
+        if current.0 != label {
+            current = (label.to_string(), 0.0);
+        }
+        current.1 += record.seconds;
+        if record.round.is_multiple_of(every) && record.round < rounds {
+            eprintln!(
+                "{label} round {}/{rounds} [{:.1} s] {}",
+                record.round,
+                current.1,
+                super::run::progress_message(record)
+            );
+        }
+    }
+}
+
 /// `fedshard compare --compressors`: the uplink grid of [`crate::compare_uplink`].
 fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
     use crate::compare_uplink::{self, parse_compressors, parse_d_targets};
@@ -182,6 +206,7 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
                 r.compressor, r.seed, r.seconds
             );
         },
+        &mut round_lines(config.run.rounds),
     )
     .with_context(|| args.config.display().to_string())?;
     if args.json {

@@ -310,7 +310,8 @@ impl Progress {
     }
 }
 
-fn progress_message(r: &RoundRecord) -> String {
+/// One round in a few words: accuracy, loss, clients that answered and bits sent.
+pub(crate) fn progress_message(r: &RoundRecord) -> String {
     format!(
         "acc {:.4} loss {:.4} | {} ok, {} failed | {:.2} Mbit up",
         r.accuracy,
