@@ -22,6 +22,7 @@ use fedshard_training::train::neural::{
     CharWindows, Cpu, CpuTraining, Examples, NeuralClient, NeuralEvaluator,
 };
 use fedshard_training::train::ridge::{RidgeClient, RidgeEvaluator};
+use fedshard_training::train::slots::OnACore;
 use fedshard_training::train::synthetic_clients;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,9 +40,10 @@ pub fn server(config: &Config) -> anyhow::Result<Federation> {
     server_side(config, load(config)?)
 }
 
-/// The trainers of the clients `ids` of `config`'s federation (with the fault wrapper when the
-/// config has `[faults]`): client `c` trains the same data here as in any other process built
-/// from the same config, so a node can host any subset of the clients.
+/// The trainers of the clients `ids` of `config`'s federation, each training on a core's slot
+/// ([`OnACore`]; with the fault wrapper around it when the config has `[faults]`): client `c`
+/// trains the same data here as in any other process built from the same config, so a node can
+/// host any subset of the clients.
 pub fn clients(config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
     trainers_of(config, &load(config)?, ids)
 }
@@ -166,7 +168,11 @@ fn trainers_of(config: &Config, loaded: &Loaded, ids: &[ClientId]) -> anyhow::Re
             config.data.clients()
         );
     }
-    let mut trainers = loaded.trainers(config, ids)?;
+    let mut trainers: Trainers = loaded
+        .trainers(config, ids)?
+        .into_iter()
+        .map(|(id, trainer)| (id, Arc::new(OnACore(trainer)) as Arc<dyn LocalTrainer>))
+        .collect();
     if let Some(plan) = &config.faults {
         FaultyTrainer::wrap_all(
             &mut trainers,

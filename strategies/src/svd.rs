@@ -6,10 +6,7 @@
 //! Generic over `f32` and `f64` through [`SvdScalar`]; all matrices are row-major slices so the
 //! callers (tensors of any backend) only need a flat buffer.
 
-use faer::diag::Diag;
-use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::matmul::matmul;
-use faer::linalg::svd::{ComputeSvdVectors, svd, svd_scratch};
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use crate::{Result, StrategyError};
@@ -108,25 +105,15 @@ pub fn factorize<T: SvdScalar>(weights: &[T], rows: usize, cols: usize) -> Resul
         ));
     }
     let matrix = MatRef::from_row_major_slice(weights, rows, cols);
+    // Sequential: faer is built without its `rayon` feature (the workspace Cargo.toml), whose
+    // parallel SVD splits its reductions by thread count, so the factors, and every run after
+    // them, would differ between a 2-core and a 16-core machine.
+    let svd = matrix
+        .thin_svd()
+        .map_err(|e| StrategyError::invalid("weights", format!("thin SVD failed: {e:?}")))?;
     let terms = rows.min(cols);
-    let (mut u, mut v) = (Mat::<T>::zeros(rows, terms), Mat::<T>::zeros(cols, terms));
-    let mut sigma = Diag::<T>::zeros(terms);
-    // Sequential on purpose (and faer is built without `rayon`): faer's parallel SVD splits its
-    // reductions by thread count, so the factors, and every run after them, would differ between
-    // a 2-core and a 16-core machine. The server factorises the layers in parallel instead.
-    let (thin, par) = (ComputeSvdVectors::Thin, Par::Seq);
-    let scratch = svd_scratch::<T>(rows, cols, thin, thin, par, Default::default());
-    svd(
-        matrix,
-        sigma.as_mut(),
-        Some(u.as_mut()),
-        Some(v.as_mut()),
-        par,
-        MemStack::new(&mut MemBuffer::new(scratch)),
-        Default::default(),
-    )
-    .map_err(|e| StrategyError::invalid("weights", format!("thin SVD failed: {e:?}")))?;
-    let sigma = sigma.column_vector();
+    let (u, v) = (svd.U(), svd.V());
+    let sigma = svd.S().column_vector();
     let mut singular_values = Vec::with_capacity(terms);
     let mut left = Vec::with_capacity(terms * rows);
     let mut right = Vec::with_capacity(terms * cols);
@@ -313,10 +300,11 @@ mod tests {
             .collect()
     }
 
-    /// faer's default parallelism splits an SVD's reductions by thread count; `factorize` must
-    /// not, or a run's model would depend on the machine's cores. The matrix is large enough
-    /// that faer's parallel path does split it: with faer's `rayon` feature on (as until
-    /// 2026-11-26), `thin_svd()` under these two pools gave different factors.
+    /// faer with its `rayon` feature splits an SVD's reductions by the thread count of the
+    /// calling pool; `factorize` must not, or a run's model would depend on the machine's
+    /// cores. The matrix is large enough that the parallel path does split it: with the feature
+    /// on (as until 2026-11-26) these two pools gave different factors, so this fails if the
+    /// feature comes back (directly or through another crate's features).
     #[test]
     fn factors_do_not_depend_on_the_thread_count() {
         let (rows, cols) = (256, 384);

@@ -19,9 +19,8 @@
 use crate::error::{Result, StrategyError};
 use crate::rng::{ChaCha20Rng, uniform};
 
-use faer::dyn_stack::{MemBuffer, MemStack};
-use faer::linalg::cholesky::llt::{factor, solve};
-use faer::{Col, Conj, Mat, Par};
+use faer::linalg::solvers::Solve;
+use faer::{Col, Mat, Side};
 
 use super::PreparedDesign;
 use super::certainty::interior_input;
@@ -292,11 +291,10 @@ fn newton_fit(sweep: &mut Sweep, target: &[f64], odds: &mut [f64], iterations: &
             };
             cov + gauge
         });
-        let Some(delta) =
-            cholesky_solve(jacobian, Col::<f64>::from_fn(big_n, |i| target[i] - psi[i]))
-        else {
+        let Ok(llt) = jacobian.llt(Side::Lower) else {
             break;
         };
+        let delta = llt.solve(Col::<f64>::from_fn(big_n, |i| target[i] - psi[i]));
         let start = squared_error(&psi);
         let mut t = 1.0;
         let mut trial_psi = psi.clone();
@@ -466,31 +464,6 @@ fn pairwise_lanes_sum(x: &[f64]) -> f64 {
         }
     }
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
-}
-
-/// Solves `A x = b` for a symmetric positive-definite `A` by Cholesky, or `None` when `A` is not
-/// positive definite.
-///
-/// Sequential on purpose (and faer is built without `rayon`): faer's parallel Cholesky splits
-/// the factorisation by thread count, so the fitted working probabilities, and the samples
-/// drawn from them, would differ between machines with different core counts.
-fn cholesky_solve(mut a: Mat<f64>, mut b: Col<f64>) -> Option<Col<f64>> {
-    let n = a.nrows();
-    let par = Par::Seq;
-    let scratch = factor::cholesky_in_place_scratch::<f64>(n, par, Default::default())
-        .or(solve::solve_in_place_scratch::<f64>(n, 1, par));
-    let mut buffer = MemBuffer::new(scratch);
-    let stack = MemStack::new(&mut buffer);
-    factor::cholesky_in_place(
-        a.as_mut(),
-        Default::default(),
-        par,
-        stack,
-        Default::default(),
-    )
-    .ok()?;
-    solve::solve_in_place_with_conj(a.as_ref(), Conj::No, b.as_mat_mut(), par, stack);
-    Some(b)
 }
 
 #[cfg(test)]

@@ -73,10 +73,6 @@ impl<B: TrainingBackend> LocalTrainer for FedpmClient<B> {
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
-        // One client per core, as every trainer: without it a round's ten masked CNNs trained
-        // at once, each with its own activations (3.4 GB for `conv = [64, 128]`), and a
-        // straggler's slow-down, proportional to the time held, was zero.
-        let _core = crate::train::slots::acquire();
         if let Some(shard) = task.shards.first() {
             return Err(format!(
                 "FedPM shards nothing, but the task carries a shard of `{}`",
@@ -270,12 +266,7 @@ mod tests {
             device: Default::default(),
         };
         let long = task(&network, 5, 400);
-        let _ = crate::train::slots::take_held();
         let a = client.train(&long).unwrap();
-        assert!(
-            crate::train::slots::take_held() > std::time::Duration::ZERO,
-            "a client trains holding a core's slot"
-        );
         let b = client.train(&long).unwrap();
         assert_eq!(a, b, "same task, same result, bit for bit");
         assert!(a.shards.is_empty());

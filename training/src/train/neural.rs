@@ -230,7 +230,6 @@ impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
-        let _core = crate::train::slots::acquire();
         let (net, layout) = self
             .architecture
             .load::<B>(&task.dense, &task.shards, &self.device)?;

