@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch reference throughput for `fedshard bench train`: the same networks, the same
 recipe (SGD, momentum 0.9, weight decay 1e-4 except the MLP), the same batch sizes, one
-thread, CPU (or `--device cuda`, beside `fedshard bench train --device cuda`). Prints one JSON line per (model, batch) in samples per second of training
-steps (forward, backward, optimiser step), measured after a warm-up.
+thread, CPU (or `--device cuda`, beside `fedshard bench train --device cuda`). Prints one JSON
+line per (model, batch) in samples per second of training steps (forward, backward, optimiser
+step), measured after a warm-up. The GPU-scale models are opt-in: `--runs resnet18:8,cct:8`;
+`--params` prints the parameter counts of the models in `--runs` instead.
 
 Not part of the build or the tests: run it in a throwaway venv outside the repository,
 
@@ -49,23 +51,23 @@ class DigitsCnn(nn.Module):
 
 
 class Block(nn.Module):
-    """A pre-norm GPT-2 block (training/src/models/blocks.rs)."""
+    """A pre-norm GPT-2 / CCT block (training/src/models/blocks.rs, `TransformerBlock`)."""
 
-    def __init__(self, d, heads):
+    def __init__(self, d, heads, hidden=None, causal=True):
         super().__init__()
-        self.heads = heads
+        self.heads, self.causal = heads, causal
         self.ln1 = nn.LayerNorm(d)
         self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
         self.ln2 = nn.LayerNorm(d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.proj = nn.Linear(4 * d, d)
+        self.fc = nn.Linear(d, hidden or 4 * d)
+        self.proj = nn.Linear(hidden or 4 * d, d)
 
     def forward(self, x):
         n, t, d = x.shape
         h = self.ln1(x)
         split = lambda y: y.view(n, t, self.heads, d // self.heads).transpose(1, 2)
         a = F.scaled_dot_product_attention(
-            split(self.q(h)), split(self.k(h)), split(self.v(h)), is_causal=True
+            split(self.q(h)), split(self.k(h)), split(self.v(h)), is_causal=self.causal
         )
         x = x + self.o(a.transpose(1, 2).reshape(n, t, d))
         return x + self.proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
@@ -89,11 +91,84 @@ class CharTransformer(nn.Module):
         return self.head(self.ln(h)).flatten(0, 1)
 
 
+def conv_norm(c_in, c_out, kernel, stride):
+    """A bias-free "same" convolution and its 2-group GroupNorm (resnet.rs `conv_norm`)."""
+    conv = nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, bias=False)
+    return nn.Sequential(conv, nn.GroupNorm(2, c_out))
+
+
+class BasicBlock(nn.Module):
+    """A ResNet basic block (training/src/models/resnet.rs, `BasicBlock`)."""
+
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.conv1 = conv_norm(c_in, c_out, 3, stride)
+        self.conv2 = conv_norm(c_out, c_out, 3, 1)
+        self.shortcut = None
+        if stride != 1 or c_in != c_out:
+            self.shortcut = conv_norm(c_in, c_out, 1, stride)
+
+    def forward(self, x):
+        h = self.conv2(F.relu(self.conv1(x)))
+        return F.relu(h + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet18(nn.Module):
+    """fedshard's `resnet18` (training/src/models/resnet.rs): 3×3 stem, no max-pool, GroupNorm."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = conv_norm(3, 64, 3, 1)
+        blocks, c_in = [], 64
+        for stage, c_out in enumerate([64, 128, 256, 512]):
+            for i in range(2):
+                blocks.append(BasicBlock(c_in, c_out, 2 if stage > 0 and i == 0 else 1))
+                c_in = c_out
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        h = self.blocks(F.relu(self.stem(x.view(-1, 3, 32, 32))))
+        return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+class Cct(nn.Module):
+    """fedshard's `cct` (training/src/models/cct.rs): CCT-6/3x2, width 256, 4 heads, MLP ×2."""
+
+    def __init__(self, classes=10, width=256, heads=4, blocks=6, tokens=64):
+        super().__init__()
+        self.tokenizer0 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        self.tokenizer1 = nn.Conv2d(64, width, 3, 1, 1, bias=False)
+        self.positions = nn.Parameter(torch.randn(tokens, width) * 0.02)
+        self.blocks = nn.ModuleList(
+            Block(width, heads, 2 * width, causal=False) for _ in range(blocks)
+        )
+        self.ln = nn.LayerNorm(width)
+        self.pool = nn.Linear(width, 1)
+        self.fc = nn.Linear(width, classes)
+
+    def forward(self, x):
+        pool = lambda y: F.max_pool2d(F.relu(y), 3, 2, 1)
+        h = pool(self.tokenizer1(pool(self.tokenizer0(x.view(-1, 3, 32, 32)))))
+        h = h.flatten(2).transpose(1, 2) + self.positions
+        for block in self.blocks:
+            h = block(h)
+        h = self.ln(h)
+        # Sequence pooling: a softmax over the tokens weights their mean.
+        attention = F.softmax(self.pool(h), dim=1)
+        return self.fc((attention.transpose(1, 2) @ h).flatten(1))
+
+
 def setup(model):
     """The network, inputs, targets and weight decay of one benchmark model."""
     if model == "char-transformer":
         x = torch.randint(0, 81, (200, 81))
         return CharTransformer(), x[:, :80], x[:, 1:].reshape(200, 80), 1e-4, True
+    if model in ("resnet18", "cct"):
+        # bench_train.rs `images`: 64 synthetic rows of 3×32×32 uniform [0, 1), labels i % 10
+        # (not CIFAR), drawn here from torch's seeded generator instead of fedshard's stream.
+        x, y = torch.rand(64, 3072), torch.arange(64) % 10
+        return (ResNet18() if model == "resnet18" else Cct()), x, y, 1e-4, False
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -141,10 +216,16 @@ def main():
     parser.add_argument(
         "--runs",
         default="digits-mlp:32,digits-cnn:32,digits-cnn:8,digits-cnn:1,char-transformer:10",
-        help="comma-separated model:batch pairs",
+        help="comma-separated model:batch pairs (also resnet18:8, cct:8)",
     )
+    parser.add_argument("--params", action="store_true", help="print parameter counts, exit")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.params:
+        for model in dict.fromkeys(run.split(":")[0] for run in args.runs.split(",")):
+            count = sum(p.numel() for p in setup(model)[0].parameters())
+            print(json.dumps({"model": model, "parameters": count}), flush=True)
+        return
     for run in args.runs.split(","):
         model, batch = run.split(":")
         samples = rate(model, int(batch), args.seconds, args.device)
