@@ -62,7 +62,13 @@ impl<'a> LocalSteps<'a> {
 
     /// Runs `step` on every batch in turn, threading `model` through it; `step` returns the
     /// updated model and the loss to report for the batch. Returns the trained model and the
-    /// mean reported loss over all steps, or an error at the first loss that is not finite.
+    /// mean reported loss over all steps, or an error if that mean is not finite.
+    ///
+    /// The losses are summed on the device and read once, at the end: reading each step's loss
+    /// would make the host wait for every step to finish, which on a GPU serialises the
+    /// launches of one step behind the completion of the last (docs/performance.md). A loss
+    /// that turns NaN or infinite stays so in the sum, so a diverged client is still refused,
+    /// after its last step instead of at the first bad one.
     pub(crate) fn run<B: Backend, M>(
         mut self,
         mut model: M,
@@ -70,22 +76,28 @@ impl<'a> LocalSteps<'a> {
         mut step: impl FnMut(M, Tensor<B, 2>, Tensor<B, 1, Int>) -> (M, Tensor<B, 1>),
     ) -> Result<(M, f64), String> {
         let mut order: Vec<usize> = (0..self.examples.len()).collect();
-        let (mut loss_sum, mut steps) = (0.0, 0usize);
+        let mut loss_sum: Option<Tensor<B, 1>> = None;
+        let mut steps = 0usize;
         for _ in 0..self.epochs {
             crate::data::shuffle(&mut order, &mut self.order_rng);
             for samples in order.chunks(self.batch_size) {
                 let (inputs, targets) = batch::<B>(self.examples, samples, device);
                 let (next, loss) = step(model, inputs, targets);
                 model = next;
-                let value: f64 = loss.into_scalar().elem();
-                if !value.is_finite() {
-                    return Err(format!("local training diverged (loss {value})"));
-                }
-                loss_sum += value;
+                let loss = loss.detach();
+                loss_sum = Some(match loss_sum {
+                    Some(sum) => sum + loss,
+                    None => loss,
+                });
                 steps += 1;
             }
         }
-        Ok((model, loss_sum / steps.max(1) as f64))
+        let total: f64 = loss_sum.map_or(0.0, |sum| sum.into_scalar().elem());
+        let mean = total / steps.max(1) as f64;
+        if !mean.is_finite() {
+            return Err(format!("local training diverged (mean loss {mean})"));
+        }
+        Ok((model, mean))
     }
 }
 
@@ -137,4 +149,62 @@ pub(crate) fn or_nan(evaluation: Result<Evaluation, String>) -> Evaluation {
             loss: f64::NAN,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_ndarray::NdArray;
+
+    /// Six rows holding 1, 2, …, 6 (one value each), all of class 0.
+    struct OneToSix;
+
+    impl Examples for OneToSix {
+        fn len(&self) -> usize {
+            6
+        }
+        fn width(&self) -> usize {
+            1
+        }
+        fn targets_per_row(&self) -> usize {
+            1
+        }
+        fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
+            x.extend(samples.iter().map(|&i| i as f32 + 1.0));
+            y.extend(samples.iter().map(|_| 0));
+        }
+    }
+
+    /// Runs two epochs in batches of 4 (steps of 4 and 2 rows) with a "loss" per step of the
+    /// batch's input sum, or of `poison` from the third step on.
+    fn run(poison: Option<f32>) -> Result<(usize, f64), String> {
+        let recipe = Recipe {
+            epochs: 2,
+            batch_size: 4,
+            ..Recipe::default()
+        };
+        let steps = LocalSteps::new(&OneToSix, &recipe, 7, 1, 0)?;
+        let device = Default::default();
+        steps.run::<NdArray, usize>(0, &device, |taken, inputs, _| {
+            let loss = match poison {
+                Some(bad) if taken >= 2 => Tensor::from_floats([bad], &device),
+                _ => inputs.sum().reshape([1]),
+            };
+            (taken + 1, loss)
+        })
+    }
+
+    #[test]
+    fn the_reported_loss_is_the_mean_over_all_steps() {
+        // Each epoch's two batches hold all six rows: 2 · (1 + … + 6) = 42 over 4 steps.
+        assert_eq!(run(None), Ok((4, 10.5)));
+    }
+
+    #[test]
+    fn a_loss_that_turns_nan_or_infinite_refuses_the_client() {
+        for bad in [f32::NAN, f32::INFINITY] {
+            let err = run(Some(bad)).expect_err("a diverged client must be refused");
+            assert!(err.contains("local training diverged"), "{err}");
+        }
+    }
 }
