@@ -108,10 +108,18 @@ impl Actor for ClientActor {
                 let trainer = Arc::clone(&state.trainer);
                 let started = Instant::now();
                 let joined = tokio::task::spawn_blocking(move || {
-                    let output = trainer.train(&task)?;
-                    let norm = update_norm(&task, &output);
-                    let payload =
-                        encode(&task, &output).map_err(|e| format!("encoding the update: {e}"))?;
+                    // The encoding (for KLMS as costly as training) is part of the client's
+                    // local work: it runs inside the trainer's core slot and slow-down.
+                    let mut encoded = None;
+                    let output = trainer.train_then(&task, &mut |output| {
+                        let norm = update_norm(&task, output);
+                        let payload = encode(&task, output)
+                            .map_err(|e| format!("encoding the update: {e}"))?;
+                        encoded = Some((payload, norm));
+                        Ok(())
+                    })?;
+                    let (payload, norm) =
+                        encoded.ok_or("the trainer returned without encoding the update")?;
                     Ok((payload, output.loss, norm, task.round))
                 })
                 .await;

@@ -234,6 +234,17 @@ impl LocalTrainer for FaultyTrainer {
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+        self.train_then(task, &mut |_| Ok(()))
+    }
+
+    /// Fails, corrupts or slows the task as the plan says. A corruption is applied before
+    /// `finish`, so the client sends the corrupted update; the slow-down stretches the
+    /// training and `finish` both, as a slow device would.
+    fn train_then(
+        &self,
+        task: &TrainTask,
+        finish: &mut dyn FnMut(&mut TrainOutput) -> Result<(), String>,
+    ) -> Result<TrainOutput, String> {
         let fault = self.plan.fault(task.seed, task.round, task.client);
         match fault {
             Some(FaultKind::Error) => return Err("injected error".into()),
@@ -243,55 +254,123 @@ impl LocalTrainer for FaultyTrainer {
         }
         let _ = (self.computed)();
         let started = std::time::Instant::now();
-        let trained = self.inner.train(task);
+        let done = self.inner.train_then(task, &mut |output| {
+            corrupt(output, fault)?;
+            finish(output)
+        });
         // A trainer that queued for a core reports the time it held one; any other computed
         // from start to end.
         let computed = Some((self.computed)())
             .filter(|held| !held.is_zero())
             .unwrap_or_else(|| started.elapsed());
         self.straggle(computed);
-        let mut output = trained?;
-        match fault {
-            Some(FaultKind::NonFinite) => {
-                if let Some(v) = output
-                    .dense
-                    .tensors
-                    .iter_mut()
-                    .flat_map(|t| t.data.iter_mut())
-                    .next()
-                {
-                    *v = f32::NAN;
-                }
-            }
-            Some(FaultKind::WrongShape) => {
-                if let Some(t) = output.dense.tensors.first_mut() {
-                    t.data.push(0.0);
-                }
-            }
-            Some(FaultKind::ForeignIndices) => match output.shards.first_mut() {
-                Some(shard) => {
-                    for i in shard.indices.iter_mut() {
-                        *i += 1_000_000;
-                    }
-                }
-                None => return Err("foreign-indices fault needs a sharded layer".into()),
-            },
-            Some(FaultKind::Overflow) => match output.shards.first_mut() {
-                Some(shard) => {
-                    shard.left.fill(f32::MAX);
-                    shard.right.fill(f32::MAX);
-                }
-                None => return Err("overflow fault needs a sharded layer".into()),
-            },
-            _ => {}
-        }
-        Ok(output)
+        done
     }
+}
+
+/// Applies `fault` to a trained output, if it is one that corrupts outputs.
+fn corrupt(output: &mut TrainOutput, fault: Option<FaultKind>) -> Result<(), String> {
+    match fault {
+        Some(FaultKind::NonFinite) => {
+            if let Some(v) = output
+                .dense
+                .tensors
+                .iter_mut()
+                .flat_map(|t| t.data.iter_mut())
+                .next()
+            {
+                *v = f32::NAN;
+            }
+        }
+        Some(FaultKind::WrongShape) => {
+            if let Some(t) = output.dense.tensors.first_mut() {
+                t.data.push(0.0);
+            }
+        }
+        Some(FaultKind::ForeignIndices) => match output.shards.first_mut() {
+            Some(shard) => {
+                for i in shard.indices.iter_mut() {
+                    *i += 1_000_000;
+                }
+            }
+            None => return Err("foreign-indices fault needs a sharded layer".into()),
+        },
+        Some(FaultKind::Overflow) => match output.shards.first_mut() {
+            Some(shard) => {
+                shard.left.fill(f32::MAX);
+                shard.right.fill(f32::MAX);
+            }
+            None => return Err("overflow fault needs a sharded layer".into()),
+        },
+        _ => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fedshard_protocol::model::{ModelState, NamedTensor};
+
+    /// Trains instantly: one dense value, 0.
+    struct Instant1;
+
+    impl LocalTrainer for Instant1 {
+        fn samples(&self) -> u64 {
+            1
+        }
+        fn train(&self, _: &TrainTask) -> Result<TrainOutput, String> {
+            Ok(TrainOutput {
+                dense: ModelState {
+                    tensors: vec![NamedTensor::zeros("w", vec![1])],
+                },
+                shards: vec![],
+                loss: 0.0,
+            })
+        }
+    }
+
+    #[test]
+    fn the_finish_sees_the_corrupted_output_and_is_slowed_down_with_the_training() {
+        let faulty = FaultyTrainer {
+            inner: Arc::new(Instant1),
+            plan: FaultPlan {
+                rate: 1.0,
+                kinds: vec![FaultKind::NonFinite],
+                delay: Duration::ZERO,
+                stragglers: None,
+            },
+            slowdown: 3.0,
+            computed: || Duration::ZERO,
+        };
+        let task = TrainTask {
+            round: 1,
+            client: 0,
+            seed: 7,
+            dense: ModelState::default(),
+            shards: vec![],
+            recipe: Default::default(),
+            uplink: Default::default(),
+        };
+        let mut seen = None;
+        let started = std::time::Instant::now();
+        let output = faulty
+            .train_then(&task, &mut |output| {
+                seen = Some(output.dense.tensors[0].data[0]);
+                std::thread::sleep(Duration::from_millis(40));
+                Ok(())
+            })
+            .expect("a non-finite fault still returns the output");
+        // The encoder must see what the client sends: the corrupted value.
+        assert!(seen.is_some_and(f32::is_nan), "finish saw {seen:?}");
+        assert!(output.dense.tensors[0].data[0].is_nan());
+        // f_c = 3 stretches the 40 ms of finishing (encoding) to at least 120 ms.
+        assert!(
+            started.elapsed() >= Duration::from_millis(120),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 
     #[test]
     fn a_share_of_stragglers_is_exact_fixed_by_the_seed_and_changes_with_it() {

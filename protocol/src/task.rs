@@ -130,6 +130,21 @@ pub trait LocalTrainer: Send + Sync + 'static {
     /// Trains on the task. An `Err` is reported to the server as a failed client; a panic is
     /// caught by the client actor, reported, and the actor is restarted.
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String>;
+
+    /// Trains, then runs `finish` on the output as part of the same local work: the client
+    /// actor encodes its uplink message there. Why: a wrapper that schedules or stretches a
+    /// client's computation (a core slot, a straggler's slow-down) must cover the encoding
+    /// too, which for KLMS can cost as much as training; it overrides this method. `finish`
+    /// may change the output (a fault injector corrupts it before it is encoded).
+    fn train_then(
+        &self,
+        task: &TrainTask,
+        finish: &mut dyn FnMut(&mut TrainOutput) -> Result<(), String>,
+    ) -> Result<TrainOutput, String> {
+        let mut output = self.train(task)?;
+        finish(&mut output)?;
+        Ok(output)
+    }
 }
 
 /// Held-out evaluation of the global model on the server.

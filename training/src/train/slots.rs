@@ -6,7 +6,8 @@
 //! trains at full speed when its turn comes, and the round ends no later. A client's result
 //! does not depend on when it trains (its seed fixes it), so runs stay bit-identical.
 //!
-//! Only local computation takes a slot: a fault injector's simulated slowness sleeps outside
+//! Only local computation takes a slot, training and the encoding of the update together
+//! ([`LocalTrainer::train_then`]): a fault injector's simulated slowness sleeps outside
 //! it, as a slow remote device would not hold this machine's cores, and is proportional to the
 //! time the client held a slot ([`take_held`]), not to the time it queued for one.
 
@@ -28,8 +29,17 @@ impl LocalTrainer for OnACore {
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+        self.train_then(task, &mut |_| Ok(()))
+    }
+
+    /// Holds the slot through the training and `finish` (the uplink encoding).
+    fn train_then(
+        &self,
+        task: &TrainTask,
+        finish: &mut dyn FnMut(&mut TrainOutput) -> Result<(), String>,
+    ) -> Result<TrainOutput, String> {
         let _core = acquire();
-        self.0.train(task)
+        self.0.train_then(task, finish)
     }
 }
 
@@ -117,7 +127,7 @@ mod tests {
     }
 
     #[test]
-    fn a_wrapped_trainer_trains_holding_a_slot() {
+    fn a_wrapped_trainer_trains_and_finishes_holding_a_slot() {
         use fedshard_protocol::model::ModelState;
         /// Reports whether the calling thread held a slot while it trained.
         struct Probe;
@@ -152,6 +162,17 @@ mod tests {
             assert!(
                 take_held() >= Duration::from_millis(2),
                 "held while training"
+            );
+            let finish = &mut |_: &mut TrainOutput| {
+                std::thread::sleep(Duration::from_millis(20));
+                Ok(())
+            };
+            wrapped
+                .train_then(&task, finish)
+                .expect("the probe and its finish");
+            assert!(
+                take_held() >= Duration::from_millis(22),
+                "held while training and finishing (encoding)"
             );
         })
         .join()
