@@ -522,8 +522,9 @@ fn neural_trainer(
     })
 }
 
-/// Rows per evaluation forward pass.
-const EVAL_BATCH: usize = 256;
+/// Rows per evaluation forward pass: small enough that a test set of a few hundred rows (the
+/// digits' 359) makes several batches for the evaluation's threads to share.
+const EVAL_BATCH: usize = 64;
 
 /// The server's evaluator of `net` on the held-out `examples`.
 fn neural_evaluator(

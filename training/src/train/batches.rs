@@ -8,6 +8,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use fedshard_protocol::task::{Evaluation, Recipe};
 use fedshard_strategies::rng::{ChaCha20Rng, Purpose, stream};
+use rayon::prelude::*;
 
 /// The tensors of one batch: the rows of `samples` (`rows × width`) and their targets; the
 /// filled vectors move into them.
@@ -104,32 +105,42 @@ impl<'a> LocalSteps<'a> {
 /// Accuracy and mean cross-entropy over `examples` in order, `batch_size` rows (at least 1) per
 /// forward pass. `forward` maps a batch's inputs and targets to the logits and targets to
 /// score (`scored rows × classes` and `scored rows`).
+///
+/// The batches are scored in parallel on rayon's pool: the server evaluates between rounds,
+/// when the clients' cores are free, and one thread left the other core idle for a tenth of
+/// the main job. Their counts and loss sums are added in batch order, so the result does not
+/// depend on the number of threads.
 pub(crate) fn evaluate<B: Backend>(
     examples: &dyn Examples,
     batch_size: usize,
     device: &B::Device,
-    mut forward: impl FnMut(Tensor<B, 2>, Tensor<B, 1, Int>) -> (Tensor<B, 2>, Tensor<B, 1, Int>),
+    forward: impl Fn(Tensor<B, 2>, Tensor<B, 1, Int>) -> (Tensor<B, 2>, Tensor<B, 1, Int>) + Sync,
 ) -> Result<Evaluation, String> {
     let order: Vec<usize> = (0..examples.len()).collect();
-    let (mut correct, mut loss_sum, mut scored) = (0usize, 0.0f64, 0usize);
-    for samples in order.chunks(batch_size.max(1)) {
-        let (inputs, targets) = batch::<B>(examples, samples, device);
-        let (logits, targets) = forward(inputs, targets);
-        let rows = targets.dims()[0];
-        let hits: i64 = logits
-            .clone()
-            .argmax(1)
-            .reshape([rows])
-            .equal(targets.clone())
-            .int()
-            .sum()
-            .into_scalar()
-            .elem();
-        let loss: f64 = cross_entropy(logits, targets).into_scalar().elem();
-        correct += hits as usize;
-        loss_sum += loss * rows as f64;
-        scored += rows;
-    }
+    let scores: Vec<(usize, f64, usize)> = order
+        .par_chunks(batch_size.max(1))
+        .map(|samples| {
+            let (inputs, targets) = batch::<B>(examples, samples, device);
+            let (logits, targets) = forward(inputs, targets);
+            let rows = targets.dims()[0];
+            let hits: i64 = logits
+                .clone()
+                .argmax(1)
+                .reshape([rows])
+                .equal(targets.clone())
+                .int()
+                .sum()
+                .into_scalar()
+                .elem();
+            let loss: f64 = cross_entropy(logits, targets).into_scalar().elem();
+            (hits as usize, loss * rows as f64, rows)
+        })
+        .collect();
+    let (correct, loss_sum, scored) = scores
+        .iter()
+        .fold((0, 0.0, 0), |(c, l, n), &(hits, loss, rows)| {
+            (c + hits, l + loss, n + rows)
+        });
     if scored == 0 {
         return Err("the test set is empty".into());
     }
@@ -198,6 +209,38 @@ mod tests {
     fn the_reported_loss_is_the_mean_over_all_steps() {
         // Each epoch's two batches hold all six rows: 2 · (1 + … + 6) = 42 over 4 steps.
         assert_eq!(run(None), Ok((4, 10.5)));
+    }
+
+    #[test]
+    fn evaluation_does_not_depend_on_the_number_of_threads() {
+        let device = Default::default();
+        // Logits (x, −x, x/2) for an input x > 0: class 0 wins, the target of every row.
+        let forward =
+            |x: Tensor<NdArray, 2>, y| (Tensor::cat(vec![x.clone(), -x.clone(), x / 2], 1), y);
+        let on = |threads| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool")
+                .install(|| evaluate::<NdArray>(&OneToSix, 2, &device, forward))
+        };
+        let one = on(1).expect("evaluated on one thread");
+        assert_eq!(one.accuracy, 1.0);
+        // Mean over the rows of −log softmax₀ = log(1 + e^(−2x) + e^(−x/2)).
+        let expected = (1..=6)
+            .map(|x| (1.0 + (-2.0 * x as f64).exp() + (-0.5 * x as f64).exp()).ln())
+            .sum::<f64>()
+            / 6.0;
+        assert!(
+            (one.loss - expected).abs() < 1e-6,
+            "{} vs {expected}",
+            one.loss
+        );
+        for threads in [2, 3] {
+            let many = on(threads).expect("evaluated on several threads");
+            assert_eq!(many.loss.to_bits(), one.loss.to_bits(), "{threads} threads");
+            assert_eq!(many.accuracy, one.accuracy);
+        }
     }
 
     #[test]
