@@ -40,7 +40,7 @@ pub fn server(config: &Config) -> anyhow::Result<Federation> {
     server_side(config, load(config)?)
 }
 
-/// The trainers of the clients `ids` of `config`'s federation, each training on a core's slot
+/// The trainers of the clients `ids` of `config`'s federation, each training on the core pool
 /// ([`OnACore`]; with the fault wrapper around it when the config has `[faults]`): client `c`
 /// trains the same data here as in any other process built from the same config, so a node can
 /// host any subset of the clients.

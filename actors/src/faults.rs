@@ -181,7 +181,7 @@ pub struct FaultyTrainer {
     /// This client's factor f_c ≥ 1 ([`Stragglers::factors`]); 1 without stragglers.
     pub slowdown: f64,
     /// The time the calling thread computed since the last call (the training crate's
-    /// `slots::take_held`), zero for a trainer that does not queue for a core: the slow-down
+    /// `slots::take_held`), zero for a trainer that does not run on the core pool: the slow-down
     /// stretches computation, not the time a client waited for one of this machine's cores,
     /// which a slow device of its own would not have waited.
     pub computed: fn() -> Duration,
@@ -243,7 +243,7 @@ impl LocalTrainer for FaultyTrainer {
     fn train_then(
         &self,
         task: &TrainTask,
-        finish: &mut dyn FnMut(&mut TrainOutput) -> Result<(), String>,
+        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), String> + Send),
     ) -> Result<TrainOutput, String> {
         let fault = self.plan.fault(task.seed, task.round, task.client);
         match fault {

@@ -139,7 +139,7 @@ pub trait LocalTrainer: Send + Sync + 'static {
     fn train_then(
         &self,
         task: &TrainTask,
-        finish: &mut dyn FnMut(&mut TrainOutput) -> Result<(), String>,
+        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), String> + Send),
     ) -> Result<TrainOutput, String> {
         let mut output = self.train(task)?;
         finish(&mut output)?;
