@@ -61,6 +61,9 @@ pub fn take_held() -> Duration {
 /// Runs `work` on one of the pool's threads (one per core) once one is free, blocking the
 /// calling thread until it is done, and adds the time it ran to the caller's [`take_held`].
 /// A panic in `work` resumes on the calling thread.
+///
+/// `work` should not use rayon itself (no trainer does): a pool thread waiting for its own
+/// parallel pieces may pick up another client's queued work meanwhile, and then holds both.
 pub fn on_a_core<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     let (result, ran) = pool().install(|| {
         let started = Instant::now();
