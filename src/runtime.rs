@@ -1,6 +1,6 @@
 //! The tokio runtime every command runs its actors on.
 
-/// Blocking threads the runtime may start. Every client of a round trains in `spawn_blocking`,
+/// Blocking threads the runtime may start. Every client of a round waits in `spawn_blocking`,
 /// and local computation runs on one thread per core anyway (the core pool), so more
 /// threads only add stacks and allocator heaps: at tokio's default of 512, 100 000 echo clients
 /// (`fedshard bench orchestration`) peaked 190 MB higher and ran 1.7 s per round instead of 1.3.

@@ -109,7 +109,7 @@ impl Actor for ClientActor {
                 let started = Instant::now();
                 let joined = tokio::task::spawn_blocking(move || {
                     // The encoding (for KLMS as costly as training) is part of the client's
-                    // local work: it runs inside the trainer's core slot and slow-down.
+                    // local work: it runs on the trainer's core and inside its slow-down.
                     let mut encoded = None;
                     let output = trainer.train_then(&task, &mut |output| {
                         let norm = update_norm(&task, output);

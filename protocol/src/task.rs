@@ -133,7 +133,7 @@ pub trait LocalTrainer: Send + Sync + 'static {
 
     /// Trains, then runs `finish` on the output as part of the same local work: the client
     /// actor encodes its uplink message there. Why: a wrapper that schedules or stretches a
-    /// client's computation (a core slot, a straggler's slow-down) must cover the encoding
+    /// client's computation (the core pool, a straggler's slow-down) must cover the encoding
     /// too, which for KLMS can cost as much as training; it overrides this method. `finish`
     /// may change the output (a fault injector corrupts it before it is encoded).
     fn train_then(

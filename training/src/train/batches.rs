@@ -77,7 +77,7 @@ impl<'a> LocalSteps<'a> {
         mut step: impl FnMut(M, Tensor<B, 2>, Tensor<B, 1, Int>) -> (M, Tensor<B, 1>),
     ) -> Result<(M, f64), String> {
         let mut order: Vec<usize> = (0..self.examples.len()).collect();
-        let mut loss_sum: Option<Tensor<B, 1>> = None;
+        let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
         let mut steps = 0usize;
         for _ in 0..self.epochs {
             crate::data::shuffle(&mut order, &mut self.order_rng);
@@ -85,15 +85,11 @@ impl<'a> LocalSteps<'a> {
                 let (inputs, targets) = batch::<B>(self.examples, samples, device);
                 let (next, loss) = step(model, inputs, targets);
                 model = next;
-                let loss = loss.detach();
-                loss_sum = Some(match loss_sum {
-                    Some(sum) => sum + loss,
-                    None => loss,
-                });
+                loss_sum = loss_sum + loss.detach();
                 steps += 1;
             }
         }
-        let total: f64 = loss_sum.map_or(0.0, |sum| sum.into_scalar().elem());
+        let total: f64 = loss_sum.into_scalar().elem();
         let mean = total / steps.max(1) as f64;
         if !mean.is_finite() {
             return Err(format!("local training diverged (mean loss {mean})"));
@@ -165,24 +161,16 @@ pub(crate) fn or_nan(evaluation: Result<Evaluation, String>) -> Evaluation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::Dataset;
     use burn_ndarray::NdArray;
 
-    /// Six rows holding 1, 2, …, 6 (one value each), all of class 0.
-    struct OneToSix;
-
-    impl Examples for OneToSix {
-        fn len(&self) -> usize {
-            6
-        }
-        fn width(&self) -> usize {
-            1
-        }
-        fn targets_per_row(&self) -> usize {
-            1
-        }
-        fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
-            x.extend(samples.iter().map(|&i| i as f32 + 1.0));
-            y.extend(samples.iter().map(|_| 0));
+    /// Six rows holding 1, 2, …, 6 (one value each), all of class 0 of 3.
+    fn one_to_six() -> Dataset {
+        Dataset {
+            features: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+            labels: vec![0; 6],
+            dim: 1,
+            classes: 3,
         }
     }
 
@@ -194,7 +182,8 @@ mod tests {
             batch_size: 4,
             ..Recipe::default()
         };
-        let steps = LocalSteps::new(&OneToSix, &recipe, 7, 1, 0)?;
+        let examples = one_to_six();
+        let steps = LocalSteps::new(&examples, &recipe, 7, 1, 0)?;
         let device = Default::default();
         steps.run::<NdArray, usize>(0, &device, |taken, inputs, _| {
             let loss = match poison {
@@ -222,7 +211,7 @@ mod tests {
                 .num_threads(threads)
                 .build()
                 .expect("a thread pool")
-                .install(|| evaluate::<NdArray>(&OneToSix, 2, &device, forward))
+                .install(|| evaluate::<NdArray>(&one_to_six(), 2, &device, forward))
         };
         let one = on(1).expect("evaluated on one thread");
         assert_eq!(one.accuracy, 1.0);

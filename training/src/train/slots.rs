@@ -122,9 +122,9 @@ mod tests {
     }
 
     #[test]
-    fn a_wrapped_trainer_trains_and_finishes_holding_a_slot() {
+    fn a_wrapped_trainer_trains_and_finishes_on_the_pool() {
         use fedshard_protocol::model::ModelState;
-        /// Reports whether the calling thread held a slot while it trained.
+        /// Trains for 2 ms (on whichever thread calls it).
         struct Probe;
         impl LocalTrainer for Probe {
             fn samples(&self) -> u64 {
@@ -150,7 +150,11 @@ mod tests {
         };
         std::thread::spawn(move || {
             Probe.train(&task).expect("the bare probe");
-            assert_eq!(take_held(), Duration::ZERO, "the bare trainer holds none");
+            assert_eq!(
+                take_held(),
+                Duration::ZERO,
+                "the bare trainer runs on the caller's thread"
+            );
             let wrapped = OnACore(Arc::new(Probe));
             assert_eq!(wrapped.samples(), 7);
             wrapped.train(&task).expect("the wrapped probe");
@@ -159,6 +163,14 @@ mod tests {
                 "held while training"
             );
             let finish = &mut |_: &mut TrainOutput| {
+                let thread = std::thread::current();
+                assert!(
+                    thread
+                        .name()
+                        .is_some_and(|n| n.starts_with("fedshard-core-")),
+                    "finish runs on {:?}, not on the core pool",
+                    thread.name()
+                );
                 std::thread::sleep(Duration::from_millis(20));
                 Ok(())
             };
