@@ -453,6 +453,25 @@ fn data_field(text: &str, error: &toml::de::Error) -> Option<String> {
 }
 
 impl Config {
+    /// The run's length and schedule for a table caption: `60 rounds, 10 clients, 10 per round`,
+    /// or in async mode `120 versions, 10 clients, 6 training at once, an aggregate every 5
+    /// updates`.
+    pub fn schedule_caption(&self) -> String {
+        let f = &self.federation;
+        let clients = self.data.clients();
+        match (f.mode, f.concurrency, f.buffer) {
+            (Mode::Async, Some(concurrency), Some(buffer)) => format!(
+                "{} versions, {clients} clients, {concurrency} training at once, an aggregate \
+                 every {buffer} updates",
+                self.run.rounds
+            ),
+            _ => format!(
+                "{} rounds, {clients} clients, {} per round",
+                self.run.rounds, f.clients_per_round
+            ),
+        }
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -744,12 +763,6 @@ impl Config {
             f.aggregator == AggregatorName::Fedavg,
             "`fedavg` with `mode = \"async\"` (the buffer is folded as FedBuff's sample-weighted, staleness-weighted mean)",
             format!("`{}`", f.aggregator),
-        )?;
-        field(
-            "federation.compressor",
-            !f.compressor.klms(),
-            "a compressor without KLMS with `mode = \"async\"` (KLMS with stale side information is not supported yet)",
-            format!("`{}`", f.compressor),
         )
     }
 

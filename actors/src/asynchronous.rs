@@ -338,6 +338,7 @@ impl ServerState {
             let cohort = Cohort {
                 population: self.fed.registry.clients.len(),
                 participants: concurrency,
+                round: version,
             };
             let state = &self.fed.uplink;
             tasks.attach_uplinks(|task| {

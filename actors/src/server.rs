@@ -389,6 +389,7 @@ impl ServerState {
         let cohort = Cohort {
             population: self.fed.registry.clients.len(),
             participants: tasks.tasks.len(),
+            round,
         };
         tasks.attach_uplinks(|task| {
             state.uplink(config.compressor, &config.compression, cohort, task)

@@ -114,12 +114,10 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     let _ = writeln!(
         markdown,
         "Final test accuracy in % (mean ± std over seeds {}) and ANME (mean over rounds and \
-         seeds) on {}: {} rounds, {} clients, {} per round.",
+         seeds) on {}: {}.",
         names(seeds.iter().map(ToString::to_string).collect()),
         args.config.display(),
-        config.run.rounds,
-        config.data.clients(),
-        config.federation.clients_per_round
+        config.schedule_caption()
     );
     let _ = writeln!(
         markdown,
@@ -217,13 +215,11 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
     let table = compare_uplink::markdown(&runs, &compressors, &d_targets, blocks, parameters);
     println!(
         "Final test accuracy in % (mean ± std over {} seeds) and uplink bits per parameter per \
-         update (mean over rounds) on {}: {} rounds, {} clients, {} per round.\n\n{table}\n\
+         update (mean over rounds) on {}: {}.\n\n{table}\n\
          Reproduce: `fedshard compare {} --compressors {list} --d-targets {} --seeds {} --rounds {}`",
         args.seeds,
         args.config.display(),
-        config.run.rounds,
-        config.data.clients(),
-        config.federation.clients_per_round,
+        config.schedule_caption(),
         args.config.display(),
         args.d_targets,
         args.seeds,

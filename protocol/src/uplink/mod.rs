@@ -383,11 +383,16 @@ impl Uplink {
 }
 
 /// The round's cohort, as the server knows it when it attaches the uplinks: `N` clients in the
-/// population and `C` of them asked to train. Only SGLD uses it (`κ = N / C`, §4.9).
+/// population and `C` of them asked to train (SGLD's `κ = N / C`, §4.9), and the round whose
+/// K schedule fixed blocks follow (§4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cohort {
     pub population: usize,
     pub participants: usize,
+    /// The round the update will make: its number in a synchronous run, and in async mode the
+    /// model version its aggregate will build, so that a schedule over rounds runs over versions
+    /// there (a task's own `round` counts every task handed out, which keys its randomness).
+    pub round: u64,
 }
 
 /// KLMS for one task.

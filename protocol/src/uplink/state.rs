@@ -28,7 +28,8 @@ pub struct UplinkState {
 }
 
 impl UplinkState {
-    /// The uplink settings of `task` in its round, whose `cohort` SGLD scales for.
+    /// The uplink settings of `task` in its round, whose `cohort` SGLD scales for and whose
+    /// number a K schedule follows.
     pub fn uplink(
         &self,
         compressor: Compressor,
@@ -47,7 +48,9 @@ impl UplinkState {
                         .candidates
                         .map_or_else(KSchedule::reference, KSchedule::Constant);
                     KlmsTask {
-                        candidates: schedule.candidates(task.round).map_err(|e| e.to_string())?,
+                        candidates: schedule
+                            .candidates(cohort.round)
+                            .map_err(|e| e.to_string())?,
                         blocks: TaskBlocks::Fixed {
                             size: config.block_size,
                         },

@@ -9,6 +9,7 @@ use fedshard_strategies::rng::{Purpose, stream};
 const COHORT: Cohort = Cohort {
     population: 20,
     participants: 5,
+    round: 3,
 };
 
 /// A task with a dense tensor and a sharded 4×6 layer holding terms {0, 2, 3}; values in (0, 1)
@@ -48,7 +49,9 @@ fn task_in(
         recipe: Recipe::default(),
         uplink: Uplink::default(),
     };
-    t.uplink = state.uplink(compressor, config, cohort, &t).unwrap();
+    t.uplink = state
+        .uplink(compressor, config, Cohort { round, ..cohort }, &t)
+        .unwrap();
     t
 }
 
@@ -795,6 +798,7 @@ fn many_sgld_clients_step_by_the_mean_drift_with_exactly_the_langevin_noise() {
     let cohort = Cohort {
         population: 100,
         participants: 40,
+        round: 1,
     };
     for compressor in [Compressor::Sgld, Compressor::SgldKlms] {
         for mu in [0.0f32, 0.05] {
@@ -864,7 +868,8 @@ fn mean_drift_ratio(compressor: Compressor, config: &CompressionConfig, n: u64) 
         ])
         .unwrap();
         t.shards.clear();
-        t.uplink = state.uplink(compressor, config, COHORT, &t).unwrap();
+        let cohort = Cohort { round: 1, ..COHORT };
+        t.uplink = state.uplink(compressor, config, cohort, &t).unwrap();
         t
     };
     let v64: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
@@ -993,4 +998,31 @@ fn a_reported_drift_ratio_is_recorded_not_applied() {
             assert_eq!(reported_bytes.len(), plain_bytes.len() + 4, "{compressor}");
         }
     }
+}
+
+/// Fixed blocks without a `candidates` setting follow the reference's K schedule (8 in the first
+/// rounds, then down to 2) over the cohort's round, not over the task's own `round`, which in
+/// async mode counts every task handed out: task 50 building version 2 still gets the warm-up K.
+#[test]
+fn the_k_schedule_follows_the_cohorts_round_not_the_tasks_number() {
+    let config = CompressionConfig {
+        blocks: BlockMode::Fixed,
+        ..CompressionConfig::default()
+    };
+    let state = UplinkState::default();
+    let t = task_in(Compressor::SignsgdKlms, &config, &state, COHORT, 50, 11);
+    let k = |round: u64| {
+        state
+            .uplink(
+                Compressor::SignsgdKlms,
+                &config,
+                Cohort { round, ..COHORT },
+                &t,
+            )
+            .unwrap()
+            .klms
+            .expect("KLMS settings")
+            .candidates
+    };
+    assert_eq!((k(2), k(7), k(9), k(50)), (8, 5, 3, 2));
 }
