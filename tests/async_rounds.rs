@@ -2,6 +2,9 @@
 //! asynchronous aggregation (determinism under the injector's clock, staleness, resume) and the
 //! config errors of both.
 
+mod common;
+
+use common::run_in;
 use fedshard::config::Config;
 use fedshard::federation;
 use fedshard_actors::faults::Stragglers;
@@ -169,46 +172,30 @@ fn async_runs_are_deterministic_under_the_injectors_clock_and_learn() {
     assert_ne!(run(&other).0.to_bytes(), model.to_bytes());
 }
 
-/// Dense softmax digits in async mode for the compressors (whose sign steps suit a dense layer's
-/// weights, not unit singular vectors): 10 clients, 6 training at once, an aggregate every 4
-/// updates, lognormal stragglers fixing the arrival order.
-const COMPRESSED_ASYNC: &str = r#"
-[run]
-name = "test-async-klms"
-seed = 3
-rounds = 40
-
-[data]
-dataset = "digits"
-clients = 10
-alpha = 1.0
-min_samples = 20
-
-[model]
-kind = "softmax"
-sharded_layers = []
-
-[training]
-learning_rate = 0.1
-epochs = 1
-
-[federation]
-clients_per_round = 4
-compressor = "COMPRESSOR"
-deadline_ms = 20000
-mode = "async"
-concurrency = 6
-buffer = 4
-staleness = { kind = "polynomial", a = 0.5 }
-
-[faults.stragglers]
-kind = "lognormal"
-sigma = 1.0
-base_delay_ms = 5
-"#;
-
+/// [`DIGITS_ASYNC`] dense (sign steps suit a dense layer's weights, not unit singular vectors)
+/// with `compressor` and its `[compression]` table: 6 clients training at once, an aggregate
+/// every 4 updates, 40 versions.
 fn compressed(compressor: &str, compression: &str) -> Config {
-    config(&(COMPRESSED_ASYNC.replace("COMPRESSOR", compressor) + compression))
+    let mut text = DIGITS_ASYNC.to_string();
+    for (from, to) in [
+        ("sharded_layers = [\"fc0.weight\"]", "sharded_layers = []"),
+        ("strategy = \"unbiased\"\n", ""),
+        (
+            "keep_ratios = [{ ratio = 1.0, share = 0.5 }, { ratio = 0.4, share = 0.5 }]\n",
+            "",
+        ),
+        ("concurrency = 4", "concurrency = 6"),
+        ("buffer = 2", "buffer = 4"),
+        ("rounds = 6", "rounds = 40"),
+        (
+            "clients_per_round = 4",
+            &format!("clients_per_round = 4\ncompressor = \"{compressor}\""),
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        text = text.replace(from, to);
+    }
+    config(&(text + compression))
 }
 
 /// SignSGD-KLMS with blocks cut per client, and QSGD-KLMS with its prior of last buffer's
@@ -276,18 +263,8 @@ fn klms_in_async_mode_codes_each_update_with_its_own_versions_side_information()
 fn an_async_klms_run_resumes_with_its_side_information() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut c = compressed("qsgd-klms", QSGD_KLMS);
-    let start = |c: &Config| {
-        let (mut fed, trainers) = federation::in_process(c).expect("federation");
-        fed.run_dir = Some(dir.path().to_path_buf());
-        fed.resume_from_checkpoint().expect("resume");
-        let runtime = tokio::runtime::Runtime::new().expect("runtime");
-        runtime
-            .block_on(fedshard_actors::server::run(fed, trainers))
-            .expect("run")
-            .1
-    };
     c.run.rounds = 5;
-    start(&c);
+    assert!(!run_in(dir.path(), &c).0);
     let checkpoint = fedshard_actors::checkpoint::load(dir.path())
         .expect("readable")
         .expect("a checkpoint");
@@ -295,7 +272,8 @@ fn an_async_klms_run_resumes_with_its_side_information() {
     assert!(!checkpoint.uplink.client_ends.is_empty(), "client blocks");
     assert_eq!(checkpoint.uplink.counts.len(), 650, "a count per value");
     c.run.rounds = 10;
-    let resumed = start(&c);
+    let (was_resumed, _, resumed) = run_in(dir.path(), &c);
+    assert!(was_resumed);
     assert_eq!(resumed.rounds_completed, 10);
     assert_eq!(resumed.rejected_total + resumed.failures_total, 0);
     // Clients that kept their blocks through the checkpoint do not cut them again: without
@@ -323,21 +301,11 @@ fn an_async_run_resumes_from_its_last_applied_version() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut c = config(DIGITS_ASYNC);
     c.run.rounds = 3;
-    let start = |c: &Config| {
-        let (mut fed, trainers) = federation::in_process(c).expect("federation");
-        fed.run_dir = Some(dir.path().to_path_buf());
-        let resumed = fed.resume_from_checkpoint().expect("resume");
-        let runtime = tokio::runtime::Runtime::new().expect("runtime");
-        let out = runtime
-            .block_on(fedshard_actors::server::run(fed, trainers))
-            .expect("run");
-        (resumed, out)
-    };
-    let (resumed, (_, first)) = start(&c);
+    let (resumed, _, first) = run_in(dir.path(), &c);
     assert!(!resumed);
     assert_eq!(first.rounds_completed, 3);
     c.run.rounds = 5;
-    let (resumed, (_, second)) = start(&c);
+    let (resumed, _, second) = run_in(dir.path(), &c);
     assert!(resumed);
     assert_eq!(second.rounds_completed, 5);
     assert_eq!(second.per_round.len(), 5);

@@ -1,6 +1,9 @@
 //! Compressed uplinks end to end: a federation learns through each compressor, and the bits it
 //! reports are the bytes its clients sent.
 
+mod common;
+
+use common::run_in;
 use fedshard::config::Config;
 use fedshard::federation;
 use std::path::Path;
@@ -331,18 +334,9 @@ fn client_blocks_carry_more_of_the_drift_and_survive_a_resume() {
     assert!(bpp(&client) < 0.3, "{}", bpp(&client));
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let run = |c: &Config| {
-        let (mut fed, trainers) = federation::in_process(c).expect("federation");
-        fed.run_dir = Some(dir.path().to_path_buf());
-        fed.resume_from_checkpoint().expect("resume");
-        let runtime = tokio::runtime::Runtime::new().expect("runtime");
-        runtime
-            .block_on(fedshard_actors::server::run(fed, trainers))
-            .expect("run")
-    };
     let mut half = client_config.clone();
     half.run.rounds = 6;
-    let (_, first) = run(&half);
+    let (_, _, first) = run_in(dir.path(), &half);
     assert!(
         first
             .per_round
@@ -350,7 +344,7 @@ fn client_blocks_carry_more_of_the_drift_and_survive_a_resume() {
             .skip(1)
             .any(|r| r.klms.as_ref().is_some_and(|k| k.block_uploads < 8))
     );
-    let (resumed, _) = run(&client_config);
+    let (_, resumed, _) = run_in(dir.path(), &client_config);
     assert_eq!(
         resumed.to_bytes(),
         model.to_bytes(),

@@ -55,3 +55,23 @@ pub fn assert_reproducible(config: &fedshard::config::Config) {
     other.run.seed += 1;
     assert!(first != run(&other), "another seed gave the same model");
 }
+
+/// Runs `config` in process with its run folder in `dir`, continuing from the checkpoint there
+/// if there is one: whether it resumed, the final model and the summary.
+pub fn run_in(
+    dir: &std::path::Path,
+    config: &fedshard::config::Config,
+) -> (
+    bool,
+    fedshard_protocol::model::ModelState,
+    fedshard_actors::record::Summary,
+) {
+    let (mut fed, trainers) = fedshard::federation::in_process(config).expect("federation");
+    fed.run_dir = Some(dir.to_path_buf());
+    let resumed = fed.resume_from_checkpoint().expect("resume");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (model, summary) = runtime
+        .block_on(fedshard_actors::server::run(fed, trainers))
+        .expect("run");
+    (resumed, model, summary)
+}
