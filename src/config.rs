@@ -416,6 +416,17 @@ pub enum Mode {
     Async,
 }
 
+impl Mode {
+    /// What one step of the run is called in progress lines and captions: a `round`, or in
+    /// async mode a model `version` (`run.rounds` counts these).
+    pub fn step(self) -> &'static str {
+        match self {
+            Mode::Sync => "round",
+            Mode::Async => "version",
+        }
+    }
+}
+
 fn default_selector() -> SelectorName {
     SelectorName::Uniform
 }

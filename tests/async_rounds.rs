@@ -317,6 +317,34 @@ fn an_async_run_resumes_from_its_last_applied_version() {
     assert_eq!(lines.lines().count(), 5);
 }
 
+/// `fedshard run` says what an async run counts: model versions, not rounds.
+#[test]
+fn the_cli_counts_versions_in_async_mode() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("async.toml");
+    std::fs::write(&path, DIGITS_ASYNC.replace("rounds = 6", "rounds = 2")).expect("config");
+    let out = common::fedshard(&[
+        "run",
+        path.to_str().expect("utf-8 path"),
+        "--out",
+        dir.path().join("run").to_str().expect("utf-8 path"),
+        "--metrics-addr",
+        "off",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for line in [
+        "version 1/2 [",
+        "version 2/2 [",
+        "2 versions, final accuracy ",
+    ] {
+        assert!(
+            stderr.lines().any(|l| l.starts_with(line)),
+            "{line}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn schedule_settings_are_validated_with_the_field_named() {
     let sync_with_async_fields = RIDGE.replace("over_commit = 2.0", "buffer = 2");

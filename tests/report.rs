@@ -344,6 +344,7 @@ fn without_a_terminal_progress_is_a_line_per_round() {
         first.contains("metrics on http://127.0.0.1:") && first.contains("/metrics\n"),
         "{first}"
     );
+    assert!(first.contains("\n3 rounds, final accuracy "), "{first}");
     let second = String::from_utf8_lossy(&f.second_output.stderr);
     let rounds: Vec<&str> = second
         .lines()

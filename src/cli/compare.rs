@@ -101,7 +101,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
                 r.strategy, r.setup, r.seed, r.seconds
             );
         },
-        &mut round_lines(config.run.rounds),
+        &mut round_lines(config.run.rounds, config.federation.mode.step()),
     )
     .with_context(|| args.config.display().to_string())?;
     eprintln!(
@@ -158,7 +158,7 @@ fn config_and_seeds(args: &CompareArgs) -> anyhow::Result<(Config, Vec<u64>)> {
 
 /// Progress inside a grid's runs, on stderr: a line at every tenth of a run's `rounds` (the
 /// run's own line follows its last), so a grid of long runs never goes quiet for long.
-fn round_lines(rounds: u64) -> impl FnMut(&str, &RoundRecord) {
+fn round_lines(rounds: u64, step: &'static str) -> impl FnMut(&str, &RoundRecord) {
     let every = rounds.div_ceil(10).max(1);
     // The run's label and the seconds its rounds took so far.
     let mut current = (String::new(), 0.0);
@@ -169,7 +169,7 @@ fn round_lines(rounds: u64) -> impl FnMut(&str, &RoundRecord) {
         current.1 += record.seconds;
         if record.round.is_multiple_of(every) && record.round < rounds {
             eprintln!(
-                "{label} round {}/{rounds} [{:.1} s] {}",
+                "{label} {step} {}/{rounds} [{:.1} s] {}",
                 record.round,
                 current.1,
                 super::run::progress_message(record)
@@ -204,7 +204,7 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
                 r.compressor, r.seed, r.seconds
             );
         },
-        &mut round_lines(config.run.rounds),
+        &mut round_lines(config.run.rounds, config.federation.mode.step()),
     )
     .with_context(|| args.config.display().to_string())?;
     if args.json {

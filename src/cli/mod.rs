@@ -103,13 +103,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probs(args) => print_json(&probs::probs(&args)?),
         Command::Serve(args) => {
-            let summary = serve::run(&args)?;
-            if !args.quiet {
-                eprintln!(
-                    "{} rounds, final accuracy {:.4}, loss {:.4}",
-                    summary.rounds_completed, summary.final_accuracy, summary.final_loss
-                );
-            }
+            serve::run(&args)?;
             Ok(())
         }
         Command::Join(args) => join::run(&args),
@@ -126,16 +120,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sample(args) => print_json(&sample::sample(&args)?),
         Command::Run(args) => {
             init_warnings();
-            let summary = run::run(&args)?;
-            if !args.quiet {
-                eprintln!(
-                    "{} rounds, final accuracy {:.4}, loss {:.4}, {:.3} Mbit uplink",
-                    summary.rounds_completed,
-                    summary.final_accuracy,
-                    summary.final_loss,
-                    summary.uplink_bits_total as f64 / 1e6
-                );
-            }
+            run::run(&args)?;
             Ok(())
         }
         Command::Bench(bench::BenchArgs {

@@ -161,7 +161,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let done = fed.history.len() as u64;
-    let progress = Progress::new(config.run.rounds, done, args);
+    let step = config.federation.mode.step();
+    let progress = Progress::new(config.run.rounds, done, step, args);
     let runtime = crate::runtime::build()?;
     let summary = runtime.block_on(async {
         let mut exporter = match metrics_addr {
@@ -205,6 +206,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
             write_atomically(&dir.join(MODEL_FILE), &model.to_bytes())?;
             write_summary(&dir, &summary)?;
             crate::report::write_run_plots(&dir, &summary.per_round)?;
+            if !args.quiet {
+                eprintln!(
+                    "{} {step}s, final accuracy {:.4}, loss {:.4}, {:.3} Mbit uplink",
+                    summary.rounds_completed,
+                    summary.final_accuracy,
+                    summary.final_loss,
+                    summary.uplink_bits_total as f64 / 1e6
+                );
+            }
             Ok(summary)
         });
     if let Some(exporter) = exporter {
@@ -228,22 +238,29 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
 /// How the rounds are reported on stderr while the run goes.
 #[derive(Clone)]
 enum Progress {
-    /// An interactive bar, when stderr is a terminal.
-    Bar(ProgressBar),
+    /// An interactive bar, when stderr is a terminal; `step` is `round`, or `version` in async
+    /// mode.
+    Bar {
+        bar: ProgressBar,
+        step: &'static str,
+    },
     /// A plain line every `every` rounds and at the last, when stderr is a file or a pipe (a
     /// log, CI), where indicatif draws nothing at all and a redrawn bar would be noise.
     Lines {
         every: u64,
         total: u64,
         started: Instant,
+        /// `round`, or `version` in async mode.
+        step: &'static str,
     },
     Quiet,
 }
 
-const BAR_TEMPLATE: &str = "round {pos}/{len} [{elapsed_precise}] {bar:30} {msg}";
+/// The bar after its first word (`round` or `version`).
+const BAR_TEMPLATE: &str = "{pos}/{len} [{elapsed_precise}] {bar:30} {msg}";
 
 impl Progress {
-    fn new(total: u64, done: u64, args: &RunArgs) -> Self {
+    fn new(total: u64, done: u64, step: &'static str, args: &RunArgs) -> Self {
         if args.quiet {
             return Progress::Quiet;
         }
@@ -253,23 +270,24 @@ impl Progress {
                 every,
                 total,
                 started: Instant::now(),
+                step,
             };
         }
         let bar = ProgressBar::new(total);
         bar.set_style(
-            ProgressStyle::with_template(BAR_TEMPLATE)
+            ProgressStyle::with_template(&format!("{step} {BAR_TEMPLATE}"))
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_position(done);
-        Progress::Bar(bar)
+        Progress::Bar { bar, step }
     }
 
     /// Says where `/metrics` is served: on a second line under the bar, or once as a line.
     fn serving(&self, addr: SocketAddr) {
         let line = format!("metrics on http://{addr}/metrics");
         match self {
-            Progress::Bar(bar) => {
-                let template = format!("{BAR_TEMPLATE}\n{line}");
+            Progress::Bar { bar, step } => {
+                let template = format!("{step} {BAR_TEMPLATE}\n{line}");
                 if let Ok(style) = ProgressStyle::with_template(&template) {
                     bar.set_style(style);
                 }
@@ -281,7 +299,7 @@ impl Progress {
 
     fn round(&self, record: &RoundRecord) {
         match self {
-            Progress::Bar(bar) => {
+            Progress::Bar { bar, .. } => {
                 bar.set_position(record.round);
                 bar.set_message(progress_message(record));
             }
@@ -289,10 +307,11 @@ impl Progress {
                 every,
                 total,
                 started,
+                step,
             } => {
                 if record.round.is_multiple_of(*every) || record.round >= *total {
                     eprintln!(
-                        "round {}/{total} [{:.1} s] {}",
+                        "{step} {}/{total} [{:.1} s] {}",
                         record.round,
                         started.elapsed().as_secs_f64(),
                         progress_message(record)
@@ -304,7 +323,7 @@ impl Progress {
     }
 
     fn finish(&self) {
-        if let Progress::Bar(bar) = self {
+        if let Progress::Bar { bar, .. } = self {
             bar.finish();
         }
     }

@@ -144,8 +144,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let rounds = config.run.rounds;
+    let step = config.federation.mode.step();
     if !args.quiet && !fed.history.is_empty() {
-        eprintln!("resuming after round {} of {rounds}", fed.history.len());
+        eprintln!("resuming after {step} {} of {rounds}", fed.history.len());
     }
     let cluster = ClusterMetrics::new();
     let options = ServeOptions {
@@ -182,7 +183,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
         let watcher = tokio::spawn(async move {
             while let Some(record) = receiver.recv().await {
                 if !quiet {
-                    eprintln!("{}", progress_line(&record, rounds));
+                    eprintln!("{step} {}", progress_line(&record, rounds));
                 }
                 if let Some(sender) = &to_exporter {
                     let _ = sender.send(record);
@@ -202,6 +203,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
             write_atomically(&dir.join(super::run::MODEL_FILE), &model.to_bytes())?;
             write_summary(&dir, &summary)?;
             crate::report::write_run_plots(&dir, &summary.per_round)?;
+            if !args.quiet {
+                eprintln!(
+                    "{} {step}s, final accuracy {:.4}, loss {:.4}",
+                    summary.rounds_completed, summary.final_accuracy, summary.final_loss
+                );
+            }
             Ok(summary)
         });
     if let Some(exporter) = exporter {
@@ -217,7 +224,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
 
 fn progress_line(r: &RoundRecord, rounds: u64) -> String {
     format!(
-        "round {}/{rounds}: acc {:.4} loss {:.4} | {} ok, {} failed, {} rejected | {:.2} Mbit up | {:.2} s",
+        "{}/{rounds}: acc {:.4} loss {:.4} | {} ok, {} failed, {} rejected | {:.2} Mbit up | {:.2} s",
         r.round,
         r.accuracy,
         r.loss,
