@@ -917,7 +917,7 @@ impl Config {
         Ok(())
     }
 
-    /// What SGLD (ALGORITHMS.md §4.9) needs: the `uniform` aggregator, whose mean over the
+    /// What SGLD (ALGORITHMS.md §4.9) needs: rounds (not async mode), the `uniform` aggregator, whose mean over the
     /// participants of their decoded `θ − η κ C y_c` is the Langevin step (any other weighting
     /// would move the model by the wrong drift and noise); every client holding the whole
     /// model (the step is one gradient of the full potential); and a classifier on the burn
@@ -928,6 +928,17 @@ impl Config {
         field: &dyn Fn(&str, bool, &str, String) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let f = &self.federation;
+        // First: async mode needs another aggregator, so naming the aggregator would send the
+        // user in a circle.
+        field(
+            "federation.mode",
+            f.mode == Mode::Sync,
+            "`sync` with an SGLD compressor (the Langevin step is the equal-weight mean of one \
+             round's fresh gradients, θ − η κ Σ y_c, its noise scaled for those C clients; a \
+             staleness-weighted buffer of stale ones would move the chain by another drift and \
+             noise)",
+            format!("`async` with `{compressor}`"),
+        )?;
         field(
             "federation.aggregator",
             f.aggregator == AggregatorName::Uniform,

@@ -384,6 +384,18 @@ fn schedule_settings_are_validated_with_the_field_named() {
     assert!(e.contains("federation.staleness.a"), "{e}");
     let e = error(&DIGITS_ASYNC.replace("sigma = 1.0", "sigma = -1.0"));
     assert!(e.contains("faults.stragglers.sigma"), "{e}");
+    // SGLD needs the `uniform` aggregator and async mode `fedavg`: the error names the real
+    // conflict, the mode.
+    for aggregator in ["fedavg", "uniform"] {
+        let e = error(&DIGITS_ASYNC.replace(
+            "clients_per_round = 4",
+            &format!("clients_per_round = 4\ncompressor = \"sgld\"\naggregator = \"{aggregator}\""),
+        ));
+        assert!(
+            e.contains("federation.mode") && e.contains("Langevin"),
+            "{e}"
+        );
+    }
     // The lognormal table parses into its own variant.
     let c = config(DIGITS_ASYNC);
     assert!(matches!(

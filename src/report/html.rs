@@ -69,11 +69,14 @@ fn table(runs: &[Run]) -> String {
     out
 }
 
-/// `digits-linear: digits, unbiased, seed 1`, leaving out what the config does not say.
+/// `digits-linear: digits, unbiased, seed 1` (and the compressor and `async` when set),
+/// leaving out what the config does not say.
 fn describe(config: &RunLabels) -> String {
     let details: Vec<String> = [
         config.dataset.clone(),
         config.strategy.clone(),
+        config.compressor.clone(),
+        config.mode.clone(),
         config.seed.map(|s| format!("seed {s}")),
     ]
     .into_iter()
@@ -131,8 +134,18 @@ mod tests {
             seed: Some(1),
             strategy: Some("unbiased".into()),
             dataset: Some("digits".into()),
+            compressor: None,
+            mode: None,
         };
         assert_eq!(describe(&labels), "digits-linear: digits, unbiased, seed 1");
+        labels.compressor = Some("signsgd-klms".into());
+        labels.mode = Some("async".into());
+        assert_eq!(
+            describe(&labels),
+            "digits-linear: digits, unbiased, signsgd-klms, async, seed 1"
+        );
+        labels.compressor = None;
+        labels.mode = None;
         labels.name = None;
         labels.strategy = None;
         assert_eq!(describe(&labels), "digits, seed 1");

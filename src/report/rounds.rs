@@ -123,8 +123,13 @@ fn float_or_null<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::E
 pub struct RunLabels {
     pub name: Option<String>,
     pub seed: Option<u64>,
+    /// The sharding strategy, when some layer is sharded (or the config does not say).
     pub strategy: Option<String>,
     pub dataset: Option<String>,
+    /// The uplink compressor, when there is one.
+    pub compressor: Option<String>,
+    /// `async` for buffered asynchronous runs.
+    pub mode: Option<String>,
 }
 
 /// One run folder, loaded.
@@ -278,13 +283,19 @@ fn read_labels(path: &Path) -> anyhow::Result<RunLabels> {
             .and_then(|v| v.as_str())
             .map(String::from)
     };
+    // A strategy names how sharded layers are cut: without one it would only be the default.
+    let unsharded = field("model", "sharded_layers")
+        .and_then(toml::Value::as_array)
+        .is_some_and(|layers| layers.is_empty());
     Ok(RunLabels {
         name: text_field("run", "name"),
         seed: field("run", "seed")
             .and_then(toml::Value::as_integer)
             .and_then(|s| u64::try_from(s).ok()),
-        strategy: text_field("federation", "strategy"),
+        strategy: text_field("federation", "strategy").filter(|_| !unsharded),
         dataset: text_field("data", "dataset"),
+        compressor: text_field("federation", "compressor").filter(|c| c != "identity"),
+        mode: text_field("federation", "mode").filter(|m| m != "sync"),
     })
 }
 
@@ -304,6 +315,30 @@ mod tests {
         let p: RoundPoint = serde_json::from_str(line).unwrap();
         assert!(p.train_loss.is_nan() && p.groups[0].anme.is_nan());
         assert_eq!((p.accuracy, p.failures_total()), (0.5, 4));
+    }
+
+    /// An unsharded run's default strategy is not a label; its compressor and async mode are.
+    #[test]
+    fn labels_say_what_the_run_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let config = "[run]\nname = \"a\"\nseed = 2\n[data]\ndataset = \"mnist\"\n\
+                      [model]\nkind = \"neural\"\nsharded_layers = []\n\
+                      [federation]\nstrategy = \"top-n\"\ncompressor = \"signsgd-klms\"\n\
+                      mode = \"async\"\n";
+        std::fs::write(&path, config).unwrap();
+        let labels = read_labels(&path).unwrap();
+        assert_eq!(labels.strategy, None);
+        assert_eq!(labels.compressor.as_deref(), Some("signsgd-klms"));
+        assert_eq!(labels.mode.as_deref(), Some("async"));
+        let sharded = config
+            .replace("sharded_layers = []", "sharded_layers = [\"all\"]")
+            .replace("signsgd-klms", "identity")
+            .replace("async", "sync");
+        std::fs::write(&path, sharded).unwrap();
+        let labels = read_labels(&path).unwrap();
+        assert_eq!(labels.strategy.as_deref(), Some("top-n"));
+        assert_eq!((labels.compressor, labels.mode), (None, None));
     }
 
     #[test]
