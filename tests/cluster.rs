@@ -381,14 +381,24 @@ fn over_commitment_and_async_mode_across_nodes_give_the_in_process_model() {
     let base = std::fs::read_to_string(config(tmp.path(), "base", 4, 0)).unwrap();
     // Two of the six clients three times slower than the others on the virtual clock.
     let stragglers = "\n[faults.stragglers]\nkind = \"share\"\nshare = 0.34\nfactor = 3.0\nbase_delay_ms = 100\n";
-    for (name, federation) in [
-        ("over-commit", "clients_per_round = 4\nover_commit = 1.5"),
+    let async_mode = "clients_per_round = 6\nmode = \"async\"\nconcurrency = 3\nbuffer = 2";
+    // KLMS in async mode: each stale update decodes with the blocks of its own version, on the
+    // server node as in one process.
+    let klms = format!("{async_mode}\ncompressor = \"signsgd-klms\"");
+    for (name, federation, tables) in [
         (
-            "async",
-            "clients_per_round = 6\nmode = \"async\"\nconcurrency = 3\nbuffer = 2",
+            "over-commit",
+            "clients_per_round = 4\nover_commit = 1.5",
+            "",
+        ),
+        ("async", async_mode, ""),
+        (
+            "async-klms",
+            &klms,
+            "\n[compression]\nblock_scope = \"client\"\nd_target = 4\n",
         ),
     ] {
-        let text = base.replace("clients_per_round = 6", federation) + stragglers;
+        let text = base.replace("clients_per_round = 6", federation) + stragglers + tables;
         assert_ne!(
             text,
             format!("{base}{stragglers}"),
@@ -404,8 +414,9 @@ fn over_commitment_and_async_mode_across_nodes_give_the_in_process_model() {
         let records = finished_with_the_model(&mut server, &mut nodes, &run, &expected, name);
         assert_eq!(records.len(), 4, "{name}");
         for r in &records {
-            if name == "async" {
+            if name.starts_with("async") {
                 assert_eq!(r["successes"], 2, "{name}: {r}");
+                assert_eq!(name == "async-klms", r["klms"].is_object(), "{name}: {r}");
                 assert_eq!(r["staleness"].as_array().map(Vec::len), Some(2), "{r}");
             } else {
                 // Six asked, the first four close the round: the two slow ones are late.
