@@ -242,6 +242,9 @@ fn bad_flags_and_unshardable_configs_are_one_line_errors_with_exit_code_2() {
     assert!(m.contains("--seeds"), "{m}");
     let m = error_of(&["compare", CONFIG, "--rounds", "0"]);
     assert!(m.contains("--rounds"), "{m}");
+    // `run` names its override flags too, before it writes a run folder.
+    let m = error_of(&["run", CONFIG, "--rounds", "0", "--metrics-addr", "off"]);
+    assert!(m.contains("--rounds") && m.contains("run.rounds"), "{m}");
     let m = error_of(&["compare", RIDGE]);
     assert!(
         m.contains("sharded_layers") && m.contains("nothing to compare"),

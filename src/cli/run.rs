@@ -137,11 +137,22 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     )?;
     if let Some(device) = args.device {
         config.training.device = device;
-        config.validate()?;
     }
     if let Some(rounds) = args.rounds {
         config.run.rounds = rounds;
-        config.validate()?;
+    }
+    if args.device.is_some() || args.rounds.is_some() {
+        // Once, after every override: the error says which flags changed the file's config.
+        let flags: Vec<&str> = [
+            args.device.map(|_| "--device"),
+            args.rounds.map(|_| "--rounds"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        config
+            .validate()
+            .with_context(|| format!("the config with {}", flags.join(" and ")))?;
     }
     let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
     // The federation is built (data, clients, the device) before the run folder is written, so
