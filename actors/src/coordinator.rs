@@ -148,6 +148,15 @@ pub fn over_committed(budget: f64, over_commit: f64) -> (f64, usize) {
     (asked, target)
 }
 
+/// The clients whose updates a one-phase round averages, out of the `asked`: all of them, or
+/// with over-commitment ([`over_committed`]) the `target` that close the round. SGLD scales each
+/// client's noise for this count (`σ² = 2/(η κ² C)`, §4.9): scaled for the ⌈c · m⌉ asked, the
+/// mean of the first m updates would move the chain by the right drift but c times the
+/// Langevin noise variance.
+pub fn averaged(asked: usize, over: Option<(f64, usize)>) -> usize {
+    over.map_or(asked, |(_, target)| target.min(asked))
+}
+
 /// For each sorted distinct ratio, its cluster's representative (smallest member).
 fn cluster_representatives(distinct: &[f64], max_clusters: Option<usize>) -> Vec<f64> {
     let k = max_clusters.unwrap_or(usize::MAX).max(1);
@@ -287,6 +296,11 @@ mod tests {
         assert_eq!(over_committed(10.0, 1.0), (10.0, 10));
         assert_eq!(over_committed(2.5, 1.5), (4.0, 2));
         assert_eq!(over_committed(0.5, 1.2), (1.0, 1));
+        // SGLD's cohort is the 10 the round keeps, not the 13 it asks.
+        assert_eq!(averaged(13, Some(over_committed(10.0, 1.3))), 10);
+        assert_eq!(averaged(13, None), 13);
+        // A population smaller than the target: every client asked is averaged.
+        assert_eq!(averaged(4, Some(over_committed(10.0, 1.3))), 4);
         let r = registry(&[0.5; 20], None);
         let s = r.select_with_budget(3, 1, None, 13.0).unwrap();
         assert_eq!(s.participants.len(), 13);

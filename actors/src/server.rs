@@ -14,7 +14,9 @@
 use crate::asynchronous::AsyncRun;
 use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
 use crate::client::{ClientMsg, ClientReply};
-use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection, over_committed};
+use crate::coordinator::{
+    Coordinator, CoordinatorMsg, Registry, RoundSelection, averaged, over_committed,
+};
 use crate::host::{ClientHost, stopped_actor};
 use crate::record::{PhaseSeconds, RoundRecord, Summary};
 use crate::round::{
@@ -388,7 +390,7 @@ impl ServerState {
         let state = &self.fed.uplink;
         let cohort = Cohort {
             population: self.fed.registry.clients.len(),
-            participants: tasks.tasks.len(),
+            participants: averaged(tasks.tasks.len(), over.filter(|_| !two_phase)),
             round,
         };
         tasks.attach_uplinks(|task| {
