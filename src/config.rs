@@ -509,6 +509,27 @@ impl Config {
         Ok(config)
     }
 
+    /// What a valid config does that a user is unlikely to want, one sentence each, for the
+    /// commands to log before a run starts: today QSGD or SignSGD on sharded layers, whose
+    /// quantised factor columns multiply into `u'v'ᵀ` (measured in docs/klms.md).
+    pub fn warnings(&self) -> Vec<String> {
+        let quantised = matches!(
+            self.federation.compressor.host(),
+            Some(Host::Qsgd | Host::Signsgd)
+        );
+        let sharded = self.model.sharded_layers();
+        if quantised && !sharded.is_empty() {
+            vec![format!(
+                "`{}` quantises the factor columns of the sharded layers {sharded:?}, and their \
+                 noise multiplies in the recomposed u'v'ᵀ: on the digits it learned far less than \
+                 on the dense model (docs/klms.md, \"With sharded layers\")",
+                self.federation.compressor
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Checks every field against its domain; the error names the field.
     pub fn validate(&self) -> anyhow::Result<()> {
         let field = |name: &str, ok: bool, expected: &str, found: String| -> anyhow::Result<()> {

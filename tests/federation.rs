@@ -277,7 +277,12 @@ fn the_shipped_configs_are_valid() {
     for path in paths {
         if path.extension().is_some_and(|e| e == "toml") {
             match Config::load(&path) {
-                Ok(_) => checked += 1,
+                Ok(config) => {
+                    // A shipped config is one we would run ourselves.
+                    let warnings = config.warnings();
+                    assert!(warnings.is_empty(), "{}: {warnings:?}", path.display());
+                    checked += 1;
+                }
                 // CIFAR configs read the user's own download from `data.path`.
                 Err(e)
                     if path

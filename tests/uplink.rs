@@ -119,6 +119,31 @@ fn fedpm_klms_learns_like_fedpm_with_a_tenth_of_its_bits() {
     assert_eq!(klms.rejected_total + klms.failures_total, 0);
 }
 
+/// QSGD and SignSGD on sharded layers run, with a warning naming the layers (docs/klms.md,
+/// "With sharded layers"); dense models and the other compressors get none.
+#[test]
+fn quantised_factor_columns_are_warned_about() {
+    let sharded = |compressor: &str| {
+        let text = DIGITS
+            .replace("COMPRESSOR", compressor)
+            .replace("sharded_layers = []", "sharded_layers = [\"fc0.weight\"]");
+        Config::parse(&text, Path::new("sharded.toml")).expect("valid config")
+    };
+    for compressor in ["qsgd", "qsgd-klms", "signsgd", "signsgd-klms"] {
+        assert!(
+            config(compressor, "").warnings().is_empty(),
+            "{compressor} dense"
+        );
+        let warnings = sharded(compressor).warnings();
+        assert_eq!(warnings.len(), 1, "{compressor}");
+        assert!(
+            warnings[0].contains(compressor) && warnings[0].contains("fc0.weight"),
+            "{warnings:?}"
+        );
+    }
+    assert!(sharded("identity").warnings().is_empty());
+}
+
 #[test]
 fn a_compression_table_without_a_compressor_is_an_error_naming_it() {
     let text = DIGITS.replace("COMPRESSOR", "identity") + "\n[compression]\nd_target = 2\n";
