@@ -155,6 +155,16 @@ fn async_runs_are_deterministic_under_the_injectors_clock_and_learn() {
     assert!(stale.iter().any(|&t| t > 0), "{stale:?}");
     // The first version's updates were all trained from version 0.
     assert_eq!(summary.per_round[0].staleness, vec![0, 0]);
+    // Each version says where its time went (`bench job`, metrics.csv): handing out work,
+    // waiting for answers, the fold and the evaluation.
+    for r in &summary.per_round {
+        let p = &r.phases;
+        assert!(
+            p.plan > 0.0 && p.train > 0.0 && p.aggregate > 0.0 && p.evaluate > 0.0,
+            "version {}: {p:?}",
+            r.round
+        );
+    }
     let first = summary.per_round[0].accuracy;
     assert!(
         summary.final_accuracy > 0.2 && summary.final_accuracy >= first - 0.05,

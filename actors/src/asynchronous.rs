@@ -19,7 +19,7 @@
 //! kept with it until it answers: at most `concurrency` versions' worth, never the whole history.
 
 use crate::coordinator::Registry;
-use crate::record::{KlmsStats, RoundRecord};
+use crate::record::{KlmsStats, PhaseSeconds, RoundRecord};
 use crate::round::{Accepted, ClientFailure, FailureKind, Folded, Outcome, build_tasks, check};
 use crate::schedule::{Arrivals, Staleness};
 use crate::server::{ServerState, call_client};
@@ -61,6 +61,9 @@ struct Since {
     client_uplink_bits: BTreeMap<ClientId, u64>,
     envelopes: usize,
     downlink_bits: u64,
+    /// Time spent handing out work (plans, tasks) and waiting for answers; the version's
+    /// aggregate and evaluation are timed where they run.
+    phases: PhaseSeconds,
 }
 
 impl Since {
@@ -73,6 +76,7 @@ impl Since {
             client_uplink_bits: BTreeMap::new(),
             envelopes: 0,
             downlink_bits: 0,
+            phases: PhaseSeconds::default(),
         }
     }
 }
@@ -228,8 +232,13 @@ impl ServerState {
             return Err("async step in a synchronous run".into());
         };
         while run.buffer.len() < settings.buffer {
+            let handing = Instant::now();
             self.hand_out(run, version, settings.concurrency).await?;
-            let Some((id, outcome)) = run.arrivals.next().await else {
+            let waiting = Instant::now();
+            run.since.phases.plan += (waiting - handing).as_secs_f64();
+            let next = run.arrivals.next().await;
+            run.since.phases.train += waiting.elapsed().as_secs_f64();
+            let Some((id, outcome)) = next else {
                 return Err("no client can be given work (none registered)".into());
             };
             let Some(out) = run.outstanding.remove(&id) else {
@@ -377,8 +386,9 @@ impl ServerState {
     async fn apply_buffer(&mut self, run: &mut AsyncRun, version: u64) -> Result<(), String> {
         let config = self.fed.config.clone();
         let staleness = config.asynchronous.map(|a| a.staleness).unwrap_or_default();
+        let aggregating = Instant::now();
         let buffer = std::mem::take(&mut run.buffer);
-        let since = std::mem::replace(&mut run.since, Since::new());
+        let mut since = std::mem::replace(&mut run.since, Since::new());
         let sides: Vec<_> = buffer
             .iter()
             .filter_map(|b| Some((&b.task, b.accepted.update.side.as_ref()?)))
@@ -403,11 +413,14 @@ impl ServerState {
                 "the buffered aggregate is not finite; global model unchanged"
             );
         }
+        let evaluating = Instant::now();
+        since.phases.aggregate = (evaluating - aggregating).as_secs_f64();
         let evaluator = Arc::clone(&self.fed.evaluator);
         let model = self.fed.model.clone();
         let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
             .await
             .map_err(|e| format!("evaluation panicked: {e}"))?;
+        since.phases.evaluate = evaluating.elapsed().as_secs_f64();
         let mut rejected = since.rejected;
         if folded == Folded::NonFinite {
             *rejected
@@ -442,7 +455,7 @@ impl ServerState {
             update_cosine: None,
             late: 0,
             staleness: taus,
-            phases: Default::default(),
+            phases: since.phases,
             klms: KlmsStats::of(
                 buffer
                     .iter()

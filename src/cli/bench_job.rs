@@ -46,6 +46,8 @@ pub struct JobSeconds {
 pub struct JobReport {
     pub config: PathBuf,
     pub rounds: u64,
+    /// What `rounds` counts: `round`, or `version` in async mode.
+    pub step: &'static str,
     pub final_accuracy: f64,
     pub seconds: JobSeconds,
     /// FNV-1a 64 of the final model's bytes: equal digests, bit-identical models.
@@ -84,6 +86,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
     Ok(JobReport {
         config: args.config.clone(),
         rounds: summary.rounds_completed,
+        step: config.federation.mode.step(),
         final_accuracy: summary.final_accuracy,
         seconds,
         model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),
@@ -104,9 +107,10 @@ pub fn describe(r: &JobReport) -> String {
     let s = &r.seconds;
     let per_round = |x: f64| x / r.rounds.max(1) as f64;
     let mut text = format!(
-        "job {}: {} rounds in {:.2} s wall on {} core(s), training on {:?}, final accuracy {:.4}, model digest {}\n",
+        "job {}: {} {}s in {:.2} s wall on {} core(s), training on {:?}, final accuracy {:.4}, model digest {}\n",
         r.config.display(),
         r.rounds,
+        r.step,
         s.wall,
         r.threads,
         r.device,
@@ -115,7 +119,10 @@ pub fn describe(r: &JobReport) -> String {
     );
     text += &format!(
         "  {:<14} {:>9} {:>10} {:>6}\n",
-        "phase", "total s", "s/round", "share"
+        "phase",
+        "total s",
+        format!("s/{}", r.step),
+        "share"
     );
     for (name, value) in [
         ("setup", s.setup),
