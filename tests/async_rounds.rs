@@ -266,6 +266,44 @@ fn klms_in_async_mode_codes_each_update_with_its_own_versions_side_information()
     }
 }
 
+/// Over-commitment with KLMS: each round asks 6, keeps the first 4 updates and drops the late
+/// 2, whose block uploads the server never sees (those clients cut again when next asked: a
+/// slow client that is always late uploads its blocks every time). The run learns and is
+/// bit-identical under the injector's clock.
+#[test]
+fn over_committed_klms_rounds_keep_the_first_updates_and_learn() {
+    let mut c = compressed("signsgd-klms", SIGNSGD_KLMS);
+    c.federation.mode = fedshard::config::Mode::Sync;
+    (c.federation.concurrency, c.federation.buffer) = (None, None);
+    c.federation.staleness = None;
+    c.federation.over_commit = Some(1.5);
+    c.validate().expect("valid over-committed config");
+    let (model, summary) = run(&c);
+    for r in &summary.per_round {
+        assert_eq!(
+            (r.participants, r.successes, r.late),
+            (6, 4, 2),
+            "round {}",
+            r.round
+        );
+        assert_eq!(
+            r.rejected_total() + r.failures_total(),
+            0,
+            "round {}",
+            r.round
+        );
+    }
+    // Every kept update was KLMS-coded against the blocks its task carried.
+    assert!(summary.per_round.iter().all(|r| r.klms.is_some()));
+    assert!(summary.final_accuracy > 0.5, "{}", summary.final_accuracy);
+    let (again, _) = run(&c);
+    assert_eq!(
+        model.to_bytes(),
+        again.to_bytes(),
+        "same seed, same cut-offs"
+    );
+}
+
 /// An async QSGD-KLMS run checkpoints the server's side information with each version (the
 /// clients' own block ends and last buffer's symbol counts), and a resumed run hands out its
 /// fresh work with it: every resumed update decodes and is accepted.
