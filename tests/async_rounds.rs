@@ -96,6 +96,25 @@ fn error(text: &str) -> String {
     )
 }
 
+/// Every round of `summary` asked `asked` clients, kept the first `kept` updates, counted the
+/// rest late, and had no failure or rejection.
+fn assert_cut_off(summary: &Summary, asked: usize, kept: usize) {
+    for r in &summary.per_round {
+        assert_eq!(
+            (r.participants, r.successes, r.late),
+            (asked, kept, asked - kept),
+            "round {}",
+            r.round
+        );
+        assert_eq!(
+            r.failures_total() + r.rejected_total(),
+            0,
+            "round {}",
+            r.round
+        );
+    }
+}
+
 /// Every client is asked (⌈2 · 3⌉ = 6) and the round closes at the first 3 accepted updates:
 /// exactly the three clients at full speed, every round; the slow three are late, never failed.
 #[test]
@@ -111,14 +130,8 @@ fn over_commit_closes_each_round_at_the_first_k_updates_and_counts_the_rest_late
     assert_eq!(fast.len(), 3);
     let (model, summary) = run(&c);
     assert_eq!(summary.rounds_completed, 4);
+    assert_cut_off(&summary, 6, 3);
     for r in &summary.per_round {
-        assert_eq!(
-            (r.participants, r.successes, r.late),
-            (6, 3, 3),
-            "round {}",
-            r.round
-        );
-        assert_eq!(r.failures_total(), 0, "round {}", r.round);
         let answered: Vec<u64> = r.client_uplink_bits.keys().copied().collect();
         assert_eq!(answered, fast, "round {}", r.round);
         assert!(r.model_updated);
@@ -279,20 +292,7 @@ fn over_committed_klms_rounds_keep_the_first_updates_and_learn() {
     c.federation.over_commit = Some(1.5);
     c.validate().expect("valid over-committed config");
     let (model, summary) = run(&c);
-    for r in &summary.per_round {
-        assert_eq!(
-            (r.participants, r.successes, r.late),
-            (6, 4, 2),
-            "round {}",
-            r.round
-        );
-        assert_eq!(
-            r.rejected_total() + r.failures_total(),
-            0,
-            "round {}",
-            r.round
-        );
-    }
+    assert_cut_off(&summary, 6, 4);
     // Every kept update was KLMS-coded against the blocks its task carried.
     assert!(summary.per_round.iter().all(|r| r.klms.is_some()));
     assert!(summary.final_accuracy > 0.5, "{}", summary.final_accuracy);
