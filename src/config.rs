@@ -938,11 +938,12 @@ impl Config {
         Ok(())
     }
 
-    /// What SGLD (ALGORITHMS.md §4.9) needs: rounds (not async mode), the `uniform` aggregator, whose mean over the
-    /// participants of their decoded `θ − η κ C y_c` is the Langevin step (any other weighting
-    /// would move the model by the wrong drift and noise); every client holding the whole
-    /// model (the step is one gradient of the full potential); and a classifier on the burn
-    /// backend (softmax or neural on a labelled dataset: the potential is a sum over examples).
+    /// What SGLD (ALGORITHMS.md §4.9) needs: rounds (not async mode), and the `uniform`
+    /// aggregator, whose mean over the participants of their decoded `θ − η κ C y_c` is the
+    /// Langevin step (any other weighting would move the model by the wrong drift and noise);
+    /// every client holding the whole model (the step is one gradient of the full potential);
+    /// and a classifier on the burn backend (softmax or neural on a labelled dataset: the
+    /// potential is a sum over examples).
     fn validate_sgld(
         &self,
         compressor: Compressor,
