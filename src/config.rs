@@ -521,7 +521,7 @@ impl Config {
         if quantised && !sharded.is_empty() {
             vec![format!(
                 "`{}` quantises the factor columns of the sharded layers {sharded:?}, and their \
-                 noise multiplies in the recomposed u'v'ᵀ: on the digits it learned far less than \
+                 noise multiplies in the recomposed u'v'ᵀ: on the digits it can learn far less than \
                  on the dense model (docs/klms.md, \"With sharded layers\")",
                 self.federation.compressor
             )]

@@ -119,29 +119,105 @@ fn fedpm_klms_learns_like_fedpm_with_a_tenth_of_its_bits() {
     assert_eq!(klms.rejected_total + klms.failures_total, 0);
 }
 
-/// QSGD and SignSGD on sharded layers run, with a warning naming the layers (docs/klms.md,
-/// "With sharded layers"); dense models and the other compressors get none.
+/// Softmax digits with `fc0.weight` sharded at keep ratios 1 and 0.4: 10 clients, 4 a round,
+/// 30 rounds of one epoch at learning rate 0.1.
+const SHARDED_DIGITS: &str = r#"
+[run]
+name = "uplink-sharded"
+seed = 3
+rounds = 30
+
+[data]
+dataset = "digits"
+clients = 10
+alpha = 1.0
+min_samples = 20
+
+[model]
+kind = "softmax"
+sharded_layers = ["fc0.weight"]
+
+[training]
+learning_rate = 0.1
+epochs = 1
+
+[federation]
+clients_per_round = 4
+strategy = "unbiased"
+keep_ratios = [{ ratio = 1.0, share = 0.5 }, { ratio = 0.4, share = 0.5 }]
+compressor = "COMPRESSOR"
+deadline_ms = 60000
+"#;
+
+/// QSGD and SignSGD on sharded layers run, can learn far less than on the dense model (their
+/// quantised factor columns multiply in u'v'ᵀ), and get a warning naming the layers; dense
+/// models and uncompressed sharded ones get none. The figures of docs/klms.md, "With sharded
+/// layers": `cargo test --release --test uplink quantised -- --nocapture`.
 #[test]
-fn quantised_factor_columns_are_warned_about() {
-    let sharded = |compressor: &str| {
-        let text = DIGITS
-            .replace("COMPRESSOR", compressor)
-            .replace("sharded_layers = []", "sharded_layers = [\"fc0.weight\"]");
+fn quantised_factor_columns_learn_less_and_are_warned_about() {
+    let sharded = |compressor: &str, compression: &str| {
+        let text = SHARDED_DIGITS.replace("COMPRESSOR", compressor) + compression;
         Config::parse(&text, Path::new("sharded.toml")).expect("valid config")
     };
-    for compressor in ["qsgd", "qsgd-klms", "signsgd", "signsgd-klms"] {
-        assert!(
-            config(compressor, "").warnings().is_empty(),
-            "{compressor} dense"
+    let dense = |compressor: &str, compression: &str| {
+        let text = SHARDED_DIGITS
+            .replace("COMPRESSOR", compressor)
+            .replace("sharded_layers = [\"fc0.weight\"]", "sharded_layers = []")
+            .replace("strategy = \"unbiased\"\n", "")
+            .replace(
+                "keep_ratios = [{ ratio = 1.0, share = 0.5 }, { ratio = 0.4, share = 0.5 }]\n",
+                "",
+            )
+            + compression;
+        Config::parse(&text, Path::new("dense.toml")).expect("valid config")
+    };
+    let accuracy = |c: &Config| {
+        federation::run_to_end(c)
+            .expect("run completes")
+            .1
+            .final_accuracy
+    };
+    assert!(sharded("identity", "").warnings().is_empty());
+    let uncompressed = accuracy(&sharded("identity", ""));
+    // SignSGD with the digits config's temperature and server rate.
+    let signs =
+        "\n[compression]\ntemperature = \"rms\"\ntemperature_scale = 2.0\nserver_lr = 0.32\n";
+    for (compressor, compression) in [("qsgd", ""), ("signsgd", signs)] {
+        let plain = dense(compressor, compression);
+        assert!(plain.model.sharded_layers().is_empty());
+        assert!(plain.warnings().is_empty(), "{compressor} dense");
+        let (on_dense, on_factors) = (
+            accuracy(&plain),
+            accuracy(&sharded(compressor, compression)),
         );
-        let warnings = sharded(compressor).warnings();
-        assert_eq!(warnings.len(), 1, "{compressor}");
-        assert!(
-            warnings[0].contains(compressor) && warnings[0].contains("fc0.weight"),
-            "{warnings:?}"
+        eprintln!(
+            "{compressor}: {on_dense:.3} dense, {on_factors:.3} sharded \
+             (uncompressed sharded {uncompressed:.3})"
         );
+        assert!(
+            on_factors < on_dense - 0.05,
+            "{compressor}: {on_factors} sharded against {on_dense} dense: is the warning stale?"
+        );
+        for name in [compressor.to_string(), format!("{compressor}-klms")] {
+            let warnings = sharded(&name, compression).warnings();
+            assert_eq!(warnings.len(), 1, "{name}");
+            assert!(
+                warnings[0].contains(&name) && warnings[0].contains("fc0.weight"),
+                "{warnings:?}"
+            );
+        }
     }
-    assert!(sharded("identity").warnings().is_empty());
+    // With all 8 clients of [`DIGITS`] a round over its 12 rounds the gap did not show (0.632
+    // dense, 0.643 sharded): printed, the setting matters.
+    let short = DIGITS
+        .replace("COMPRESSOR", "qsgd")
+        .replace("sharded_layers = []", "sharded_layers = [\"fc0.weight\"]");
+    let short = Config::parse(&short, Path::new("short.toml")).expect("valid config");
+    eprintln!(
+        "qsgd, every client a round, 12 rounds: {:.3} dense, {:.3} sharded",
+        accuracy(&config("qsgd", "")),
+        accuracy(&short)
+    );
 }
 
 #[test]
