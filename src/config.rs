@@ -530,6 +530,13 @@ impl Config {
         }
     }
 
+    /// Logs each of [`Config::warnings`] as a warning.
+    pub fn log_warnings(&self) {
+        for warning in self.warnings() {
+            tracing::warn!("{warning}");
+        }
+    }
+
     /// Checks every field against its domain; the error names the field.
     pub fn validate(&self) -> anyhow::Result<()> {
         let field = |name: &str, ok: bool, expected: &str, found: String| -> anyhow::Result<()> {

@@ -153,9 +153,7 @@ fn config_and_seeds(args: &CompareArgs) -> anyhow::Result<(Config, Vec<u64>)> {
         config.validate().context("--rounds")?;
     }
     let seeds = compare::seeds(config.run.seed, args.seeds);
-    for warning in config.warnings() {
-        tracing::warn!("{warning}");
-    }
+    config.log_warnings();
     Ok((config, seeds))
 }
 

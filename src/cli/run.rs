@@ -155,9 +155,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
             .with_context(|| format!("the config with {}", flags.join(" and ")))?;
     }
     let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
-    for warning in config.warnings() {
-        tracing::warn!("{warning}");
-    }
+    config.log_warnings();
     // The federation is built (data, clients, the device) before the run folder is written, so
     // a run that cannot start (no GPU, a missing data file) leaves no folder behind.
     let (mut fed, trainers) = federation::in_process(&config)?;

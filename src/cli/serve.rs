@@ -131,9 +131,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
         _ => None,
     };
     let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
-    for warning in config.warnings() {
-        tracing::warn!("{warning}");
-    }
+    config.log_warnings();
     save_config(&dir, &config)?;
 
     let mut fed = federation::server(&config)?;

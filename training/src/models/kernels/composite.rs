@@ -244,19 +244,58 @@ pub fn conv2d_backward<B: Backend>(
     let (weight, options) = conv_weight::<B>(&x, filters, geometry);
     let d_x = B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone());
     let d_weight = B::conv2d_weight_backward(x, weight, grad.clone(), options);
-    let grad: Tensor<B, 4> = float(grad);
-    let c_out = grad.dims()[1];
-    let d_bias = grad.sum_dim(0).sum_dim(2).sum_dim(3).reshape([c_out]);
     [
         d_x,
         B::float_reshape(d_weight, filters_shape),
-        d_bias.into_primitive().tensor(),
+        conv_bias_backward::<B>(grad),
     ]
+}
+
+/// The gradient of a strided convolution with respect to its input (of shape `input`), from
+/// the gradient `grad` of its output, as the stride-1 input gradient of `grad` spread out
+/// with zeros: a convolution with stride s is the stride-1 convolution sampled at every s-th
+/// position, so its input gradient is the stride-1 one of an output gradient that is zero
+/// between the samples. `stride_one(upsampled, options)` computes that stride-1 gradient.
+///
+/// Why: burn's CUDA backend computes a strided input gradient with its direct transposed
+/// convolution, which returns zeros where the kernel is smaller than the stride (the 1×1
+/// stride-2 shortcuts of ResNet-18: its range of contributing outputs, from
+/// `kernel − stride < 0`, is empty), and slowly where it is not.
+pub fn strided_input_grad<B: Backend>(
+    grad: FloatTensor<B>,
+    input: &Shape,
+    geometry: ConvGeometry,
+    stride_one: impl FnOnce(FloatTensor<B>, ConvOptions<2>) -> FloatTensor<B>,
+) -> FloatTensor<B> {
+    let grad: Tensor<B, 4> = float(grad);
+    let [n, c, h, w] = grad.dims();
+    let [s0, s1] = geometry.stride;
+    let unit = ConvGeometry {
+        stride: [1, 1],
+        ..geometry
+    };
+    let [full_h, full_w] = unit.output([input[2], input[3]]);
+    let spread = Tensor::<B, 6>::zeros([n, c, h, s0, w, s1], &grad.device())
+        .slice_assign(
+            [0..n, 0..c, 0..h, 0..1, 0..w, 0..1],
+            grad.reshape([n, c, h, 1, w, 1]),
+        )
+        .reshape([n, c, h * s0, w * s1])
+        .slice([0..n, 0..c, 0..full_h, 0..full_w]);
+    stride_one(spread.into_primitive().tensor(), unit.options())
+}
+
+/// The gradient of a convolution's bias: `grad` (`N × c_out × H' × W'`) summed per channel.
+pub(super) fn conv_bias_backward<B: Backend>(grad: FloatTensor<B>) -> FloatTensor<B> {
+    let grad: Tensor<B, 4> = float(grad);
+    let c_out = grad.dims()[1];
+    let d_bias = grad.sum_dim(0).sum_dim(2).sum_dim(3).reshape([c_out]);
+    d_bias.into_primitive().tensor()
 }
 
 /// The `c_out × C × kh × kw` weight of a `c_out × (C kh kw)` filter matrix for input `x`, and
 /// burn's options for the geometry.
-fn conv_weight<B: Backend>(
+pub(super) fn conv_weight<B: Backend>(
     x: &FloatTensor<B>,
     filters: FloatTensor<B>,
     geometry: ConvGeometry,

@@ -11,13 +11,16 @@
 //! [`Kernels`] is a backend extension: the CPU backend ([`NdArray`](burn::backend::NdArray))
 //! runs the fused loops (`ndarray.rs`), and [`Autodiff`](burn::backend::autodiff::Autodiff)
 //! records one graph node per kernel whose backward pass calls the inner backend's backward
-//! kernel (`autodiff.rs`). Any other backend (CUDA) gets the [`composite`] versions, which are
-//! the same functions written with burn's tensor operations; the tests check that both agree,
-//! values and gradients.
+//! kernel (`autodiff.rs`). Any other backend gets the [`composite`] versions, which are the same
+//! functions written with burn's tensor operations; the tests check that both agree, values and
+//! gradients. CUDA (`cuda.rs`) runs the composite versions except for the convolution, which
+//! it runs as an implicit GEMM.
 
 pub mod composite;
 
 mod autodiff;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod ndarray;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -225,9 +228,6 @@ pub trait TrainingBackend: AutodiffBackend<InnerBackend: Kernels> + Kernels {}
 
 impl<B> TrainingBackend for B where B: AutodiffBackend<InnerBackend: Kernels> + Kernels {}
 
-#[cfg(feature = "cuda")]
-impl Kernels for burn::backend::Cuda {}
-
 /// `shape` with its last dimension set to `len`.
 fn with_row_len(shape: &Shape, len: usize) -> Shape {
     let mut dims: Vec<usize> = (0..shape.num_dims()).map(|i| shape[i]).collect();
@@ -339,6 +339,7 @@ mod tests {
     use super::ndarray::{softmax_backward_rows, softmax_rows};
     use super::*;
     use burn::backend::{Autodiff, NdArray};
+    use burn::tensor::ops::ModuleOps;
     use burn::tensor::{Distribution, TensorData};
     use std::sync::{Mutex, PoisonError};
 
@@ -612,6 +613,59 @@ mod tests {
             },
             "1×1 conv with transposed filters",
         );
+    }
+
+    /// The input gradient built from the stride-1 one (what CUDA runs for strided
+    /// convolutions) is the adjoint of the strided convolution, `⟨conv(x), g⟩ = ⟨x, ∇ₓ(g)⟩`
+    /// for random `x` and `g` (the forward convolution is the oracle), and equals burn's own
+    /// gradient on the CPU; the cases include a kernel smaller than its stride (ResNet-18's
+    /// 1×1 stride-2 shortcut), odd sides and unequal strides.
+    #[test]
+    fn strided_input_gradient_from_the_stride_one_one_is_the_adjoint_of_the_convolution() {
+        type C = NdArray;
+        let cases = [
+            ([1, 1], [2, 2], [0, 0], 16),
+            ([3, 3], [2, 2], [1, 1], 7),
+            ([2, 2], [3, 3], [0, 0], 8),
+            ([3, 3], [2, 1], [1, 1], 9),
+        ];
+        for (kernel, stride, padding, side) in cases {
+            let geometry = ConvGeometry {
+                kernel,
+                stride,
+                padding,
+            };
+            let what = format!("{kernel:?} kernel, stride {stride:?}, side {side}");
+            let x: Tensor<C, 4> = random([2, 3, side, side], 41).inner();
+            let weight: Tensor<C, 4> = random([4, 3, kernel[0], kernel[1]], 42).inner();
+            let [h, w] = geometry.output([side, side]);
+            let g: Tensor<C, 4> = random([2, 4, h, w], 43).inner();
+            let prim = |t: &Tensor<C, 4>| t.clone().into_primitive().tensor();
+            let input_grad = composite::strided_input_grad::<C>(
+                prim(&g),
+                &x.shape(),
+                geometry,
+                |spread, options| C::conv2d_x_backward(prim(&x), prim(&weight), spread, options),
+            );
+            let input_grad: Tensor<C, 4> = float(input_grad);
+            assert_eq!(input_grad.dims(), x.dims(), "{what}: shape");
+            let y: Tensor<C, 4> =
+                float(C::conv2d(prim(&x), prim(&weight), None, geometry.options()));
+            let lhs: f32 = (y * g.clone()).sum().into_scalar();
+            let rhs: f32 = (x.clone() * input_grad.clone()).sum().into_scalar();
+            assert!(
+                (lhs - rhs).abs() <= 1e-4 * lhs.abs().max(1.0),
+                "{what}: ⟨conv(x), g⟩ = {lhs}, ⟨x, ∇ₓ⟩ = {rhs}"
+            );
+            let burns: Tensor<C, 4> = float(C::conv2d_x_backward(
+                prim(&x),
+                prim(&weight),
+                prim(&g),
+                geometry.options(),
+            ));
+            let values = |t: Tensor<C, 4>| t.into_data().into_vec::<f32>().expect("f32");
+            assert_close(&values(input_grad), &values(burns), &what);
+        }
     }
 
     #[test]
