@@ -133,7 +133,8 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     markdown.push('\n');
     markdown.push_str(&compare::ranking(&runs, &strategies, &setups));
     if let Some(out) = &args.out {
-        crate::report::compare::write(out, &markdown, &runs, &strategies, &setups)?;
+        let step = config.federation.mode.step();
+        crate::report::compare::write(out, &markdown, &runs, &strategies, &setups, step)?;
         eprintln!("wrote the table and figures into {}", out.display());
     }
     if args.json {

@@ -17,6 +17,7 @@ pub fn write(
     results: &[RunResult],
     strategies: &[StrategySpec],
     setups: &[Setup],
+    step: &'static str,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let texts = [
@@ -28,7 +29,7 @@ pub fn write(
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    for (stem, figure) in accuracy_figures(results, strategies, setups) {
+    for (stem, figure) in accuracy_figures(results, strategies, setups, step) {
         figure.write(dir, &stem)?;
     }
     Ok(())
@@ -96,11 +97,12 @@ pub fn runs_csv(results: &[RunResult]) -> String {
 /// Per setup, `(file stem, figure)`: the test accuracy after each round, averaged over the
 /// completed seeds of each strategy, and the no-sharding reference (which every setup shares).
 /// A strategy with failed runs says how many in its legend entry, since its line averages
-/// fewer seeds than the title says.
+/// fewer seeds than the title says. `step` is what the runs count: `round` or `version`.
 pub fn accuracy_figures(
     results: &[RunResult],
     strategies: &[StrategySpec],
     setups: &[Setup],
+    step: &'static str,
 ) -> Vec<(String, Figure)> {
     setups
         .iter()
@@ -128,10 +130,11 @@ pub fn accuracy_figures(
             let seeds = seeds_of(results, &setup.name);
             let figure = Figure {
                 title: format!(
-                    "Test accuracy per round, {} (mean over {seeds} seed{})",
+                    "Test accuracy per {step}, {} (mean over {seeds} seed{})",
                     setup.describe(),
                     if seeds == 1 { "" } else { "s" }
                 ),
+                step,
                 value_label: "accuracy".into(),
                 value_axis: ValueAxis::Fixed(0.0, 1.0),
                 legend: Legend::LowerRight,
@@ -242,7 +245,7 @@ mod tests {
         ];
         let strategies = compare::parse_strategies("unbiased,top-n").unwrap();
         let setups = [Setup::uniform(0.1)];
-        let figures = accuracy_figures(&results, &strategies, &setups);
+        let figures = accuracy_figures(&results, &strategies, &setups, "round");
         assert_eq!(figures.len(), 1);
         let (stem, figure) = &figures[0];
         assert_eq!(stem, "accuracy-0.1");
@@ -251,7 +254,7 @@ mod tests {
         assert_eq!(labels, ["unbiased", NO_SHARDING]);
         let mut half_failed = results.to_vec();
         half_failed.push(run("top-n", "0.1", 2, &[0.3, 0.35]));
-        let figures = accuracy_figures(&half_failed, &strategies, &setups);
+        let figures = accuracy_figures(&half_failed, &strategies, &setups, "round");
         assert_eq!(figures[0].1.series[1].label, "top-n (1 of 2 failed)");
         let points = &figure.series[0].points;
         assert_eq!(points.len(), 2);

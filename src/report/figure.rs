@@ -46,6 +46,8 @@ pub enum Legend {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figure {
     pub title: String,
+    /// What the horizontal axis counts: `round`, or `version` for asynchronous runs.
+    pub step: &'static str,
     pub value_label: String,
     pub value_axis: ValueAxis,
     pub legend: Legend,
@@ -155,7 +157,7 @@ impl Figure {
             .configure_mesh()
             .light_line_style(RGBColor(235, 235, 235))
             .bold_line_style(RGBColor(205, 205, 205))
-            .x_desc("round")
+            .x_desc(self.step)
             .y_desc(self.value_label.as_str())
             .axis_desc_style(("sans-serif", 16))
             .label_style(("sans-serif", 13))
@@ -390,6 +392,7 @@ mod tests {
     fn degenerate_ranges_are_widened() {
         let figure = |points: Vec<(f64, f64)>, value_axis| Figure {
             title: "t".into(),
+            step: "round",
             value_label: "v".into(),
             value_axis,
             legend: Legend::None,

@@ -3,6 +3,7 @@
 
 use super::figure::{Figure, Legend, Series, ValueAxis};
 use super::rounds::{RoundPoint, Run};
+use crate::config::Mode;
 use std::collections::BTreeMap;
 
 /// One number per round, for figures that overlay several runs.
@@ -96,13 +97,31 @@ fn series(
     }
 }
 
+/// What the horizontal axis of `runs` counts: rounds, model versions when every run is
+/// asynchronous, both when the runs mix the modes.
+fn step_of(runs: &[Run]) -> &'static str {
+    let asynchronous = |run: &Run| run.config.mode.as_deref() == Some("async");
+    match (runs.iter().all(asynchronous), runs.iter().any(asynchronous)) {
+        (true, _) => Mode::Async.step(),
+        (false, true) => "round or version",
+        (false, false) => Mode::Sync.step(),
+    }
+}
+
+/// `title`, whose metric is "per round", per `step` instead.
+fn per(title: &str, step: &str) -> String {
+    title.replace("per round", &format!("per {step}"))
+}
+
 /// One figure per [`METRICS`] entry, a line per run, each labelled with the run's label.
 pub fn overlay(runs: &[Run]) -> Vec<(&'static str, Figure)> {
+    let step = step_of(runs);
     METRICS
         .iter()
         .map(|m| {
             let figure = Figure {
-                title: m.title.into(),
+                title: per(m.title, step),
+                step,
                 value_label: m.value_label.into(),
                 value_axis: m.value_axis,
                 legend: m.legend,
@@ -122,8 +141,15 @@ pub fn overlay(runs: &[Run]) -> Vec<(&'static str, Figure)> {
 /// (layer, keep ratio); in async mode, the staleness of each version's updates; with KLMS, the
 /// coders' KL per block and drift ratio.
 pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
+    // Only an asynchronous run's records carry the staleness of the updates each version folded.
+    let step = if rounds.iter().any(|r| !r.staleness.is_empty()) {
+        Mode::Async.step()
+    } else {
+        Mode::Sync.step()
+    };
     let figure = |title: &str, value_label: &str, value_axis, legend, series| Figure {
-        title: title.into(),
+        title: per(title, step),
+        step,
         value_label: value_label.into(),
         value_axis,
         legend,
@@ -285,7 +311,7 @@ fn anme_series(rounds: &[RoundPoint]) -> Vec<Series> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::rounds::GroupPoint;
+    use crate::report::rounds::{GroupPoint, RunLabels};
 
     fn round(round: u64, groups: &[(&str, f64, f64)]) -> RoundPoint {
         RoundPoint {
@@ -312,6 +338,47 @@ mod tests {
             late: 0,
             staleness: Vec::new(),
             klms: None,
+        }
+    }
+
+    /// A run's figures count rounds, an asynchronous run's (whose records carry staleness)
+    /// model versions, on the axis and in the titles; a report over both modes says both.
+    #[test]
+    fn asynchronous_runs_are_drawn_per_version() {
+        let sync = [round(1, &[]), round(2, &[])];
+        let mut versions = sync.clone();
+        for v in &mut versions {
+            v.staleness = vec![0, 1];
+        }
+        for (rounds, step) in [(&sync, "round"), (&versions, "version")] {
+            for (stem, figure) in run_figures(rounds) {
+                assert_eq!(figure.step, step, "{stem}");
+                assert!(
+                    !figure.title.contains("per round") || step == "round",
+                    "{stem}"
+                );
+            }
+            let accuracy = &run_figures(rounds)[0].1;
+            assert_eq!(accuracy.title, format!("Test accuracy per {step}"));
+        }
+        let run = |mode: Option<&str>, rounds: &[RoundPoint]| Run {
+            dir: "r".into(),
+            label: "r".into(),
+            config: RunLabels {
+                mode: mode.map(String::from),
+                ..RunLabels::default()
+            },
+            rounds: rounds.to_vec(),
+        };
+        let both = [run(None, &sync), run(Some("async"), &versions)];
+        for (runs, step) in [
+            (&both[..1], "round"),
+            (&both[1..], "version"),
+            (&both[..], "round or version"),
+        ] {
+            let (_, accuracy) = &overlay(runs)[0];
+            assert_eq!(accuracy.step, step);
+            assert_eq!(accuracy.title, format!("Test accuracy per {step}"));
         }
     }
 

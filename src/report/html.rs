@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 /// The page for `runs`, with `figures` as `(anchor, title, svg)` in page order. Each figure
 /// carries its title inside the SVG, so the sections have no heading of their own.
-pub fn page(runs: &[Run], figures: &[(&str, &str, String)]) -> String {
+pub fn page(runs: &[Run], figures: &[(&str, String, String)]) -> String {
     let names: Vec<&str> = runs.iter().map(|r| r.label.as_str()).collect();
     let mut out = String::new();
     let _ = write!(

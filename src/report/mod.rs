@@ -42,8 +42,8 @@ pub fn write_report(run_dirs: &[PathBuf], out_dir: &Path) -> anyhow::Result<Path
     anyhow::ensure!(!run_dirs.is_empty(), "no run folder to report on");
     let runs = rounds::load_runs(run_dirs)?;
     let mut sections = Vec::new();
-    for (metric, (stem, figure)) in figures::METRICS.iter().zip(figures::overlay(&runs)) {
-        sections.push((stem, metric.title, figure.svg()?));
+    for (stem, figure) in figures::overlay(&runs) {
+        sections.push((stem, figure.title.clone(), figure.svg()?));
     }
     let page = html::page(&runs, &sections);
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
