@@ -255,7 +255,7 @@ pub fn conv2d_backward<B: Backend>(
 /// the gradient `grad` of its output, as the stride-1 input gradient of `grad` spread out
 /// with zeros: a convolution with stride s is the stride-1 convolution sampled at every s-th
 /// position, so its input gradient is the stride-1 one of an output gradient that is zero
-/// between the samples. `stride_one(upsampled, options)` computes that stride-1 gradient.
+/// between the samples. `stride_one(spread, options)` computes that stride-1 gradient.
 ///
 /// Why: burn's CUDA backend computes a strided input gradient with its direct transposed
 /// convolution, which returns zeros where the kernel is smaller than the stride (the 1×1
