@@ -97,11 +97,17 @@ fn series(
     }
 }
 
+/// Whether `rounds` are an asynchronous run's model versions: only those records carry the
+/// staleness of the updates each folded (at least one a version).
+fn asynchronous(rounds: &[RoundPoint]) -> bool {
+    rounds.iter().any(|r| !r.staleness.is_empty())
+}
+
 /// What the horizontal axis of `runs` counts: rounds, model versions when every run is
 /// asynchronous, both when the runs mix the modes.
 fn step_of(runs: &[Run]) -> &'static str {
-    let asynchronous = |run: &Run| run.config.mode.as_deref() == Some("async");
-    match (runs.iter().all(asynchronous), runs.iter().any(asynchronous)) {
+    let is_async = |run: &Run| asynchronous(&run.rounds);
+    match (runs.iter().all(is_async), runs.iter().any(is_async)) {
         (true, _) => Mode::Async.step(),
         (false, true) => "round or version",
         (false, false) => Mode::Sync.step(),
@@ -141,8 +147,7 @@ pub fn overlay(runs: &[Run]) -> Vec<(&'static str, Figure)> {
 /// (layer, keep ratio); in async mode, the staleness of each version's updates; with KLMS, the
 /// coders' KL per block and drift ratio.
 pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
-    // Only an asynchronous run's records carry the staleness of the updates each version folded.
-    let step = if rounds.iter().any(|r| !r.staleness.is_empty()) {
+    let step = if asynchronous(rounds) {
         Mode::Async.step()
     } else {
         Mode::Sync.step()
@@ -237,7 +242,7 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
             ),
         ),
     ];
-    if rounds.iter().any(|r| !r.staleness.is_empty()) {
+    if asynchronous(rounds) {
         let mean = |r: &RoundPoint| {
             r.staleness.iter().sum::<u64>() as f64 / r.staleness.len().max(1) as f64
         };
@@ -361,16 +366,13 @@ mod tests {
             let accuracy = &run_figures(rounds)[0].1;
             assert_eq!(accuracy.title, format!("Test accuracy per {step}"));
         }
-        let run = |mode: Option<&str>, rounds: &[RoundPoint]| Run {
+        let run = |rounds: &[RoundPoint]| Run {
             dir: "r".into(),
             label: "r".into(),
-            config: RunLabels {
-                mode: mode.map(String::from),
-                ..RunLabels::default()
-            },
+            config: RunLabels::default(),
             rounds: rounds.to_vec(),
         };
-        let both = [run(None, &sync), run(Some("async"), &versions)];
+        let both = [run(&sync), run(&versions)];
         for (runs, step) in [
             (&both[..1], "round"),
             (&both[1..], "version"),

@@ -222,4 +222,81 @@ mod tests {
             }
         }
     }
+
+    /// A benchmark, not a check: µs per call of each pass, burn's direct kernels against this
+    /// module's, 20 calls between device synchronisations, on the shapes of the table in
+    /// docs/performance.md ("Convolutions as implicit GEMMs"): `cargo test --release --features
+    /// cuda -p fedshard-training convolution_pass_timings -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a benchmark that needs an NVIDIA GPU (see its doc comment)"]
+    fn convolution_pass_timings() {
+        use burn::tensor::backend::Backend as _;
+        let device = Default::default();
+        let cases = [
+            ("ResNet", [8, 64, 32, 32], 64, 3, 1, 1),
+            ("ResNet", [8, 128, 16, 16], 128, 3, 1, 1),
+            ("ResNet", [8, 512, 4, 4], 512, 3, 1, 1),
+            ("ResNet", [8, 64, 32, 32], 128, 3, 2, 1),
+            ("ResNet shortcut", [8, 64, 32, 32], 128, 1, 2, 0),
+            ("CCT tokenizer", [8, 64, 16, 16], 128, 3, 1, 1),
+            ("digits CNN", [32, 16, 8, 8], 32, 3, 1, 1),
+            ("digits CNN", [8, 16, 8, 8], 32, 3, 1, 1),
+        ];
+        let micros = |pass: &dyn Fn() -> FloatTensor<Cuda>| {
+            pass();
+            <Cuda>::sync(&device).expect("the device synchronises");
+            let started = std::time::Instant::now();
+            for _ in 0..20 {
+                pass();
+            }
+            <Cuda>::sync(&device).expect("the device synchronises");
+            started.elapsed().as_secs_f64() * 1e6 / 20.0
+        };
+        for (name, shape, c_out, kernel, stride, padding) in cases {
+            let geometry = ConvGeometry {
+                kernel: [kernel, kernel],
+                stride: [stride, stride],
+                padding: [padding, padding],
+            };
+            let tensor = |shape: [usize; 4]| {
+                Tensor::<Cuda, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device)
+                    .into_primitive()
+                    .tensor()
+            };
+            let (x, weight) = (tensor(shape), tensor([c_out, shape[1], kernel, kernel]));
+            let [h, w] = geometry.output([shape[2], shape[3]]);
+            let grad = tensor([shape[0], c_out, h, w]);
+            let options = geometry.options();
+            let (x, weight, grad, options) = (&x, &weight, &grad, &options);
+            let burns = [
+                micros(&|| <Cuda>::conv2d(x.clone(), weight.clone(), None, options.clone())),
+                micros(&|| {
+                    <Cuda>::conv2d_weight_backward(
+                        x.clone(),
+                        weight.clone(),
+                        grad.clone(),
+                        options.clone(),
+                    )
+                }),
+                micros(&|| {
+                    <Cuda>::conv2d_x_backward(
+                        x.clone(),
+                        weight.clone(),
+                        grad.clone(),
+                        options.clone(),
+                    )
+                }),
+            ];
+            let ours = [
+                micros(&|| forward(x.clone(), weight.clone(), None, options.clone())),
+                micros(&|| filter_grad(x.clone(), weight.clone(), grad.clone(), options.clone())),
+                micros(&|| input_grad(x, weight.clone(), grad.clone(), geometry)),
+            ];
+            println!(
+                "{name} {shape:?} → {c_out}, {kernel}×{kernel} stride {stride}: forward {:.0} → {:.0}, \
+                 filter gradient {:.0} → {:.0}, input gradient {:.0} → {:.0} µs",
+                burns[0], ours[0], burns[1], ours[1], burns[2], ours[2]
+            );
+        }
+    }
 }
