@@ -1045,8 +1045,10 @@ impl<'a> Rows<'a> {
 /// kernel reads or writes them.
 ///
 /// Why the `gemm` crate (already built for faer) rather than matrixmultiply: on this project's
-/// AVX-512 machine it was 4–8% faster per training step for every shipped model (A/B in one
-/// binary, docs/performance.md); its AVX-512 kernels (feature `x86-v4`) were slower for the CNN.
+/// AMD EPYC VM its AVX2 kernels were 4–8% faster per training step for every shipped model (A/B
+/// in one binary, docs/performance.md). Its AVX-512 kernels (feature `x86-v4`, picked at run
+/// time) were 13% slower there for the CNN, but on the Intel Xeon VM that replaced it they
+/// train the transformer 1.6× and the other models 1.2–1.4× faster, so they are on.
 fn gemm(
     mkn: [usize; 3],
     alpha: f32,
