@@ -1,5 +1,5 @@
-//! The machine's limit for local training: one thread of the `gemm` crate, called exactly as
-//! the fused CPU kernels call it (`Parallelism::None`, row-major operands), at large square
+//! The machine's limit for local training: one thread of the `gemm` crate, through the call
+//! the fused CPU kernels make ([`sgemm`]: `Parallelism::None`, row-major operands), at large square
 //! shapes (the core's peak) and at the models' own product shapes. `docs/performance.md`
 //! divides each model's flops per sample by these figures to say how far `bench train` is
 //! from the machine.
@@ -8,6 +8,7 @@
 //! of calls per shape, and which vector width the crate picked at run time (it detects AVX-512
 //! and uses it when the CPU has it, AVX2 and FMA otherwise).
 
+use fedshard_training::models::kernels::sgemm;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -24,37 +25,6 @@ const SHAPES: [([usize; 3], &str); 9] = [
     ([32, 64, 128], "digits-mlp hidden, batch 32"),
 ];
 
-/// `c ← a·b` for row-major `a` (m × k), `b` (k × n) and `c` (m × n), on this thread.
-fn product([m, k, n]: [usize; 3], a: &[f32], b: &[f32], c: &mut [f32]) {
-    assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n);
-    // SAFETY: the lengths asserted above cover every element at these row-major strides, and
-    // `c` is a distinct mutable buffer. gemm's convention: dst ← α·dst + β·lhs·rhs with strides
-    // given as (column, row); `read_dst` false, so dst is only written.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            1,
-            n as isize,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
-}
-
 /// Best GFLOP/s over five batches of calls, each batch about 0.2 s long.
 fn gflops(shape: [usize; 3]) -> f64 {
     let [m, k, n] = shape;
@@ -63,13 +33,12 @@ fn gflops(shape: [usize; 3]) -> f64 {
     let mut c = vec![0.0f32; m * n];
     let flops = 2.0 * (m * k * n) as f64;
     let calls = ((0.2 * 50e9 / flops) as usize).max(1);
-    product(shape, &a, &b, &mut c);
+    sgemm(shape, &a, &b, &mut c);
     let mut best = 0.0f64;
     for _ in 0..5 {
         let start = Instant::now();
         for _ in 0..calls {
-            product(shape, black_box(&a), black_box(&b), &mut c);
-            black_box(&mut c);
+            sgemm(shape, black_box(&a), black_box(&b), black_box(&mut c));
         }
         best = best.max(flops * calls as f64 / start.elapsed().as_secs_f64() / 1e9);
     }

@@ -120,6 +120,11 @@ mod tests {
             .tensor()
     }
 
+    /// `t` with the dimensions `dims`.
+    fn reshaped<B: Backend, const D: usize>(t: FloatTensor<B>, dims: [usize; D]) -> FloatTensor<B> {
+        B::float_reshape(t, Shape::new(dims))
+    }
+
     /// ‖a − b‖ / ‖b‖ over all values.
     fn relative_error(a: FloatTensor<Cuda>, b: FloatTensor<NdArray>) -> f64 {
         let values = |data: TensorData| data.into_vec::<f32>().expect("f32");
@@ -170,51 +175,48 @@ mod tests {
             let x = random(shape);
             let filters = random([c_out, shape[1] * kernel * kernel, 1, 1]);
             let grad = random([n, c_out, h_out, w_out]);
-            let flat = |t: FloatTensor<Cuda>| {
-                <Cuda>::float_reshape(t, Shape::new([c_out, shape[1] * kernel * kernel]))
-            };
-            let flat_cpu = |t: FloatTensor<NdArray>| {
-                <NdArray>::float_reshape(t, Shape::new([c_out, shape[1] * kernel * kernel]))
-            };
+            // The filters as the kernels take them (a matrix) and as the tests draw them.
+            let (matrix, drawn) = (
+                [c_out, shape[1] * kernel * kernel],
+                [c_out, shape[1] * kernel * kernel, 1, 1],
+            );
             let gpu = |data: &TensorData| on::<Cuda>(data);
             let cpu = |data: &TensorData| on::<NdArray>(data);
+            let filters_gpu = reshaped::<Cuda, 2>(gpu(&filters), matrix);
+            let filters_cpu = reshaped::<NdArray, 2>(cpu(&filters), matrix);
             let (weight, options) =
-                composite::conv_weight::<Cuda>(&gpu(&x), flat(gpu(&filters)), geometry);
+                composite::conv_weight::<Cuda>(&gpu(&x), filters_gpu.clone(), geometry);
             let gemm = ConvStrategy::ImplicitGemm;
             assert!(
                 conv_forward::<_, 2>(gpu(&x), weight.clone(), None, options.clone(), gemm).is_ok(),
                 "{what}: the implicit GEMM refused the forward pass"
             );
-            let [y, saved] = <Cuda>::fused_conv2d(gpu(&x), flat(gpu(&filters)), None, geometry);
-            let y_cpu =
-                composite::conv2d::<NdArray>(cpu(&x), flat_cpu(cpu(&filters)), None, geometry);
+            let [y, saved] = <Cuda>::fused_conv2d(gpu(&x), filters_gpu.clone(), None, geometry);
+            let y_cpu = composite::conv2d::<NdArray>(cpu(&x), filters_cpu.clone(), None, geometry);
             let error = relative_error(y, y_cpu);
             println!("{what}: output relative error {error:.1e}");
             assert!(error < 2e-3, "{what}: output off by {error}");
             let [d_x, d_filters, _] = <Cuda>::fused_conv2d_backward(
                 saved,
                 Shape::new(shape),
-                flat(gpu(&filters)),
+                filters_gpu.clone(),
                 gpu(&grad),
                 geometry,
             );
             let [cpu_x, cpu_filters, _] = composite::conv2d_backward::<NdArray>(
                 cpu(&x),
-                flat_cpu(cpu(&filters)),
+                filters_cpu.clone(),
                 cpu(&grad),
                 geometry,
             );
-            let as_4d = |t: FloatTensor<Cuda>| {
-                <Cuda>::float_reshape(t, Shape::new([c_out, shape[1] * kernel * kernel, 1, 1]))
-            };
-            let as_4d_cpu = |t: FloatTensor<NdArray>| {
-                <NdArray>::float_reshape(t, Shape::new([c_out, shape[1] * kernel * kernel, 1, 1]))
-            };
             for (name, error) in [
                 ("input", relative_error(d_x, cpu_x)),
                 (
                     "filter",
-                    relative_error(as_4d(d_filters), as_4d_cpu(cpu_filters)),
+                    relative_error(
+                        reshaped::<Cuda, 4>(d_filters, drawn),
+                        reshaped::<NdArray, 4>(cpu_filters, drawn),
+                    ),
                 ),
             ] {
                 println!("{what}: {name} gradient relative error {error:.1e}");

@@ -240,6 +240,21 @@ fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
+/// `c ← a · b` for row-major `a` (`m × k`), `b` (`k × n`) and `c` (`m × n`): the product every
+/// fused CPU kernel runs, on this thread. Public for the sgemm benchmark
+/// (`training/benches/sgemm.rs`), which measures the machine's limit through it. Panics when a
+/// slice is shorter than its shape.
+pub fn sgemm([m, k, n]: [usize; 3], a: &[f32], b: &[f32], c: &mut [f32]) {
+    ndarray::gemm_into(
+        [m, k, n],
+        1.0,
+        (a, k as isize, 1),
+        (b, n as isize, 1),
+        (c, n),
+        false,
+    );
+}
+
 /// GPT-2's GELU through [`Kernels::fused_gelu`].
 pub fn gelu<B: Kernels, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     float(B::fused_gelu(x.into_primitive().tensor()))

@@ -1062,7 +1062,7 @@ fn gemm(
 
 /// [`gemm`] that adds `alpha · a · b` to what `c` holds when `accumulate`, instead of
 /// overwriting it (the linear layer's bias is laid into `c` first).
-fn gemm_into(
+pub(super) fn gemm_into(
     mkn: [usize; 3],
     alpha: f32,
     a: (&[f32], isize, isize),
