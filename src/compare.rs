@@ -1,4 +1,4 @@
-//! The paper's Table 1 (seed 001 §4.2) on any config: the same federation — the config's data,
+//! The paper's Table 1 (the sharding paper §4.2) on any config: the same federation — the config's data,
 //! model and training — run under each sharding strategy and keep-ratio setup over several
 //! seeds, summarised as final test accuracy (mean ± std over seeds) and mean ANME per cell, with
 //! a no-sharding reference row.
@@ -188,10 +188,10 @@ pub struct RunResult {
     pub seed: u64,
     /// Test accuracy after the last round, in [0, 1]; `None` if the run failed.
     pub final_accuracy: Option<f64>,
-    /// ANME (ALGORITHMS.md §1.9) averaged over the rounds, 0 when nothing is sharded; `None` if
+    /// ANME (docs/algorithms.md §1.9) averaged over the rounds, 0 when nothing is sharded; `None` if
     /// the run failed.
     pub mean_anme: Option<f64>,
-    /// The cosine of each round's applied update with the clients' FedAvg update (seed 001,
+    /// The cosine of each round's applied update with the clients' FedAvg update (the sharding paper,
     /// Fig. 4; `update_cosine` in `metrics.jsonl`), averaged over the rounds that moved the
     /// model: how well a strategy's aggregate points where its clients asked. `None` if the run
     /// failed or never moved the model.

@@ -1,4 +1,4 @@
-//! The uplink grid (seed 004's Tables 1–2 in shape): the same federation run under several
+//! The uplink grid (the KLMS paper's Tables 1–2 in shape): the same federation run under several
 //! compressors, the KLMS ones at several `D_target`, over several seeds, summarised as final test
 //! accuracy and the bits each update really took per parameter.
 //!
@@ -136,7 +136,7 @@ pub fn compare_uplink(
 /// The table as markdown: per row, accuracy (mean ± std over seeds), bits per parameter, the
 /// saving against the same host without KLMS and against 32-bit floats, and the accuracy against
 /// that host paired by seed ([`paired_difference`]). QSGD-KLMS rows are also set against QSGD as
-/// seed 004 counts it ([`qsgd::reference_bound_bits`] for one update of `parameters` values),
+/// the KLMS paper counts it ([`qsgd::reference_bound_bits`] for one update of `parameters` values),
 /// since the paper's ratios are against that count and not against a real code.
 pub fn markdown(
     runs: &[UplinkRun],
@@ -207,7 +207,7 @@ pub fn markdown(
         if arm.compressor == Compressor::QsgdKlms && bits > 0.0 && parameters > 0 {
             let paper = qsgd::reference_bound_bits(parameters, 1) / parameters as f64;
             versus_host.push(format!(
-                "{:.1}× fewer than QSGD as seed 004 counts it ({paper:.4}, the QSGD paper's bound)",
+                "{:.1}× fewer than QSGD as the KLMS paper counts it ({paper:.4}, the QSGD paper's bound)",
                 paper / bits
             ));
         }
@@ -362,10 +362,14 @@ mod tests {
         // 6.56 times 0.0253.
         assert!(
             table.contains(
-                "2.7× fewer than qsgd-elias; 6.6× fewer than QSGD as seed 004 counts it (0.1659,"
+                "2.7× fewer than qsgd-elias; 6.6× fewer than QSGD as the KLMS paper counts it (0.1659,"
             ),
             "{table}"
         );
-        assert_eq!(table.matches("as seed 004 counts it").count(), 1, "{table}");
+        assert_eq!(
+            table.matches("as the KLMS paper counts it").count(),
+            1,
+            "{table}"
+        );
     }
 }

@@ -78,7 +78,7 @@ pub enum DataSection {
         #[serde(flatten)]
         split: LabelSplit,
     },
-    /// y = xᵀθ* + ε with x ~ N(0, I), θ* ~ U\[0,1\]^d, the one-shot setting of ALGORITHMS.md §3.3.
+    /// y = xᵀθ* + ε with x ~ N(0, I), θ* ~ U\[0,1\]^d, the one-shot setting of docs/algorithms.md §3.3.
     SyntheticLinear {
         clients: usize,
         /// Dimension d.
@@ -239,7 +239,7 @@ pub enum ModelSection {
         sharded_layers: Vec<String>,
         network: Architecture,
     },
-    /// FedPM (ALGORITHMS.md §4.6): frozen random ±c weights and trained Bernoulli mask
+    /// FedPM (docs/algorithms.md §4.6): frozen random ±c weights and trained Bernoulli mask
     /// probabilities θ, which are the global model; nothing is sharded. The network is an MLP
     /// of masked linear layers without biases, optionally after masked 3×3 convolutions; its
     /// inputs and classes come from the dataset (digits or mnist). Local training is Adam at
@@ -945,7 +945,7 @@ impl Config {
         Ok(())
     }
 
-    /// What SGLD (ALGORITHMS.md §4.9) needs: rounds (not async mode), and the `uniform`
+    /// What SGLD (docs/algorithms.md §4.9) needs: rounds (not async mode), and the `uniform`
     /// aggregator, whose mean over the participants of their decoded `θ − η κ C y_c` is the
     /// Langevin step (any other weighting would move the model by the wrong drift and noise);
     /// every client holding the whole model (the step is one gradient of the full potential);

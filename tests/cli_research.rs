@@ -1,5 +1,5 @@
 //! The research commands `fedshard probs` and `fedshard sample` as a user runs them: JSON out on
-//! success, exit code 2 and a one-line message on bad input (ALGORITHMS.md §1.11 oracles).
+//! success, exit code 2 and a one-line message on bad input (docs/algorithms.md §1.11 oracles).
 
 mod common;
 

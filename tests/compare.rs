@@ -108,7 +108,7 @@ fn the_library_runs_every_strategy_setup_and_seed_plus_the_reference() {
         assert_eq!(r.setup, FULL_MODEL);
         assert_eq!(r.mean_anme, Some(0.0), "{r:?}");
     }
-    // Top-n is deterministic: ANME 0 (ALGORITHMS.md §1.9), and nothing to diverge from.
+    // Top-n is deterministic: ANME 0 (docs/algorithms.md §1.9), and nothing to diverge from.
     assert_eq!(of(&results, "top-n").count(), 6);
     for r in of(&results, "top-n") {
         assert_eq!(r.mean_anme, Some(0.0), "{r:?}");

@@ -320,7 +320,7 @@ fn one_shot_ridge_fesc_beats_fedavg() {
     );
 }
 
-/// Optimal-partial selection runs the two-phase round of seed 002: every live client trains and
+/// Optimal-partial selection runs the two-phase round of the sampling paper: every live client trains and
 /// reports its update norm, the server samples who uploads with the variance-optimal p_k and
 /// aggregates with n_k/p_k weights. The expected number of uploads is the budget m.
 #[test]

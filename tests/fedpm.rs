@@ -1,4 +1,4 @@
-//! FedPM federations end to end (ALGORITHMS.md §4.6): the shipped configs parse, a digits
+//! FedPM federations end to end (docs/algorithms.md §4.6): the shipped configs parse, a digits
 //! federation learns, the global θ stays a probability, a run is reproducible from its seed,
 //! and a fedpm config that cannot work is refused naming the field.
 

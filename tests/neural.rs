@@ -215,7 +215,7 @@ fn without(state: &ModelState, name: &str) -> ModelState {
 
 #[test]
 fn frobenius_decay_gradient_is_the_analytic_one() {
-    // dFD/dU = μ Ŵ V Ω and dFD/dV = μ Ŵᵀ U Ω (ALGORITHMS.md §1.7), with U = uᵀ, V = vᵀ here.
+    // dFD/dU = μ Ŵ V Ω and dFD/dV = μ Ŵᵀ U Ω (docs/algorithms.md §1.7), with U = uᵀ, V = vᵀ here.
     let (rows, cols, mu) = (5, 8, 1e-2);
     let omega = [0.7, 1.5, 4.0];
     let n = omega.len();

@@ -1,4 +1,4 @@
-//! Federated SGLD end to end (ALGORITHMS.md §4.9): `config/klms-digits-sgld.toml` learns
+//! Federated SGLD end to end (docs/algorithms.md §4.9): `config/klms-digits-sgld.toml` learns
 //! through `sgld` (f32 samples) and `sgld-klms` (KLMS candidate indices), KLMS spends a small
 //! fraction of the bits, and SGLD configs that would be silently wrong are refused naming the
 //! field and the file.

@@ -1,4 +1,4 @@
-//! The sharded round audited end to end against seed 001, Sec. 3.1 and 3.3: what the server
+//! The sharded round audited end to end against the sharding paper, Sec. 3.1 and 3.3: what the server
 //! does to the global model must depend only on what the clients changed.
 //!
 //! The per-step checks live next to the code: the hand-computed fold and a dense client beside

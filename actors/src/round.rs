@@ -310,7 +310,7 @@ pub struct FoldContext<'a> {
 /// The model is laid out as blocks: every dense tensor, then each singular vector of each
 /// sharded layer's factors `U'` and `V'` (the round's SVD in `plan`). A client's update covers
 /// the dense blocks and the vectors it held, so the policy's fold is the per-singular-vector
-/// average of ALGORITHMS.md §1.1 step 5 (vectors nobody held stay). Sharded layers then move by
+/// average of docs/algorithms.md §1.1 step 5 (vectors nobody held stay). Sharded layers then move by
 /// the change of their terms, `W ← W + Σ_i (u'_i v'_iᵀ − ū'_i v̄'_iᵀ)`, which is the paper's
 /// recomposition `W = Σ u'_i v'_iᵀ` in exact arithmetic without its rounding where nothing
 /// changed ([`apply_term_changes`]). Results go to the policy in client-id order with the
@@ -426,7 +426,7 @@ pub fn fold(
 }
 
 /// The cosine similarity between the update the server applied to the global model and the one
-/// its accepted clients asked for (seed 001, Sec. 5 / Fig. 4).
+/// its accepted clients asked for (the sharding paper, Sec. 5 / Fig. 4).
 ///
 /// `Δ = after − before`, flattened over every tensor, is compared with the sample-weighted
 /// mean `ū = Σ_c D_c u_c / Σ_c D_c` (D_c from the registry, as in the fold) of each client's own

@@ -1,7 +1,7 @@
 //! The server actor: holds the global model and drives rounds; client actors register with it
 //! from whichever [`ClientHost`] runs them.
 //!
-//! One round (DESIGN.md "One round"): ask the coordinator for participants, plan every
+//! One round (docs/design.md, "One round"): ask the coordinator for participants, plan every
 //! participant's shards, dispatch tasks under a deadline, then the plain functions of
 //! [`crate::round`]: classify the answers, open and check each update against its task, fold the
 //! accepted ones through the aggregation policy, and record. Heavy work (SVD, aggregation,
@@ -49,7 +49,7 @@ pub struct RuntimeConfig {
     pub sharding: Option<ShardingPolicy>,
     /// The local recipe with the base learning rate.
     pub recipe: Recipe,
-    /// Cosine annealing of the learning rate over the run (ALGORITHMS.md §1.7), per round.
+    /// Cosine annealing of the learning rate over the run (docs/algorithms.md §1.7), per round.
     pub cosine_schedule: bool,
     /// Time a round waits for its clients; late clients count as `timeout` failures.
     pub deadline: Duration,

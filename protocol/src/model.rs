@@ -43,7 +43,7 @@ impl NamedTensor {
     }
 
     /// Rows and columns of the matrix this tensor is sharded as: `(shape[0], Π shape[1..])`, so
-    /// a conv kernel (out, in, kh, kw) is the (out, in·kh·kw) matrix of ALGORITHMS.md §1.8.
+    /// a conv kernel (out, in, kh, kw) is the (out, in·kh·kw) matrix of docs/algorithms.md §1.8.
     pub fn matrix_shape(&self) -> (usize, usize) {
         match self.shape.split_first() {
             Some((rows, rest)) => (*rows, rest.iter().product()),

@@ -1,5 +1,5 @@
 //! The shards of one round: the SVD of every sharded layer and each participant's columns of
-//! its factors (ALGORITHMS.md §1.1 steps 1–3), as plain functions over plain data.
+//! its factors (docs/algorithms.md §1.1 steps 1–3), as plain functions over plain data.
 
 use crate::model::ModelState;
 use crate::task::{ClientId, LayerShard};

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// A client's identity, stable across rounds and restarts.
 pub type ClientId = u64;
 
-/// The local recipe for one round (ALGORITHMS.md §1.7): the one type for both the `[training]`
+/// The local recipe for one round (docs/algorithms.md §1.7): the one type for both the `[training]`
 /// table of a config (which flattens it, so the defaults below are the config's) and the message
 /// a client receives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,7 +69,7 @@ pub const DEFAULT_CLIP_LR: f64 = 10.0;
 
 /// One sharded layer as a client receives and returns it: the columns `I` of the factors
 /// `U' = [√λ_i u_i]` and `V' = [√λ_i v_i]` and the frozen multipliers `ω_I`
-/// (ALGORITHMS.md §1.1 step 3).
+/// (docs/algorithms.md §1.1 step 3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerShard {
     /// The global tensor this shard factorises.

@@ -47,7 +47,7 @@ pub struct CompareArgs {
     /// version are reused too; that is your call. Without it an existing journal is an error.
     #[arg(long, requires = "out")]
     pub resume: bool,
-    /// Compare uplink compressors instead of sharding strategies (seed 004's Tables 1–2):
+    /// Compare uplink compressors instead of sharding strategies (the KLMS paper's Tables 1–2):
     /// comma-separated names (`identity`, `qsgd`, `qsgd-elias`, `qsgd-klms`, `signsgd`, `signsgd-klms`,
     /// `fedpm`, `fedpm-klms`, `sgld`, `sgld-klms`); the config's strategy and keep ratios stay.
     /// Prints accuracy and the bits per parameter the clients really sent.

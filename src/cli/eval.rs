@@ -2,7 +2,7 @@
 //! its spectral truncations (`--keep-top 0.2,1`: every sharded layer cut to its `⌈rN⌉` largest
 //! singular terms).
 //!
-//! The truncation is the Top-n diagnostic of seed 001 §3.1 seen from the server: a Top-n client
+//! The truncation is the Top-n diagnostic of the sharding paper §3.1 seen from the server: a Top-n client
 //! trains only the leading terms, yet the test evaluates the whole layer. If the truncated model
 //! scores far above the whole one, the terms nobody trained are what holds the model back.
 

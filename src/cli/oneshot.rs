@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Debug, Subcommand)]
 pub enum OneshotCommand {
-    /// The FESC synthetic ridge experiment (ALGORITHMS.md §3.3, Figure 1 of the FESC paper):
+    /// The FESC synthetic ridge experiment (docs/algorithms.md §3.3, Figure 1 of the FESC paper):
     /// mean squared error of centralised, FedAvg, FESC and oracle-FESC estimators versus γ.
     Ridge(RidgeArgs),
 }

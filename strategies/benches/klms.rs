@@ -1,4 +1,4 @@
-//! KLMS encode and decode throughput on Bernoulli coordinates (ALGORITHMS.md §4.1; issue 14:
+//! KLMS encode and decode throughput on Bernoulli coordinates (docs/algorithms.md §4.1; issue 14:
 //! at least 10⁷ parameters per second per core for K ≤ 16), and SignSGD's bit-candidate coder
 //! against the generic one on the same signs.
 //!

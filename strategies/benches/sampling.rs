@@ -1,4 +1,4 @@
-//! Set-up and per-draw cost of the joint samplers (ALGORITHMS.md §1.5–1.6).
+//! Set-up and per-draw cost of the joint samplers (docs/algorithms.md §1.5–1.6).
 //!
 //! Targets for conditional Poisson (100× R `sampling::UPmaxentropy` on the reference machine):
 //! N = 512, n = 52: fit ≤ 0.48 ms, draw ≤ 7 µs; N = 2048, n = 205: fit ≤ 6 ms, draw ≤ 32 µs.
@@ -15,7 +15,7 @@ use fedshard_strategies::sharding::unbiased;
 use fedshard_strategies::spectrum::SortedSpectrum;
 
 /// A feasible π with integer sum n: the water-filling `π_i = min(1, λ_i / s)` with `Σπ = n`,
-/// which is exactly the Unbiased strategy's marginals (ALGORITHMS.md §1.2); needs n ≤ #{λ > 0}.
+/// which is exactly the Unbiased strategy's marginals (docs/algorithms.md §1.2); needs n ≤ #{λ > 0}.
 fn water_fill(weights: &[f64], n: usize) -> Vec<f64> {
     let sorted = SortedSpectrum::new(weights).expect("finite non-negative weights");
     let marginals = unbiased::marginals(sorted.values(), n).expect("1 ≤ n ≤ N");

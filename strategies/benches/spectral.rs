@@ -1,4 +1,4 @@
-//! Thin SVD of a layer and the marginals of the spectral strategies (ALGORITHMS.md §1.1–1.3).
+//! Thin SVD of a layer and the marginals of the spectral strategies (docs/algorithms.md §1.1–1.3).
 //!
 //! Targets (faer f32 on the reference machine): SVD 512×512 ≈ 35 ms, 512×4608 ≈ 130 ms
 //! (numpy/OpenBLAS: 80–100 ms and 500+ ms). Besides criterion's figures, each SVD size prints

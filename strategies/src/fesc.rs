@@ -1,4 +1,4 @@
-//! FESC, the one-shot weighting of Garin, Evgeniou & Vayatis (ALGORITHMS.md §3): choose convex
+//! FESC, the one-shot weighting of Garin, Evgeniou & Vayatis (docs/algorithms.md §3): choose convex
 //! weights `w` for the local estimators `θ̂_i` that minimise the bias–variance bound
 //! `Σ a_i w_i² + b_i w_i` of the aggregate `Σ w_i θ̂_i`.
 //!
@@ -8,7 +8,7 @@
 
 use crate::{Result, StrategyError};
 
-/// The solution of `min Σ a_i w_i² + b_i w_i` s.t. `w ≥ 0`, `Σ w = 1` (ALGORITHMS.md §3.1).
+/// The solution of `min Σ a_i w_i² + b_i w_i` s.t. `w ≥ 0`, `Σ w = 1` (docs/algorithms.md §3.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WaterFilling {
     /// `w_i`, in input order; non-negative and summing to 1.
@@ -20,7 +20,7 @@ pub struct WaterFilling {
     pub active: usize,
 }
 
-/// Generic water-filling, Proposition 3.4 (ALGORITHMS.md §3.1).
+/// Generic water-filling, Proposition 3.4 (docs/algorithms.md §3.1).
 ///
 /// Sorts the nodes by `b` ascending (stable, so ties keep their input order), computes for every
 /// prefix `k` the level `ν_k = (2 + Σ_{j≤k} b_(j)/a_(j)) / Σ_{j≤k} 1/a_(j)`, takes
@@ -86,7 +86,7 @@ pub fn water_filling(a: &[f64], b: &[f64]) -> Result<WaterFilling> {
     })
 }
 
-/// FESC weights from the local sample sizes, ALGORITHMS.md §3.2: water-filling with
+/// FESC weights from the local sample sizes, docs/algorithms.md §3.2: water-filling with
 /// `a_i = 1/n_i` (variance of a local estimator ∝ 1/n) and `b_i = 1/n_i²` (its squared bias
 /// ∝ 1/n²). Sorting by `b` ascending is sorting by `n` descending, so the active nodes are exactly
 /// the `K` largest ones and `w_(i) = n_(i) ν_K / 2 − 1/(2 n_(i))`. Weights are in input order.

@@ -7,7 +7,7 @@
 //! Everything here is computed from numbers alone: singular spectra become inclusion
 //! probabilities and multipliers (spectral sharding, `sharding`), inclusion probabilities become
 //! index sets (`sampling`), client statistics become selection probabilities and aggregation
-//! weights. The formulas follow `ALGORITHMS.md`; each function's doc comment cites the section
+//! weights. The formulas follow `docs/algorithms.md`; each function's doc comment cites the section
 //! and equation it implements.
 //!
 //! Not here: tensors, files, actors, async code or anything a user types. Those live in

@@ -1,10 +1,10 @@
-//! Diagnostics of a sharding strategy: how exploratory its marginals are (ANME, ALGORITHMS.md
+//! Diagnostics of a sharding strategy: how exploratory its marginals are (ANME, docs/algorithms.md
 //! §1.9) and how far its estimator is from the full matrix, in expectation (Eq. 7) and for one
 //! realised index set.
 
 use crate::sharding::collective;
 
-/// Probabilities this close to 0 or 1 are treated as exact (ALGORITHMS.md conventions).
+/// Probabilities this close to 0 or 1 are treated as exact (docs/algorithms.md conventions).
 const CERTAINTY: f64 = 1e-12;
 
 /// Entropy of a Bernoulli(p) in nats, `−p ln p − (1−p) ln(1−p)`, 0 at (and within 1e-12 of)
@@ -18,7 +18,7 @@ fn bernoulli_entropy(p: f64) -> f64 {
     }
 }
 
-/// ANME of one layer (ALGORITHMS.md §1.9, paper §5): the mean marginal entropy
+/// ANME of one layer (docs/algorithms.md §1.9, paper §5): the mean marginal entropy
 /// `(1/N) Σ_i H(π_i)` normalised by that of the uniform design, `H(n/N)`. 0 for Top-n, 1 for
 /// uniform `π = n/N`; low values mean an exploitative strategy (every client gets the same
 /// terms), high values an explorative one.
@@ -35,7 +35,7 @@ pub fn anme_layer(pi: &[f64], n: usize) -> f64 {
     mean / uniform
 }
 
-/// ANME of a model (ALGORITHMS.md §1.9): the unweighted mean of [`anme_layer`] over the sharded
+/// ANME of a model (docs/algorithms.md §1.9): the unweighted mean of [`anme_layer`] over the sharded
 /// layers, each given as `(π, n)`. 0 for no layers.
 pub fn anme(layers: &[(&[f64], usize)]) -> f64 {
     if layers.is_empty() {
@@ -44,7 +44,7 @@ pub fn anme(layers: &[(&[f64], usize)]) -> f64 {
     layers.iter().map(|&(pi, n)| anme_layer(pi, n)).sum::<f64>() / layers.len() as f64
 }
 
-/// Eq. 7 (ALGORITHMS.md §1.3, paper Theorem 3.2), the general form for fixed multipliers:
+/// Eq. 7 (docs/algorithms.md §1.3, paper Theorem 3.2), the general form for fixed multipliers:
 /// `E‖W − (1/C) Σ_c Ŵ^(c)‖²_F = Σλ² + Σ λ_i² ω_i π_i (−2 + ω_i/C + ω_i π_i (C−1)/C)`, where the
 /// `C` clients draw i.i.d. index sets with marginals `π`. `C = 1` gives the single-client error
 /// of any strategy with fixed `ω` (e.g. Eq. 4 when `ω = 1/π`). `clients = 0` is treated as 1.

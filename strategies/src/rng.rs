@@ -1,5 +1,5 @@
 //! Seeded randomness: every random draw in fedshard comes from a ChaCha20 stream derived from
-//! `(seed, round, client, purpose)` (ALGORITHMS.md §4.2), never from a global generator, so a
+//! `(seed, round, client, purpose)` (docs/algorithms.md §4.2), never from a global generator, so a
 //! run is reproducible bit for bit and server and client can regenerate each other's draws.
 
 use rand::{Rng, SeedableRng};
@@ -36,13 +36,13 @@ pub enum Purpose {
     SyntheticSamples = 12,
     /// The held-out synthetic samples.
     SyntheticTest = 13,
-    /// KLMS candidates shared by client and server (ALGORITHMS.md §4.2): the ChaCha stream id is
+    /// KLMS candidates shared by client and server (docs/algorithms.md §4.2): the ChaCha stream id is
     /// the block index, so the server regenerates every block's candidates from
     /// `(seed, round, client)` alone.
     KlmsCandidates = 14,
     /// A KLMS client's private choice of the candidate index (§4.1 step 3).
     KlmsSelection = 15,
-    /// FedPM's frozen random weights `w_init` (ALGORITHMS.md §4.6): the client slot is a hash
+    /// FedPM's frozen random weights `w_init` (docs/algorithms.md §4.6): the client slot is a hash
     /// of the tensor's name, so clients and the server's evaluator draw the same weights from
     /// the run seed without shipping them.
     FedpmWeights = 16,

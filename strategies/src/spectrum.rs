@@ -1,6 +1,6 @@
 //! Singular spectra as the strategies expect them: finite, non-negative, sorted non-increasing.
 //!
-//! Strategies work on a sorted spectrum (`λ_1 ≥ … ≥ λ_N ≥ 0`, ALGORITHMS.md §1.1); callers with
+//! Strategies work on a sorted spectrum (`λ_1 ≥ … ≥ λ_N ≥ 0`, docs/algorithms.md §1.1); callers with
 //! values in any other order sort them with [`SortedSpectrum::new`] and map the results back
 //! with [`SortedSpectrum::unsort`].
 
@@ -91,7 +91,7 @@ pub fn check_sorted(values: &[f64]) -> Result<()> {
 }
 
 /// Number of kept terms for keep ratio `r ∈ (0, 1]`: `n = ⌈N r⌉` computed as an f64 product
-/// then ceiling (ALGORITHMS.md §1.1 step 2), at least 1.
+/// then ceiling (docs/algorithms.md §1.1 step 2), at least 1.
 pub fn kept_terms(total: usize, keep_ratio: f64) -> Result<usize> {
     if !(keep_ratio > 0.0 && keep_ratio <= 1.0) {
         return Err(StrategyError::invalid(

@@ -1,4 +1,4 @@
-//! The server's factorisation of a layer (ALGORITHMS.md §1.1 step 1, §1.8): thin SVD of the
+//! The server's factorisation of a layer (docs/algorithms.md §1.1 step 1, §1.8): thin SVD of the
 //! weight matrix with the singular values re-absorbed symmetrically into both factors,
 //! `W = Σ_k u'_k v'_kᵀ` with `u'_k = √λ_k u_k`, `v'_k = √λ_k v_k`, and the (sub-)products a
 //! client trains, `Ŵ = Σ_j ω_j u'_{I_j} v'_{I_j}ᵀ`.
@@ -46,7 +46,7 @@ impl SvdScalar for f64 {
     }
 }
 
-/// A layer's weight matrix in the sharded form `W = Σ_{k<N} u'_k v'_kᵀ` (ALGORITHMS.md §1.1).
+/// A layer's weight matrix in the sharded form `W = Σ_{k<N} u'_k v'_kᵀ` (docs/algorithms.md §1.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Factors<T> {
     /// Rows of `W` (`c_out`).
@@ -69,7 +69,7 @@ impl<T> Factors<T> {
 }
 
 /// Thin SVD of the row-major `rows × cols` matrix `weights`, with `√λ_k` absorbed into both
-/// singular vectors (ALGORITHMS.md §1.1 step 1): the symmetric split makes `u'_k` and `v'_k`
+/// singular vectors (docs/algorithms.md §1.1 step 1): the symmetric split makes `u'_k` and `v'_k`
 /// equally scaled, so a client's SGD step treats both factors alike.
 ///
 /// Errors if the shape is empty, `weights.len() ≠ rows·cols`, a weight is not finite, or faer's
@@ -134,7 +134,7 @@ pub fn factorize<T: SvdScalar>(weights: &[T], rows: usize, cols: usize) -> Resul
     })
 }
 
-/// `W = Σ_k u'_k v'_kᵀ`, row-major `rows × cols` (ALGORITHMS.md §1.1: the server recomputes `W`
+/// `W = Σ_k u'_k v'_kᵀ`, row-major `rows × cols` (docs/algorithms.md §1.1: the server recomputes `W`
 /// from the aggregated factors before the next SVD).
 ///
 /// # Panics
@@ -150,7 +150,7 @@ pub fn recompose<T: SvdScalar>(f: &Factors<T>) -> Vec<T> {
 /// change of its factors: `W ← W + Σ_{k changed} (u'_k v'_kᵀ − ū'_k v̄'_kᵀ)`, with `ū', v̄'`
 /// the terms of `before` and `u', v'` those of `after`, the sum in f64.
 ///
-/// Why not `W ← recompose(after)` (ALGORITHMS.md §1.1 step 5 as written): the two are equal in
+/// Why not `W ← recompose(after)` (docs/algorithms.md §1.1 step 5 as written): the two are equal in
 /// exact arithmetic, because the thin SVD keeps every term and so `Σ_k ū'_k v̄'_kᵀ = W`; in
 /// floating point the recomposition adds the SVD's rounding to every weight every round, even
 /// where no client changed anything. Here a term nobody moved contributes exactly nothing, so
@@ -219,7 +219,7 @@ pub fn weighted_outer_sum(terms: &[(f64, &[f32], &[f32])], rows: usize, cols: us
     product(left.as_ref(), right.as_ref(), rows, cols)
 }
 
-/// `Ŵ = Σ_j ω_j u'_{I_j} v'_{I_j}ᵀ`, row-major (ALGORITHMS.md §1.1 step 4: the sub-layer a
+/// `Ŵ = Σ_j ω_j u'_{I_j} v'_{I_j}ᵀ`, row-major (docs/algorithms.md §1.1 step 4: the sub-layer a
 /// client with index set `I` and frozen multipliers `ω` trains).
 ///
 /// # Panics
@@ -270,7 +270,7 @@ fn product<T: SvdScalar>(
     out
 }
 
-/// Shape of the matrix a convolution kernel is factorised as (ALGORITHMS.md §1.8):
+/// Shape of the matrix a convolution kernel is factorised as (docs/algorithms.md §1.8):
 /// `(c_out, c_in·kh·kw)`.
 ///
 /// The kernel `W ∈ R^{c_out × c_in × kh × kw}` is reshaped row-major over `(c_in, kh, kw)`, so a

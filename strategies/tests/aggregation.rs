@@ -1,4 +1,4 @@
-//! Aggregation weights and the block fold (ALGORITHMS.md §1.1 step 5, §2.4, §3.2).
+//! Aggregation weights and the block fold (docs/algorithms.md §1.1 step 5, §2.4, §3.2).
 
 use fedshard_strategies::aggregation::{
     Aggregator, AggregatorName, BlockUpdate, Contribution, Failure, FedAvg, Fesc, Fit, FitRound,

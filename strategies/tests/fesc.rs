@@ -1,4 +1,4 @@
-//! FESC and generic water-filling against the oracles of ALGORITHMS.md §3.4 and the KKT
+//! FESC and generic water-filling against the oracles of docs/algorithms.md §3.4 and the KKT
 //! conditions of Proposition 3.4 (§3.1).
 //!
 //! Tolerances: the printed oracles are rounded, so each is checked to half a unit of its last

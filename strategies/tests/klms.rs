@@ -1,4 +1,4 @@
-//! KLMS oracles (ALGORITHMS.md §4.11) and properties of the coder, the blocks and the bits.
+//! KLMS oracles (docs/algorithms.md §4.11) and properties of the coder, the blocks and the bits.
 
 use fedshard_strategies::compression::{
     Bernoulli, Categorical, Gaussian, KlBand, KlmsEncoder, Partition, ProductDistribution,

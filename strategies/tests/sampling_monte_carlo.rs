@@ -1,4 +1,4 @@
-//! Monte Carlo checks of the joint samplers (ALGORITHMS.md §1.5–1.6): fixed size, distinct
+//! Monte Carlo checks of the joint samplers (docs/algorithms.md §1.5–1.6): fixed size, distinct
 //! indices, marginals within 4σ (σ = sqrt(π(1−π)/draws)), CPS second-order probabilities,
 //! determinism, and a property test over random feasible `π`.
 //!
@@ -16,7 +16,7 @@ use proptest::prelude::*;
 const DRAWS: usize = 100_000;
 
 /// A feasible π with integer sum n: the water-filling `π_i = min(1, λ_i / s)` with `Σπ = n`,
-/// which is exactly the Unbiased strategy's marginals (ALGORITHMS.md §1.2); needs n ≤ #{λ > 0}.
+/// which is exactly the Unbiased strategy's marginals (docs/algorithms.md §1.2); needs n ≤ #{λ > 0}.
 fn water_fill(weights: &[f64], n: usize) -> Vec<f64> {
     let sorted = SortedSpectrum::new(weights).expect("finite non-negative weights");
     let marginals = unbiased::marginals(sorted.values(), n).expect("1 ≤ n ≤ N");

@@ -1,6 +1,6 @@
-//! Oracles of ALGORITHMS.md §1.11 for the fixed-size designs of §1.6, and the NumPy `choice`
+//! Oracles of docs/algorithms.md §1.11 for the fixed-size designs of §1.6, and the NumPy `choice`
 //! algorithm of §1.5 with hand-fed uniforms. Indices in the comments are the 1-based ones of
-//! ALGORITHMS.md; the code is 0-based.
+//! docs/algorithms.md; the code is 0-based.
 
 use fedshard_strategies::StrategyError;
 use fedshard_strategies::rng::{Purpose, stream};

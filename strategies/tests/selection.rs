@@ -1,4 +1,4 @@
-//! Optimal client sampling with partial training against ALGORITHMS.md §2.5, its optimality
+//! Optimal client sampling with partial training against docs/algorithms.md §2.5, its optimality
 //! conditions (§2.2), and a Monte Carlo check of the estimator it is designed for (§2.1, §2.4).
 
 use fedshard_strategies::rng::{Purpose, stream};

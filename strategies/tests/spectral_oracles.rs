@@ -1,4 +1,4 @@
-//! The spectral oracles of ALGORITHMS.md §1.11, each as: input, expected output, tolerance.
+//! The spectral oracles of docs/algorithms.md §1.11, each as: input, expected output, tolerance.
 //!
 //! Table values are printed to 6 decimals, so they are compared to 1e-6; exact identities
 //! (`Σπ = n`, criterion = Eq. 7 at `(π, ω)`, closed-form E = Eq. 4) to 1e-9. For `*` boundary

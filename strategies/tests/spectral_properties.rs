@@ -1,4 +1,4 @@
-//! Property tests of the spectral strategies (ALGORITHMS.md §1.2–1.5, §1.11 invariants) on random
+//! Property tests of the spectral strategies (docs/algorithms.md §1.2–1.5, §1.11 invariants) on random
 //! sorted spectra with ties and zeros: `N ∈ 1..60`, `n ∈ 1..=N`, `C ∈ 1..50`.
 
 use fedshard_strategies::metrics::expected_discrepancy;

@@ -1,4 +1,4 @@
-//! Compressed uplinks (ALGORITHMS.md §4): the compressor policies a federation selects by name
+//! Compressed uplinks (docs/algorithms.md §4): the compressor policies a federation selects by name
 //! (`[federation] compressor`), what a task tells the client about its uplink, and the coder
 //! that turns a client's training output into bytes and back.
 //!

@@ -1,4 +1,4 @@
-//! QSGD-KLMS's global distribution `p` (ALGORITHMS.md §4.7) from side information both ends
+//! QSGD-KLMS's global distribution `p` (docs/algorithms.md §4.7) from side information both ends
 //! really have.
 //!
 //! The paper's `p` is the previous round's per-value frequency of the decoded symbols. With
@@ -15,7 +15,7 @@
 //! them. Before any round decoded a symbol, the client sends its own tensor means of `q`,
 //! `(mean_j q_j(−1), mean_j q_j(+1))` as two f32 per tensor, counted in its bits, and both ends use
 //! `p_j = (m₋, 1 − m₋ − m₊, m₊)`. The reference code does this every round without counting
-//! the floats (ALGORITHMS.md §4.12).
+//! the floats (docs/algorithms.md §4.12).
 
 use std::ops::Range;
 
@@ -141,7 +141,7 @@ pub fn means_from_wire(means: &[[f32; 2]]) -> Result<Vec<[f64; 3]>, String> {
         .collect()
 }
 
-/// QSGD's bits as seed 004 counts them for its baselines: not a code's length but the bound of
+/// QSGD's bits as the KLMS paper counts them for its baselines: not a code's length but the bound of
 /// the QSGD paper (Alistarh et al. 2017, Theorem 3.2) on the expected length of its Elias code
 /// for one vector of `values` values at `levels` levels,
 /// `(3 + 1.5 log₂(2(s² + n) / (s(s + √n)))) · s(s + √n) + 32`, which assumes `s(s + √n)`

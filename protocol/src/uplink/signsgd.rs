@@ -1,4 +1,4 @@
-//! SignSGD's client distribution `q_j(+1) = σ(v_j / M)` (ALGORITHMS.md §4.8) under each
+//! SignSGD's client distribution `q_j(+1) = σ(v_j / M)` (docs/algorithms.md §4.8) under each
 //! temperature rule of `[compression] temperature`.
 //!
 //! The temperature sets both the bits and the step. KLMS codes a value's sign against the fair

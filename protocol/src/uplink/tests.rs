@@ -489,7 +489,7 @@ fn qsgd_counts_follow_each_singular_vector_across_clients() {
     assert!((p[40][2] - (1.0 + 130.0 / 23.0) / 11.0).abs() < 1e-12);
 }
 
-/// ALGORITHMS.md §4.7's update with one more value: `v = (.3, −.4, 0 | 1.2, 0)` in two tensors,
+/// docs/algorithms.md §4.7's update with one more value: `v = (.3, −.4, 0 | 1.2, 0)` in two tensors,
 /// `‖v‖ = 1.3`.
 fn qsgd_oracle_uplink(counts: Option<Vec<[u16; 3]>>, means: Option<Vec<[f64; 3]>>) -> Uplink {
     Uplink {
@@ -638,7 +638,7 @@ fn qsgd_klms_sends_its_tensor_means_only_before_the_first_counts() {
 
 #[test]
 fn signsgd_distribution_matches_the_oracle() {
-    // ALGORITHMS.md §4.8: block v = (.01, −.02, .005, 0), M = .001.
+    // docs/algorithms.md §4.8: block v = (.01, −.02, .005, 0), M = .001.
     let sent = [0.0f32; 4];
     let out = [0.01f32, -0.02, 0.005, 0.0];
     let uplink = Uplink {

@@ -3,7 +3,7 @@
 use super::{RoundOutcome, Weighting, result_samples, validate_weights};
 use crate::{Result, StrategyError};
 
-/// `w_c = n_c / Σ_results n` (FedAvg; the "federated" baseline of ALGORITHMS.md §3.2).
+/// `w_c = n_c / Σ_results n` (FedAvg; the "federated" baseline of docs/algorithms.md §3.2).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FedAvg;
 

@@ -4,7 +4,7 @@ use super::{RoundOutcome, Weighting, result_samples, validate_weights};
 use crate::fesc::{fesc_weights, water_filling};
 use crate::{Result, StrategyError};
 
-/// FESC (ALGORITHMS.md §3.2): [`fesc_weights`] of the results' sample sizes; only the `K`
+/// FESC (docs/algorithms.md §3.2): [`fesc_weights`] of the results' sample sizes; only the `K`
 /// largest results get a positive weight. Needs every result to have `n > 0`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fesc;
@@ -21,7 +21,7 @@ impl Weighting for Fesc {
     }
 }
 
-/// Oracle FESC (ALGORITHMS.md §3.2, last paragraph): [`water_filling`] with the true
+/// Oracle FESC (docs/algorithms.md §3.2, last paragraph): [`water_filling`] with the true
 /// `a_i = tr Var(θ̂_i)` and `b_i = ‖E θ̂_i − θ*‖²`, known only in simulation.
 ///
 /// `a` and `b` are keyed by **results order**: entry `i` belongs to `round.results[i]`, so the

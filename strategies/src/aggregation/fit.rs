@@ -1,5 +1,5 @@
 //! The fold every aggregator shares: the global parameters as blocks, each result as the blocks
-//! it trained, and the weighted move of each block towards its holders (ALGORITHMS.md §1.1
+//! it trained, and the weighted move of each block towards its holders (docs/algorithms.md §1.1
 //! step 5 for sharded layers, §2.4 for inverse-probability weights).
 
 use super::RoundOutcome;

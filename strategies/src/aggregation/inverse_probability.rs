@@ -5,7 +5,7 @@ use crate::{Result, StrategyError};
 
 /// `w_c = n_c / (p_c Σ_population n)`: with these weights `Σ_c w_c U_c` is an unbiased estimate
 /// of the population average `Σ_k n_k U_k / Σ_k n_k` under independent selection with
-/// probabilities `p_k` (ALGORITHMS.md §2.4, `Δ = (1/Σ_j n_j) Σ_{k∈A} (n_k/p_k) U_k`).
+/// probabilities `p_k` (docs/algorithms.md §2.4, `Δ = (1/Σ_j n_j) Σ_{k∈A} (n_k/p_k) U_k`).
 ///
 /// The weights do **not** sum to 1 (only their expectation does); [`super::validate_weights`]
 /// is called with `normalised = false`. Failed clients break the unbiasedness (they are treated

@@ -10,7 +10,7 @@
 //! * [`FedAvg`] (`fedavg`): `n_c / Σ_results n`.
 //! * [`UniformWeights`] (`uniform`): `1/|results|`.
 //! * [`InverseProbability`] (`inverse-probability`): `n_c / (p_c Σ_population n)`, the unbiased
-//!   weights of client sampling (ALGORITHMS.md §2.4). They do **not** sum to 1.
+//!   weights of client sampling (docs/algorithms.md §2.4). They do **not** sum to 1.
 //! * [`Fesc`] (`fesc`): FESC weights from the sample sizes (§3.2).
 //! * [`FescOracle`] (`fesc-oracle`): water-filling with caller-given variances and biases
 //!   (§3.2, oracle version).

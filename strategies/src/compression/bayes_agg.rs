@@ -1,4 +1,4 @@
-//! FedPM's server aggregation of decoded masks, BayesAgg (ALGORITHMS.md §4.6): a Beta posterior
+//! FedPM's server aggregation of decoded masks, BayesAgg (docs/algorithms.md §4.6): a Beta posterior
 //! per coordinate whose mode is the next global mask probability `θ`.
 
 use crate::error::{Result, StrategyError};

@@ -1,4 +1,4 @@
-//! Exact uplink bits of a KLMS message (ALGORITHMS.md §4.5): what the serialized payload
+//! Exact uplink bits of a KLMS message (docs/algorithms.md §4.5): what the serialized payload
 //! costs, not an entropy estimate. Every count is an integer number of bits on the wire.
 
 use super::klms::check_candidate_count;

@@ -1,4 +1,4 @@
-//! How a flattened message of `d` coordinates is cut into KLMS blocks (ALGORITHMS.md §4.3–4.4):
+//! How a flattened message of `d` coordinates is cut into KLMS blocks (docs/algorithms.md §4.3–4.4):
 //! fixed blocks of `S` with a K schedule, adaptive KL-targeted blocks (the clean partition rule),
 //! the server's aggregation of the clients' boundaries, and the re-partition band.
 

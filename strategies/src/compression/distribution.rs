@@ -1,4 +1,4 @@
-//! Product distributions over the coordinates of a message (ALGORITHMS.md §4.1, §4.4, §4.6–4.9):
+//! Product distributions over the coordinates of a message (docs/algorithms.md §4.1, §4.4, §4.6–4.9):
 //! Bernoulli masks (FedPM), categoricals over `{−1, 0, +1}` (QSGD, SignSGD) and Gaussians
 //! (SGLD). Each is a validated view over the caller's parameter slices, so building one per round
 //! copies nothing.

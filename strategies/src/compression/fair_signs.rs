@@ -1,4 +1,4 @@
-//! KLMS for a vector of signs against the fair coin: SignSGD's message (ALGORITHMS.md §4.8),
+//! KLMS for a vector of signs against the fair coin: SignSGD's message (docs/algorithms.md §4.8),
 //! whose `p` puts ½ on each sign of every value.
 //!
 //! The generic coder ([`super::klms`]) draws a candidate value by value, one 32-bit word and one

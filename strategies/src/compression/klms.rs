@@ -1,4 +1,4 @@
-//! The KLMS coder of one block and of a whole partitioned vector (ALGORITHMS.md §4.1–4.2).
+//! The KLMS coder of one block and of a whole partitioned vector (docs/algorithms.md §4.1–4.2).
 //!
 //! Encoder (client): draw `K` candidates `y_1..y_K ~ p_I` from the shared stream of the block,
 //! weigh them by `l_k = Σ_{j ∈ I} ln q_j(y_kj) − ln p_j(y_kj)`, normalise in log space

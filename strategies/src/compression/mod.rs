@@ -1,4 +1,4 @@
-//! KLMS — KL minimisation with side information (ALGORITHMS.md §4; Isik, Pase et al., seed 004):
+//! KLMS — KL minimisation with side information (docs/algorithms.md §4; the KLMS paper (Isik, Pase et al.)):
 //! uplink compression of a stochastic message whose client-only distribution `q` is close to a
 //! global distribution `p` that client and server both know.
 //!

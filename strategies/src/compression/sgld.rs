@@ -1,4 +1,4 @@
-//! The scaling rule of federated SGLD with KLMS (ALGORITHMS.md §4.9): how a client's Gaussian
+//! The scaling rule of federated SGLD with KLMS (docs/algorithms.md §4.9): how a client's Gaussian
 //! message is spread so that the server's step carries exactly the Langevin noise.
 //!
 //! The host is `θ ← θ − η Σ_{n=1..N} H_n(θ) + √(2η) ξ`. With `C` of the `N` clients in a round,

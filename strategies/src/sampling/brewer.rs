@@ -1,4 +1,4 @@
-//! Brewer's draw-by-draw method (ALGORITHMS.md §1.6, R `sampling::UPbrewer`): n steps, each
+//! Brewer's draw-by-draw method (docs/algorithms.md §1.6, R `sampling::UPbrewer`): n steps, each
 //! choosing one not-yet-selected unit with probabilities built from `π` and the selection so
 //! far. Exact marginals `π`, `O(N n)` per draw, no set-up beyond validation.
 //!

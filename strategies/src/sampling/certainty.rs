@@ -1,4 +1,4 @@
-//! Certainty pre-processing shared by every πps design (ALGORITHMS.md §1.6, first paragraph):
+//! Certainty pre-processing shared by every πps design (docs/algorithms.md §1.6, first paragraph):
 //! units with `π = 1` are always selected, units with `π = 0` never, and the named design runs
 //! on the rest with `n' = n − #ones`. `n' = 0` needs no randomness; `n' = 1` is one categorical
 //! draw with probabilities `π_i` — handled here because R's `UPmaxentropy` crashes on it
@@ -13,7 +13,7 @@ use crate::rng::{ChaCha20Rng, uniform};
 
 use super::{Brewer, ConditionalPoisson, MinimumSupport, PreparedDesign, SamplerName, Systematic};
 
-/// Probabilities within this distance of 0 or 1 are exactly 0 or 1 (ALGORITHMS.md conventions).
+/// Probabilities within this distance of 0 or 1 are exactly 0 or 1 (docs/algorithms.md conventions).
 pub const SNAP: f64 = 1e-12;
 
 /// Largest accepted distance between `Σπ` and the integer sample size `n`.
@@ -123,7 +123,7 @@ enum Remainder {
     Design(Box<dyn PreparedDesign>),
 }
 
-/// A πps design with its certainty units removed (ALGORITHMS.md §1.6), as returned by
+/// A πps design with its certainty units removed (docs/algorithms.md §1.6), as returned by
 /// [`super::prepare`]. Draws are index sets of the original vector, ascending.
 #[derive(Debug)]
 pub struct CertaintyDesign {

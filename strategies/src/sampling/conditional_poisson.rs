@@ -1,4 +1,4 @@
-//! Conditional Poisson sampling, also called maximum entropy sampling (ALGORITHMS.md §1.6,
+//! Conditional Poisson sampling, also called maximum entropy sampling (docs/algorithms.md §1.6,
 //! R `sampling::UPmaxentropy`): the design `P(s) ∝ Π_{i∈s} w_i` over all `|s| = n`, with odds
 //! `w` fitted so that its inclusion probabilities are the target `π`.
 //!

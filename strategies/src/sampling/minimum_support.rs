@@ -1,4 +1,4 @@
-//! Deville–Tillé minimum support splitting (ALGORITHMS.md §1.6, R
+//! Deville–Tillé minimum support splitting (docs/algorithms.md §1.6, R
 //! `sampling::UPminimalsupport`): repeatedly split `π` into a sample `s1 = B ∪ D` (B = units at
 //! 1, D a simple random sample of the fractional units of the right size) and a residual vector,
 //! keeping `s1` with probability `α`, until `π` is integral.

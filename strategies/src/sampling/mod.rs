@@ -1,4 +1,4 @@
-//! Joint samplers (ALGORITHMS.md §1.5–1.6): draw exactly `n` distinct term indices with given
+//! Joint samplers (docs/algorithms.md §1.5–1.6): draw exactly `n` distinct term indices with given
 //! inclusion probabilities `π` (or, for NumPy-style choice, given selection weights).
 //!
 //! A sampler is prepared once per `π` (the fit of conditional Poisson's working probabilities,
@@ -42,7 +42,7 @@ pub trait PreparedDesign: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// The joint samplers a configuration can name (ALGORITHMS.md §1.5–1.6).
+/// The joint samplers a configuration can name (docs/algorithms.md §1.5–1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SamplerName {
@@ -60,7 +60,7 @@ pub enum SamplerName {
 }
 
 impl SamplerName {
-    /// Every sampler, in the order of ALGORITHMS.md.
+    /// Every sampler, in the order of docs/algorithms.md.
     pub const ALL: [SamplerName; 5] = [
         SamplerName::ConditionalPoisson,
         SamplerName::Brewer,
@@ -92,7 +92,7 @@ crate::policy_names!(SamplerName, "sampler");
 /// Prepares the design `name` for `values`, ready to draw for every client of a group.
 ///
 /// * πps designs (conditional Poisson, Brewer, minimum support, systematic): `values` are the
-///   inclusion probabilities `π` of ALGORITHMS.md §1.6, each finite in `[0, 1]` (within `1e-12`
+///   inclusion probabilities `π` of docs/algorithms.md §1.6, each finite in `[0, 1]` (within `1e-12`
 ///   of 0 or 1 counts as 0 or 1), with `n = round(Σπ)` and `|Σπ − n| ≤ 1e-6`; `n`, if given,
 ///   must equal `round(Σπ)`. Certainty units are handled once here ([`certainty`]).
 /// * `numpy-choice` (§1.5): `values` are non-negative selection weights, normalised to `p`

@@ -1,4 +1,4 @@
-//! NumPy's `choice(N, n, replace=False, p)` (ALGORITHMS.md §1.5), the sampler of the PriSM
+//! NumPy's `choice(N, n, replace=False, p)` (docs/algorithms.md §1.5), the sampler of the PriSM
 //! baseline, reproduced step for step so a run consumes uniforms exactly as NumPy does: rounds
 //! of `m = n − #found` uniforms, found units zeroed, `cdf = cumsum(p) / last`,
 //! `searchsorted(side = right)`, distinct results appended in order of first occurrence.

@@ -1,4 +1,4 @@
-//! Ordered systematic sampling (ALGORITHMS.md §1.6, R `sampling::UPsystematic`): one uniform
+//! Ordered systematic sampling (docs/algorithms.md §1.6, R `sampling::UPsystematic`): one uniform
 //! `U`, cumulative sums `V_k = Σ_{j≤k} π_j`, and unit k is selected iff an integer lies in
 //! `(V_{k−1} − U, V_k − U]`. Exact marginals `π`, `O(N)` per draw, but many pairs have
 //! `π_ij = 0` (units closer than 1 apart on the `V` line), which is why it is not the default.

@@ -1,4 +1,4 @@
-//! Client selection (ALGORITHMS.md §2): which registered clients train in a round, and with
+//! Client selection (docs/algorithms.md §2): which registered clients train in a round, and with
 //! which inclusion probability `p_k` each was chosen, so an aggregator can reweight their
 //! updates (`n_k / p_k`, §2.4).
 //!

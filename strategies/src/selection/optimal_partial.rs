@@ -1,4 +1,4 @@
-//! Optimal client sampling with partial training (Dabaja & El-Azouzi; ALGORITHMS.md §2.2–2.3).
+//! Optimal client sampling with partial training (Dabaja & El-Azouzi; docs/algorithms.md §2.2–2.3).
 //!
 //! Clients are included independently with probabilities `p_k` that minimise the variance of the
 //! inverse-probability estimate `Ĝ = Σ_{k∈A} (n_k/p_k) U_k` of `G = Σ_k n_k U_k`,
@@ -12,7 +12,7 @@ use crate::{Result, StrategyError};
 /// rounding is accepted on either side of the boundary (both prefixes are optimal then).
 const THRESHOLD_SLACK: f64 = 1e-12;
 
-/// The variance-optimal inclusion probabilities of ALGORITHMS.md §2.2, computed by the
+/// The variance-optimal inclusion probabilities of docs/algorithms.md §2.2, computed by the
 /// `O(K log K)` algorithm of §2.3, and the threshold `θ`.
 ///
 /// With `a_k = n_k ‖U_k‖`, `ρ_k = a_k / √r_k` and `R = Σ r_k`: `p_k = min(1, ρ_k/θ)` where `θ`
@@ -133,7 +133,7 @@ pub fn optimal_partial_probabilities(
     let Some((below, theta)) = theta else {
         return Err(StrategyError::invalid(
             "client statistics",
-            "no threshold θ satisfies the test of ALGORITHMS.md §2.3 (numerically degenerate input)",
+            "no threshold θ satisfies the test of docs/algorithms.md §2.3 (numerically degenerate input)",
         ));
     };
     for (l, &i) in competing.iter().enumerate() {
@@ -147,7 +147,7 @@ pub fn optimal_partial_probabilities(
 }
 
 /// `E‖Ĝ − G‖² = Σ_k a_k² (1/p_k − 1)` with `a_k = n_k ‖U_k‖`, the variance of the
-/// inverse-probability estimate under independent (Poisson) inclusion (ALGORITHMS.md §2.1), the
+/// inverse-probability estimate under independent (Poisson) inclusion (docs/algorithms.md §2.1), the
 /// objective [`optimal_partial_probabilities`] minimises. A client with `a_k = 0` contributes 0
 /// whatever its `p_k`; `p_k = 0` with `a_k > 0` gives `+∞`.
 pub fn poisson_sampling_variance(contributions: &[f64], probabilities: &[f64]) -> f64 {

@@ -6,7 +6,7 @@ use crate::{Result, StrategyError};
 use rand::Rng;
 
 /// `m` clients drawn uniformly without replacement (the FedAvg default and the baseline of
-/// ALGORITHMS.md §2). Keep ratios and update norms are ignored; the budget counts clients.
+/// docs/algorithms.md §2). Keep ratios and update norms are ignored; the budget counts clients.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UniformSelector;
 

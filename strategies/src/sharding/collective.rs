@@ -1,4 +1,4 @@
-//! The Collective strategy (ALGORITHMS.md §1.3; paper Theorem 3.2, Algorithm 2, corrected).
+//! The Collective strategy (docs/algorithms.md §1.3; paper Theorem 3.2, Algorithm 2, corrected).
 //!
 //! `C` clients of one group each receive an i.i.d. sample from the same design; the server's
 //! target is the average `W̄ = (1/C) Σ_c Ŵ^(c)`. Its expected error is Eq. 7,
@@ -12,7 +12,7 @@ use super::top_n::{check_layer, effective_spectrum, indicator};
 use crate::{Result, StrategyError};
 
 /// Optimal inclusion probabilities and multipliers of the Collective strategy for a group of
-/// `clients` (ALGORITHMS.md §1.3), with `expected_discrepancy = Σλ² + E(t,u)` (Eq. 7 at the
+/// `clients` (docs/algorithms.md §1.3), with `expected_discrepancy = Σλ² + E(t,u)` (Eq. 7 at the
 /// optimum).
 ///
 /// Top-n (`π = ω = 1{i ≤ n}`) when `C = 1`, `n = N`, the numerical rank is `≤ n`, or
@@ -68,7 +68,7 @@ pub fn marginals(spectrum: &[f64], n: usize, clients: usize) -> Result<Marginals
     Ok(candidate(spectrum, &lambda, n, c, ones, support - ones))
 }
 
-/// The reference O(N n) sweep of ALGORITHMS.md §1.3 (paper Algorithm 2 with the corrected
+/// The reference O(N n) sweep of docs/algorithms.md §1.3 (paper Algorithm 2 with the corrected
 /// criterion sign and `λ_0 = +∞`): start from top-n with `E = −Σ_{i≤n} λ_i²`, evaluate every
 /// `(t, u)` with `0 ≤ t < n`, `n − t + 1 ≤ u ≤ N − t` that satisfies F1 and F2 (all interior
 /// `π` in (0, 1), so the candidate is feasible and `E(t,u)` is its Eq. 7 value) and keep the
@@ -114,7 +114,7 @@ pub fn marginals_by_sweep(spectrum: &[f64], n: usize, clients: usize) -> Result<
     })
 }
 
-/// The closed form of ALGORITHMS.md §1.3 for a given `(t, u)` with `u ≥ 1`, `C ≥ 2`:
+/// The closed form of docs/algorithms.md §1.3 for a given `(t, u)` with `u ≥ 1`, `C ≥ 2`:
 /// `s = √C S_tu / ((n − t)(C − 1) + u)`, `π_i = (√C λ_i/s − 1)/(C − 1)` on the interior
 /// (clamped to [0, 1] against rounding), `ω_i = C/(1 + (C − 1)π_i)` (= `√C s/λ_i` in exact
 /// arithmetic; written from `π` so it stays the optimal multiplier of the returned `π`),
@@ -159,7 +159,7 @@ fn candidate(spectrum: &[f64], lambda: &[f64], n: usize, c: f64, t: usize, u: us
     }
 }
 
-/// Eq. 7 minus the constant `Σλ²` (ALGORITHMS.md §1.3): the collective criterion
+/// Eq. 7 minus the constant `Σλ²` (docs/algorithms.md §1.3): the collective criterion
 /// `Σ_i λ_i² ω_i π_i (−2 + ω_i/C + ω_i π_i (C − 1)/C)` for any `(π, ω)` and group size `C`
 /// (`C = 1`: the single-client error of fixed multipliers). `clients = 0` is treated as 1.
 ///

@@ -1,4 +1,4 @@
-//! Spectral sharding strategies (ALGORITHMS.md §1.2–1.5): from a sorted singular spectrum
+//! Spectral sharding strategies (docs/algorithms.md §1.2–1.5): from a sorted singular spectrum
 //! `λ_1 ≥ … ≥ λ_N`, a number of kept terms `n` and (for Collective) a group size `C`, compute the
 //! inclusion probabilities `π` and multipliers `ω` of each term.
 //!

@@ -1,5 +1,5 @@
 //! A strategy chosen by name, planned once per (layer, keep-ratio group, round), then drawn once
-//! per client (ALGORITHMS.md §1.1 steps 2–3).
+//! per client (docs/algorithms.md §1.1 steps 2–3).
 //!
 //! Names are the base strategy plus optional modifiers: `top-n`, `prism`, `prism-wallenius`,
 //! `unbiased`, `collective`, each optionally followed by `+scaled` (top-n and prism only, §1.4)
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// The base strategies of ALGORITHMS.md §1.2–1.5.
+/// The base strategies of docs/algorithms.md §1.2–1.5.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Base {
     TopN,

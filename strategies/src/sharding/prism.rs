@@ -1,11 +1,11 @@
-//! The PriSM baseline and its "+Wallenius" variant (ALGORITHMS.md §1.5).
+//! The PriSM baseline and its "+Wallenius" variant (docs/algorithms.md §1.5).
 //!
 //! PriSM draws `n` distinct terms with NumPy's `choice(N, n, replace=False, p)` and selection
 //! weights `p_i ∝ λ_i^k`; that draw lives in `sampling`. Its marginal inclusion probabilities
 //! have no closed form, so wherever a `π` is needed (ANME §1.9, and the multipliers `ω = 1/π` of
 //! PriSM + Wallenius) this module uses Fog's Wallenius approximation with odds `λ_i^k`
 //! ([`super::wallenius::mean_inclusion`]). It only approximates NumPy's frequencies
-//! (0.9894 vs 0.9736 for the top term in ALGORITHMS.md's check).
+//! (0.9894 vs 0.9736 for the top term in docs/algorithms.md's check).
 
 use super::Marginals;
 use super::top_n::check_layer;
@@ -13,13 +13,13 @@ use super::wallenius::mean_inclusion;
 use crate::Result;
 use crate::spectrum::kept_terms;
 
-/// PriSM's sharpness exponent `k` (ALGORITHMS.md §1.5, from the PriSM run scripts):
+/// PriSM's sharpness exponent `k` (docs/algorithms.md §1.5, from the PriSM run scripts):
 /// 4 for keep ratios `r ≤ 0.2`, else 2.5.
 pub fn exponent(keep_ratio: f64) -> f64 {
     if keep_ratio <= 0.2 { 4.0 } else { 2.5 }
 }
 
-/// PriSM's selection weights `p_i = λ_i^k / Σ_j λ_j^k` (ALGORITHMS.md §1.5), the `p` given to
+/// PriSM's selection weights `p_i = λ_i^k / Σ_j λ_j^k` (docs/algorithms.md §1.5), the `p` given to
 /// NumPy-style `choice`. Computed as `(λ_i/λ_1)^k` normalised so large spectra do not overflow.
 ///
 /// An all-zero spectrum gives the uniform `1/N`; an empty one an empty vector. Expects a spectrum
@@ -47,7 +47,7 @@ fn relative_odds(spectrum: &[f64], exponent: f64) -> Vec<f64> {
         .collect()
 }
 
-/// PriSM marginals (ALGORITHMS.md §1.5, §1.9): `π` = Fog's Wallenius mean with odds `λ^k`,
+/// PriSM marginals (docs/algorithms.md §1.5, §1.9): `π` = Fog's Wallenius mean with odds `λ^k`,
 /// `k = exponent(keep_ratio)`, and `ω = 1` on every term (PriSM trains the drawn terms as they
 /// are). No closed-form discrepancy (`None`).
 ///
@@ -64,7 +64,7 @@ pub fn marginals(spectrum: &[f64], n: usize, keep_ratio: f64) -> Result<Marginal
     })
 }
 
-/// PriSM + Wallenius marginals (ALGORITHMS.md §1.5; paper §4): the same `π` as [`marginals`]
+/// PriSM + Wallenius marginals (docs/algorithms.md §1.5; paper §4): the same `π` as [`marginals`]
 /// with approximately-unbiased multipliers `ω_i = 1/π_i` (0 where `π_i = 0`, never sent).
 /// No closed-form discrepancy (`None`): `π` only approximates the real draw.
 ///

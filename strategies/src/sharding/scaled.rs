@@ -1,4 +1,4 @@
-//! The "+Scaled" modifier (ALGORITHMS.md §1.4, paper §4): every selected term of a client gets
+//! The "+Scaled" modifier (docs/algorithms.md §1.4, paper §4): every selected term of a client gets
 //! the same multiplier `ω = √(Σ_all λ² / Σ_{i∈I} λ²)`, so `‖Ŵ‖_F = ‖W‖_F` at send time. Applied
 //! to Top-n or to a PriSM draw.
 
@@ -6,7 +6,7 @@ use super::Marginals;
 use super::top_n::{check_layer, indicator};
 use crate::Result;
 
-/// `ω = √(Σ_{k=1..N} λ_k² / Σ_{k∈I} λ_k²)` (ALGORITHMS.md §1.4), the norm-preserving multiplier
+/// `ω = √(Σ_{k=1..N} λ_k² / Σ_{k∈I} λ_k²)` (docs/algorithms.md §1.4), the norm-preserving multiplier
 /// of index set `indices` (0-based positions in `spectrum`, expected distinct).
 ///
 /// Defined as `1.0` when the selected terms carry no energy (`Σ_{k∈I} λ_k² = 0`, including an
@@ -31,7 +31,7 @@ pub fn multiplier(spectrum: &[f64], indices: &[usize]) -> f64 {
     }
 }
 
-/// Top-n + Scaled (ALGORITHMS.md §1.4): `π = 1{i ≤ n}`, `ω_i = ω` of [`multiplier`] for
+/// Top-n + Scaled (docs/algorithms.md §1.4): `π = 1{i ≤ n}`, `ω_i = ω` of [`multiplier`] for
 /// `I = {1..n}` on the kept terms (0 on the others, never sent). Expected (= deterministic)
 /// discrepancy `Σ_{i>n} λ_i² + (ω − 1)² Σ_{i≤n} λ_i²`, the orthogonal-terms identity of
 /// [`crate::metrics::realised_discrepancy`].

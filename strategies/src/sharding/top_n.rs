@@ -1,4 +1,4 @@
-//! Top-n (FedHM) sharding (ALGORITHMS.md §1.4): every client receives the `n` largest terms with
+//! Top-n (FedHM) sharding (docs/algorithms.md §1.4): every client receives the `n` largest terms with
 //! unit multipliers. It is the Eckart–Young optimum for one client and the fallback of the
 //! Collective strategy (`C = 1`, `n = N`, or `λ_n ≥ C λ_{n+1}`, §1.3).
 //!
@@ -9,7 +9,7 @@ use super::Marginals;
 use crate::spectrum::check_sorted;
 use crate::{Result, StrategyError};
 
-/// Singular values at most this fraction of `λ_1` are treated as exact zeros (ALGORITHMS.md
+/// Singular values at most this fraction of `λ_1` are treated as exact zeros (docs/algorithms.md
 /// §1.2 edge cases: zero terms are never sampled).
 ///
 /// Why: such a term carries less than `1e-300` of `‖W‖²_F`, far below f64 resolution of any
@@ -55,7 +55,7 @@ pub(crate) fn effective_spectrum(spectrum: &[f64]) -> (Vec<f64>, usize) {
     (values, rank)
 }
 
-/// `π_i = ω_i = 1{i ≤ n}` (ALGORITHMS.md §1.4); the discrepancy is the truncated-SVD error
+/// `π_i = ω_i = 1{i ≤ n}` (docs/algorithms.md §1.4); the discrepancy is the truncated-SVD error
 /// `Σ_{i>n} λ_i²` (Eckart–Young), deterministic.
 ///
 /// Errors unless the spectrum is valid and `1 ≤ n ≤ N`.

@@ -1,4 +1,4 @@
-//! The Unbiased strategy (ALGORITHMS.md §1.2; paper Theorem 3.1, Algorithm 1).
+//! The Unbiased strategy (docs/algorithms.md §1.2; paper Theorem 3.1, Algorithm 1).
 //!
 //! With Horvitz–Thompson multipliers `ω_i = 1/π_i` the estimator `Ŵ = Σ_{i∈I} ω_i λ_i u_i v_iᵀ`
 //! is unbiased and `E‖W − Ŵ‖²_F = Σ λ_i² (1/π_i − 1)` (Eq. 4). Minimising it subject to
@@ -9,7 +9,7 @@ use super::top_n::{NEGLIGIBLE_RATIO, check_layer, effective_spectrum};
 use crate::Result;
 
 /// Inclusion probabilities, HT multipliers and the minimal Eq. 4 error of the Unbiased strategy
-/// (ALGORITHMS.md §1.2).
+/// (docs/algorithms.md §1.2).
 ///
 /// With `Λ_t = Σ_{l>t} λ_l` (1-based), `t* = min{t < n : λ_{t+1} < Λ_t/(n − t)}` (the smallest
 /// feasible `t`; the paper's sweep over all feasible `t` picks the same one), then `π_i = 1` for
@@ -81,7 +81,7 @@ pub fn marginals(spectrum: &[f64], n: usize) -> Result<Marginals> {
 }
 
 /// Eq. 4: `E‖W − Ŵ‖²_F = Σ_i λ_i² (1/π_i − 1)` for any `π` with HT multipliers `ω = 1/π`
-/// (ALGORITHMS.md §1.2), the objective the Unbiased strategy minimises.
+/// (docs/algorithms.md §1.2), the objective the Unbiased strategy minimises.
 ///
 /// Terms with `λ_i = 0` (or `≤ λ_1·1e-150`, the strategies' zero rule) contribute 0 whatever
 /// their `π_i`. A term with `λ_i > 0` but `π_i = 0` is never sent, so no unbiased estimator

@@ -1,5 +1,5 @@
 //! Fog's approximation of the mean of the multivariate Wallenius noncentral hypergeometric
-//! distribution with one ball per colour (ALGORITHMS.md §1.5, "PriSM + Wallenius"; BiasedUrn's
+//! distribution with one ball per colour (docs/algorithms.md §1.5, "PriSM + Wallenius"; BiasedUrn's
 //! `meanMWNCHypergeo` approximation branch).
 //!
 //! Drawing `n` of `N` balls one at a time with odds `w_i` includes ball i with probability
@@ -12,11 +12,11 @@ use crate::{Result, StrategyError};
 /// Probabilities below this are returned as 0: such a term is never drawn in practice and its
 /// multiplier `1/π` would otherwise overflow.
 const PROBABILITY_FLOOR: f64 = 1e-300;
-/// Tolerance on `|Σπ − n|` (ALGORITHMS.md §1.5: 1e-12 instead of R's 1e-5).
+/// Tolerance on `|Σπ − n|` (docs/algorithms.md §1.5: 1e-12 instead of R's 1e-5).
 const TOLERANCE: f64 = 1e-12;
 const MAX_ITERATIONS: usize = 500;
 
-/// Fog's approximate Wallenius mean `π_i = 1 − e^{−x w'_i}` with `Σ π_i = n` (ALGORITHMS.md
+/// Fog's approximate Wallenius mean `π_i = 1 − e^{−x w'_i}` with `Σ π_i = n` (docs/algorithms.md
 /// §1.5 step 2–3, written with `x = −t > 0` and odds normalised by their maximum, which only
 /// rescales `x`).
 ///

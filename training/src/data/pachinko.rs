@@ -1,6 +1,6 @@
 //! The two-stage Pachinko allocation of Reddi et al., "Adaptive Federated Optimization" (ICLR
 //! 2021, App. C.1), which splits CIFAR-100 over clients using its label hierarchy of 20 coarse
-//! labels with 5 fine labels each (ALGORITHMS.md §1.10: α = 1 over coarse, α = 10 coarse → fine).
+//! labels with 5 fine labels each (docs/algorithms.md §1.10: α = 1 over coarse, α = 10 coarse → fine).
 //!
 //! Per client `c`, in client order, each step seeded from its own [`Purpose::Data`] stream:
 //! 1. a coarse mix `q_c ~ Dir(α_coarse · p_coarse)` and, for every coarse label `k`, a fine mix
@@ -29,9 +29,9 @@ use super::partition::{dirichlet, fits_clients, shuffled_pools};
 use super::{DataError, DataStream, Result, data_stream};
 use fedshard_strategies::rng::{ChaCha20Rng, uniform};
 
-/// Concentration over coarse labels in ALGORITHMS.md §1.10.
+/// Concentration over coarse labels in docs/algorithms.md §1.10.
 pub const DEFAULT_ALPHA_COARSE: f64 = 1.0;
-/// Concentration over the fine labels of a coarse label in ALGORITHMS.md §1.10.
+/// Concentration over the fine labels of a coarse label in docs/algorithms.md §1.10.
 pub const DEFAULT_ALPHA_FINE: f64 = 10.0;
 
 /// How to split a two-level labelled dataset across clients.
@@ -48,7 +48,7 @@ pub struct PachinkoSpec {
 }
 
 impl PachinkoSpec {
-    /// `clients × samples_per_client` with the concentrations of ALGORITHMS.md §1.10.
+    /// `clients × samples_per_client` with the concentrations of docs/algorithms.md §1.10.
     pub fn paper(clients: usize, samples_per_client: usize) -> Self {
         Self {
             clients,

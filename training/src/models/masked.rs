@@ -1,4 +1,4 @@
-//! FedPM's masked networks (ALGORITHMS.md §4.6; Isik et al., seed 004, Appendix A.1): every
+//! FedPM's masked networks (docs/algorithms.md §4.6; the KLMS paper (Isik et al.), Appendix A.1): every
 //! weight is a frozen random value `w_init` times a Bernoulli mask bit, and what is learned is
 //! the mask's probability `θ = sigmoid(s)` through trainable scores `s`.
 //!
@@ -305,7 +305,7 @@ impl<B: Backend> MaskedLayer<B> {
     /// In training, `m` carries the reference's gradient (its `Bern` autograd function:
     /// "first-order gradient of Bernoulli with probability p is p"): `∂m/∂θ := θ`, so
     /// `∂L/∂s = ∂L/∂m · θ · θ(1 − θ)`. It is written `m + ½(θ² − detach(θ²))`, whose value is
-    /// exactly `m` (x − x = 0 in floating point) and whose derivative in θ is θ. ALGORITHMS.md
+    /// exactly `m` (x − x = 0 in floating point) and whose derivative in θ is θ. docs/algorithms.md
     /// §4.6 follows the reference here; the plain straight-through estimator would use
     /// `∂m/∂θ := 1`.
     pub fn masked_weight(&self, draw: &mut MaskDraw<'_>) -> Tensor<B, 2> {

@@ -1,4 +1,4 @@
-//! Synthetic data of the ridge experiment (ALGORITHMS.md §3.3 steps 1–3), reduced to what the
+//! Synthetic data of the ridge experiment (docs/algorithms.md §3.3 steps 1–3), reduced to what the
 //! estimators need: each node's Gram matrix `XᵀX` and cross moment `Xᵀy`.
 
 use faer::{Accum, Col, Mat, Par};

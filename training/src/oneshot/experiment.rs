@@ -1,4 +1,4 @@
-//! The γ × runs grid of the FESC ridge experiment (ALGORITHMS.md §3.3) and its summary table.
+//! The γ × runs grid of the FESC ridge experiment (docs/algorithms.md §3.3) and its summary table.
 
 use super::data::{node_moments, sample_sizes, true_parameter};
 use super::ridge::{RidgeForm, fit, fit_with_oracle};
@@ -114,7 +114,7 @@ fn validate(config: &RidgeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the experiment of ALGORITHMS.md §3.3: for every `γ` and run, draw `θ*`, node sizes and
+/// Runs the experiment of docs/algorithms.md §3.3: for every `γ` and run, draw `θ*`, node sizes and
 /// node moments, fit the local ridges, and compare the centralised, FedAvg, FESC and oracle
 /// estimators. The `γ × runs` tasks run in parallel on rayon's pool; each draws only from
 /// `stream(seed, run, γ-index, Purpose::Experiment)` and the means are summed in run order, so

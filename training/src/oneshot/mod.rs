@@ -1,5 +1,5 @@
 //! One-shot federated learning experiments: the synthetic ridge experiment of FESC
-//! (ALGORITHMS.md §3.3, Figure 1 of Garin, Evgeniou & Vayatis).
+//! (docs/algorithms.md §3.3, Figure 1 of Garin, Evgeniou & Vayatis).
 //!
 //! * [`data`] draws the node sizes and each node's sufficient statistics `XᵢᵀXᵢ`, `Xᵢᵀyᵢ`
 //!   (never the data themselves).

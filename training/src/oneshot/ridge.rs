@@ -1,5 +1,5 @@
 //! Ridge fits from sufficient statistics, and the oracle variance and bias of a local fit
-//! (ALGORITHMS.md §3.3 steps 4–5).
+//! (docs/algorithms.md §3.3 steps 4–5).
 
 use anyhow::Context;
 use faer::linalg::solvers::{DenseSolveCore, Llt, Solve};

@@ -1,4 +1,4 @@
-//! FedPM local training and evaluation (ALGORITHMS.md §4.6): the global model is the mask
+//! FedPM local training and evaluation (docs/algorithms.md §4.6): the global model is the mask
 //! probability θ of every weight of a [`MaskedNetwork`]; the frozen weights `w_init` come from
 //! the run seed, never from the wire.
 //!

@@ -1,4 +1,4 @@
-//! Local training of the neural models with burn (ALGORITHMS.md §1.7, DESIGN.md "One round"
+//! Local training of the neural models with burn (docs/algorithms.md §1.7, docs/design.md, "One round"
 //! steps 4–5): a client builds its sub-model from the task, trains it for E epochs with SGD
 //! (momentum, fresh state every round), Frobenius decay on every effective weight and ClipLR on
 //! the factors of its shards, and exports the trained tensors.
@@ -105,7 +105,7 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
 }
 
 /// Adds the gradient of the Frobenius decay `(μ/2) Σ ‖Ŵ‖²_F` over every affine and
-/// convolutional weight of the model to `grads`, in closed form (ALGORITHMS.md §1.7): `μ W` for
+/// convolutional weight of the model to `grads`, in closed form (docs/algorithms.md §1.7): `μ W` for
 /// a dense weight; for a shard Ŵ = Uᵀ Ω V (U `n × c_out`, V `n × c_in`), `μ Ω (V Vᵀ) Ω U` for U
 /// and `μ Ω (U Uᵀ) Ω V` for V.
 ///

@@ -1,4 +1,4 @@
-//! Ridge regression clients for the one-shot setting of seed 003 (ALGORITHMS.md §3.3): each
+//! Ridge regression clients for the one-shot setting of the FESC paper (docs/algorithms.md §3.3): each
 //! client fits `θ̂ = (XᵀX + n λ I)⁻¹ Xᵀy` with `λ = 1/√n` (mean-loss form) in closed form.
 
 use crate::data::synthetic::linear_regression;

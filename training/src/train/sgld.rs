@@ -1,4 +1,4 @@
-//! The client side of federated SGLD (ALGORITHMS.md §4.9): one minibatch gradient of the
+//! The client side of federated SGLD (docs/algorithms.md §4.9): one minibatch gradient of the
 //! client's share of the potential,
 //! `H_c = (|D_c|/B) Σ_{j ∈ batch} ∇(−ln p(y_j | x_j, θ)) + ∇(−ln p(θ)) / N`,
 //! with the Gaussian prior of weight decay `λ` (`−ln p(θ) = (λ/2) Σ ‖W‖²` over the affine and
