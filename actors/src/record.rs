@@ -74,7 +74,7 @@ pub struct RoundRecord {
     pub klms: Option<KlmsStats>,
 }
 
-/// A round's KLMS reports (the KLMS paper §4.4; `[compression] rescale_drift`, `report_drift`), so
+/// A round's KLMS reports (docs/algorithms.md §4.4; `[compression] rescale_drift`, `report_drift`), so
 /// that a run shows whether its blocks still carry about `d_target` bits of KL and how much of
 /// the drift the candidates carried: the two numbers that explain a KLMS run's bits and
 /// accuracy.

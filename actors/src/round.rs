@@ -1067,7 +1067,7 @@ pub(crate) mod tests {
         assert_eq!(model.get("b").unwrap().data, vec![3.5, 2.5]);
     }
 
-    /// Seed 001, Sec. 3.1: a client at keep ratio 1 (every term, ω = 1) and a sharded one in
+    /// The sharding paper, Sec. 3.1: a client at keep ratio 1 (every term, ω = 1) and a sharded one in
     /// the same round. Each singular vector is averaged over the clients that held it, so term
     /// 0 (both) moves by the mean of their changes, +1.5, and term 1 (client 1 alone) by client
     /// 1's, +1; the dense bias moves by the mean, +2. `W` is then the recomposition.

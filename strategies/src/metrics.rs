@@ -18,7 +18,7 @@ fn bernoulli_entropy(p: f64) -> f64 {
     }
 }
 
-/// ANME of one layer (docs/algorithms.md §1.9, paper §5): the mean marginal entropy
+/// ANME of one layer (docs/algorithms.md §1.9; the sharding paper §4.2.2): the mean marginal entropy
 /// `(1/N) Σ_i H(π_i)` normalised by that of the uniform design, `H(n/N)`. 0 for Top-n, 1 for
 /// uniform `π = n/N`; low values mean an exploitative strategy (every client gets the same
 /// terms), high values an explorative one.
