@@ -51,7 +51,9 @@ fn all_files() -> Vec<PathBuf> {
 /// A section number at the start of `text`: digits, optionally `.` and digits (`4`, `1.11`).
 /// Returns it and the rest of `text`; a trailing `.` (end of a sentence) is not part of it.
 fn section_number(text: &str) -> Option<(&str, &str)> {
-    let major = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let major = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     if major == 0 {
         return None;
     }
@@ -113,12 +115,17 @@ fn citations(content: &str) -> Vec<Citation> {
         for (at, _) in line.match_indices(SPEC) {
             let after = &line[at + SPEC.len()..];
             let sections = if after.trim().is_empty() {
-                lines.get(i + 1).and_then(|next| cited_after(continuation(next)))
+                lines
+                    .get(i + 1)
+                    .and_then(|next| cited_after(continuation(next)))
             } else {
                 cited_after(after)
             };
             if let Some(sections) = sections {
-                found.push(Citation { line: i + 1, sections });
+                found.push(Citation {
+                    line: i + 1,
+                    sections,
+                });
             }
         }
     }
@@ -134,7 +141,10 @@ fn stale_references(content: &str) -> Vec<(usize, String)> {
     let mut found = Vec::new();
     for (i, line) in content.lines().enumerate() {
         if line.contains(&old_spec) {
-            found.push((i + 1, format!("mentions {old_spec}; cite {SPEC} §N.M instead")));
+            found.push((
+                i + 1,
+                format!("mentions {old_spec}; cite {SPEC} §N.M instead"),
+            ));
         }
         let lower = line.to_lowercase();
         for (at, _) in lower.match_indices(&seed_prefix) {
@@ -152,14 +162,17 @@ fn stale_references(content: &str) -> Vec<(usize, String)> {
 }
 
 fn relative(path: &Path) -> String {
-    path.strip_prefix(repo()).unwrap_or(path).display().to_string()
+    path.strip_prefix(repo())
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 #[test]
 fn every_citation_of_the_specification_names_an_existing_section() {
     let spec_path = repo().join(SPEC);
-    let spec = fs::read_to_string(&spec_path)
-        .unwrap_or_else(|e| panic!("{}: {e}", spec_path.display()));
+    let spec =
+        fs::read_to_string(&spec_path).unwrap_or_else(|e| panic!("{}: {e}", spec_path.display()));
     let defined = defined_sections(&spec);
     let mut problems = Vec::new();
     let mut count = 0;
@@ -248,7 +261,10 @@ fn the_parsers_read_the_forms_the_code_uses() {
     let headings = "# Algorithms\n## Conventions\n## 1 Spectral\n### 1.11 Test oracles\n#x";
     let want: BTreeSet<String> = ["1", "1.11"].map(String::from).into();
     assert_eq!(defined_sections(headings), want);
-    let stale = [["see ALGO", "RITHMS.md"].concat(), ["Seed", " 002"].concat()];
+    let stale = [
+        ["see ALGO", "RITHMS.md"].concat(),
+        ["Seed", " 002"].concat(),
+    ];
     assert_eq!(stale_references(&stale.join("\n")).len(), 2);
     assert!(stale_references("seed 0, seeds 1 and 2; docs/algorithms.md").is_empty());
 }
