@@ -1,10 +1,10 @@
 //! `fedshard bench train`: local-training throughput of each model on this machine, in samples
 //! per second of SGD (forward, backward, Frobenius decay, momentum step), dense and sharded.
 //!
-//! The PyTorch figures beside ours come from `scripts/torch_reference.py` (the same networks,
-//! recipe and batches; PyTorch 2.15 CPU from PyPI, one thread) run on the machine that
-//! produced docs/performance.md, and the printed line says so; re-run it beside this command
-//! to compare on another machine.
+//! It reports only what it measures on this machine: a rate from another machine compares with
+//! nothing here. `scripts/torch_reference.py` trains the same networks with the same recipe and
+//! batches in PyTorch; the printed report names its command, to run beside this one, and
+//! docs/performance.md records both side by side with their machine and date.
 
 use crate::config::Device;
 use clap::{Args, ValueEnum};
@@ -75,29 +75,6 @@ pub struct TrainBenchReport {
     /// Time of one SGD step at batch 1, in microseconds: the fixed cost of a step that no
     /// batch size amortises (autodiff graph, optimizer, allocation, kernel set-up).
     pub microseconds_per_step_at_batch_1: f64,
-    /// PyTorch 2.15 CPU, one thread, same model and batch (`scripts/torch_reference.py`), where
-    /// measured; none on CUDA (run the script with `--device cuda` on the same machine).
-    pub reference_samples_per_second: Option<f64>,
-}
-
-/// PyTorch 2.15 CPU, one thread (`scripts/torch_reference.py --seconds 5`), on the 2-core
-/// Intel Xeon (AVX-512) VM of docs/performance.md, idle, in samples per second: the mean of two
-/// runs on 2026-11-26. On the AMD EPYC VM before it the transformer ran at 199 and the CNN at
-/// 9 972 (batch 32): a stored figure only compares within one machine, so the printed line
-/// names it.
-const TORCH_REFERENCE: &[(BenchModel, usize, f64)] = &[
-    (BenchModel::DigitsMlp, 32, 105_642.0),
-    (BenchModel::DigitsCnn, 32, 8_423.0),
-    (BenchModel::DigitsCnn, 8, 3_359.0),
-    (BenchModel::DigitsCnn, 1, 825.0),
-    (BenchModel::CharTransformer, 10, 244.6),
-];
-
-fn torch_reference(model: BenchModel, batch: usize) -> Option<f64> {
-    TORCH_REFERENCE
-        .iter()
-        .find(|&&(m, b, _)| m == model && b == batch)
-        .map(|&(_, _, rate)| rate)
 }
 
 struct Setup {
@@ -192,9 +169,6 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
         samples_per_second: total,
         samples_per_second_per_thread: total / rates.len() as f64,
         microseconds_per_step_at_batch_1: 1e6 / steps_per_second,
-        reference_samples_per_second: (args.device == Device::Cpu)
-            .then(|| torch_reference(args.model, batch))
-            .flatten(),
     })
 }
 
@@ -276,7 +250,8 @@ fn client_rate<B: TrainingBackend>(
         epochs: 1,
         batch_size: s.batch,
         momentum: 0.9,
-        // The digits-mlp reference is plain SGD with momentum, as measured in PyTorch.
+        // The digits-mlp reference is plain SGD with momentum, as scripts/torch_reference.py
+        // trains it.
         weight_decay: if model == BenchModel::DigitsMlp {
             0.0
         } else {
@@ -335,26 +310,42 @@ pub fn describe(r: &TrainBenchReport) -> String {
     if r.threads > 1 {
         line += &format!(" in all, {:.0} per thread", r.samples_per_second_per_thread);
     }
-    if let Some(reference) = r.reference_samples_per_second {
-        line += &format!(
-            " ({:.2}× PyTorch 2.15 CPU one thread = {reference:.0}, as measured on the project's \
-             Intel Xeon VM; scripts/torch_reference.py measures this machine's)",
-            r.samples_per_second_per_thread / reference
-        );
-    }
     line += &format!(
         "; one step at batch 1: {:.0} µs",
         r.microseconds_per_step_at_batch_1
     );
+    if r.keep_ratio == 1.0 {
+        line += &format!("\n{}", torch_beside(r));
+    }
     line
 }
 
-/// A build without the `cuda` feature refuses `--device cuda` naming the flag and the rebuild,
-/// rather than measuring the CPU under the GPU's name.
-#[cfg(all(test, not(feature = "cuda")))]
+/// The command that measures PyTorch on this machine with the same network, recipe and batch
+/// (dense: the script has no shards), to compare with the per-thread rate above.
+fn torch_beside(r: &TrainBenchReport) -> String {
+    let model = r
+        .model
+        .to_possible_value()
+        .expect("every benchmark model has a command-line name");
+    let device = match r.device {
+        Device::Cpu => "",
+        Device::Cuda => " --device cuda",
+    };
+    format!(
+        "PyTorch beside it (one thread, same network, recipe and batch; PyTorch in a venv, see \
+         the script's header): python3 scripts/torch_reference.py --runs {}:{}{device}",
+        model.get_name(),
+        r.batch
+    )
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A build without the `cuda` feature refuses `--device cuda` naming the flag and the
+    /// rebuild, rather than measuring the CPU under the GPU's name.
+    #[cfg(not(feature = "cuda"))]
     #[test]
     fn cuda_without_the_feature_is_a_clear_error() {
         let args = TrainBenchArgs {
@@ -371,5 +362,42 @@ mod tests {
             .to_string();
         assert!(error.contains("--device cuda"), "{error}");
         assert!(error.contains("--features cuda"), "{error}");
+    }
+
+    fn report(keep_ratio: f64, device: Device) -> TrainBenchReport {
+        TrainBenchReport {
+            model: BenchModel::DigitsCnn,
+            device,
+            batch: 8,
+            threads: 1,
+            keep_ratio,
+            samples_per_second: 9_700.0,
+            samples_per_second_per_thread: 9_700.0,
+            microseconds_per_step_at_batch_1: 280.0,
+        }
+    }
+
+    /// The printed lines carry this machine's measurement and no figure from elsewhere: the
+    /// PyTorch side is a command to run here, with the same model, batch and device.
+    #[test]
+    fn the_report_names_the_pytorch_command_instead_of_a_stored_figure() {
+        let cpu = describe(&report(1.0, Device::Cpu));
+        assert!(cpu.contains("9700 samples/s"), "{cpu}");
+        assert!(
+            cpu.ends_with("python3 scripts/torch_reference.py --runs digits-cnn:8"),
+            "{cpu}"
+        );
+        assert!(
+            !cpu.contains('×'),
+            "no ratio against a stored figure: {cpu}"
+        );
+        let cuda = describe(&report(1.0, Device::Cuda));
+        assert!(
+            cuda.ends_with("--runs digits-cnn:8 --device cuda"),
+            "{cuda}"
+        );
+        // The script trains the dense model only: a sharded rate has no PyTorch counterpart.
+        let sharded = describe(&report(0.5, Device::Cpu));
+        assert!(!sharded.contains("torch_reference"), "{sharded}");
     }
 }

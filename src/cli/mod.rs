@@ -132,7 +132,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 println!(
                     "orchestration: {} clients, {} rounds: {:.4} s/round, {:.1} µs per client per round \
-                     (target ≤ 20 µs; Flower 1.41 on Ray measured 8900 µs here), peak RSS {:.1} MB \
+                     (target ≤ 20 µs), peak RSS {:.1} MB \
                      ({:.1} KB per client; target < 1 GB at 100 000 clients)",
                     report.clients,
                     report.rounds,
