@@ -210,6 +210,14 @@ pub trait HostCodec {
     fn record(&self, _symbols: &[Self::Symbol], _side: &mut UplinkSide) {}
 }
 
+/// The client's update `v = out − sent`, which QSGD and SignSGD quantise.
+pub fn update(sent: &[f32], out: &[f32]) -> Vec<f64> {
+    out.iter()
+        .zip(sent)
+        .map(|(o, s)| f64::from(*o) - f64::from(*s))
+        .collect()
+}
+
 fn shared_seed(task: &TrainTask) -> SharedSeed {
     SharedSeed {
         seed: task.seed,

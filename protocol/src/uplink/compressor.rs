@@ -96,6 +96,7 @@ impl Compressor {
             Compressor::Identity => &IdentityCodec,
             Compressor::Qsgd => &Qsgd::<Trits>::NEW,
             Compressor::QsgdElias => &Qsgd::<EliasSymbols>::NEW,
+            // KLMS replaces the host's own code, so QSGD's frame does not matter here.
             Compressor::QsgdKlms => &Klms(Qsgd::<Trits>::NEW),
             Compressor::Signsgd => &Signsgd,
             Compressor::SignsgdKlms => &Klms(Signsgd),

@@ -170,7 +170,6 @@ impl<H: KlmsHost> HostCodec for Klms<H> {
         prior: &Self::Prior,
     ) -> Result<(KlmsFrame, Vec<Self::Symbol>), Error> {
         let klms = klms_of(cx.uplink)?;
-        let kl = || self.0.kl_bits(message, prior);
         let blocks = match &klms.blocks {
             TaskBlocks::Fixed { size } => BlockFrame::Fixed(Partition::fixed(cx.len, *size)?),
             TaskBlocks::Adaptive {
@@ -178,7 +177,7 @@ impl<H: KlmsHost> HostCodec for Klms<H> {
                 max_block_size,
                 ends,
             } => {
-                let kl = kl()?;
+                let kl = self.0.kl_bits(message, prior)?;
                 match ends {
                     None => BlockFrame::Own {
                         partition: Partition::adaptive(&kl, f64::from(*d_target), *max_block_size)?,

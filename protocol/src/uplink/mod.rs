@@ -45,6 +45,9 @@
 //! [`signsgd::Signsgd`], [`sgld::Sgld`]), the identity encoding another
 //! ([`identity::IdentityCodec`]), and KLMS one wrapper over any host ([`klms::Klms`]);
 //! [`Compressor::codec`] maps the config names to them.
+//!
+//! [`LangevinScaling`]: fedshard_strategies::compression::LangevinScaling
+//! [`LangevinScaling::aggregate_noise_variance`]: fedshard_strategies::compression::LangevinScaling::aggregate_noise_variance
 
 pub mod codec;
 pub mod compressor;

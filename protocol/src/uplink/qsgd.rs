@@ -17,7 +17,7 @@
 //! `p_j = (m₋, 1 − m₋ − m₊, m₊)`. The reference code does this every round without counting
 //! the floats (docs/algorithms.md §4.12).
 
-use super::codec::{Decoding, Drift, Encoding, Frame, HostCodec, Layout};
+use super::codec::{Decoding, Drift, Encoding, Frame, HostCodec, Layout, update};
 use super::klms::{KlmsHost, Picking, Regenerating, Selected, regenerate_product, select_product};
 use super::wire::{
     BitReader, BitWriter, read_elias_symbols, read_trits, write_elias_symbols, write_trits,
@@ -311,11 +311,7 @@ impl<F: TernaryFrame> HostCodec for Qsgd<F> {
         sent: &[f32],
         out: &[f32],
     ) -> Result<(QsgdHeader, Vec<[f64; 3]>), Error> {
-        let v: Vec<f64> = out
-            .iter()
-            .zip(sent)
-            .map(|(o, s)| f64::from(*o) - f64::from(*s))
-            .collect();
+        let v = update(sent, out);
         let full = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         if !full.is_finite() {
             return Err(Error::UpdateNorm(full));

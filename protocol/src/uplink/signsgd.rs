@@ -8,7 +8,7 @@
 //! over the whole update spends about `1 / (8 c² ln 2)` bits a value (0.045 at `c = 2`) and
 //! moves the model by `η_S v / (2M)` on average, so `η_S` must grow with `c`.
 
-use super::codec::{Decoding, Drift, Encoding, Frame, HostCodec, Layout};
+use super::codec::{Decoding, Drift, Encoding, Frame, HostCodec, Layout, update};
 use super::klms::{KlmsHost, Picking, Regenerating, Selected};
 use super::qsgd::draw_ternary;
 use super::wire::{BitReader, BitWriter};
@@ -97,11 +97,7 @@ impl HostCodec for Signsgd {
         sent: &[f32],
         out: &[f32],
     ) -> Result<((), Vec<[f64; 3]>), Error> {
-        let v: Vec<f64> = out
-            .iter()
-            .zip(sent)
-            .map(|(o, s)| f64::from(*o) - f64::from(*s))
-            .collect();
+        let v = update(sent, out);
         let q = sign_probabilities(
             &v,
             uplink.temperature,
