@@ -112,7 +112,7 @@ pub struct Decoding<'a> {
 }
 
 /// How the server maps a decoded symbol `y` back to a drift: `μ_p + (y − μ_p)/ρ` with
-/// `rescale_drift`, `y` otherwise (docs/algorithms.md §4, "rescaled drift").
+/// [`rescale_drift`](super::CompressionConfig::rescale_drift), `y` otherwise.
 #[derive(Debug, Clone, Default)]
 pub struct Drift {
     rho: Option<f64>,
