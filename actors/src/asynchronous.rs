@@ -351,7 +351,9 @@ impl ServerState {
             };
             let state = &self.fed.uplink;
             tasks.attach_uplinks(|task| {
-                state.uplink(config.compressor, &config.compression, cohort, task)
+                state
+                    .uplink(config.compressor, &config.compression, cohort, task)
+                    .map_err(String::from)
             })?;
             run.since.downlink_bits += tasks.downlink_bits;
             let Some(task) = tasks.tasks.remove(&pick) else {

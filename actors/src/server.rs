@@ -394,7 +394,9 @@ impl ServerState {
             round,
         };
         tasks.attach_uplinks(|task| {
-            state.uplink(config.compressor, &config.compression, cohort, task)
+            state
+                .uplink(config.compressor, &config.compression, cohort, task)
+                .map_err(String::from)
         })?;
 
         let mut probabilities = selection_probabilities(&first);

@@ -4,14 +4,18 @@
 //!
 //! The data that crosses a wire between fedshard nodes, and the pure functions that produce and
 //! check it: model states ([`model`]), what a client is asked to do and returns ([`task`]), the
-//! shards a round hands out ([`shard_plan`]), and encoded updates ([`payload`]).
+//! shards a round hands out ([`shard_plan`]), and encoded updates ([`payload`]); what goes wrong
+//! is an [`Error`].
 //!
 //! No actors, no async, no tensors library: a client process links this crate and
 //! `fedshard-training` without the server's runtime.
 
 pub mod bounded;
+pub mod error;
 pub mod model;
 pub mod payload;
 pub mod shard_plan;
 pub mod task;
 pub mod uplink;
+
+pub use error::Error;

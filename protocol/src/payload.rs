@@ -5,8 +5,10 @@
 //! FedPM, each with or without KLMS) are in [`crate::uplink`], selected by the task's
 //! [`Uplink`](crate::uplink::Uplink).
 
+use crate::error::Error;
 use crate::model::ModelState;
 use crate::task::{ClientId, LayerShard, TrainOutput, TrainTask};
+use crate::uplink::codec::Update;
 use crate::uplink::{self, Compressor, UplinkSide};
 use serde::{Deserialize, Serialize};
 
@@ -32,13 +34,6 @@ pub struct UpdateEnvelope {
     pub update_norm: f64,
     pub train_seconds: f64,
     pub payload: Payload,
-}
-
-/// What the server learns from a decoded update.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct UpdateBody {
-    dense: ModelState,
-    shards: Vec<LayerShard>,
 }
 
 /// Why an update was rejected. Each reason is counted separately.
@@ -125,19 +120,9 @@ impl RejectionKind {
 
 /// Encodes a client's training output as its task's uplink asks. An error (a FedPM output
 /// that is not a probability, a non-finite QSGD norm) fails the client, like a training error.
-pub fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Payload, String> {
+pub fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Payload, Error> {
     let compressor = task.uplink.compressor;
-    let bytes = match compressor {
-        Compressor::Identity => {
-            let body = UpdateBody {
-                dense: output.dense.clone(),
-                shards: output.shards.clone(),
-            };
-            bincode::serde::encode_to_vec(&body, bincode::config::standard())
-                .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"))
-        }
-        _ => uplink::encode(task, output)?,
-    };
+    let (bytes, _) = compressor.codec().encode(task, output)?;
     Ok(Payload {
         compressor,
         bits: 8 * bytes.len() as u64,
@@ -186,25 +171,16 @@ pub fn decode_and_validate(
             payload.compressor, task.uplink.compressor
         )));
     }
-    let (body, side) = match payload.compressor {
-        Compressor::Identity => {
-            // Bounded: a 17-byte payload claiming a 16 TiB tensor name aborted the server.
-            let (body, used): (UpdateBody, usize) =
-                crate::bounded::decode_from_slice(&payload.bytes)
-                    .map_err(|e| Rejection::Malformed(e.to_string()))?;
-            if used != payload.bytes.len() {
-                return Err(Rejection::Malformed(format!(
-                    "{} trailing bytes",
-                    payload.bytes.len() - used
-                )));
-            }
-            (body, None)
-        }
-        _ => {
-            let (values, side) =
-                uplink::decode(task, &payload.bytes).map_err(Rejection::Malformed)?;
+    let (update, _) = payload
+        .compressor
+        .codec()
+        .decode(task, &payload.bytes)
+        .map_err(|e| Rejection::Malformed(e.to_string()))?;
+    let (dense, shards, side) = match update {
+        Update::Tensors { dense, shards } => (dense, shards, None),
+        Update::Message { values, side } => {
             let (dense, shards) = uplink::unflatten(task, &values);
-            (UpdateBody { dense, shards }, Some(side))
+            (dense, shards, Some(side))
         }
     };
     if payload.bits != 8 * payload.bytes.len() as u64 {
@@ -214,20 +190,20 @@ pub fn decode_and_validate(
             payload.bytes.len()
         )));
     }
-    body.dense
+    dense
         .check_compatible(&task.dense)
         .map_err(|e| Rejection::Shape(e.to_string()))?;
-    body.dense
+    dense
         .check_finite()
         .map_err(|e| Rejection::NonFinite(e.to_string()))?;
-    if body.shards.len() != task.shards.len() {
+    if shards.len() != task.shards.len() {
         return Err(Rejection::Shape(format!(
             "{} sharded layers, expected {}",
-            body.shards.len(),
+            shards.len(),
             task.shards.len()
         )));
     }
-    for (got, sent) in body.shards.iter().zip(&task.shards) {
+    for (got, sent) in shards.iter().zip(&task.shards) {
         if got.name != sent.name || got.shape != sent.shape {
             return Err(Rejection::Shape(format!(
                 "sharded layer `{}` {:?} where `{}` {:?} was sent",
@@ -264,8 +240,8 @@ pub fn decode_and_validate(
         }
     }
     Ok(DecodedUpdate {
-        dense: body.dense,
-        shards: body.shards,
+        dense,
+        shards,
         side,
     })
 }

@@ -1,6 +1,7 @@
 //! The shards of one round: the SVD of every sharded layer and each participant's columns of
 //! its factors (docs/algorithms.md §1.1 steps 1–3), as plain functions over plain data.
 
+use crate::error::Error;
 use crate::model::ModelState;
 use crate::task::{ClientId, LayerShard};
 use fedshard_strategies::metrics::anme_layer;
@@ -83,7 +84,7 @@ pub fn plan_shards(
     participants: &[Participant],
     seed: u64,
     round: u64,
-) -> Result<ShardPlan, String> {
+) -> Result<ShardPlan, Error> {
     let mut clusters: BTreeMap<u64, Vec<ClientId>> = BTreeMap::new();
     for p in participants {
         clusters
@@ -104,7 +105,7 @@ pub fn plan_shards(
         .map(|name| {
             global
                 .get(name)
-                .ok_or_else(|| format!("sharded layer `{name}` is not a tensor of the model"))
+                .ok_or_else(|| Error::UnknownLayer(name.clone()))
         })
         .collect::<Result<Vec<_>, _>>()?;
     // Each SVD runs on one core, so its factors are the same on any machine; the layers are
@@ -118,7 +119,10 @@ pub fn plan_shards(
         .collect();
     for ((name, tensor), layer) in policy.layers.iter().zip(tensors).zip(factorized) {
         let (rows, cols) = tensor.matrix_shape();
-        let layer = layer.map_err(|e| format!("layer `{name}`: {e}"))?;
+        let layer = layer.map_err(|source| Error::Factorize {
+            layer: name.clone(),
+            source,
+        })?;
         let spectrum: Vec<f64> = layer
             .singular_values
             .iter()
@@ -126,11 +130,15 @@ pub fn plan_shards(
             .collect();
         for (ratio_bits, members) in &clusters {
             let keep_ratio = f64::from_bits(*ratio_bits);
-            let kept = kept_terms(spectrum.len(), keep_ratio).map_err(|e| e.to_string())?;
+            let kept = kept_terms(spectrum.len(), keep_ratio)?;
             let plan = policy
                 .strategy
                 .plan(&spectrum, keep_ratio, kept, members.len(), policy.sampler)
-                .map_err(|e| format!("layer `{name}`, keep ratio {keep_ratio}: {e}"))?;
+                .map_err(|source| Error::Plan {
+                    layer: name.clone(),
+                    keep_ratio,
+                    source,
+                })?;
             groups.push(GroupStats {
                 layer: name.clone(),
                 keep_ratio,
@@ -140,7 +148,7 @@ pub fn plan_shards(
                 expected_discrepancy: plan.marginals.expected_discrepancy,
             });
             for client in members {
-                let rng = rngs.get_mut(client).ok_or("participant without a stream")?;
+                let rng = rngs.get_mut(client).ok_or(Error::NoStream(*client))?;
                 let shard = plan.draw(rng);
                 shards.entry(*client).or_default().push(LayerShard {
                     name: name.clone(),

@@ -6,6 +6,7 @@ use super::{
     BlockMode, BlockScope, Cohort, CompressionConfig, Compressor, Host, KlmsTask, TaskBlocks,
     Uplink, UplinkSide, qsgd,
 };
+use crate::error::Error;
 use crate::task::TrainTask;
 use fedshard_strategies::compression::{
     KSchedule, KlBand, LangevinScaling, Partition, candidates_for_target,
@@ -36,7 +37,7 @@ impl UplinkState {
         config: &CompressionConfig,
         cohort: Cohort,
         task: &TrainTask,
-    ) -> Result<Uplink, String> {
+    ) -> Result<Uplink, Error> {
         let Some(host) = compressor.host() else {
             return Ok(Uplink::default());
         };
@@ -48,9 +49,7 @@ impl UplinkState {
                         .candidates
                         .map_or_else(KSchedule::reference, KSchedule::Constant);
                     KlmsTask {
-                        candidates: schedule
-                            .candidates(cohort.round)
-                            .map_err(|e| e.to_string())?,
+                        candidates: schedule.candidates(cohort.round)?,
                         blocks: TaskBlocks::Fixed {
                             size: config.block_size,
                         },
@@ -58,8 +57,7 @@ impl UplinkState {
                     }
                 }
                 BlockMode::Adaptive => KlmsTask {
-                    candidates: candidates_for_target(config.d_target + config.margin_bits)
-                        .map_err(|e| e.to_string())?,
+                    candidates: candidates_for_target(config.d_target + config.margin_bits)?,
                     blocks: TaskBlocks::Adaptive {
                         d_target: config.d_target,
                         max_block_size: config.max_block_size,
@@ -81,12 +79,13 @@ impl UplinkState {
         let prior_counts = if host == Host::Qsgd && !self.counts.is_empty() {
             let mut counts = Vec::with_capacity(len);
             for range in segments(task) {
-                let slice = self.counts.get(range.clone()).ok_or_else(|| {
-                    format!(
-                        "QSGD counts cover {} values, the task needs {range:?}",
-                        self.counts.len()
-                    )
-                })?;
+                let slice = self
+                    .counts
+                    .get(range.clone())
+                    .ok_or_else(|| Error::QsgdCounts {
+                        counts: self.counts.len(),
+                        needs: range.clone(),
+                    })?;
                 counts.extend_from_slice(slice);
             }
             Some(counts)
@@ -102,10 +101,11 @@ impl UplinkState {
             None
         };
         let langevin = if host == Host::Sgld {
-            Some(
-                LangevinScaling::new(config.server_lr, cohort.population, cohort.participants)
-                    .map_err(|e| e.to_string())?,
-            )
+            Some(LangevinScaling::new(
+                config.server_lr,
+                cohort.population,
+                cohort.participants,
+            )?)
         } else {
             None
         };
@@ -140,7 +140,7 @@ impl UplinkState {
         compressor: Compressor,
         config: &CompressionConfig,
         decoded: &[(&TrainTask, &UplinkSide)],
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let adaptive = compressor.klms() && config.blocks == BlockMode::Adaptive;
         if adaptive && config.block_scope == BlockScope::Client {
             let band = KlBand::around(f64::from(config.d_target));
@@ -163,9 +163,7 @@ impl UplinkState {
             for (_, side) in decoded {
                 let entry = by_len.entry(side.len).or_default();
                 if let Some(ends) = &side.ends {
-                    entry
-                        .0
-                        .push(Partition::from_ends(ends.clone()).map_err(|e| e.to_string())?);
+                    entry.0.push(Partition::from_ends(ends.clone())?);
                 }
                 if let Some(kl) = side.mean_kl_bits {
                     entry.1.push(kl);
@@ -174,8 +172,7 @@ impl UplinkState {
             let band = KlBand::around(f64::from(config.d_target));
             for (len, (partitions, reports)) in by_len {
                 if !partitions.is_empty() {
-                    let global = Partition::aggregate(&partitions, config.max_block_size)
-                        .map_err(|e| e.to_string())?;
+                    let global = Partition::aggregate(&partitions, config.max_block_size)?;
                     self.ends.insert(len, global.ends().to_vec());
                 } else if !reports.is_empty() {
                     let mean = reports.iter().sum::<f64>() / reports.len() as f64;

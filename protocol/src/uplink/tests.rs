@@ -1,9 +1,17 @@
+use super::codec::{Frame, HostCodec, Layout, Symbols, Update};
+use super::klms::KlmsFrame;
+use super::qsgd::{Qsgd, Trits};
+use super::signsgd::Signsgd;
 use super::state::UplinkState;
+use super::wire::{BitReader, BitWriter};
 use super::*;
+use crate::error::Error;
 use crate::model::NamedTensor;
 use crate::payload::{Rejection, decode_and_validate, encode as encode_payload};
 use crate::task::Recipe;
-use fedshard_strategies::rng::{Purpose, stream};
+use crate::task::TrainOutput;
+use fedshard_strategies::compression::{Categorical, Selection, kl_bits_per_coordinate};
+use fedshard_strategies::rng::{Purpose, stream, uniform};
 
 /// The cohort of the tasks below: SGLD's `κ = N / C = 4`.
 const COHORT: Cohort = Cohort {
@@ -11,6 +19,32 @@ const COHORT: Cohort = Cohort {
     participants: 5,
     round: 3,
 };
+
+/// The payload of the task's compressor for `output`, and the symbols the client chose.
+fn encode_symbols(task: &TrainTask, output: &TrainOutput) -> Result<(Vec<u8>, Symbols), Error> {
+    task.uplink.compressor.codec().encode(task, output)
+}
+
+/// The payload of the task's compressor for `output`.
+fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Vec<u8>, Error> {
+    encode_symbols(task, output).map(|(bytes, _)| bytes)
+}
+
+/// What the server decodes from a compressed payload, and the symbols it read.
+fn decode_symbols(
+    task: &TrainTask,
+    bytes: &[u8],
+) -> Result<(Vec<f32>, UplinkSide, Symbols), Error> {
+    match task.uplink.compressor.codec().decode(task, bytes)? {
+        (Update::Message { values, side }, symbols) => Ok((values, side, symbols)),
+        (Update::Tensors { .. }, _) => panic!("a compressed payload decoded as tensors"),
+    }
+}
+
+/// The server's values and side information from a compressed payload.
+fn decode(task: &TrainTask, bytes: &[u8]) -> Result<(Vec<f32>, UplinkSide), Error> {
+    decode_symbols(task, bytes).map(|(values, side, _)| (values, side))
+}
 
 /// A task with a dense tensor and a sharded 4×6 layer holding terms {0, 2, 3}; values in (0, 1)
 /// so that FedPM can use the same task.
@@ -106,12 +140,7 @@ fn the_server_decodes_the_clients_symbols_bit_for_bit() {
         for compressor in Compressor::ALL.into_iter().filter(|c| c.host().is_some()) {
             let t = task(compressor, &config, &UplinkState::default());
             let (bytes, chosen) = encode_symbols(&t, &trained(&t)).unwrap();
-            let sent = flatten(&t.dense, &t.shards);
-            let Decoded {
-                symbols: decoded,
-                side,
-                ..
-            } = decode_symbols(&t, &sent, &bytes).unwrap();
+            let (_, side, decoded) = decode_symbols(&t, &bytes).unwrap();
             assert_eq!(
                 bit_patterns(&decoded),
                 bit_patterns(&chosen),
@@ -193,7 +222,11 @@ fn ordered_indices_cost_their_exp_golomb_codes() {
         for _ in 0..skip / 32 {
             r.u32().unwrap();
         }
-        let (_, indices) = read_blocks(klms, 70, &mut r, &mut UplinkSide::default()).unwrap();
+        let layout = Layout {
+            uplink: &ordered.uplink,
+            len: 70,
+        };
+        let indices = KlmsFrame::read(&mut r, &layout).unwrap().indices;
         assert_eq!(indices.len(), 14);
         let bits: u64 = indices.iter().map(|&k| wire::exp_golomb_bits(k, 2)).sum();
         assert_eq!(
@@ -261,7 +294,10 @@ fn corrupted_indices_and_boundaries_are_rejected_not_panics() {
     let mut bytes = encode(&t, &trained(&t)).unwrap();
     bytes[0] |= 0b11;
     let err = decode(&t, &bytes).unwrap_err();
-    assert!(err.contains("index 3") && err.contains("K = 3"), "{err}");
+    assert!(
+        err.to_string().contains("index 3") && err.to_string().contains("K = 3"),
+        "{err}"
+    );
 
     // Adaptive UPDATE: the block count comes first; a count that overruns the message, or
     // sizes that do not add up, are refused.
@@ -270,7 +306,7 @@ fn corrupted_indices_and_boundaries_are_rejected_not_panics() {
     let good = encode(&t, &trained(&t)).unwrap();
     let mut bad = good.clone();
     bad[..4].copy_from_slice(&1000u32.to_le_bytes());
-    assert!(decode(&t, &bad).unwrap_err().contains("blocks"));
+    assert!(decode(&t, &bad).unwrap_err().to_string().contains("blocks"));
     let mut bad = good.clone();
     bad[..4].copy_from_slice(&1u32.to_le_bytes());
     assert!(decode(&t, &bad).is_err());
@@ -535,15 +571,14 @@ fn qsgd_prior_smooths_counts_towards_the_tensor_frequency() {
         1e-12,
     );
     let uplink = qsgd_oracle_uplink(Some(counts), Some(means));
-    let c = message(&uplink, &[0.0; 5], &QSGD_ORACLE_V).unwrap();
-    assert!((c.norm.unwrap() - 1.3).abs() < 1e-6);
+    let qsgd = Qsgd::<Trits>::NEW;
+    let (header, q) = qsgd.message(&uplink, &[0.0; 5], &QSGD_ORACLE_V).unwrap();
+    assert!((header.norm - 1.3).abs() < 1e-6);
     assert!(
-        c.tensor_means.is_none(),
+        header.tensor_means.is_none(),
         "the server's frequencies: nothing to send"
     );
-    let Message::Ternary { q, p } = c.m else {
-        panic!("QSGD is ternary")
-    };
+    let p = qsgd.prior(&uplink, &[0.0; 5], &header).unwrap();
     assert_rows_close(
         &q,
         &[
@@ -597,15 +632,14 @@ fn qsgd_klms_sends_its_tensor_means_only_before_the_first_counts() {
     .unwrap();
     t.shards.clear();
     t.uplink = qsgd_oracle_uplink(None, None);
-    let c = message(&t.uplink, &[0.0; 5], &QSGD_ORACLE_V).unwrap();
-    let own = c.tensor_means.expect("the client's own means");
+    let qsgd = Qsgd::<Trits>::NEW;
+    let (header, _) = qsgd.message(&t.uplink, &[0.0; 5], &QSGD_ORACLE_V).unwrap();
+    let p = qsgd.prior(&t.uplink, &[0.0; 5], &header).unwrap();
+    let own = header.tensor_means.expect("the client's own means");
     let want = [[0.4 / 3.9, 0.3 / 3.9], [0.0, 1.2 / 2.6]];
     for (g, w) in own.iter().flatten().zip(want.iter().flatten()) {
         assert!((f64::from(*g) - w).abs() < 1e-7, "{own:?}");
     }
-    let Message::Ternary { p, .. } = c.m else {
-        panic!("QSGD is ternary")
-    };
     assert!((p[0][0] - 0.4 / 3.9).abs() < 1e-7 && (p[4][2] - 1.2 / 2.6).abs() < 1e-7);
     let mut out = TrainOutput {
         dense: t.dense.clone(),
@@ -648,9 +682,7 @@ fn signsgd_distribution_matches_the_oracle() {
         temperature: Temperature::Group,
         ..Uplink::default()
     };
-    let Message::Ternary { q, .. } = message(&uplink, &sent, &out).unwrap().m else {
-        panic!("SignSGD is ternary")
-    };
+    let (_, q) = Signsgd.message(&uplink, &sent, &out).unwrap();
     for (row, want) in q.iter().zip([0.999955, 2.1e-9, 0.993307, 0.5]) {
         assert!((row[2] - want).abs() < 1e-5, "{row:?} vs {want}");
         assert_eq!(row[1], 0.0);
@@ -664,7 +696,10 @@ fn fedpm_refuses_values_that_are_not_probabilities() {
     let mut out = trained(&t);
     out.dense.tensors[0].data[3] = 1.5;
     let err = encode(&t, &out).unwrap_err();
-    assert!(err.contains("[0, 1]") && err.contains("1.5"), "{err}");
+    assert!(
+        err.to_string().contains("[0, 1]") && err.to_string().contains("1.5"),
+        "{err}"
+    );
 }
 
 /// `out = sent − μ`: the output of an SGLD client whose scaled gradient is `μ` at every value.
@@ -701,7 +736,7 @@ fn sgld_candidates_are_decoded_bit_for_bit_through_the_location_protocol() {
                 let t = task_in(Compressor::SgldKlms, config, &state, COHORT, round, client);
                 let (bytes, chosen) = encode_symbols(&t, &trained(&t)).unwrap();
                 let sent = flatten(&t.dense, &t.shards);
-                let decoded = decode_symbols(&t, &sent, &bytes).unwrap().symbols;
+                let (_, _, decoded) = decode_symbols(&t, &bytes).unwrap();
                 assert_eq!(bit_patterns(&decoded), bit_patterns(&chosen));
                 let (values, side) = decode(&t, &bytes).unwrap();
                 let Symbols::Real(y) = chosen else {
@@ -753,10 +788,20 @@ fn sgld_payloads_that_are_cut_or_not_finite_are_refused() {
     assert!(decode(&t, &good[..good.len() - 1]).is_err());
     let mut longer = good.clone();
     longer.push(0);
-    assert!(decode(&t, &longer).unwrap_err().contains("trailing"));
+    assert!(
+        decode(&t, &longer)
+            .unwrap_err()
+            .to_string()
+            .contains("trailing")
+    );
     let mut nan = good.clone();
     nan[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
-    assert!(decode(&t, &nan).unwrap_err().contains("SGLD value 2"));
+    assert!(
+        decode(&t, &nan)
+            .unwrap_err()
+            .to_string()
+            .contains("SGLD value 2")
+    );
     // A finite value whose step overflows f32 decodes, and the payload check counts it.
     let mut huge = good;
     huge[..4].copy_from_slice(&f32::MAX.to_le_bytes());
@@ -772,6 +817,7 @@ fn sgld_payloads_that_are_cut_or_not_finite_are_refused() {
     assert!(
         encode(&bare, &trained(&bare))
             .unwrap_err()
+            .to_string()
             .contains("cohort")
     );
     assert!(decode(&bare, &encode(&t, &trained(&t)).unwrap()).is_err());
@@ -964,7 +1010,7 @@ fn a_drift_ratio_out_of_range_is_refused() {
     w.f32(0.01);
     bytes = w.finish();
     let err = decode(&t, &bytes).unwrap_err();
-    assert!(err.contains("drift ratio 0.0099"), "{err}");
+    assert!(err.to_string().contains("drift ratio 0.0099"), "{err}");
 }
 
 /// `report_drift` sends the same candidates plus the 32-bit ratio, which the server records and

@@ -2,6 +2,41 @@
 //! block sizes in `⌈log2 MAX_BLOCK_SIZE⌉` bits, signs and mask bits in one bit, QSGD symbols five
 //! to a byte. The bytes written are the bytes sent, so `8 × bytes.len()` is the uplink's size.
 
+/// Why a payload's bits do not read as the fields its task expects.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// A field runs past the last byte.
+    #[error("payload ends at bit {len}, a field needs bits {from}..{to}")]
+    End { len: u64, from: u64, to: u64 },
+    /// Whole bytes left after the last field.
+    #[error("{0} trailing bytes")]
+    TrailingBytes(u64),
+    /// The zero padding of the last byte is not zero.
+    #[error("non-zero padding bits")]
+    Padding,
+    /// A QSGD symbol byte above 242 (five base-3 digits reach 242).
+    #[error("symbol byte {0} is not five base-3 digits")]
+    TritByte(u32),
+    /// A QSGD symbol byte whose digits run past the message.
+    #[error("symbol byte carries digits past the message")]
+    TritsPastEnd,
+    /// An Elias gamma code for a value of 2³² or more.
+    #[error("an Elias gamma value past 32 bits")]
+    EliasOverflow,
+    /// An exp-Golomb code longer than any 32-bit value's.
+    #[error("an exp-Golomb code of order {order} with {zeros} leading zeros")]
+    ExpGolombZeros { order: u32, zeros: u32 },
+    /// An exp-Golomb code for a value of 2³² or more.
+    #[error("an exp-Golomb value {value} − 2^{order} past 32 bits")]
+    ExpGolombOverflow { value: u64, order: u32 },
+    /// An Elias-coded count of non-zero symbols above the message length.
+    #[error("{nonzero} non-zero symbols in a message of {len}")]
+    NonZeroCount { nonzero: usize, len: usize },
+    /// An Elias-coded gap that runs past the message.
+    #[error("a symbol gap runs to value {at} of {len}")]
+    Gap { at: i64, len: usize },
+}
+
 /// Appends fields of any width (≤ 32 bits) to a byte vector, least significant bit first.
 #[derive(Debug, Default)]
 pub struct BitWriter {
@@ -61,14 +96,14 @@ impl<'a> BitReader<'a> {
         Self { bytes, position: 0 }
     }
 
-    pub fn bits(&mut self, width: u32) -> Result<u32, String> {
+    pub fn bits(&mut self, width: u32) -> Result<u32, WireError> {
         let end = self.position + u64::from(width);
         if end > 8 * self.bytes.len() as u64 {
-            return Err(format!(
-                "payload ends at bit {}, a field needs bits {}..{end}",
-                8 * self.bytes.len(),
-                self.position
-            ));
+            return Err(WireError::End {
+                len: 8 * self.bytes.len() as u64,
+                from: self.position,
+                to: end,
+            });
         }
         let mut value = 0u64;
         let mut got = 0;
@@ -84,23 +119,23 @@ impl<'a> BitReader<'a> {
         Ok(value as u32)
     }
 
-    pub fn f32(&mut self) -> Result<f32, String> {
+    pub fn f32(&mut self) -> Result<f32, WireError> {
         self.bits(32).map(f32::from_bits)
     }
 
-    pub fn u32(&mut self) -> Result<u32, String> {
+    pub fn u32(&mut self) -> Result<u32, WireError> {
         self.bits(32)
     }
 
     /// Succeeds if only the zero padding of the last byte is left.
-    pub fn finish(self) -> Result<(), String> {
+    pub fn finish(self) -> Result<(), WireError> {
         let total = 8 * self.bytes.len() as u64;
         if total - self.position >= 8 {
-            return Err(format!("{} trailing bytes", (total - self.position) / 8));
+            return Err(WireError::TrailingBytes((total - self.position) / 8));
         }
         let tail = self.bits_left_value();
         if tail != 0 {
-            return Err("non-zero padding bits".into());
+            return Err(WireError::Padding);
         }
         Ok(())
     }
@@ -127,19 +162,19 @@ pub fn write_trits(writer: &mut BitWriter, symbols: &[i8]) {
 }
 
 /// Reads `len` symbols written by [`write_trits`]; a byte above 242 is an error.
-pub fn read_trits(reader: &mut BitReader, len: usize) -> Result<Vec<i8>, String> {
+pub fn read_trits(reader: &mut BitReader, len: usize) -> Result<Vec<i8>, WireError> {
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
         let mut value = reader.bits(8)?;
         if value >= 243 {
-            return Err(format!("symbol byte {value} is not five base-3 digits"));
+            return Err(WireError::TritByte(value));
         }
         for _ in 0..(len - out.len()).min(5) {
             out.push((value % 3) as i8 - 1);
             value /= 3;
         }
         if value != 0 {
-            return Err("symbol byte carries digits past the message".into());
+            return Err(WireError::TritsPastEnd);
         }
     }
     Ok(out)
@@ -153,10 +188,10 @@ pub fn write_elias_gamma(writer: &mut BitWriter, x: u32) {
 }
 
 /// Reads one [`write_elias_gamma`] value; a code for a value of 2³² or more is an error.
-pub fn read_elias_gamma(reader: &mut BitReader) -> Result<u32, String> {
+pub fn read_elias_gamma(reader: &mut BitReader) -> Result<u32, WireError> {
     read_exp_golomb(reader, 0)?
         .checked_add(1)
-        .ok_or_else(|| "an Elias gamma value past 32 bits".to_string())
+        .ok_or(WireError::EliasOverflow)
 }
 
 /// Exp-Golomb code of order `k` of `n ≥ 0`: the Elias gamma code of `n + 2^k` without its
@@ -179,22 +214,19 @@ pub fn exp_golomb_bits(n: u32, k: u32) -> u64 {
 
 /// Reads one [`write_exp_golomb`] value of order `k ≤ 31`; a code for a value of 2³² or more is
 /// an error.
-pub fn read_exp_golomb(reader: &mut BitReader, k: u32) -> Result<u32, String> {
+pub fn read_exp_golomb(reader: &mut BitReader, k: u32) -> Result<u32, WireError> {
     let mut zeros = 0;
     while reader.bits(1)? == 0 {
         zeros += 1;
         if zeros + k > 32 {
-            return Err(format!(
-                "an exp-Golomb code of order {k} with {zeros} leading zeros"
-            ));
+            return Err(WireError::ExpGolombZeros { order: k, zeros });
         }
     }
     let mut x = 1u64;
     for _ in 0..zeros + k {
         x = (x << 1) | u64::from(reader.bits(1)?);
     }
-    u32::try_from(x - (1u64 << k))
-        .map_err(|_| format!("an exp-Golomb value {x} − 2^{k} past 32 bits"))
+    u32::try_from(x - (1u64 << k)).map_err(|_| WireError::ExpGolombOverflow { value: x, order: k })
 }
 
 /// QSGD symbols as in the QSGD paper's Elias coding: the number of non-zero symbols plus one,
@@ -215,10 +247,10 @@ pub fn write_elias_symbols(writer: &mut BitWriter, symbols: &[i8]) {
 
 /// Reads `len` symbols written by [`write_elias_symbols`]; a count or a gap that runs past the
 /// message is an error.
-pub fn read_elias_symbols(reader: &mut BitReader, len: usize) -> Result<Vec<i8>, String> {
+pub fn read_elias_symbols(reader: &mut BitReader, len: usize) -> Result<Vec<i8>, WireError> {
     let nonzero = read_elias_gamma(reader)? as usize - 1;
     if nonzero > len {
-        return Err(format!("{nonzero} non-zero symbols in a message of {len}"));
+        return Err(WireError::NonZeroCount { nonzero, len });
     }
     let mut out = vec![0i8; len];
     let mut previous = -1i64;
@@ -227,7 +259,7 @@ pub fn read_elias_symbols(reader: &mut BitReader, len: usize) -> Result<Vec<i8>,
         let slot = usize::try_from(at)
             .ok()
             .and_then(|j| out.get_mut(j))
-            .ok_or_else(|| format!("a symbol gap runs to value {at} of {len}"))?;
+            .ok_or(WireError::Gap { at, len })?;
         *slot = if reader.bits(1)? == 1 { 1 } else { -1 };
         previous = at;
     }
@@ -269,10 +301,10 @@ mod tests {
         assert!(r.bits(9).is_err());
         let mut r = BitReader::new(&[0x00, 0x00]);
         r.bits(3).unwrap();
-        assert!(r.finish().unwrap_err().contains("trailing"));
+        assert!(r.finish().unwrap_err().to_string().contains("trailing"));
         let mut r = BitReader::new(&[0b1000_0000]);
         r.bits(3).unwrap();
-        assert!(r.finish().unwrap_err().contains("padding"));
+        assert!(r.finish().unwrap_err().to_string().contains("padding"));
     }
 
     #[test]
@@ -354,6 +386,6 @@ mod tests {
         r.finish().unwrap();
         // The same bytes cannot describe a message of 50 values: the last gap runs past it.
         let err = read_elias_symbols(&mut BitReader::new(&bytes), 50).unwrap_err();
-        assert!(err.contains("runs to value 99"), "{err}");
+        assert!(err.to_string().contains("runs to value 99"), "{err}");
     }
 }
