@@ -6,7 +6,7 @@
 //! a FedBuff buffer filled by clients handed work one at a time) and how an update is weighted
 //! (one weight per update, or FedBuff's staleness weight s(τ)). Everything else is the driver's
 //! and happens once for every schedule: the shared hand-out ([`ServerState::prepare`]: plan,
-//! tasks, uplink settings), the one sorting of answers ([`classify`]) and checks
+//! tasks, uplink settings), the one sorting of answers ([`crate::round::classify`]) and checks
 //! ([`crate::round::check`]), the uplink memory, the fold through the [`Aggregator`] seam, the
 //! evaluation, the one record builder ([`record`]), the checkpoint and the events.
 //!
@@ -362,4 +362,78 @@ fn log_failures(version: u64, asked: usize, failures: &BTreeMap<ClientId, Client
         failures.len(),
         reasons.join("; ")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::tests::{recipe, registry};
+    use crate::schedule::AsyncConfig;
+    use fedshard_strategies::aggregation::AggregatorName;
+    use fedshard_strategies::selection::SelectorName;
+    use std::time::Duration;
+
+    fn config(aggregator: AggregatorName, asynchronous: bool) -> RuntimeConfig {
+        RuntimeConfig {
+            seed: 1,
+            rounds: 1,
+            aggregator,
+            sharding: None,
+            recipe: recipe(),
+            cosine_schedule: false,
+            deadline: Duration::from_secs(1),
+            min_successful: 1,
+            compressor: Default::default(),
+            compression: Default::default(),
+            max_update_norm: None,
+            over_commit: None,
+            asynchronous: asynchronous.then_some(AsyncConfig {
+                concurrency: 2,
+                buffer: 2,
+                staleness: Staleness::Constant,
+            }),
+            arrival_clock: None,
+        }
+    }
+
+    /// FedBuff folds a buffer with FedAvg's or uniform weights; an aggregator whose weights
+    /// cannot scale changes, or a selector that needs every norm at once, is refused before
+    /// any client trains, by name. Synchronous rounds take them all.
+    #[test]
+    fn async_mode_refuses_what_cannot_fold_a_buffer_when_the_engine_is_built() {
+        let uniform = registry(&[(1, 1), (2, 1)]);
+        for name in [AggregatorName::Fedavg, AggregatorName::Uniform] {
+            let engine = Engine::new(&config(name, true), &uniform).unwrap();
+            assert!(matches!(engine.schedule, Schedule::Buffered(_)));
+        }
+        for name in [AggregatorName::InverseProbability, AggregatorName::Fesc] {
+            match Engine::new(&config(name, true), &uniform) {
+                Err(Error::Unsupported {
+                    policy, name: n, ..
+                }) => {
+                    assert_eq!((policy, n.as_str()), ("aggregator", name.as_str()));
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+            assert!(Engine::new(&config(name, false), &uniform).is_ok());
+        }
+        let two_phase = Registry {
+            selector: SelectorName::OptimalPartial,
+            ..uniform
+        };
+        let refused = Engine::new(&config(AggregatorName::Fedavg, true), &two_phase).unwrap_err();
+        assert!(
+            matches!(
+                &refused,
+                Error::Unsupported {
+                    policy: "selector",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("optimal-partial"), "{refused}");
+        let engine = Engine::new(&config(AggregatorName::Fedavg, false), &two_phase).unwrap();
+        assert_eq!(engine.schedule, Schedule::Rounds { over_commit: None });
+    }
 }

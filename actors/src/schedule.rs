@@ -38,7 +38,8 @@ impl Schedule {
 }
 
 /// The weight s(τ) of an update τ model versions old (FedBuff, Nguyen et al. 2022, Sec. 3):
-/// the server applies Σ_i (D_i / Σ D) s(τ_i) Δ_i, so stale updates move the model less.
+/// the server applies Σ_i w_i s(τ_i) Δ_i with the aggregator's weights w_i (FedAvg's
+/// D_i / Σ D), so stale updates move the model less.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Staleness {
