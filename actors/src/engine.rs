@@ -1,11 +1,11 @@
-//! The round engine: one driver, [`ServerState::step`], for every schedule the server runs
+//! The round engine: one driver, `ServerState::step`, for every schedule the server runs
 //! ([`Schedule`]: synchronous rounds, over-committed rounds, buffered asynchronous aggregation).
 //!
 //! A schedule decides what is handed out and when the aggregate closes (it *collects*: a
 //! round's selection answered or timed out, an over-committed round's first accepted updates,
 //! a FedBuff buffer filled by clients handed work one at a time) and how an update is weighted
 //! (one weight per update, or FedBuff's staleness weight s(τ)). Everything else is the driver's
-//! and happens once for every schedule: the shared hand-out ([`ServerState::prepare`]: plan,
+//! and happens once for every schedule: the shared hand-out (`ServerState::prepare`: plan,
 //! tasks, uplink settings), the one sorting of answers ([`crate::round::classify`]) and checks
 //! ([`crate::round::check`]), the uplink memory, the fold through the [`Aggregator`] seam, the
 //! evaluation, the one record builder ([`record`]), the checkpoint and the events.

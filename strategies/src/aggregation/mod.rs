@@ -16,7 +16,7 @@
 //!   (§3.2, oracle version).
 //!
 //! A buffered asynchronous aggregate (FedBuff) goes through the same trait
-//! ([`Aggregator::aggregate_buffered`], see [`buffered`]): the aggregator's weights, times each
+//! ([`Aggregator::aggregate_buffered`], see [`fold_changes`]): the aggregator's weights, times each
 //! update's staleness weight, scale the changes the updates ask for. An aggregator says whether
 //! it can ([`Aggregator::folds_buffered`]); a runtime checks that before it starts.
 //!
@@ -82,7 +82,7 @@ pub trait Aggregator: Send + Sync + fmt::Debug {
     /// Folds the round into the global blocks (`global[b]` is block `b`), or declines with
     /// [`Fit::NoUpdate`] and leaves them untouched. On `Err` the blocks are untouched too.
     fn aggregate_fit(&self, global: &mut [&mut [f32]], round: &FitRound) -> Result<Fit>;
-    /// Whether [`Aggregator::aggregate_buffered`] folds a buffer (see [`buffered`]); a runtime
+    /// Whether [`Aggregator::aggregate_buffered`] folds a buffer (see [`fold_changes`]); a runtime
     /// refuses to start a buffered asynchronous run with an aggregator that says no. No by
     /// default.
     fn folds_buffered(&self) -> bool {
@@ -119,7 +119,7 @@ pub trait Weighting: Send + Sync + fmt::Debug {
     fn scale(&self) -> Scale {
         Scale::Mean
     }
-    /// Whether the weights may scale a buffer's changes (see [`buffered`]): normalised weights
+    /// Whether the weights may scale a buffer's changes (see [`fold_changes`]): normalised weights
     /// that depend on nothing but the results themselves. No by default.
     fn folds_buffered(&self) -> bool {
         false
