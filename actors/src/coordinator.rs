@@ -1,6 +1,7 @@
 //! The coordinator: who the clients are, how they cluster by keep ratio, and who takes part in
 //! each round. The logic is in [`Registry`]; [`Coordinator`] is the actor around it.
 
+use crate::error::Error;
 use fedshard_protocol::task::ClientId;
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_strategies::selection::{ClientStats, SelectorName};
@@ -83,7 +84,7 @@ impl Registry {
         seed: u64,
         round: u64,
         norms: Option<&BTreeMap<ClientId, f64>>,
-    ) -> Result<RoundSelection, String> {
+    ) -> Result<RoundSelection, Error> {
         self.select_with_budget(seed, round, norms, self.budget)
     }
 
@@ -95,7 +96,7 @@ impl Registry {
         round: u64,
         norms: Option<&BTreeMap<ClientId, f64>>,
         budget: f64,
-    ) -> Result<RoundSelection, String> {
+    ) -> Result<RoundSelection, Error> {
         let selector = self.selector.build();
         let clusters = self.cluster_keep_ratios();
         let mut stats = self.stats(None);
@@ -115,12 +116,15 @@ impl Registry {
             }
         }
         if stats.is_empty() {
-            return Err("no live client to select".into());
+            return Err(Error::NoLiveClient);
         }
         let mut rng = stream(seed, round, 0, Purpose::Selection);
         let selection = selector
             .select(&stats, budget, &mut rng)
-            .map_err(|e| format!("selector {}: {e}", self.selector))?;
+            .map_err(|source| Error::Selector {
+                selector: self.selector,
+                source,
+            })?;
         let participants = selection
             .chosen
             .iter()
@@ -189,6 +193,8 @@ pub enum CoordinatorMsg {
         norms: Option<BTreeMap<ClientId, f64>>,
         /// Overrides the registry's budget (over-commitment); `None` keeps it.
         budget: Option<f64>,
+        /// The selection, or the text of the [`Error`] that prevented it (the server's
+        /// transport seam reads it as text).
         reply: RpcReplyPort<Result<RoundSelection, String>>,
     },
     /// Counts a failed round of a client.
@@ -228,8 +234,8 @@ impl Actor for Coordinator {
                 reply,
             } => {
                 let budget = budget.unwrap_or(registry.budget);
-                let _ =
-                    reply.send(registry.select_with_budget(seed, round, norms.as_ref(), budget));
+                let selection = registry.select_with_budget(seed, round, norms.as_ref(), budget);
+                let _ = reply.send(selection.map_err(String::from));
             }
             CoordinatorMsg::CountFailure { client } => {
                 if let Some(c) = registry.clients.get_mut(&client) {

@@ -7,6 +7,7 @@
 //! (plus f_c times a simulated `base_delay_ms`), so rounds that do not wait for the slowest
 //! client can be measured against rounds that do.
 
+use crate::error::Error;
 use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use serde::{Deserialize, Serialize};
@@ -121,24 +122,30 @@ impl Stragglers {
     }
 
     /// The checks the config runs on this table: the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let bad = |name: &str, expected: &str, found: f64| {
-            Err(format!(
-                "field `faults.stragglers.{name}`: expected {expected}, found {found}"
-            ))
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |field, expected, found: f64| {
+            Err(Error::Invalid {
+                field,
+                expected,
+                found: found.to_string(),
+            })
         };
         match *self {
             Stragglers::Share { share, factor, .. } => {
                 if !(0.0..=1.0).contains(&share) {
-                    return bad("share", "a share in [0, 1]", share);
+                    return bad("faults.stragglers.share", "a share in [0, 1]", share);
                 }
                 if !(factor >= 1.0 && factor.is_finite()) {
-                    return bad("factor", "a slow-down factor of at least 1", factor);
+                    return bad(
+                        "faults.stragglers.factor",
+                        "a slow-down factor of at least 1",
+                        factor,
+                    );
                 }
             }
             Stragglers::Lognormal { sigma, .. } => {
                 if !(sigma >= 0.0 && sigma.is_finite()) {
-                    return bad("sigma", "a non-negative number", sigma);
+                    return bad("faults.stragglers.sigma", "a non-negative number", sigma);
                 }
             }
         }
@@ -414,7 +421,8 @@ mod tests {
             base_delay_ms: 0,
         }
         .validate()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("faults.stragglers.share"), "{e}");
         let e = Stragglers::Share {
             share: 0.5,
@@ -422,7 +430,8 @@ mod tests {
             base_delay_ms: 0,
         }
         .validate()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("faults.stragglers.factor"), "{e}");
         let plan: FaultPlan = serde_json::from_str(
             r#"{"stragglers": {"kind": "share", "share": 0.3, "factor": 5.0, "base_delay_ms": 20}}"#,

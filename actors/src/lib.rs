@@ -8,8 +8,10 @@
 //! [`coordinator::Coordinator`] keeps the client registry, clusters clients by keep ratio and
 //! selects participants; a [`host::ClientHost`] on each node runs one [`client::ClientActor`]
 //! per client it hosts, each calling its `LocalTrainer` off the async executor, and registers
-//! them with the server. Round logic lives in plain functions ([`round`]) so it is tested
-//! without actors. Every message payload is serde data with no in-process pointers, so the
+//! them with the server. One round engine ([`engine`]) drives synchronous, over-committed and
+//! buffered asynchronous rounds as schedules ([`schedule::Schedule`]) of the same driver; the
+//! round logic it calls lives in plain functions ([`round`]) so it is tested without actors.
+//! Errors are one typed [`Error`]. Every message payload is serde data with no in-process pointers, so the
 //! transport can move to `ractor_cluster` without touching round logic.
 //!
 //! Not here: the mathematics (`fedshard-strategies`), the wire types (`fedshard-protocol`),
@@ -19,6 +21,8 @@ pub mod asynchronous;
 pub mod checkpoint;
 pub mod client;
 pub mod coordinator;
+pub mod engine;
+pub mod error;
 pub mod faults;
 pub mod host;
 pub mod metrics;
@@ -26,6 +30,8 @@ pub mod record;
 pub mod round;
 pub mod schedule;
 pub mod server;
+
+pub use error::Error;
 
 // With ractor's `cluster` feature (always on, see Cargo.toml) there is no blanket `Message`
 // impl: each message type opts in. These stay in-process (the default impl is "not

@@ -8,6 +8,7 @@
 //! Naming follows Prometheus conventions: the `fedshard_` prefix, base units (`_seconds`,
 //! `_bits`), `_total` for counters, and a constant `run` label (the run name) on every series.
 
+use crate::error::Error;
 use crate::record::RoundRecord;
 use crate::round::FailureKind;
 use axum::Router;
@@ -340,14 +341,11 @@ pub struct Exporter {
 
 impl Exporter {
     /// Binds `addr` and starts serving; must be called inside a Tokio runtime.
-    pub async fn start(addr: SocketAddr, run: &str) -> Result<Self, String> {
-        let metrics = Arc::new(Metrics::new(run).map_err(|e| format!("metrics registry: {e}"))?);
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+    pub async fn start(addr: SocketAddr, run: &str) -> Result<Self, Error> {
+        let metrics = Arc::new(Metrics::new(run)?);
+        let serve = |source| Error::Serve { addr, source };
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(serve)?;
+        let addr = listener.local_addr().map_err(serve)?;
         let app = Router::new()
             .route("/metrics", get(scrape))
             .route("/healthz", get(|| async { "ok\n" }))
@@ -545,7 +543,10 @@ mod tests {
             .await
             .err()
             .unwrap();
-        assert!(err.contains(&exporter.addr().to_string()), "{err}");
+        assert!(
+            err.to_string().contains(&exporter.addr().to_string()),
+            "{err}"
+        );
         exporter.shutdown().await;
     }
 }

@@ -1,6 +1,7 @@
 //! What a round reports: one [`RoundRecord`] per round, the single source for `metrics.jsonl`,
 //! `metrics.csv`, the progress bar and the Prometheus metrics.
 
+use crate::error::Error;
 use crate::round::FailureKind;
 use fedshard_protocol::payload::RejectionKind;
 use fedshard_protocol::shard_plan::GroupStats;
@@ -275,8 +276,11 @@ pub fn csv_document(history: &[RoundRecord]) -> String {
 /// Appends one [`RoundRecord::csv_row`] to `path`, writing the header first when the file is new
 /// or empty, so a run folder's CSV grows round by round like `metrics.jsonl` (a resumed run
 /// rewrites both whole with [`csv_document`]).
-pub fn append_csv_row(path: &Path, row: &str) -> Result<(), String> {
-    let failed = |e: std::io::Error| format!("{}: {e}", path.display());
+pub fn append_csv_row(path: &Path, row: &str) -> Result<(), Error> {
+    let failed = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -534,6 +538,6 @@ mod tests {
         let back: RoundRecord = serde_json::from_value(old).unwrap();
         assert_eq!(back.update_cosine, None);
         let err = append_csv_row(&dir.path().join("missing/metrics.csv"), "1").unwrap_err();
-        assert!(err.contains("missing/metrics.csv"), "{err}");
+        assert!(err.to_string().contains("missing/metrics.csv"), "{err}");
     }
 }

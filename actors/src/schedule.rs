@@ -1,15 +1,45 @@
-//! How the server schedules client work besides plain synchronous rounds: over-commitment
-//! (`[federation] over_commit`), buffered asynchronous aggregation (`mode = "async"`, FedBuff)
-//! and its staleness weights, and the order in which answers are taken ([`Arrivals`]).
+//! How the round engine schedules client work ([`Schedule`]): synchronous rounds, over-committed
+//! ones (`[federation] over_commit`), buffered asynchronous aggregation (`mode = "async"`,
+//! FedBuff) and its staleness weights, and the order in which answers are taken ([`Arrivals`]).
 
+use crate::error::Error;
 use crate::round::Outcome;
+use crate::server::RuntimeConfig;
 use fedshard_protocol::task::ClientId;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use tokio::task::JoinSet;
 
+/// What the round engine ([`crate::engine`]) hands out, when an aggregate closes and how an
+/// update is weighted; resolved once from the run's configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Schedule {
+    /// Synchronous rounds: the coordinator's selection trains on the round's model, and the
+    /// aggregate closes when every participant answered or missed its deadline. With
+    /// `over_commit` c, a round asks ⌈c · m⌉ clients and closes at the first ⌊m⌋ accepted
+    /// updates ([`crate::coordinator::over_committed`]). Each update weighs what the aggregator
+    /// gives it.
+    Rounds { over_commit: Option<f64> },
+    /// Buffered asynchronous aggregation: idle clients are handed work one at a time, and the
+    /// aggregate closes at `buffer` accepted updates, each also weighted by its staleness s(τ).
+    Buffered(AsyncConfig),
+}
+
+impl Schedule {
+    /// The schedule `config` asks for.
+    pub fn of(config: &RuntimeConfig) -> Self {
+        match config.asynchronous {
+            Some(settings) => Schedule::Buffered(settings),
+            None => Schedule::Rounds {
+                over_commit: config.over_commit,
+            },
+        }
+    }
+}
+
 /// The weight s(τ) of an update τ model versions old (FedBuff, Nguyen et al. 2022, Sec. 3):
-/// the server applies Σ_i (D_i / Σ D) s(τ_i) Δ_i, so stale updates move the model less.
+/// the server applies Σ_i w_i s(τ_i) Δ_i with the aggregator's weights w_i (FedAvg's
+/// D_i / Σ D), so stale updates move the model less.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Staleness {
@@ -40,18 +70,28 @@ impl Staleness {
     }
 
     /// The checks the config runs; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let ok = |x: f64| x >= 0.0 && x.is_finite();
+    pub fn validate(&self) -> Result<(), Error> {
+        let check = |field, expected, value: f64| {
+            if value >= 0.0 && value.is_finite() {
+                Ok(())
+            } else {
+                Err(Error::Invalid {
+                    field,
+                    expected,
+                    found: value.to_string(),
+                })
+            }
+        };
+        let number = "a non-negative number";
         match *self {
             Staleness::Constant => Ok(()),
-            Staleness::Polynomial { a } if ok(a) => Ok(()),
-            Staleness::Hinge { a, b } if ok(a) && ok(b) => Ok(()),
-            Staleness::Polynomial { a } => Err(format!(
-                "field `federation.staleness.a`: expected a non-negative exponent, found {a}"
-            )),
-            Staleness::Hinge { a, b } => Err(format!(
-                "fields `federation.staleness.a`, `federation.staleness.b`: expected non-negative numbers, found a = {a}, b = {b}"
-            )),
+            Staleness::Polynomial { a } => {
+                check("federation.staleness.a", "a non-negative exponent", a)
+            }
+            Staleness::Hinge { a, b } => {
+                check("federation.staleness.a", number, a)?;
+                check("federation.staleness.b", number, b)
+            }
         }
     }
 }
@@ -177,7 +217,8 @@ mod tests {
             }
             .validate()
             .unwrap_err()
-            .contains("federation.staleness")
+            .to_string()
+            .contains("federation.staleness.b")
         );
     }
 

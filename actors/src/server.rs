@@ -1,15 +1,12 @@
 //! The server actor: holds the global model and drives rounds; client actors register with it
 //! from whichever [`ClientHost`] runs them.
 //!
-//! One round (docs/design.md, "One round"): ask the coordinator for participants, plan every
-//! participant's shards, dispatch tasks under a deadline, then the plain functions of
-//! [`crate::round`]: classify the answers, open and check each update against its task, fold the
-//! accepted ones through the aggregation policy, and record. Heavy work (SVD, aggregation,
-//! evaluation) runs on blocking threads so the executor keeps delivering messages.
-//!
-//! With `[federation] over_commit` a round asks more clients than it needs and closes at the
-//! first updates it accepts; with `mode = "async"` there are no rounds at all, and each
-//! `NextRound` runs [`crate::asynchronous`] until the next model version is applied.
+//! Each `NextRound` runs the round engine ([`crate::engine`]) once, until the next model version
+//! is applied: a synchronous round (docs/design.md, "One round": ask the coordinator for
+//! participants, plan every participant's shards, dispatch tasks under a deadline, here), an
+//! over-committed one (`[federation] over_commit`: ask more clients than needed and close at the
+//! first updates accepted), or a FedBuff buffer ([`crate::asynchronous`]). Heavy work (SVD,
+//! aggregation, evaluation) runs on blocking threads so the executor keeps delivering messages.
 
 use crate::asynchronous::AsyncRun;
 use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
@@ -17,18 +14,17 @@ use crate::client::{ClientMsg, ClientReply};
 use crate::coordinator::{
     Coordinator, CoordinatorMsg, Registry, RoundSelection, averaged, over_committed,
 };
+use crate::engine::{Engine, RoundUpdates};
+use crate::error::Error;
 use crate::host::{ClientHost, stopped_actor};
 use crate::record::{PhaseSeconds, RoundRecord, Summary};
-use crate::round::{
-    ClientFailure, FoldContext, Folded, Outcome, RoundSummary, build_tasks, check, classify, fold,
-    record, update_cosine, validate,
-};
+use crate::round::{Outcome, Tally, check, classify, validate};
 use crate::schedule::{Arrivals, AsyncConfig};
 use fedshard_protocol::model::ModelState;
-use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, plan_shards};
+use fedshard_protocol::shard_plan::{Participant, ShardingPolicy};
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
 use fedshard_protocol::uplink::state::UplinkState;
-use fedshard_protocol::uplink::{Cohort, CompressionConfig, Compressor};
+use fedshard_protocol::uplink::{CompressionConfig, Compressor};
 use fedshard_strategies::aggregation::AggregatorName;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call};
 use serde::{Deserialize, Serialize};
@@ -109,24 +105,23 @@ impl Federation {
     /// Continues from the checkpoint in `run_dir`, if there is one: model, registry and history
     /// are replaced by the checkpoint's, and `metrics.jsonl` and `metrics.csv` are rewritten from
     /// the history so they hold exactly the completed rounds.
-    pub fn resume_from_checkpoint(&mut self) -> Result<bool, String> {
+    pub fn resume_from_checkpoint(&mut self) -> Result<bool, Error> {
         let Some(dir) = &self.run_dir else {
             return Ok(false);
         };
-        let Some(cp) = checkpoint::load(dir).map_err(|e| e.to_string())? else {
+        let Some(cp) = checkpoint::load(dir)? else {
             return Ok(false);
         };
         if cp.seed != self.config.seed {
-            return Err(format!(
-                "checkpoint in {} was written with seed {}, the config says {}",
-                dir.display(),
-                cp.seed,
-                self.config.seed
-            ));
+            return Err(Error::SeedMismatch {
+                dir: dir.clone(),
+                found: cp.seed,
+                expected: self.config.seed,
+            });
         }
         cp.model
             .check_compatible(&self.model)
-            .map_err(|e| format!("checkpoint model does not fit the configured model: {e}"))?;
+            .map_err(|e| Error::IncompatibleModel(e.to_string()))?;
         if self.config.asynchronous.is_some() {
             tracing::warn!(
                 "resuming an async run from model version {}: the partial buffer and the work \
@@ -140,14 +135,12 @@ impl Federation {
         self.uplink = cp.uplink;
         let mut lines = String::new();
         for r in &self.history {
-            lines.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
+            lines.push_str(&serde_json::to_string(r)?);
             lines.push('\n');
         }
-        checkpoint::write_atomically(&dir.join("metrics.jsonl"), lines.as_bytes())
-            .map_err(|e| e.to_string())?;
+        checkpoint::write_atomically(&dir.join("metrics.jsonl"), lines.as_bytes())?;
         let csv = crate::record::csv_document(&self.history);
-        checkpoint::write_atomically(&dir.join(crate::record::CSV_FILE), csv.as_bytes())
-            .map_err(|e| e.to_string())?;
+        checkpoint::write_atomically(&dir.join(crate::record::CSV_FILE), csv.as_bytes())?;
         Ok(true)
     }
 }
@@ -158,21 +151,32 @@ impl Federation {
 pub async fn run(
     federation: Federation,
     trainers: BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
-) -> Result<(ModelState, Summary), String> {
-    let (done, finished) = oneshot::channel();
-    let (server, server_handle) = Actor::spawn(None, Server, (federation, done))
-        .await
-        .map_err(|e| format!("server failed to start: {e}"))?;
+) -> Result<(ModelState, Summary), Error> {
+    let (done, mut finished) = oneshot::channel();
+    let (server, server_handle) = match Actor::spawn(None, Server, (federation, done)).await {
+        Ok(spawned) => spawned,
+        // A run the engine refuses says why through `done` before the server gives up.
+        Err(e) => {
+            return Err(match finished.try_recv() {
+                Ok(Err(refused)) => refused,
+                _ => Error::Spawn {
+                    actor: "server",
+                    reason: e.to_string(),
+                },
+            });
+        }
+    };
     // The host registers every client before `Start` is sent, so round 1 sees them all.
     let (host, host_handle) = Actor::spawn(None, ClientHost, (server.clone(), trainers))
         .await
-        .map_err(|e| format!("client host failed to start: {e}"))?;
+        .map_err(|e| Error::Spawn {
+            actor: "client host",
+            reason: e.to_string(),
+        })?;
     server
         .send_message(ServerMsg::Start)
-        .map_err(|e| format!("server stopped before the first round: {e}"))?;
-    let result = finished
-        .await
-        .map_err(|_| "server stopped without a result".to_string())?;
+        .map_err(|e| Error::ServerStopped(e.to_string()))?;
+    let result = finished.await.map_err(|_| Error::NoResult)?;
     host.stop(None);
     server.stop(None);
     let _ = host_handle.await;
@@ -199,12 +203,15 @@ pub struct ServerState {
     pub(crate) coordinator: ActorRef<CoordinatorMsg>,
     /// The registered client actors; a selected client without one is `unreachable`.
     pub(crate) clients: BTreeMap<ClientId, ActorRef<ClientMsg>>,
-    done: Option<oneshot::Sender<Result<(ModelState, Summary), String>>>,
-    /// Async mode: the work in flight and the buffer, kept between model versions.
+    done: Option<DoneSender>,
+    /// The round engine: the run's schedule and aggregator.
+    pub(crate) engine: Engine,
+    /// Async mode: the work in flight, kept between model versions.
     pub(crate) asynchronous: Option<AsyncRun>,
 }
 
-type DoneSender = oneshot::Sender<Result<(ModelState, Summary), String>>;
+/// Where the run's result goes: the final model and summary, or why it stopped.
+pub type DoneSender = oneshot::Sender<Result<(ModelState, Summary), Error>>;
 
 impl Actor for Server {
     type Msg = ServerMsg;
@@ -216,6 +223,14 @@ impl Actor for Server {
         myself: ActorRef<Self::Msg>,
         (fed, done): Self::Arguments,
     ) -> Result<ServerState, ActorProcessingErr> {
+        let engine = match Engine::new(&fed.config, &fed.registry) {
+            Ok(engine) => engine,
+            Err(refused) => {
+                let why = refused.to_string();
+                let _ = done.send(Err(refused));
+                return Err(why.into());
+            }
+        };
         let (coordinator, _) =
             Actor::spawn_linked(None, Coordinator, fed.registry.clone(), myself.get_cell()).await?;
         Ok(ServerState {
@@ -223,6 +238,7 @@ impl Actor for Server {
             coordinator,
             clients: BTreeMap::new(),
             done: Some(done),
+            engine,
             asynchronous: None,
         })
     }
@@ -251,14 +267,12 @@ impl Actor for Server {
                     state.finish(Ok(()));
                     return Ok(());
                 }
-                let step = if state.fed.config.asynchronous.is_some() {
-                    state.async_step(round).await
-                } else {
-                    state.run_round(round).await
-                };
-                match step {
+                match state.step(round).await {
                     Ok(()) => myself.send_message(ServerMsg::NextRound)?,
-                    Err(e) => state.finish(Err(format!("round {round}: {e}"))),
+                    Err(e) => state.finish(Err(Error::Round {
+                        round,
+                        source: Box::new(e),
+                    })),
                 }
             }
         }
@@ -272,14 +286,14 @@ impl Actor for Server {
         state: &mut ServerState,
     ) -> Result<(), ActorProcessingErr> {
         if stopped_actor(&event) == Some(state.coordinator.get_id()) && state.done.is_some() {
-            state.finish(Err("the coordinator died".into()));
+            state.finish(Err(Error::CoordinatorDied));
         }
         Ok(())
     }
 }
 
 impl ServerState {
-    fn finish(&mut self, result: Result<(), String>) {
+    fn finish(&mut self, result: Result<(), Error>) {
         if let Some(done) = self.done.take() {
             let summary = Summary::from_history(&self.fed.history);
             let _ = done.send(result.map(|()| (self.fed.model.clone(), summary)));
@@ -344,60 +358,36 @@ impl ServerState {
         (outcomes, late)
     }
 
-    async fn run_round(&mut self, round: u64) -> Result<(), String> {
+    /// The synchronous schedule's collection (plain and over-committed rounds): asks the
+    /// coordinator for participants, hands every one its task, and takes the answers until all
+    /// came, the deadline passed, or (over-committed) the target of accepted updates is reached;
+    /// a two-phase selector's second phase then picks who uploads. Returns the accepted updates
+    /// with what the fold needs, counted into `tally`.
+    pub(crate) async fn collect_round(
+        &mut self,
+        round: u64,
+        over_commit: Option<f64>,
+        tally: &mut Tally,
+        phases: &mut PhaseSeconds,
+    ) -> Result<RoundUpdates, Error> {
         let started = Instant::now();
         let config = self.fed.config.clone();
         let two_phase = self.fed.registry.two_phase();
         // Over-commitment: a one-phase round asks more clients; a two-phase round asks everyone
         // in phase one anyway and closes that phase early instead.
-        let over = config
-            .over_commit
-            .map(|c| over_committed(self.fed.registry.budget, c));
+        let over = over_commit.map(|c| over_committed(self.fed.registry.budget, c));
         let budget = over.filter(|_| !two_phase).map(|(asked, _)| asked);
-        let first = self.select(round, None, budget).await?;
+        let first = self
+            .select(round, None, budget)
+            .await
+            .map_err(Error::Selection)?;
         let participants: Vec<Participant> = first
             .participants
             .iter()
             .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
             .collect();
-
-        // The round's SVDs and draws, off the executor.
-        let model = self.fed.model.clone();
-        let policy = config.sharding.clone();
-        let planned = participants.clone();
-        let seed = config.seed;
-        let plan: Option<Arc<ShardPlan>> = tokio::task::spawn_blocking(move || match &policy {
-            Some(policy) => {
-                plan_shards(&model, policy, &planned, seed, round).map(|p| Some(Arc::new(p)))
-            }
-            None => Ok(None),
-        })
-        .await
-        .map_err(|e| format!("sharding plan panicked: {e}"))??;
-        let mut phases = PhaseSeconds::default();
-        let recipe = Recipe {
-            learning_rate: config.learning_rate(round),
-            ..config.recipe.clone()
-        };
-        let mut tasks = build_tasks(
-            &self.fed.model,
-            config.sharding.as_ref(),
-            plan.as_deref(),
-            &participants,
-            (seed, round),
-            &recipe,
-        );
-        let state = &self.fed.uplink;
-        let cohort = Cohort {
-            population: self.fed.registry.clients.len(),
-            participants: averaged(tasks.tasks.len(), over.filter(|_| !two_phase)),
-            round,
-        };
-        tasks.attach_uplinks(|task| {
-            state
-                .uplink(config.compressor, &config.compression, cohort, task)
-                .map_err(String::from)
-        })?;
+        let cohort = averaged(participants.len(), over.filter(|_| !two_phase));
+        let (plan, tasks) = self.prepare(&participants, round, round, cohort).await?;
 
         let mut probabilities = selection_probabilities(&first);
         let messages = tasks
@@ -428,130 +418,46 @@ impl ServerState {
             );
         }
         let answered = tasks.tasks.keys().copied().filter(|id| !late.contains(id));
-        let mut answers = classify(answered, outcomes);
+        let mut answers = classify(answered, outcomes, two_phase);
         if two_phase {
             let second = self
                 .select(round, Some(std::mem::take(&mut answers.norms)), None)
-                .await?;
+                .await
+                .map_err(Error::Selection)?;
             probabilities = selection_probabilities(&second);
             let uploads = second.participants.iter().map(|p| (p.0, None)).collect();
             let (outcomes, _) = self.dispatch(uploads, true, round, None).await;
-            let uploaded = classify(second.participants.iter().map(|p| p.0), outcomes);
+            let uploaded = classify(second.participants.iter().map(|p| p.0), outcomes, false);
             answers.envelopes.extend(uploaded.envelopes);
             answers.failures.extend(uploaded.failures);
         }
         phases.train = started.elapsed().as_secs_f64() - phases.plan;
-        if !answers.failures.is_empty() {
-            log_failures(round, tasks.tasks.len(), &answers.failures);
-        }
-        for id in answers.failures.keys() {
-            let _ = self
-                .coordinator
-                .cast(CoordinatorMsg::CountFailure { client: *id });
-        }
+        self.count_failures(round, tasks.tasks.len(), &answers.failures);
 
         // Nothing touches the model before it is opened and checked against its task.
         let validated = validate(&answers.envelopes, &tasks.tasks, config.max_update_norm);
-        let sides: Vec<_> = validated
-            .accepted
-            .iter()
-            .filter_map(|a| Some((tasks.tasks.get(&a.client)?, a.update.side.as_ref()?)))
-            .collect();
-        self.fed
-            .uplink
-            .observe(config.compressor, &config.compression, &sides)
-            .map_err(|e| format!("uplink state after round {round}: {e}"))?;
-        let aggregator = config
-            .aggregator
-            .build()
-            .map_err(|e| format!("aggregator {}: {e}", config.aggregator))?;
-        let mut model = std::mem::take(&mut self.fed.model);
-        let registry = self.fed.registry.clone();
-        let min_successful = config.min_successful;
-        let failures = std::mem::take(&mut answers.failures);
-        let plan_for_fold = plan.clone();
-        // The fold and the cosine diagnostic both run off the executor; the tasks travel with
-        // them and come back for the record.
-        let (model, folded, validated, failures, tasks, update_cosine) =
-            tokio::task::spawn_blocking(move || {
-                let before = model.clone();
-                let folded = fold(
-                    &mut model,
-                    plan_for_fold.as_deref(),
-                    &validated.accepted,
-                    aggregator.as_ref(),
-                    FoldContext {
-                        registry: &registry,
-                        probabilities: &probabilities,
-                        failures: &failures,
-                        min_successful,
-                    },
-                );
-                let cosine = match folded {
-                    Ok(Folded::Updated) => update_cosine(
-                        &before,
-                        &model,
-                        &validated.accepted,
-                        &tasks.tasks,
-                        &registry,
-                    ),
-                    _ => None,
-                };
-                (model, folded, validated, failures, tasks, cosine)
-            })
-            .await
-            .map_err(|e| format!("aggregation panicked: {e}"))?;
-        self.fed.model = model;
-        let folded = folded?;
-        match &folded {
-            Folded::Updated => {}
-            Folded::Unchanged(why) => tracing::warn!(round, "global model unchanged: {why}"),
-            Folded::NonFinite => tracing::warn!(
-                round,
-                "the aggregate of the accepted updates is not finite (diverging local training: lower the learning rate); global model unchanged"
-            ),
-        }
-
-        phases.aggregate = started.elapsed().as_secs_f64() - phases.plan - phases.train;
-        let evaluator = Arc::clone(&self.fed.evaluator);
-        let model = self.fed.model.clone();
-        let evaluating = Instant::now();
-        let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
-            .await
-            .map_err(|e| format!("evaluation panicked: {e}"))?;
-        phases.evaluate = evaluating.elapsed().as_secs_f64();
-        let mut record = record(&RoundSummary {
-            round,
-            tasks: &tasks,
-            envelopes: &answers.envelopes,
-            failures: &failures,
-            validated: &validated,
-            folded: &folded,
-            plan: plan.as_deref(),
-            evaluation,
-            parameters: self.fed.model.num_parameters(),
-            learning_rate: recipe.learning_rate,
-            seconds: started.elapsed().as_secs_f64(),
-            update_cosine,
-        });
-        record.late = late.len();
-        record.phases = phases;
-        self.fed.history.push(record.clone());
-        self.persist(&record).await?;
-        if let Some(events) = &self.fed.events {
-            let _ = events.send(record);
-        }
-        Ok(())
+        tally.participants = tasks.tasks.len();
+        tally.hand_out(&tasks);
+        tally.answers(&answers);
+        tally.rejected(&validated);
+        Ok(RoundUpdates {
+            plan,
+            tasks,
+            probabilities,
+            failures: answers.failures,
+            accepted: validated.accepted,
+            late: late.len(),
+        })
     }
 
     /// Checkpoint first, then the metrics lines (JSON, then CSV): a crash between them is repaired
     /// on resume, which rewrites `metrics.jsonl` and `metrics.csv` from the checkpoint's history.
-    pub(crate) async fn persist(&mut self, record: &RoundRecord) -> Result<(), String> {
+    pub(crate) async fn persist(&mut self, record: &RoundRecord) -> Result<(), Error> {
         let Some(dir) = self.fed.run_dir.clone() else {
             return Ok(());
         };
         let registry = call!(self.coordinator, |reply| CoordinatorMsg::Snapshot { reply })
-            .map_err(|e| format!("coordinator unreachable: {e}"))?;
+            .map_err(|e| Error::CoordinatorUnreachable(e.to_string()))?;
         self.fed.registry = registry.clone();
         let cp = Checkpoint {
             version: FORMAT_VERSION,
@@ -562,21 +468,25 @@ impl ServerState {
             history: self.fed.history.clone(),
             uplink: self.fed.uplink.clone(),
         };
-        let line = serde_json::to_string(record).map_err(|e| e.to_string())?;
+        let line = serde_json::to_string(record)?;
         let csv_row = record.csv_row();
-        tokio::task::spawn_blocking(move || -> Result<(), String> {
-            checkpoint::save(&dir, &cp).map_err(|e| e.to_string())?;
+        tokio::task::spawn_blocking(move || -> Result<(), Error> {
+            checkpoint::save(&dir, &cp)?;
             let path = dir.join("metrics.jsonl");
+            let io = |source| Error::Io {
+                path: path.clone(),
+                source,
+            };
             let mut file = OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            writeln!(file, "{line}").map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(io)?;
+            writeln!(file, "{line}").map_err(io)?;
             crate::record::append_csv_row(&dir.join(crate::record::CSV_FILE), &csv_row)
         })
         .await
-        .map_err(|e| format!("checkpoint writer panicked: {e}"))?
+        .map_err(|e| Error::panicked("checkpoint writer", e))?
     }
 }
 
@@ -629,22 +539,4 @@ fn selection_probabilities(selection: &RoundSelection) -> BTreeMap<ClientId, f64
         .map(|p| p.0)
         .zip(selection.probabilities.iter().copied())
         .collect()
-}
-
-/// One warning per round that lost clients, with the reasons of the first three: the metrics
-/// count failures by kind, and this says why (a client's error would otherwise stay silent).
-fn log_failures(round: u64, asked: usize, failures: &BTreeMap<ClientId, ClientFailure>) {
-    const SHOWN: usize = 3;
-    let reasons: Vec<String> = failures
-        .iter()
-        .take(SHOWN)
-        .map(|(id, f)| format!("client {id} {}: {}", f.kind.label(), f.reason))
-        .collect();
-    let more = if failures.len() > SHOWN { "; …" } else { "" };
-    tracing::warn!(
-        round,
-        "{} of {asked} clients failed: {}{more}",
-        failures.len(),
-        reasons.join("; ")
-    );
 }

@@ -96,9 +96,10 @@ pub async fn serve(
     };
     tracing::info!("listening for client nodes on {}", options.listen);
 
-    let result = finished
-        .await
-        .unwrap_or_else(|_| Err("server stopped without a result".into()));
+    let result = finished.await.map_or_else(
+        |_| Err("server stopped without a result".into()),
+        |result| result.map_err(String::from),
+    );
     let error = result.as_ref().err().cloned();
     let told = gateway
         .call(|told| GatewayMsg::Finish { error, told }, Some(FAREWELL))

@@ -25,6 +25,11 @@ impl Weighting for FedAvg {
         "fedavg"
     }
 
+    /// Normalised weights of the results alone: FedBuff's mean.
+    fn folds_buffered(&self) -> bool {
+        true
+    }
+
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {
         let w = sample_weights(&result_samples(round, false)?)?;
         validate_weights(&w, round.results.len(), true)?;

@@ -15,16 +15,23 @@
 //! * [`FescOracle`] (`fesc-oracle`): water-filling with caller-given variances and biases
 //!   (§3.2, oracle version).
 //!
+//! A buffered asynchronous aggregate (FedBuff) goes through the same trait
+//! ([`Aggregator::aggregate_buffered`], see [`fold_changes`]): the aggregator's weights, times each
+//! update's staleness weight, scale the changes the updates ask for. An aggregator says whether
+//! it can ([`Aggregator::folds_buffered`]); a runtime checks that before it starts.
+//!
 //! Failed clients get no weight: the weights are computed over the results alone, so a failure
 //! acts like a client that was not selected. For the normalised aggregators that is the usual
 //! renormalisation; for inverse-probability it biases the estimate by the failed clients' share.
 
+mod buffered;
 mod fedavg;
 mod fesc;
 mod fit;
 mod inverse_probability;
 mod uniform;
 
+pub use buffered::{BufferedRound, WeightChange, fold_changes};
 pub use fedavg::FedAvg;
 pub use fesc::{Fesc, FescOracle};
 pub use fit::{BlockUpdate, Fit, FitRound, Scale, fold_weighted};
@@ -75,6 +82,29 @@ pub trait Aggregator: Send + Sync + fmt::Debug {
     /// Folds the round into the global blocks (`global[b]` is block `b`), or declines with
     /// [`Fit::NoUpdate`] and leaves them untouched. On `Err` the blocks are untouched too.
     fn aggregate_fit(&self, global: &mut [&mut [f32]], round: &FitRound) -> Result<Fit>;
+    /// Whether [`Aggregator::aggregate_buffered`] folds a buffer (see [`fold_changes`]); a runtime
+    /// refuses to start a buffered asynchronous run with an aggregator that says no. No by
+    /// default.
+    fn folds_buffered(&self) -> bool {
+        false
+    }
+    /// Folds a buffer of updates trained from different model versions,
+    /// `W ← W + Σ_c w_c s(τ_c) ΔW_c`, or declines. Only called when
+    /// [`Aggregator::folds_buffered`] says yes; otherwise it is an error. On `Err` the blocks
+    /// are untouched.
+    fn aggregate_buffered(
+        &self,
+        _global: &mut [&mut [f32]],
+        _round: &BufferedRound,
+    ) -> Result<Fit> {
+        Err(StrategyError::invalid(
+            "aggregator",
+            format!(
+                "{} cannot fold a buffered asynchronous aggregate",
+                self.name()
+            ),
+        ))
+    }
 }
 
 /// A policy that weighs each result and folds with [`fold_weighted`]; every `Weighting` is an
@@ -88,6 +118,11 @@ pub trait Weighting: Send + Sync + fmt::Debug {
     /// Whether the weights are a mean ([`Scale::Mean`], the default) or an unbiased sum.
     fn scale(&self) -> Scale {
         Scale::Mean
+    }
+    /// Whether the weights may scale a buffer's changes (see [`fold_changes`]): normalised weights
+    /// that depend on nothing but the results themselves. No by default.
+    fn folds_buffered(&self) -> bool {
+        false
     }
 }
 
@@ -118,6 +153,41 @@ impl<W: Weighting> Aggregator for W {
         let weights = self.weights(&round.outcome)?;
         fold_weighted(global, round.updates, &weights, self.scale())?;
         Ok(Fit::Updated)
+    }
+
+    fn folds_buffered(&self) -> bool {
+        Weighting::folds_buffered(self)
+    }
+
+    /// An empty buffer does not move the model; otherwise the weights of
+    /// [`Weighting::weights`] over the buffer, times the staleness weights, scale the changes
+    /// ([`fold_changes`]).
+    fn aggregate_buffered(&self, global: &mut [&mut [f32]], round: &BufferedRound) -> Result<Fit> {
+        if !Weighting::folds_buffered(self) {
+            return Err(StrategyError::invalid(
+                "aggregator",
+                format!(
+                    "{} cannot fold a buffered asynchronous aggregate",
+                    Weighting::name(self)
+                ),
+            ));
+        }
+        if round.outcome.results.is_empty() {
+            return Ok(Fit::NoUpdate("an empty buffer".into()));
+        }
+        let results = round.outcome.results.len();
+        if round.changes.len() != results || round.staleness.len() != results {
+            return Err(StrategyError::invalid(
+                "buffered round",
+                format!(
+                    "{} changes and {} staleness weights for {results} results",
+                    round.changes.len(),
+                    round.staleness.len()
+                ),
+            ));
+        }
+        let weights = self.weights(&round.outcome)?;
+        fold_changes(global, round, &weights)
     }
 }
 
@@ -271,6 +341,63 @@ mod tests {
                 );
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Adds `scale` × a fixed change to block 0.
+    struct Step(Vec<f64>);
+
+    impl WeightChange for Step {
+        fn add_scaled(&self, change: &mut [Vec<f64>], scale: f64) -> Result<()> {
+            for (c, d) in change[0].iter_mut().zip(&self.0) {
+                *c += scale * d;
+            }
+            Ok(())
+        }
+    }
+
+    /// D = (1, 3), s = (½, 1), changes +4 and +8 on the first value: FedAvg moves it by
+    /// ¼ · ½ · 4 + ¾ · 8 = 6.5; the second value nobody touches keeps its bits. Uniform weights
+    /// move it by ½ · ½ · 4 + ½ · 8 = 5. Inverse probability and FESC refuse a buffer.
+    #[test]
+    fn a_buffer_moves_by_the_weighted_staleness_scaled_changes() {
+        let results = [1.0, 3.0].map(|samples| Contribution {
+            client: samples as u64,
+            samples,
+            inclusion_probability: 1.0,
+        });
+        let (a, b) = (Step(vec![4.0, 0.0]), Step(vec![8.0, 0.0]));
+        let changes: [&dyn WeightChange; 2] = [&a, &b];
+        let round = BufferedRound {
+            outcome: RoundOutcome {
+                results: &results,
+                failures: &[],
+                population_samples: 4.0,
+            },
+            staleness: &[0.5, 1.0],
+            changes: &changes,
+        };
+        for (name, want) in [
+            (AggregatorName::Fedavg, 6.5),
+            (AggregatorName::Uniform, 5.0),
+        ] {
+            let mut block = [1.0f32, 0.1];
+            let aggregator = name.build().unwrap();
+            assert!(aggregator.folds_buffered());
+            let fit = aggregator.aggregate_buffered(&mut [&mut block[..]], &round);
+            assert_eq!(fit.unwrap(), Fit::Updated);
+            assert_eq!(block, [1.0 + want, 0.1], "{name}");
+        }
+        for name in [AggregatorName::InverseProbability, AggregatorName::Fesc] {
+            let aggregator = name.build().unwrap();
+            assert!(!aggregator.folds_buffered(), "{name}");
+            let mut block = [1.0f32, 0.1];
+            assert!(
+                aggregator
+                    .aggregate_buffered(&mut [&mut block[..]], &round)
+                    .is_err()
+            );
+            assert_eq!(block, [1.0, 0.1]);
         }
     }
 

@@ -12,6 +12,11 @@ impl Weighting for UniformWeights {
         "uniform"
     }
 
+    /// Normalised weights of the results alone: FedBuff's mean.
+    fn folds_buffered(&self) -> bool {
+        true
+    }
+
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {
         let m = result_samples(round, false)?.len();
         let w = vec![1.0 / m as f64; m];

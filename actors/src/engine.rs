@@ -1,0 +1,439 @@
+//! The round engine: one driver, `ServerState::step`, for every schedule the server runs
+//! ([`Schedule`]: synchronous rounds, over-committed rounds, buffered asynchronous aggregation).
+//!
+//! A schedule decides what is handed out and when the aggregate closes (it *collects*: a
+//! round's selection answered or timed out, an over-committed round's first accepted updates,
+//! a FedBuff buffer filled by clients handed work one at a time) and how an update is weighted
+//! (one weight per update, or FedBuff's staleness weight s(τ)). Everything else is the driver's
+//! and happens once for every schedule: the shared hand-out (`ServerState::prepare`: plan,
+//! tasks, uplink settings), the one sorting of answers ([`crate::round::classify`]) and checks
+//! ([`crate::round::check`]), the uplink memory, the fold through the [`Aggregator`] seam, the
+//! evaluation, the one record builder ([`record`]), the checkpoint and the events.
+//!
+//! What cannot combine is refused when the engine is built ([`Engine::new`]), before a client
+//! trains: an aggregator that cannot fold a buffer ([`Aggregator::folds_buffered`]) or a
+//! two-phase selector ([`fedshard_strategies::selection::ClientSelector::needs_update_norms`])
+//! in async mode.
+
+use crate::coordinator::{CoordinatorMsg, Registry};
+use crate::error::{Error, Result};
+use crate::record::PhaseSeconds;
+use crate::round::{
+    Accepted, Buffered, ClientFailure, FoldContext, Folded, RoundSummary, Tally, Tasks,
+    build_tasks, fold, fold_buffered, record, update_cosine,
+};
+use crate::schedule::{Schedule, Staleness};
+use crate::server::{RuntimeConfig, ServerState};
+use fedshard_protocol::shard_plan::{Participant, ShardPlan, plan_shards};
+use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
+use fedshard_protocol::uplink::Cohort;
+use fedshard_protocol::uplink::UplinkSide;
+use fedshard_strategies::aggregation::Aggregator;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The schedule and the aggregation policy of a run, checked against each other.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub schedule: Schedule,
+    pub aggregator: Arc<dyn Aggregator>,
+}
+
+impl Engine {
+    /// Resolves the run's schedule and builds its aggregator, refusing a combination the
+    /// schedule cannot run with [`Error::Unsupported`].
+    pub fn new(config: &RuntimeConfig, registry: &Registry) -> Result<Self> {
+        let aggregator: Arc<dyn Aggregator> = config
+            .aggregator
+            .build()
+            .map_err(|source| Error::Aggregator {
+                name: config.aggregator.as_str(),
+                source,
+            })?
+            .into();
+        let schedule = Schedule::of(config);
+        if let Schedule::Buffered(_) = schedule {
+            const FEDBUFF: &str = "buffered asynchronous aggregation (`mode = \"async\"`)";
+            if !aggregator.folds_buffered() {
+                return Err(Error::Unsupported {
+                    policy: "aggregator",
+                    name: aggregator.name().into(),
+                    schedule: FEDBUFF,
+                    why: "its weights cannot scale the staleness-weighted changes of updates \
+                          trained from different model versions",
+                });
+            }
+            if registry.two_phase() {
+                return Err(Error::Unsupported {
+                    policy: "selector",
+                    name: registry.selector.to_string(),
+                    schedule: FEDBUFF,
+                    why: "it needs every client's update norm at once, and idle clients are \
+                          drawn one at a time",
+                });
+            }
+        }
+        Ok(Self {
+            schedule,
+            aggregator,
+        })
+    }
+}
+
+/// The updates a synchronous round collected, all trained from the round's model.
+#[derive(Debug)]
+pub(crate) struct RoundUpdates {
+    pub plan: Option<Arc<ShardPlan>>,
+    pub tasks: Tasks,
+    /// p_k of each participant of the selection that uploaded.
+    pub probabilities: BTreeMap<ClientId, f64>,
+    pub failures: BTreeMap<ClientId, ClientFailure>,
+    /// Ascending by client.
+    pub accepted: Vec<Accepted>,
+    /// Clients still training when an over-committed round closed.
+    pub late: usize,
+}
+
+/// What a schedule collected for one aggregate.
+#[derive(Debug)]
+pub(crate) enum Collected {
+    Round(RoundUpdates),
+    /// A full FedBuff buffer, in arrival order, and how its updates are weighted by staleness.
+    Buffer {
+        buffer: Vec<Buffered>,
+        staleness: Staleness,
+    },
+}
+
+/// What folding a collection did.
+struct Aggregate {
+    folded: Folded,
+    /// τ of each buffered update.
+    staleness: Vec<u64>,
+    update_cosine: Option<f64>,
+}
+
+impl Collected {
+    /// Each accepted update with the task it answers.
+    fn answered(&self) -> Vec<(&Accepted, &TrainTask)> {
+        match self {
+            Collected::Round(r) => r
+                .accepted
+                .iter()
+                .filter_map(|a| Some((a, r.tasks.tasks.get(&a.client)?)))
+                .collect(),
+            Collected::Buffer { buffer, .. } => {
+                buffer.iter().map(|b| (&b.accepted, &b.task)).collect()
+            }
+        }
+    }
+
+    /// What a compressed uplink told the server, for its memory between versions.
+    fn sides(&self) -> Vec<(&TrainTask, &UplinkSide)> {
+        self.answered()
+            .into_iter()
+            .filter_map(|(a, task)| Some((task, a.update.side.as_ref()?)))
+            .collect()
+    }
+
+    /// Folds the collection into `model`, version `version − 1`, through `aggregator`.
+    fn fold(
+        &self,
+        model: &mut fedshard_protocol::model::ModelState,
+        aggregator: &dyn Aggregator,
+        registry: &Registry,
+        (min_successful, version): (usize, u64),
+    ) -> Result<Aggregate> {
+        match self {
+            Collected::Round(r) => {
+                let before = model.clone();
+                let folded = fold(
+                    model,
+                    r.plan.as_deref(),
+                    &r.accepted,
+                    aggregator,
+                    FoldContext {
+                        registry,
+                        probabilities: &r.probabilities,
+                        failures: &r.failures,
+                        min_successful,
+                    },
+                )?;
+                let update_cosine = match folded {
+                    Folded::Updated => {
+                        update_cosine(&before, model, &r.accepted, &r.tasks.tasks, registry)
+                    }
+                    _ => None,
+                };
+                Ok(Aggregate {
+                    folded,
+                    staleness: vec![],
+                    update_cosine,
+                })
+            }
+            Collected::Buffer { buffer, staleness } => {
+                let (folded, staleness) = fold_buffered(
+                    model,
+                    buffer,
+                    aggregator,
+                    registry,
+                    (*staleness, version - 1),
+                )?;
+                Ok(Aggregate {
+                    folded,
+                    staleness,
+                    update_cosine: None,
+                })
+            }
+        }
+    }
+}
+
+impl ServerState {
+    /// The one driver: collects the updates of model version `version` as the schedule says,
+    /// then remembers what their uplinks told, folds them through the aggregator, evaluates,
+    /// records, checkpoints and reports.
+    pub(crate) async fn step(&mut self, version: u64) -> Result<()> {
+        let started = Instant::now();
+        let mut tally = Tally::default();
+        let mut phases = PhaseSeconds::default();
+        let schedule = self.engine.schedule;
+        let collected = match schedule {
+            Schedule::Rounds { over_commit } => {
+                let collect = self.collect_round(version, over_commit, &mut tally, &mut phases);
+                Collected::Round(collect.await?)
+            }
+            Schedule::Buffered(settings) => {
+                let collect = self.collect_buffer(version, settings, &mut tally, &mut phases);
+                Collected::Buffer {
+                    buffer: collect.await?,
+                    staleness: settings.staleness,
+                }
+            }
+        };
+
+        let aggregating = Instant::now();
+        let config = self.fed.config.clone();
+        self.fed
+            .uplink
+            .observe(config.compressor, &config.compression, &collected.sides())
+            .map_err(|e| Error::Uplink(format!("after version {version}: {e}")))?;
+        let aggregator = Arc::clone(&self.engine.aggregator);
+        let registry = self.fed.registry.clone();
+        let mut model = std::mem::take(&mut self.fed.model);
+        let how = (config.min_successful, version);
+        // The fold and the cosine diagnostic run off the executor; the collection travels with
+        // them and comes back for the record.
+        let (model, aggregate, collected) = tokio::task::spawn_blocking(move || {
+            let aggregate = collected.fold(&mut model, aggregator.as_ref(), &registry, how);
+            (model, aggregate, collected)
+        })
+        .await
+        .map_err(|e| Error::panicked("aggregation", e))?;
+        self.fed.model = model;
+        let aggregate = aggregate?;
+        match &aggregate.folded {
+            Folded::Updated => {}
+            Folded::Unchanged(why) => tracing::warn!(version, "global model unchanged: {why}"),
+            Folded::NonFinite => tracing::warn!(
+                version,
+                "the aggregate of the accepted updates is not finite (diverging local training: lower the learning rate); global model unchanged"
+            ),
+        }
+        phases.aggregate = aggregating.elapsed().as_secs_f64();
+
+        let evaluator = Arc::clone(&self.fed.evaluator);
+        let model = self.fed.model.clone();
+        let evaluating = Instant::now();
+        let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
+            .await
+            .map_err(|e| Error::panicked("evaluation", e))?;
+        phases.evaluate = evaluating.elapsed().as_secs_f64();
+        let (accepted, plan, late): (Vec<&Accepted>, _, _) = match &collected {
+            Collected::Round(r) => (r.accepted.iter().collect(), r.plan.as_deref(), r.late),
+            Collected::Buffer { buffer, .. } => {
+                (buffer.iter().map(|b| &b.accepted).collect(), None, 0)
+            }
+        };
+        let record = record(RoundSummary {
+            round: version,
+            tally: &tally,
+            accepted: &accepted,
+            folded: &aggregate.folded,
+            plan,
+            evaluation,
+            parameters: self.fed.model.num_parameters(),
+            learning_rate: config.learning_rate(version),
+            seconds: started.elapsed().as_secs_f64(),
+            update_cosine: aggregate.update_cosine,
+            late,
+            staleness: aggregate.staleness,
+            phases,
+        });
+        self.fed.history.push(record.clone());
+        self.persist(&record).await?;
+        if let Some(events) = &self.fed.events {
+            let _ = events.send(record);
+        }
+        Ok(())
+    }
+
+    /// The hand-out every schedule shares: plans the shards of `participants` (their SVDs and
+    /// draws, off the executor) and builds their tasks with model version `version`'s recipe
+    /// and the compressor's settings for a cohort of `cohort` clients. `number` keys the draws
+    /// and the tasks: the round, or in async mode the count of tasks handed out.
+    pub(crate) async fn prepare(
+        &self,
+        participants: &[Participant],
+        number: u64,
+        version: u64,
+        cohort: usize,
+    ) -> Result<(Option<Arc<ShardPlan>>, Tasks)> {
+        let config = &self.fed.config;
+        let model = self.fed.model.clone();
+        let policy = config.sharding.clone();
+        let planned = participants.to_vec();
+        let seed = config.seed;
+        let plan = tokio::task::spawn_blocking(move || match &policy {
+            Some(policy) => plan_shards(&model, policy, &planned, seed, number)
+                .map(|p| Some(Arc::new(p)))
+                .map_err(|e| Error::Plan(e.to_string())),
+            None => Ok(None),
+        })
+        .await
+        .map_err(|e| Error::panicked("sharding plan", e))??;
+        let recipe = Recipe {
+            learning_rate: config.learning_rate(version),
+            ..config.recipe.clone()
+        };
+        let mut tasks = build_tasks(
+            &self.fed.model,
+            config.sharding.as_ref(),
+            plan.as_deref(),
+            participants,
+            (seed, number),
+            &recipe,
+        );
+        let cohort = Cohort {
+            population: self.fed.registry.clients.len(),
+            participants: cohort,
+            round: version,
+        };
+        let state = &self.fed.uplink;
+        tasks.attach_uplinks(|task| {
+            state.uplink(config.compressor, &config.compression, cohort, task)
+        })?;
+        Ok((plan, tasks))
+    }
+
+    /// Tells the coordinator of every failed client, with one warning that says why.
+    pub(crate) fn count_failures(
+        &self,
+        version: u64,
+        asked: usize,
+        failures: &BTreeMap<ClientId, ClientFailure>,
+    ) {
+        if failures.is_empty() {
+            return;
+        }
+        log_failures(version, asked, failures);
+        for id in failures.keys() {
+            let _ = self
+                .coordinator
+                .cast(CoordinatorMsg::CountFailure { client: *id });
+        }
+    }
+}
+
+/// One warning per version that lost clients, with the reasons of the first three: the metrics
+/// count failures by kind, and this says why (a client's error would otherwise stay silent).
+fn log_failures(version: u64, asked: usize, failures: &BTreeMap<ClientId, ClientFailure>) {
+    const SHOWN: usize = 3;
+    let reasons: Vec<String> = failures
+        .iter()
+        .take(SHOWN)
+        .map(|(id, f)| format!("client {id} {}: {}", f.kind.label(), f.reason))
+        .collect();
+    let more = if failures.len() > SHOWN { "; …" } else { "" };
+    tracing::warn!(
+        version,
+        "{} of {asked} clients failed: {}{more}",
+        failures.len(),
+        reasons.join("; ")
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::tests::{recipe, registry};
+    use crate::schedule::AsyncConfig;
+    use fedshard_strategies::aggregation::AggregatorName;
+    use fedshard_strategies::selection::SelectorName;
+    use std::time::Duration;
+
+    fn config(aggregator: AggregatorName, asynchronous: bool) -> RuntimeConfig {
+        RuntimeConfig {
+            seed: 1,
+            rounds: 1,
+            aggregator,
+            sharding: None,
+            recipe: recipe(),
+            cosine_schedule: false,
+            deadline: Duration::from_secs(1),
+            min_successful: 1,
+            compressor: Default::default(),
+            compression: Default::default(),
+            max_update_norm: None,
+            over_commit: None,
+            asynchronous: asynchronous.then_some(AsyncConfig {
+                concurrency: 2,
+                buffer: 2,
+                staleness: Staleness::Constant,
+            }),
+            arrival_clock: None,
+        }
+    }
+
+    /// FedBuff folds a buffer with FedAvg's or uniform weights; an aggregator whose weights
+    /// cannot scale changes, or a selector that needs every norm at once, is refused before
+    /// any client trains, by name. Synchronous rounds take them all.
+    #[test]
+    fn async_mode_refuses_what_cannot_fold_a_buffer_when_the_engine_is_built() {
+        let uniform = registry(&[(1, 1), (2, 1)]);
+        for name in [AggregatorName::Fedavg, AggregatorName::Uniform] {
+            let engine = Engine::new(&config(name, true), &uniform).unwrap();
+            assert!(matches!(engine.schedule, Schedule::Buffered(_)));
+        }
+        for name in [AggregatorName::InverseProbability, AggregatorName::Fesc] {
+            match Engine::new(&config(name, true), &uniform) {
+                Err(Error::Unsupported {
+                    policy, name: n, ..
+                }) => {
+                    assert_eq!((policy, n.as_str()), ("aggregator", name.as_str()));
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+            assert!(Engine::new(&config(name, false), &uniform).is_ok());
+        }
+        let two_phase = Registry {
+            selector: SelectorName::OptimalPartial,
+            ..uniform
+        };
+        let refused = Engine::new(&config(AggregatorName::Fedavg, true), &two_phase).unwrap_err();
+        assert!(
+            matches!(
+                &refused,
+                Error::Unsupported {
+                    policy: "selector",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("optimal-partial"), "{refused}");
+        let engine = Engine::new(&config(AggregatorName::Fedavg, false), &two_phase).unwrap();
+        assert_eq!(engine.schedule, Schedule::Rounds { over_commit: None });
+    }
+}

@@ -1,0 +1,115 @@
+//! The actor runtime's errors: one enum a caller can match, whose `Display` names the thing that
+//! failed and what was expected of it.
+
+use crate::checkpoint::CheckpointError;
+use fedshard_protocol::task::ClientId;
+use fedshard_strategies::StrategyError;
+use fedshard_strategies::selection::SelectorName;
+use std::path::PathBuf;
+
+/// What can stop a round, a run, or the runtime's set-up.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A policy the run was configured with cannot take part in its schedule (checked when the
+    /// round engine is built, before any client trains).
+    #[error("{policy} `{name}` cannot run {schedule}: {why}")]
+    Unsupported {
+        policy: &'static str,
+        name: String,
+        schedule: &'static str,
+        why: &'static str,
+    },
+    /// A setting outside its domain; `field` is its name in the config.
+    #[error("field `{field}`: expected {expected}, found {found}")]
+    Invalid {
+        field: &'static str,
+        expected: &'static str,
+        found: String,
+    },
+    /// The coordinator's answer to a selection (or why it could not be asked).
+    #[error("{0}")]
+    Selection(String),
+    #[error("no live client to select")]
+    NoLiveClient,
+    #[error("selector {selector}: {source}")]
+    Selector {
+        selector: SelectorName,
+        source: StrategyError,
+    },
+    #[error("aggregator {name}: {source}")]
+    Aggregator {
+        name: &'static str,
+        source: StrategyError,
+    },
+    #[error("client {0} is not in the registry")]
+    UnknownClient(ClientId),
+    /// An accepted update that does not fit the model it is folded into.
+    #[error("client {client}: {reason}")]
+    Update { client: ClientId, reason: String },
+    #[error("no client can be given work (none registered)")]
+    NoClient,
+    /// The shard plan of a round (its SVDs and draws).
+    #[error("sharding plan: {0}")]
+    Plan(String),
+    /// The compressor's settings for a task, or its memory after a round.
+    #[error("uplink state: {0}")]
+    Uplink(String),
+    /// Blocking work (plan, aggregate, evaluation, checkpoint writer) panicked.
+    #[error("{what} panicked: {reason}")]
+    Panicked { what: &'static str, reason: String },
+    #[error("{actor} failed to start: {reason}")]
+    Spawn { actor: &'static str, reason: String },
+    #[error("coordinator unreachable: {0}")]
+    CoordinatorUnreachable(String),
+    #[error("the coordinator died")]
+    CoordinatorDied,
+    #[error("server stopped before the first round: {0}")]
+    ServerStopped(String),
+    #[error("server stopped without a result")]
+    NoResult,
+    #[error("round {round}: {source}")]
+    Round { round: u64, source: Box<Error> },
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("checkpoint in {dir} was written with seed {found}, the config says {expected}")]
+    SeedMismatch {
+        dir: PathBuf,
+        found: u64,
+        expected: u64,
+    },
+    #[error("checkpoint model does not fit the configured model: {0}")]
+    IncompatibleModel(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("a round record as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("metrics registry: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Serve {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// A panic (or cancellation) of blocking work, from its join error.
+    pub(crate) fn panicked(what: &'static str, e: tokio::task::JoinError) -> Self {
+        Error::Panicked {
+            what,
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// Transitional: lets callers that still return String use ?; removed once they migrate.
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,363 @@
+//! Folding accepted updates into the global model, always through the [`Aggregator`] seam: a
+//! round's updates share the round's model version and fold as block values ([`fold`]); a
+//! buffer's were trained from several versions and fold as weight-space changes scaled by their
+//! staleness ([`fold_buffered`]).
+
+use super::{Accepted, ClientFailure};
+use crate::coordinator::Registry;
+use crate::error::{Error, Result};
+use crate::schedule::Staleness;
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::shard_plan::ShardPlan;
+use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_strategies::StrategyError;
+use fedshard_strategies::aggregation::{
+    Aggregator, BlockUpdate, BufferedRound, Contribution, Failure, Fit, FitRound, RoundOutcome,
+    WeightChange,
+};
+use fedshard_strategies::svd::apply_term_changes;
+use std::collections::BTreeMap;
+
+/// What folding a round did to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Folded {
+    /// The global model is the aggregate.
+    Updated,
+    /// The model is unchanged; the text says why (too few updates, the policy declined).
+    Unchanged(String),
+    /// The aggregate overflowed f32 (finite updates can sum past its range); the model is
+    /// unchanged.
+    NonFinite,
+}
+
+/// Everything the aggregation policy is told about the round besides the updates.
+#[derive(Debug, Clone, Copy)]
+pub struct FoldContext<'a> {
+    pub registry: &'a Registry,
+    /// p_k of each participant (1 when every client takes part).
+    pub probabilities: &'a BTreeMap<ClientId, f64>,
+    pub failures: &'a BTreeMap<ClientId, ClientFailure>,
+    /// Below this many accepted updates the model stays.
+    pub min_successful: usize,
+}
+
+/// Folds the accepted updates into `global` through `aggregator`.
+///
+/// The model is laid out as blocks: every dense tensor, then each singular vector of each
+/// sharded layer's factors `U'` and `V'` (the round's SVD in `plan`). A client's update covers
+/// the dense blocks and the vectors it held, so the policy's fold is the per-singular-vector
+/// average of docs/algorithms.md §1.1 step 5 (vectors nobody held stay). Sharded layers then move by
+/// the change of their terms, `W ← W + Σ_i (u'_i v'_iᵀ − ū'_i v̄'_iᵀ)`, which is the paper's
+/// recomposition `W = Σ u'_i v'_iᵀ` in exact arithmetic without its rounding where nothing
+/// changed ([`apply_term_changes`]). Results go to the policy in client-id order with the
+/// registry's D_c as their sample count, never a client's own claim.
+///
+/// The aggregate is built on a copy; `global` changes only when the policy moved it and every
+/// value is finite.
+pub fn fold(
+    global: &mut ModelState,
+    plan: Option<&ShardPlan>,
+    accepted: &[Accepted],
+    aggregator: &dyn Aggregator,
+    ctx: FoldContext<'_>,
+) -> Result<Folded> {
+    if accepted.len() < ctx.min_successful.max(1) {
+        return Ok(Folded::Unchanged(format!(
+            "{} accepted updates, the minimum is {}",
+            accepted.len(),
+            ctx.min_successful.max(1)
+        )));
+    }
+    let mut order: Vec<&Accepted> = accepted.iter().collect();
+    order.sort_by_key(|a| a.client);
+    let samples = |id: ClientId| registry_samples(ctx.registry, id);
+    let results = order
+        .iter()
+        .map(|a| {
+            Ok(Contribution {
+                client: a.client,
+                samples: samples(a.client)?,
+                inclusion_probability: ctx.probabilities.get(&a.client).copied().unwrap_or(1.0),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let failures: Vec<Failure> = ctx
+        .failures
+        .iter()
+        .map(|(id, f)| Failure {
+            client: *id,
+            reason: format!("{}: {}", f.kind.label(), f.reason),
+        })
+        .collect();
+    let population_samples = ctx
+        .registry
+        .clients
+        .values()
+        .map(|c| c.samples as f64)
+        .sum();
+
+    let mut next = global.clone();
+    let mut factors: Vec<_> = plan
+        .map(|p| p.factors.iter().map(|(_, f)| f.clone()).collect())
+        .unwrap_or_default();
+    let dense_index: BTreeMap<&str, usize> = global
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    // Block b < tensors: tensor b; then, layer by layer, U' terms then V' terms.
+    let mut layer_start = Vec::with_capacity(factors.len());
+    let mut start = global.tensors.len();
+    for f in &factors {
+        layer_start.push(start);
+        start += 2 * f.singular_values.len();
+    }
+    let updates = order
+        .iter()
+        .map(|a| blocks_of(a, &dense_index, &factors, &layer_start))
+        .collect::<Result<Vec<_>>>()?;
+    let mut blocks: Vec<&mut [f32]> = next
+        .tensors
+        .iter_mut()
+        .map(|t| t.data.as_mut_slice())
+        .collect();
+    for f in factors.iter_mut() {
+        let (rows, cols) = (f.rows, f.cols);
+        blocks.extend(f.left.chunks_mut(rows));
+        blocks.extend(f.right.chunks_mut(cols));
+    }
+    let round = FitRound {
+        outcome: RoundOutcome {
+            results: &results,
+            failures: &failures,
+            population_samples,
+        },
+        updates: &updates,
+    };
+    let fit = aggregator
+        .aggregate_fit(&mut blocks, &round)
+        .map_err(|source| Error::Aggregator {
+            name: aggregator.name(),
+            source,
+        })?;
+    if let Fit::NoUpdate(why) = fit {
+        return Ok(Folded::Unchanged(why));
+    }
+    if let Some(plan) = plan {
+        for ((name, sent), f) in plan.factors.iter().zip(&factors) {
+            if let Some(tensor) = next.get_mut(name) {
+                apply_term_changes(&mut tensor.data, sent, f);
+            }
+        }
+    }
+    if !next.is_finite() {
+        return Ok(Folded::NonFinite);
+    }
+    *global = next;
+    Ok(Folded::Updated)
+}
+
+/// The blocks one accepted update trained: its dense tensors by name, and for each sharded layer
+/// the U' and V' vectors of the terms it held.
+fn blocks_of<'a>(
+    a: &'a Accepted,
+    dense_index: &BTreeMap<&str, usize>,
+    factors: &[fedshard_strategies::svd::Factors<f32>],
+    layer_start: &[usize],
+) -> Result<Vec<BlockUpdate<'a>>> {
+    let mut blocks = Vec::new();
+    for t in &a.update.dense.tensors {
+        let b = dense_index
+            .get(t.name.as_str())
+            .ok_or_else(|| update_error(a.client, format!("unknown tensor `{}`", t.name)))?;
+        blocks.push((*b, t.data.as_slice()));
+    }
+    if a.update.shards.len() != factors.len() {
+        return Err(update_error(
+            a.client,
+            format!(
+                "{} sharded layers in the update, {} in the plan",
+                a.update.shards.len(),
+                factors.len()
+            ),
+        ));
+    }
+    for ((shard, f), &start) in a.update.shards.iter().zip(factors).zip(layer_start) {
+        let terms = f.singular_values.len();
+        for (j, &term) in shard.indices.iter().enumerate() {
+            let left = shard.left.get(j * f.rows..(j + 1) * f.rows);
+            let right = shard.right.get(j * f.cols..(j + 1) * f.cols);
+            let (Some(left), Some(right)) = (left, right) else {
+                return Err(update_error(
+                    a.client,
+                    format!("short factors of `{}`", shard.name),
+                ));
+            };
+            blocks.push((start + term, left));
+            blocks.push((start + terms + term, right));
+        }
+    }
+    Ok(blocks)
+}
+
+/// D_c of `client`, from the registry (never the client's own claim).
+fn registry_samples(registry: &Registry, client: ClientId) -> Result<f64> {
+    registry
+        .clients
+        .get(&client)
+        .map(|c| c.samples as f64)
+        .ok_or(Error::UnknownClient(client))
+}
+
+fn update_error(client: ClientId, reason: String) -> Error {
+    Error::Update { client, reason }
+}
+
+/// An accepted update waiting in an asynchronous buffer.
+#[derive(Debug, Clone)]
+pub struct Buffered {
+    pub accepted: Accepted,
+    /// The task it answers, whose values it is measured against.
+    pub task: TrainTask,
+    /// The model version its client trained from.
+    pub version: u64,
+}
+
+/// Adds `scale` × the weight-space change `update` asks for against `task` to `change` (one f64
+/// vector per tensor of `global`, in its order): `values − sent` for a dense tensor, and for a
+/// sharded layer `Σ_{i∈I} (u'_i v'_iᵀ − u_i v_iᵀ)` over the terms it held, on the task's basis.
+///
+/// That is exactly how a round moves a sharded layer ([`fold`] applies
+/// `W ← W + Σ_i (u'_i v'_iᵀ − ū'_i v̄'_iᵀ)`), so the sharding paper's recomposition needs no
+/// basis once the change is formed: re-projecting it onto a newer version's singular vectors
+/// would only drop the part outside the terms kept, and averaging singular vectors of different
+/// versions term by term has no meaning (term i of two SVDs are different vectors).
+pub fn weight_change(
+    change: &mut [Vec<f64>],
+    global: &ModelState,
+    update: &Accepted,
+    task: &TrainTask,
+    scale: f64,
+) -> Result<()> {
+    let index = |name: &str| {
+        global
+            .tensors
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| update_error(update.client, format!("unknown tensor `{name}`")))
+    };
+    for t in &update.update.dense.tensors {
+        let i = index(&t.name)?;
+        let sent = task
+            .dense
+            .get(&t.name)
+            .ok_or_else(|| update_error(update.client, format!("`{}` was not sent", t.name)))?;
+        for ((c, &new), &old) in change[i].iter_mut().zip(&t.data).zip(&sent.data) {
+            *c += scale * (f64::from(new) - f64::from(old));
+        }
+    }
+    for (got, sent) in update.update.shards.iter().zip(&task.shards) {
+        let i = index(&got.name)?;
+        let (rows, cols) = global.tensors[i].matrix_shape();
+        for j in 0..got.indices.len() {
+            let (Some(ul), Some(ur), Some(sl), Some(sr)) = (
+                got.left.get(j * rows..(j + 1) * rows),
+                got.right.get(j * cols..(j + 1) * cols),
+                sent.left.get(j * rows..(j + 1) * rows),
+                sent.right.get(j * cols..(j + 1) * cols),
+            ) else {
+                return Err(update_error(
+                    update.client,
+                    format!("short factors of `{}`", got.name),
+                ));
+            };
+            for r in 0..rows {
+                let (un, us) = (scale * f64::from(ul[r]), scale * f64::from(sl[r]));
+                let row = &mut change[i][r * cols..(r + 1) * cols];
+                for ((c, &vn), &vs) in row.iter_mut().zip(ur).zip(sr) {
+                    *c += un * f64::from(vn) - us * f64::from(vs);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A buffered update as the aggregator folds it: its [`weight_change`] against `global`.
+struct Change<'a> {
+    global: &'a ModelState,
+    buffered: &'a Buffered,
+}
+
+impl WeightChange for Change<'_> {
+    fn add_scaled(&self, change: &mut [Vec<f64>], scale: f64) -> fedshard_strategies::Result<()> {
+        let b = self.buffered;
+        weight_change(change, self.global, &b.accepted, &b.task, scale)
+            .map_err(|e| StrategyError::invalid("buffered update", e.to_string()))
+    }
+}
+
+/// Applies the buffer to `global`, which is version `current`, through `aggregator`
+/// ([`Aggregator::aggregate_buffered`]): FedBuff's `W ← W + Σ_i w_i s(current − version_i) ΔW_i`
+/// with the aggregator's weights `w_i` (for FedAvg `D_i / Σ_j D_j`, D from the registry) over
+/// the buffer in arrival order, and every tensor one block. Returns what happened and the
+/// staleness of each update, in buffer order; `global` changes only when every value of the
+/// result is finite.
+pub fn fold_buffered(
+    global: &mut ModelState,
+    buffer: &[Buffered],
+    aggregator: &dyn Aggregator,
+    registry: &Registry,
+    (staleness, current): (Staleness, u64),
+) -> Result<(Folded, Vec<u64>)> {
+    let taus: Vec<u64> = buffer
+        .iter()
+        .map(|b| current.saturating_sub(b.version))
+        .collect();
+    let results = buffer
+        .iter()
+        .map(|b| {
+            Ok(Contribution {
+                client: b.accepted.client,
+                samples: registry_samples(registry, b.accepted.client)?,
+                inclusion_probability: 1.0,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let weights: Vec<f64> = taus.iter().map(|&tau| staleness.weight(tau)).collect();
+    let changes: Vec<Change<'_>> = buffer
+        .iter()
+        .map(|buffered| Change { global, buffered })
+        .collect();
+    let changes: Vec<&dyn WeightChange> = changes.iter().map(|c| c as &dyn WeightChange).collect();
+    let round = BufferedRound {
+        outcome: RoundOutcome {
+            results: &results,
+            failures: &[],
+            population_samples: registry.clients.values().map(|c| c.samples as f64).sum(),
+        },
+        staleness: &weights,
+        changes: &changes,
+    };
+    let mut next = global.clone();
+    let mut blocks: Vec<&mut [f32]> = next
+        .tensors
+        .iter_mut()
+        .map(|t| t.data.as_mut_slice())
+        .collect();
+    let fit = aggregator
+        .aggregate_buffered(&mut blocks, &round)
+        .map_err(|source| Error::Aggregator {
+            name: aggregator.name(),
+            source,
+        })?;
+    if let Fit::NoUpdate(why) = fit {
+        return Ok((Folded::Unchanged(why), taus));
+    }
+    if !next.is_finite() {
+        return Ok((Folded::NonFinite, taus));
+    }
+    *global = next;
+    Ok((Folded::Updated, taus))
+}

@@ -1,0 +1,73 @@
+//! One round as plain functions over plain data, so each step is unit-tested without actors:
+//! build every participant's task ([`build_tasks`]), sort the clients' answers into updates and
+//! failures ([`classify`]), open and check each update against its task ([`validate`]), fold the
+//! accepted ones through the aggregation policy ([`fold`] for a round on one model version,
+//! [`fold_buffered`] for a buffer trained from several) and sum it up ([`record`]).
+//! The server's round engine only moves messages between these, whatever its schedule.
+
+mod classify;
+mod cosine;
+mod fold;
+mod record;
+mod tasks;
+#[cfg(test)]
+pub(crate) mod tests;
+mod validate;
+
+pub use classify::{Classified, classify};
+pub use cosine::update_cosine;
+pub use fold::{Buffered, FoldContext, Folded, fold, fold_buffered, weight_change};
+pub use record::{RoundSummary, Tally, record};
+pub use tasks::{Tasks, build_tasks};
+pub use validate::{Accepted, Validated, check, update_norm, validate};
+
+use crate::client::ClientReply;
+use serde::{Deserialize, Serialize};
+
+/// Why a selected client gave no update; the label is the `reason` of the failure counters in
+/// `metrics.jsonl` and Prometheus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// Local training returned an error.
+    Error,
+    /// Local training panicked (the client actor is restarted).
+    Panic,
+    /// No answer before the round's deadline.
+    Timeout,
+    /// The client could not be reached, or answered out of protocol.
+    Unreachable,
+}
+
+impl FailureKind {
+    pub const ALL: [FailureKind; 4] = [
+        FailureKind::Error,
+        FailureKind::Panic,
+        FailureKind::Timeout,
+        FailureKind::Unreachable,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            FailureKind::Error => "error",
+            FailureKind::Panic => "panic",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// A failed client: what kind of failure, and the text for the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientFailure {
+    pub kind: FailureKind,
+    pub reason: String,
+}
+
+/// How one dispatched client ended its phase, as the transport saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Reply(ClientReply),
+    Timeout,
+    Unreachable(String),
+}
