@@ -419,7 +419,11 @@ impl ServerState {
         let model = self.fed.model.clone();
         let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
             .await
-            .map_err(|e| format!("evaluation panicked: {e}"))?;
+            .map_err(|e| format!("evaluation panicked: {e}"))?
+            .unwrap_or_else(|e| {
+                tracing::error!(version, "evaluation failed: {e}");
+                fedshard_protocol::task::Evaluation::FAILED
+            });
         since.phases.evaluate = evaluating.elapsed().as_secs_f64();
         let mut rejected = since.rejected;
         if folded == Folded::NonFinite {

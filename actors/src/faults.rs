@@ -7,7 +7,9 @@
 //! (plus f_c times a simulated `base_delay_ms`), so rounds that do not wait for the slowest
 //! client can be measured against rounds that do.
 
-use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
+use fedshard_protocol::task::{
+    BoxError, ClientId, LocalTrainer, TrainError, TrainOutput, TrainTask,
+};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -233,7 +235,7 @@ impl LocalTrainer for FaultyTrainer {
         self.inner.samples()
     }
 
-    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         self.train_then(task, &mut |_| Ok(()))
     }
 
@@ -243,11 +245,11 @@ impl LocalTrainer for FaultyTrainer {
     fn train_then(
         &self,
         task: &TrainTask,
-        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), String> + Send),
-    ) -> Result<TrainOutput, String> {
+        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), BoxError> + Send),
+    ) -> Result<TrainOutput, TrainError> {
         let fault = self.plan.fault(task.seed, task.round, task.client);
         match fault {
-            Some(FaultKind::Error) => return Err("injected error".into()),
+            Some(FaultKind::Error) => return Err(TrainError::Injected),
             Some(FaultKind::Panic) => panic!("injected panic in client {}", task.client),
             Some(FaultKind::Timeout) => std::thread::sleep(self.plan.delay),
             _ => {}
@@ -319,7 +321,7 @@ mod tests {
         fn samples(&self) -> u64 {
             1
         }
-        fn train(&self, _: &TrainTask) -> Result<TrainOutput, String> {
+        fn train(&self, _: &TrainTask) -> Result<TrainOutput, TrainError> {
             Ok(TrainOutput {
                 dense: ModelState {
                     tensors: vec![NamedTensor::zeros("w", vec![1])],

@@ -516,7 +516,11 @@ impl ServerState {
         let evaluating = Instant::now();
         let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
             .await
-            .map_err(|e| format!("evaluation panicked: {e}"))?;
+            .map_err(|e| format!("evaluation panicked: {e}"))?
+            .unwrap_or_else(|e| {
+                tracing::error!(round, "evaluation failed: {e}");
+                fedshard_protocol::task::Evaluation::FAILED
+            });
         phases.evaluate = evaluating.elapsed().as_secs_f64();
         let mut record = record(&RoundSummary {
             round,
