@@ -3,6 +3,7 @@
 
 use crate::data::DataError;
 use crate::data::synthetic::linear_regression;
+use crate::oneshot::OneshotError;
 use faer::{Col, Mat};
 use fedshard_protocol::model::{ModelError, ModelState, NamedTensor};
 use fedshard_protocol::task::{
@@ -17,12 +18,9 @@ use thiserror::Error;
 pub enum RidgeError {
     #[error("ridge regression needs at least one sample")]
     NoSamples,
-    /// The regularised Gram matrix did not factor.
-    #[error("{0:#}")]
-    Solve(anyhow::Error),
-    /// The clients' sizes could not be drawn (an invalid log-normal law).
-    #[error("{0:#}")]
-    Sizes(anyhow::Error),
+    /// The regularised Gram matrix did not factor, or the clients' sizes could not be drawn.
+    #[error(transparent)]
+    Oneshot(#[from] OneshotError),
     #[error(transparent)]
     Data(#[from] DataError),
     #[error(transparent)]
@@ -78,8 +76,7 @@ pub fn fit(data: &RegressionData) -> Result<Vec<f64>, RidgeError> {
             }
         }
     }
-    let theta =
-        crate::oneshot::ridge::fit(&gram, &cross, (n as f64).sqrt()).map_err(RidgeError::Solve)?;
+    let theta = crate::oneshot::ridge::fit(&gram, &cross, (n as f64).sqrt())?;
     Ok((0..d).map(|i| theta[i]).collect())
 }
 
@@ -172,8 +169,7 @@ pub fn synthetic_clients(
     let mut rng = stream(seed, 0, 0, Purpose::SyntheticTruth);
     let theta_star = crate::oneshot::data::true_parameter(&mut rng, dim);
     let theta: Vec<f64> = (0..dim).map(|i| theta_star[i]).collect();
-    let sizes =
-        crate::oneshot::data::sample_sizes(&mut rng, clients, gamma).map_err(RidgeError::Sizes)?;
+    let sizes = crate::oneshot::data::sample_sizes(&mut rng, clients, gamma)?;
     let mut out = Vec::with_capacity(clients);
     for (c, &n) in sizes.iter().enumerate() {
         let data_seed = stream(seed, 0, c as u64, Purpose::SyntheticSamples).next_u64();
