@@ -19,7 +19,7 @@ use fedshard_training::data;
 use fedshard_training::models::net::Architecture;
 use fedshard_training::train::fedpm::{FedpmClient, FedpmEvaluator};
 use fedshard_training::train::neural::{
-    CharWindows, Cpu, CpuTraining, Examples, NeuralClient, NeuralEvaluator,
+    CharWindows, Cpu, CpuTraining, Examples, LocalMethod, NeuralClient, NeuralEvaluator,
 };
 use fedshard_training::train::ridge::{RidgeClient, RidgeEvaluator};
 use fedshard_training::train::slots::OnACore;
@@ -512,13 +512,20 @@ fn neural_trainer(
     net: &Architecture,
     examples: Box<dyn Examples>,
 ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
+    // SGLD asks each client for one step on its share of the potential, not for local
+    // training (docs/algorithms.md §4.9).
+    let method = match config.federation.compressor.host() {
+        Some(fedshard_protocol::uplink::Host::Sgld) => LocalMethod::Sgld,
+        _ => LocalMethod::Sgd,
+    };
     Ok(match config.training.device {
         Device::Cpu => Arc::new(NeuralClient::<CpuTraining> {
             architecture: net.clone(),
             examples,
             device: Default::default(),
+            method,
         }),
-        Device::Cuda => cuda::trainer(net, examples)?,
+        Device::Cuda => cuda::trainer(net, examples, method)?,
     })
 }
 
@@ -584,11 +591,13 @@ mod cuda {
     pub fn trainer(
         net: &Architecture,
         examples: Box<dyn Examples>,
+        method: LocalMethod,
     ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
         Ok(Arc::new(NeuralClient::<Autodiff<Cuda>> {
             architecture: net.clone(),
             examples,
             device: device()?,
+            method,
         }))
     }
 
@@ -613,6 +622,7 @@ mod cuda {
     pub fn trainer(
         _: &Architecture,
         _: Box<dyn Examples>,
+        _: LocalMethod,
     ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
         anyhow::bail!(MISSING)
     }

@@ -446,7 +446,8 @@ fn a_task_naming_a_layer_the_model_lacks_is_an_error() {
     let state = ModelState::new(state.tensors).expect("distinct names");
     let err = arch
         .load::<B>(&state, &[], &device())
-        .expect_err("unknown tensor");
+        .expect_err("unknown tensor")
+        .to_string();
     assert!(err.contains("extra"), "{err}");
     let shard_of_first = LayerShard {
         name: "conv0.weight".into(),
@@ -463,7 +464,8 @@ fn a_task_naming_a_layer_the_model_lacks_is_an_error() {
             &[shard_of_first],
             &device(),
         )
-        .expect_err("first layer");
+        .expect_err("first layer")
+        .to_string();
     assert!(err.contains("never sharded"), "{err}");
 }
 
@@ -577,8 +579,8 @@ fn a_digits_cnn_federation_learns_under_every_strategy() {
 
 #[test]
 fn local_training_then_evaluation_learns_the_digits() {
-    use fedshard_protocol::task::{LocalTrainer, Recipe, TrainTask};
-    use fedshard_training::train::neural::{Cpu, NeuralClient, NeuralEvaluator};
+    use fedshard_protocol::task::{Evaluator, LocalTrainer, Recipe, TrainTask};
+    use fedshard_training::train::neural::{Cpu, LocalMethod, NeuralClient, NeuralEvaluator};
     let arch = digits_cnn();
     let (state, _) = arch.initial_state(2).expect("builds");
     let digits = fedshard_training::data::digits::load().expect("digits");
@@ -586,6 +588,7 @@ fn local_training_then_evaluation_learns_the_digits() {
         architecture: arch.clone(),
         examples: Box::new(digits.clone()),
         device: device(),
+        method: LocalMethod::Sgd,
     };
     let evaluator = NeuralEvaluator::<Cpu> {
         architecture: arch,
@@ -593,7 +596,7 @@ fn local_training_then_evaluation_learns_the_digits() {
         device: Default::default(),
         batch_size: 256,
     };
-    let before = evaluator.try_evaluate(&state).expect("evaluates");
+    let before = evaluator.evaluate(&state).expect("evaluates");
     let task = TrainTask {
         round: 1,
         client: 0,
@@ -611,7 +614,7 @@ fn local_training_then_evaluation_learns_the_digits() {
         uplink: Default::default(),
     };
     let out = client.train(&task).expect("trains");
-    let after = evaluator.try_evaluate(&out.dense).expect("evaluates");
+    let after = evaluator.evaluate(&out.dense).expect("evaluates");
     eprintln!(
         "before {before:?}, after {after:?}, train loss {}",
         out.loss
@@ -644,13 +647,14 @@ fn local_training_is_bit_for_bit_deterministic() {
 /// The bits of every trained value, twice from the same task.
 fn train_twice(arch: &Architecture, keep_ratio: f64, clip_lr: Option<f64>) -> (Vec<u32>, Vec<u32>) {
     use fedshard_protocol::task::{LocalTrainer, Recipe, TrainOutput, TrainTask};
-    use fedshard_training::train::neural::NeuralClient;
+    use fedshard_training::train::neural::{LocalMethod, NeuralClient};
     let (state, shardable) = arch.initial_state(5).expect("builds");
     let (dense, shards) = single_client_task(&state, &shardable, keep_ratio, 7).expect("plans");
     let client = NeuralClient::<B> {
         architecture: arch.clone(),
         examples: Box::new(fedshard_training::data::digits::load().expect("digits")),
         device: device(),
+        method: LocalMethod::Sgd,
     };
     let task = TrainTask {
         round: 1,

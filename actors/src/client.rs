@@ -188,7 +188,7 @@ impl Actor for ClientActor {
 mod tests {
     use super::*;
     use fedshard_protocol::model::{ModelState, NamedTensor};
-    use fedshard_protocol::task::Recipe;
+    use fedshard_protocol::task::{Recipe, TrainError};
 
     /// Adds `step` to every dense value; panics when the step is NaN.
     struct Shift(f32);
@@ -197,10 +197,10 @@ mod tests {
         fn samples(&self) -> u64 {
             4
         }
-        fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+        fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
             assert!(!self.0.is_nan(), "asked to panic");
             if self.0 < 0.0 {
-                return Err("negative step".into());
+                return Err(TrainError::Model("negative step".into()));
             }
             let mut dense = task.dense.clone();
             dense.tensors[0].data.iter_mut().for_each(|x| *x += self.0);

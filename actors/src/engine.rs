@@ -248,7 +248,7 @@ impl ServerState {
         let evaluating = Instant::now();
         let evaluation = tokio::task::spawn_blocking(move || evaluator.evaluate(&model))
             .await
-            .map_err(|e| Error::panicked("evaluation", e))?;
+            .map_err(|e| Error::panicked("evaluation", e))??;
         phases.evaluate = evaluating.elapsed().as_secs_f64();
         let (accepted, plan, late): (Vec<&Accepted>, _, _) = match &collected {
             Collected::Round(r) => (r.accepted.iter().collect(), r.plan.as_deref(), r.late),

@@ -2,7 +2,7 @@
 //! failed and what was expected of it.
 
 use crate::checkpoint::CheckpointError;
-use fedshard_protocol::task::ClientId;
+use fedshard_protocol::task::{ClientId, EvalError};
 use fedshard_strategies::StrategyError;
 use fedshard_strategies::selection::SelectorName;
 use std::path::PathBuf;
@@ -54,6 +54,10 @@ pub enum Error {
     /// The compressor's settings for a task, or its memory after a round.
     #[error("uplink state: {0}")]
     Uplink(String),
+    /// The held-out evaluation of the new model failed: the model no longer fits the
+    /// evaluator, which no round may hide behind a NaN accuracy.
+    #[error("evaluation: {0}")]
+    Evaluation(#[from] EvalError),
     /// Blocking work (plan, aggregate, evaluation, checkpoint writer) panicked.
     #[error("{what} panicked: {reason}")]
     Panicked { what: &'static str, reason: String },

@@ -8,7 +8,9 @@
 //! client can be measured against rounds that do.
 
 use crate::error::Error;
-use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
+use fedshard_protocol::task::{
+    BoxError, ClientId, LocalTrainer, TrainError, TrainOutput, TrainTask,
+};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -240,7 +242,7 @@ impl LocalTrainer for FaultyTrainer {
         self.inner.samples()
     }
 
-    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         self.train_then(task, &mut |_| Ok(()))
     }
 
@@ -250,11 +252,11 @@ impl LocalTrainer for FaultyTrainer {
     fn train_then(
         &self,
         task: &TrainTask,
-        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), String> + Send),
-    ) -> Result<TrainOutput, String> {
+        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), BoxError> + Send),
+    ) -> Result<TrainOutput, TrainError> {
         let fault = self.plan.fault(task.seed, task.round, task.client);
         match fault {
-            Some(FaultKind::Error) => return Err("injected error".into()),
+            Some(FaultKind::Error) => return Err(TrainError::Injected),
             Some(FaultKind::Panic) => panic!("injected panic in client {}", task.client),
             Some(FaultKind::Timeout) => std::thread::sleep(self.plan.delay),
             _ => {}
@@ -326,7 +328,7 @@ mod tests {
         fn samples(&self) -> u64 {
             1
         }
-        fn train(&self, _: &TrainTask) -> Result<TrainOutput, String> {
+        fn train(&self, _: &TrainTask) -> Result<TrainOutput, TrainError> {
             Ok(TrainOutput {
                 dense: ModelState {
                     tensors: vec![NamedTensor::zeros("w", vec![1])],

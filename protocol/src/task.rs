@@ -7,6 +7,7 @@
 use crate::model::ModelState;
 use crate::uplink::Uplink;
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 /// A client's identity, stable across rounds and restarts.
 pub type ClientId = u64;
@@ -122,6 +123,65 @@ pub struct TrainOutput {
     pub loss: f64,
 }
 
+/// An error of a trainer's own making that the runtime only reports: a task that does not fit
+/// the trainer's model, a backend failure, an uplink encoding that failed.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a client's local training failed; the server reports it as a failed client.
+#[derive(Debug, Error)]
+pub enum TrainError {
+    /// The task's tensors do not fit the trainer's model (a tensor missing or of another shape,
+    /// a shard the model cannot hold), or the model could not be built or exported.
+    #[error("{0}")]
+    Model(#[source] BoxError),
+    /// The task asks for something this trainer does not do.
+    #[error("{trainer} cannot train this task: {what}")]
+    Unsupported { trainer: &'static str, what: String },
+    #[error("the client has no training samples")]
+    NoSamples,
+    #[error("recipe.batch_size must be at least 1")]
+    ZeroBatchSize,
+    /// An SGLD task without the round's cohort (`uplink.langevin`).
+    #[error("an SGLD task carries the round's cohort")]
+    MissingCohort,
+    /// An SGLD task whose scaling (step, population, cohort) is invalid.
+    #[error("{0}")]
+    Scaling(#[source] fedshard_strategies::StrategyError),
+    /// The mean training loss of the round is NaN or infinite.
+    #[error("local training diverged (mean loss {mean_loss})")]
+    Diverged { mean_loss: f64 },
+    /// A fault injector failed the task on purpose.
+    #[error("injected error")]
+    Injected,
+    /// The work [`LocalTrainer::train_then`] runs after training (encoding the uplink) failed.
+    #[error("{0}")]
+    Finish(#[source] BoxError),
+}
+
+/// Transitional: lets callers that still return String use ?; removed once they migrate.
+impl From<TrainError> for String {
+    fn from(e: TrainError) -> String {
+        e.to_string()
+    }
+}
+
+/// Why an evaluation of a model failed.
+#[derive(Debug, Error)]
+pub enum EvalError {
+    /// The model's tensors do not fit the evaluator's architecture.
+    #[error("{0}")]
+    Model(#[source] BoxError),
+    #[error("the test set is empty")]
+    EmptyTestSet,
+}
+
+/// Transitional: lets callers that still return String use ?; removed once they migrate.
+impl From<EvalError> for String {
+    fn from(e: EvalError) -> String {
+        e.to_string()
+    }
+}
+
 /// A client's local training. Implementations hold the client's data shard.
 pub trait LocalTrainer: Send + Sync + 'static {
     /// Number of local training samples D_c. The server's registry takes D_c from the same
@@ -129,27 +189,28 @@ pub trait LocalTrainer: Send + Sync + 'static {
     fn samples(&self) -> u64;
     /// Trains on the task. An `Err` is reported to the server as a failed client; a panic is
     /// caught by the client actor, reported, and the actor is restarted.
-    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String>;
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError>;
 
     /// Trains, then runs `finish` on the output as part of the same local work: the client
     /// actor encodes its uplink message there. Why: a wrapper that schedules or stretches a
     /// client's computation (the core pool, a straggler's slow-down) must cover the encoding
     /// too, which for KLMS can cost as much as training; it overrides this method. `finish`
-    /// may change the output (a fault injector corrupts it before it is encoded).
+    /// may change the output (a fault injector corrupts it before it is encoded); its error
+    /// comes back as [`TrainError::Finish`].
     fn train_then(
         &self,
         task: &TrainTask,
-        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), String> + Send),
-    ) -> Result<TrainOutput, String> {
+        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), BoxError> + Send),
+    ) -> Result<TrainOutput, TrainError> {
         let mut output = self.train(task)?;
-        finish(&mut output)?;
+        finish(&mut output).map_err(TrainError::Finish)?;
         Ok(output)
     }
 }
 
 /// Held-out evaluation of the global model on the server.
 pub trait Evaluator: Send + Sync + 'static {
-    fn evaluate(&self, model: &ModelState) -> Evaluation;
+    fn evaluate(&self, model: &ModelState) -> Result<Evaluation, EvalError>;
 }
 
 /// Test accuracy and mean loss of a model.
@@ -157,4 +218,12 @@ pub trait Evaluator: Send + Sync + 'static {
 pub struct Evaluation {
     pub accuracy: f64,
     pub loss: f64,
+}
+
+impl Evaluation {
+    /// Both numbers NaN: what a round records when its evaluation failed.
+    pub const FAILED: Self = Self {
+        accuracy: f64::NAN,
+        loss: f64::NAN,
+    };
 }

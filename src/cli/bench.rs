@@ -7,7 +7,8 @@ use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::server::{Federation, RuntimeConfig, run};
 use fedshard_protocol::model::{ModelState, NamedTensor};
 use fedshard_protocol::task::{
-    ClientId, Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask,
+    ClientId, EvalError, Evaluation, Evaluator, LocalTrainer, Recipe, TrainError, TrainOutput,
+    TrainTask,
 };
 use fedshard_protocol::uplink::Compressor;
 use fedshard_strategies::aggregation::AggregatorName;
@@ -64,7 +65,7 @@ impl LocalTrainer for EchoTrainer {
     fn samples(&self) -> u64 {
         1
     }
-    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         Ok(TrainOutput {
             dense: task.dense.clone(),
             shards: task.shards.clone(),
@@ -77,11 +78,11 @@ impl LocalTrainer for EchoTrainer {
 pub(crate) struct NoEvaluation;
 
 impl Evaluator for NoEvaluation {
-    fn evaluate(&self, _model: &ModelState) -> Evaluation {
-        Evaluation {
+    fn evaluate(&self, _model: &ModelState) -> Result<Evaluation, EvalError> {
+        Ok(Evaluation {
             accuracy: 0.0,
             loss: 0.0,
-        }
+        })
     }
 }
 

@@ -55,7 +55,7 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<Vec<Row>> {
     );
     let evaluator = federation::evaluator(&config)?;
     let mut rows = Vec::with_capacity(1 + ratios.len());
-    let whole = evaluator.evaluate(&model);
+    let whole = evaluator.evaluate(&model)?;
     rows.push(Row {
         keep_top: None,
         accuracy: whole.accuracy,
@@ -63,7 +63,7 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<Vec<Row>> {
     });
     for ratio in ratios {
         let truncated = truncate(&model, &layers, ratio)?;
-        let e = evaluator.evaluate(&truncated);
+        let e = evaluator.evaluate(&truncated)?;
         rows.push(Row {
             keep_top: Some(ratio),
             accuracy: e.accuracy,

@@ -1,6 +1,7 @@
 //! Building blocks shared by the models: normalisation layers and causal self-attention, all
 //! written over [`Affine`] so every projection can be sharded.
 
+use crate::models::NetError;
 use crate::models::builder::{Builder, Init};
 use crate::models::kernels::{self, Kernels};
 use crate::models::layers::{Affine, Weight};
@@ -16,7 +17,7 @@ pub struct LayerNorm<B: Backend> {
 }
 
 impl<B: Kernels> LayerNorm<B> {
-    pub fn new(b: &mut Builder<B>, name: &str, dim: usize) -> Result<Self, String> {
+    pub fn new(b: &mut Builder<B>, name: &str, dim: usize) -> Result<Self, NetError> {
         Ok(Self {
             gamma: b.tensor(&format!("{name}.weight"), [dim], Init::Ones)?,
             beta: b.tensor(&format!("{name}.bias"), [dim], Init::Zeros)?,
@@ -42,11 +43,13 @@ impl<B: Kernels> GroupNorm<B> {
         name: &str,
         channels: usize,
         groups: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NetError> {
         if groups == 0 || !channels.is_multiple_of(groups) {
-            return Err(format!(
-                "`{name}`: {channels} channels do not split into {groups} groups"
-            ));
+            return Err(NetError::Groups {
+                name: name.to_string(),
+                channels,
+                groups,
+            });
         }
         Ok(Self {
             gamma: b.tensor(&format!("{name}.weight"), [channels], Init::Ones)?,
@@ -76,11 +79,13 @@ pub struct SelfAttention<B: Backend> {
 }
 
 impl<B: Kernels> SelfAttention<B> {
-    pub fn new(b: &mut Builder<B>, name: &str, dim: usize, heads: usize) -> Result<Self, String> {
+    pub fn new(b: &mut Builder<B>, name: &str, dim: usize, heads: usize) -> Result<Self, NetError> {
         if heads == 0 || !dim.is_multiple_of(heads) {
-            return Err(format!(
-                "`{name}`: width {dim} does not split into {heads} heads"
-            ));
+            return Err(NetError::Heads {
+                name: name.to_string(),
+                width: dim,
+                heads,
+            });
         }
         Ok(Self {
             q: b.affine(&format!("{name}.q"), dim, dim, true, true)?,
@@ -118,7 +123,12 @@ pub struct FeedForward<B: Backend> {
 }
 
 impl<B: Kernels> FeedForward<B> {
-    pub fn new(b: &mut Builder<B>, name: &str, dim: usize, hidden: usize) -> Result<Self, String> {
+    pub fn new(
+        b: &mut Builder<B>,
+        name: &str,
+        dim: usize,
+        hidden: usize,
+    ) -> Result<Self, NetError> {
         Ok(Self {
             fc: b.affine(&format!("{name}.fc"), dim, hidden, true, true)?,
             proj: b.affine(&format!("{name}.proj"), hidden, dim, true, true)?,
@@ -147,7 +157,7 @@ impl<B: Kernels> TransformerBlock<B> {
         dim: usize,
         heads: usize,
         hidden: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NetError> {
         Ok(Self {
             ln1: LayerNorm::new(b, &format!("{name}.ln1"), dim)?,
             attn: SelfAttention::new(b, &format!("{name}.attn"), dim, heads)?,

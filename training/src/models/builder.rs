@@ -9,6 +9,7 @@
 //! [`export`] can turn a trained module back into the server's tensors without any per-model
 //! code, and the names can never drift apart between building and exporting.
 
+use crate::models::NetError;
 use crate::models::layers::{Affine, Conv, Factors, Weight, param};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::Tensor;
@@ -102,34 +103,29 @@ impl<'a, B: Backend> Builder<'a, B> {
     /// In init mode: the recorded initial state and the names of the shardable weights.
     /// In load mode: an error if the task carried a tensor or shard the model never asked
     /// for (a config naming a layer the model does not have), else the layout for [`export`].
-    pub fn finish(self) -> Result<(Layout, Option<InitialState>), String> {
+    pub fn finish(self) -> Result<(Layout, Option<InitialState>), NetError> {
         let layout = Layout { roles: self.roles };
         match self.mode {
             Mode::Init {
                 tensors, shardable, ..
-            } => {
-                let state = ModelState::new(tensors).map_err(|e| e.to_string())?;
-                Ok((layout, Some((state, shardable))))
-            }
+            } => Ok((layout, Some((ModelState::new(tensors)?, shardable)))),
             Mode::Load {
                 dense,
                 shards,
                 used,
             } => {
-                let unknown: Vec<&str> = dense
+                let names: Vec<String> = dense
                     .tensors
                     .iter()
                     .map(|t| t.name.as_str())
                     .chain(shards.iter().map(|s| s.name.as_str()))
                     .filter(|n| !used.contains(*n))
+                    .map(str::to_string)
                     .collect();
-                if unknown.is_empty() {
+                if names.is_empty() {
                     Ok((layout, None))
                 } else {
-                    Err(format!(
-                        "the task carries tensors this model does not have: {}",
-                        unknown.join(", ")
-                    ))
+                    Err(NetError::UnknownTensors { names })
                 }
             }
         }
@@ -141,7 +137,7 @@ impl<'a, B: Backend> Builder<'a, B> {
         name: &str,
         shape: [usize; D],
         init: Init,
-    ) -> Result<Param<Tensor<B, D>>, String> {
+    ) -> Result<Param<Tensor<B, D>>, NetError> {
         let data = self.values(name, &shape, init)?;
         let p = param(data, shape, &self.device);
         self.roles.insert(p.id, Role::Dense(name.to_string()));
@@ -157,7 +153,7 @@ impl<'a, B: Backend> Builder<'a, B> {
         c_out: usize,
         bias: bool,
         shardable: bool,
-    ) -> Result<Affine<B>, String> {
+    ) -> Result<Affine<B>, NetError> {
         let fan_in = c_in as f64;
         let weight = self.weight(name, &[c_out, c_in], (6.0 / fan_in).sqrt(), shardable)?;
         let bias = self.bias(name, c_out, bias, 1.0 / fan_in.sqrt())?;
@@ -177,7 +173,7 @@ impl<'a, B: Backend> Builder<'a, B> {
         padding: usize,
         bias: bool,
         shardable: bool,
-    ) -> Result<Conv<B>, String> {
+    ) -> Result<Conv<B>, NetError> {
         let fan_in = (c_in * kernel * kernel) as f64;
         let shape = [c_out, c_in, kernel, kernel];
         let weight = self.weight(name, &shape, (6.0 / fan_in).sqrt(), shardable)?;
@@ -198,7 +194,7 @@ impl<'a, B: Backend> Builder<'a, B> {
         c_out: usize,
         present: bool,
         bound: f64,
-    ) -> Result<Option<Param<Tensor<B, 1>>>, String> {
+    ) -> Result<Option<Param<Tensor<B, 1>>>, NetError> {
         if !present {
             return Ok(None);
         }
@@ -212,7 +208,7 @@ impl<'a, B: Backend> Builder<'a, B> {
         shape: &[usize],
         bound: f64,
         shardable: bool,
-    ) -> Result<Weight<B>, String> {
+    ) -> Result<Weight<B>, NetError> {
         let name = format!("{layer}.weight");
         let rows = shape[0];
         let cols: usize = shape[1..].iter().product();
@@ -220,15 +216,14 @@ impl<'a, B: Backend> Builder<'a, B> {
             && let Some(shard) = shards.iter().find(|s| s.name == name)
         {
             if !shardable {
-                return Err(format!(
-                    "`{name}` is a first or last layer and is never sharded"
-                ));
+                return Err(NetError::NeverSharded { name });
             }
             if shard.shape != shape {
-                return Err(format!(
-                    "shard `{name}` has shape {:?}, the model expects {shape:?}",
-                    shard.shape
-                ));
+                return Err(NetError::ShardShape {
+                    name,
+                    found: shard.shape.clone(),
+                    expected: shape.to_vec(),
+                });
             }
             let factors = Factors::from_rows(
                 &shard.left,
@@ -238,7 +233,10 @@ impl<'a, B: Backend> Builder<'a, B> {
                 cols,
                 &self.device,
             )
-            .map_err(|e| format!("shard `{name}`: {e}"))?;
+            .map_err(|source| NetError::Factors {
+                name: name.clone(),
+                source,
+            })?;
             used.insert(name.clone());
             self.roles.insert(factors.u.id, Role::Left(name.clone()));
             self.roles.insert(factors.v.id, Role::Right(name));
@@ -254,7 +252,7 @@ impl<'a, B: Backend> Builder<'a, B> {
     }
 
     /// The values of a dense tensor: drawn (init) or looked up and shape-checked (load).
-    fn values(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Vec<f32>, String> {
+    fn values(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Vec<f32>, NetError> {
         match &mut self.mode {
             Mode::Init { rng, tensors, .. } => {
                 let len = shape.iter().product();
@@ -268,14 +266,15 @@ impl<'a, B: Backend> Builder<'a, B> {
                 Ok(data)
             }
             Mode::Load { dense, used, .. } => {
-                let t = dense
-                    .get(name)
-                    .ok_or_else(|| format!("the task has no tensor `{name}`"))?;
+                let t = dense.get(name).ok_or_else(|| NetError::MissingTensor {
+                    name: name.to_string(),
+                })?;
                 if t.shape != shape {
-                    return Err(format!(
-                        "tensor `{name}` has shape {:?}, the model expects {shape:?}",
-                        t.shape
-                    ));
+                    return Err(NetError::TensorShape {
+                        name: name.to_string(),
+                        found: t.shape.clone(),
+                        expected: shape.to_vec(),
+                    });
                 }
                 used.insert(name.to_string());
                 Ok(t.data.clone())
@@ -309,7 +308,7 @@ pub fn export<B: Backend, M: Module<B>>(
     layout: &Layout,
     dense: &ModelState,
     shards: &[LayerShard],
-) -> Result<(ModelState, Vec<LayerShard>), String> {
+) -> Result<(ModelState, Vec<LayerShard>), NetError> {
     let mut collector = Collector {
         layout,
         values: HashMap::new(),
@@ -323,7 +322,7 @@ pub fn export<B: Backend, M: Module<B>>(
     let mut take = |role: Role| {
         values
             .remove(&role)
-            .ok_or_else(|| format!("the trained model lost {role:?}"))
+            .ok_or_else(|| NetError::Lost(format!("{role:?}")))
     };
     let mut tensors = Vec::with_capacity(dense.tensors.len());
     for t in &dense.tensors {
@@ -341,14 +340,13 @@ pub fn export<B: Backend, M: Module<B>>(
             ..s.clone()
         });
     }
-    let state = ModelState::new(tensors).map_err(|e| e.to_string())?;
-    Ok((state, out_shards))
+    Ok((ModelState::new(tensors)?, out_shards))
 }
 
 struct Collector<'l> {
     layout: &'l Layout,
     values: HashMap<Role, Vec<f32>>,
-    error: Option<String>,
+    error: Option<NetError>,
 }
 
 impl<B: Backend> ModuleVisitor<B> for Collector<'_> {
@@ -360,7 +358,12 @@ impl<B: Backend> ModuleVisitor<B> for Collector<'_> {
             Ok(v) => {
                 self.values.insert(role.clone(), v);
             }
-            Err(e) => self.error = Some(format!("reading {role:?}: {e:?}")),
+            Err(e) => {
+                self.error = Some(NetError::Read {
+                    what: format!("{role:?}"),
+                    cause: format!("{e:?}"),
+                })
+            }
         }
     }
 }

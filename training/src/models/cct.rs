@@ -7,6 +7,7 @@
 //! convolution and every affine layer in the blocks are shardable. GPU-scale: on CPU it is
 //! built, run and sharded in tests only.
 
+use crate::models::NetError;
 use crate::models::blocks::{LayerNorm, TransformerBlock};
 use crate::models::builder::{Builder, Init};
 use crate::models::kernels::Kernels;
@@ -36,7 +37,7 @@ pub struct Cct<B: Backend> {
 }
 
 impl<B: Kernels> Cct<B> {
-    pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
+    pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, NetError> {
         let blocks = (0..BLOCKS)
             .map(|i| {
                 TransformerBlock::new(b, &format!("block{i}"), WIDTH, HEADS, MLP_RATIO * WIDTH)

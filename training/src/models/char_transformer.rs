@@ -6,6 +6,7 @@
 //! floats; the model predicts the next character at every position (the targets are the row
 //! shifted by one), so the logits are `(N · context) × vocab`.
 
+use crate::models::NetError;
 use crate::models::blocks::{LayerNorm, TransformerBlock};
 use crate::models::builder::{Builder, Init};
 use crate::models::kernels::Kernels;
@@ -49,7 +50,7 @@ pub struct CharTransformer<B: Backend> {
 }
 
 impl<B: Kernels> CharTransformer<B> {
-    pub fn new(b: &mut Builder<B>, s: CharShape) -> Result<Self, String> {
+    pub fn new(b: &mut Builder<B>, s: CharShape) -> Result<Self, NetError> {
         let blocks = (0..s.blocks)
             .map(|i| TransformerBlock::new(b, &format!("block{i}"), s.width, s.heads, 4 * s.width))
             .collect::<Result<_, _>>()?;

@@ -14,6 +14,24 @@ use crate::models::kernels::{self, ConvGeometry, Kernels};
 use burn::module::{Module, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
+use thiserror::Error;
+
+/// Why a shard's rows do not make factors.
+#[derive(Debug, Error)]
+pub enum FactorError {
+    #[error("a shard must keep at least one term")]
+    NoTerms,
+    #[error(
+        "its factors hold {left} and {right} values, expected {terms}×{rows} and {terms}×{cols}"
+    )]
+    Lengths {
+        left: usize,
+        right: usize,
+        terms: usize,
+        rows: usize,
+        cols: usize,
+    },
+}
 
 /// The frozen-multiplier factorisation of one layer's weight matrix.
 #[derive(Module, Debug)]
@@ -35,17 +53,19 @@ impl<B: Backend> Factors<B> {
         rows: usize,
         cols: usize,
         device: &B::Device,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FactorError> {
         let n = multipliers.len();
         if n == 0 {
-            return Err("a shard must keep at least one term".into());
+            return Err(FactorError::NoTerms);
         }
         if left.len() != n * rows || right.len() != n * cols {
-            return Err(format!(
-                "shard factors hold {} and {} values, expected {n}×{rows} and {n}×{cols}",
-                left.len(),
-                right.len()
-            ));
+            return Err(FactorError::Lengths {
+                left: left.len(),
+                right: right.len(),
+                terms: n,
+                rows,
+                cols,
+            });
         }
         Ok(Self {
             u: param(left.to_vec(), [n, rows], device),

@@ -18,6 +18,7 @@
 //! The architecture is an MLP, optionally after masked 3×3 convolutions (each followed by ReLU
 //! and 2×2 max pooling) on square single-channel images: [`MaskedNetwork`].
 
+use crate::models::NetError;
 use crate::models::kernels::{self, ConvGeometry, Kernels, Pool};
 use crate::models::layers::param;
 use burn::module::{Module, Param};
@@ -86,44 +87,46 @@ impl MaskedLayerSpec {
 impl MaskedNetwork {
     /// The image side with convolutions (`None` without); an error when `inputs` is not a
     /// square or the side does not halve `conv.len()` times.
-    pub fn side(&self) -> Result<Option<usize>, String> {
+    pub fn side(&self) -> Result<Option<usize>, NetError> {
         if self.conv.is_empty() {
             return Ok(None);
         }
         let side = (self.inputs as f64).sqrt().round() as usize;
         if side * side != self.inputs {
-            return Err(format!(
+            return Err(NetError::MaskedShape(format!(
                 "masked convolutions need square images, but {} inputs are not a square",
                 self.inputs
-            ));
+            )));
         }
         let halvings = 1usize << self.conv.len();
         if !side.is_multiple_of(halvings) {
-            return Err(format!(
+            return Err(NetError::MaskedShape(format!(
                 "{} masked convolutions halve the side {} times, but {side} is not divisible by {halvings}",
                 self.conv.len(),
                 self.conv.len()
-            ));
+            )));
         }
         Ok(Some(side))
     }
 
     /// The masked layers in forward order: `conv0 …` then `fc0 …`; an error names a zero
     /// width or an image that the convolutions cannot pool.
-    pub fn layers(&self) -> Result<Vec<MaskedLayerSpec>, String> {
+    pub fn layers(&self) -> Result<Vec<MaskedLayerSpec>, NetError> {
         if self.inputs == 0 || self.classes == 0 {
-            return Err(format!(
+            return Err(NetError::MaskedShape(format!(
                 "a masked network needs inputs and classes, found {} and {}",
                 self.inputs, self.classes
-            ));
+            )));
         }
         if let Some(at) = self.conv.iter().position(|&c| c == 0) {
-            return Err(format!(
+            return Err(NetError::MaskedShape(format!(
                 "`conv[{at}]`: a convolution needs at least 1 channel"
-            ));
+            )));
         }
         if let Some(at) = self.hidden.iter().position(|&h| h == 0) {
-            return Err(format!("`hidden[{at}]`: a layer needs at least 1 unit"));
+            return Err(NetError::MaskedShape(format!(
+                "`hidden[{at}]`: a layer needs at least 1 unit"
+            )));
         }
         let mut layers = Vec::new();
         let mut flat = self.inputs;
@@ -157,7 +160,7 @@ impl MaskedNetwork {
     /// The initial global θ: `sigmoid(s)` with `s ~ N(0, 1)` per weight, as the reference
     /// initialises its scores (`torch.randn_like`), drawn from the run's
     /// [`Purpose::Init`] stream of each tensor (client slot = [`name_key`]).
-    pub fn initial_state(&self, seed: u64) -> Result<ModelState, String> {
+    pub fn initial_state(&self, seed: u64) -> Result<ModelState, NetError> {
         let tensors = self
             .layers()?
             .into_iter()
@@ -178,7 +181,7 @@ impl MaskedNetwork {
                 }
             })
             .collect();
-        ModelState::new(tensors).map_err(|e| e.to_string())
+        Ok(ModelState::new(tensors)?)
     }
 
     /// The network with scores `s = logit(clamp(θ, 0.01, 0.99))` from the global `theta` and
@@ -189,35 +192,37 @@ impl MaskedNetwork {
         theta: &ModelState,
         seed: u64,
         device: &B::Device,
-    ) -> Result<MaskedNet<B>, String> {
+    ) -> Result<MaskedNet<B>, NetError> {
         let layers = self.layers()?;
         if let Some(extra) = theta
             .tensors
             .iter()
             .find(|t| !layers.iter().any(|l| l.name == t.name))
         {
-            return Err(format!(
-                "the task carries tensor `{}`, which this masked network does not have",
-                extra.name
-            ));
+            return Err(NetError::UnknownTensors {
+                names: vec![extra.name.clone()],
+            });
         }
         let mut convs = Vec::new();
         let mut fcs = Vec::new();
         for layer in &layers {
             let t = theta
                 .get(&layer.name)
-                .ok_or_else(|| format!("the task has no tensor `{}`", layer.name))?;
+                .ok_or_else(|| NetError::MissingTensor {
+                    name: layer.name.clone(),
+                })?;
             if t.shape != layer.shape {
-                return Err(format!(
-                    "tensor `{}` has shape {:?}, the masked network expects {:?}",
-                    layer.name, t.shape, layer.shape
-                ));
+                return Err(NetError::TensorShape {
+                    name: layer.name.clone(),
+                    found: t.shape.clone(),
+                    expected: layer.shape.clone(),
+                });
             }
-            if let Some(v) = t.data.iter().find(|v| !(0.0..=1.0).contains(*v)) {
-                return Err(format!(
-                    "tensor `{}` holds {v}, not a mask probability in [0, 1]",
-                    layer.name
-                ));
+            if let Some(&value) = t.data.iter().find(|v| !(0.0..=1.0).contains(*v)) {
+                return Err(NetError::NotAProbability {
+                    name: layer.name.clone(),
+                    value,
+                });
             }
             let scores = t.data.iter().map(|&p| score_of_theta(p)).collect();
             let weight = signed_constant(seed, layer);
@@ -392,14 +397,13 @@ impl<B: Kernels> MaskedNet<B> {
 
     /// θ = sigmoid(s) of every layer as the server's tensors (names and shapes of `layers`),
     /// computed in f64 and kept within `[THETA_EPS, 1 − THETA_EPS]`.
-    pub fn export_theta(&self, layers: &[MaskedLayerSpec]) -> Result<ModelState, String> {
+    pub fn export_theta(&self, layers: &[MaskedLayerSpec]) -> Result<ModelState, NetError> {
         let trained: Vec<&MaskedLayer<B>> = self.convs.iter().chain(&self.fcs).collect();
         if trained.len() != layers.len() {
-            return Err(format!(
-                "the masked network has {} layers, the description {}",
-                trained.len(),
-                layers.len()
-            ));
+            return Err(NetError::LayerCount {
+                trained: trained.len(),
+                described: layers.len(),
+            });
         }
         let tensors = layers
             .iter()
@@ -410,7 +414,10 @@ impl<B: Kernels> MaskedNet<B> {
                     .val()
                     .into_data()
                     .into_vec::<f32>()
-                    .map_err(|e| format!("reading the scores of `{}`: {e:?}", spec.name))?;
+                    .map_err(|e| NetError::Read {
+                        what: format!("the scores of `{}`", spec.name),
+                        cause: format!("{e:?}"),
+                    })?;
                 Ok(NamedTensor {
                     name: spec.name.clone(),
                     shape: spec.shape.clone(),
@@ -420,8 +427,8 @@ impl<B: Kernels> MaskedNet<B> {
                         .collect(),
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
-        ModelState::new(tensors).map_err(|e| e.to_string())
+            .collect::<Result<Vec<_>, NetError>>()?;
+        Ok(ModelState::new(tensors)?)
     }
 }
 
@@ -471,7 +478,13 @@ mod tests {
             conv: vec![8, 8, 8],
             ..cnn
         };
-        assert!(three.layers().unwrap_err().contains("not divisible by 8"));
+        assert!(
+            three
+                .layers()
+                .unwrap_err()
+                .to_string()
+                .contains("not divisible by 8")
+        );
     }
 
     #[test]

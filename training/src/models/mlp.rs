@@ -3,6 +3,7 @@
 //! Without hidden layers it is softmax regression, and its one layer, both first and last, is
 //! shardable: it is the whole model, so keeping it dense would leave nothing to shard.
 
+use crate::models::NetError;
 use crate::models::builder::Builder;
 use crate::models::kernels::Kernels;
 use crate::models::layers::{Affine, Weight};
@@ -23,7 +24,7 @@ impl<B: Kernels> Mlp<B> {
         input: usize,
         hidden: &[usize],
         classes: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NetError> {
         let widths: Vec<usize> = std::iter::once(input)
             .chain(hidden.iter().copied())
             .chain(std::iter::once(classes))

@@ -9,13 +9,14 @@ pub mod builder;
 pub mod cct;
 pub mod char_transformer;
 pub mod cnn;
+pub mod error;
 pub mod kernels;
 pub mod layers;
 pub mod masked;
 pub mod mlp;
-pub mod mnist_cnn;
 pub mod net;
 pub mod resnet;
 pub mod tensors;
 
+pub use error::NetError;
 pub use tensors::{ModelState, NamedTensor};

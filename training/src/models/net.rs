@@ -1,13 +1,13 @@
 //! The neural models by name, and the one interface local training needs from them.
 
+use crate::models::NetError;
 use crate::models::builder::{Builder, Layout, export};
 use crate::models::cct::Cct;
 use crate::models::char_transformer::{CharShape, CharTransformer};
-use crate::models::cnn::DigitsCnn;
+use crate::models::cnn::{Cnn, CnnShape};
 use crate::models::kernels::Kernels;
 use crate::models::layers::Weight;
 use crate::models::mlp::Mlp;
-use crate::models::mnist_cnn::MnistCnn;
 use crate::models::resnet::ResNet18;
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -26,9 +26,9 @@ pub enum Architecture {
         hidden: Vec<usize>,
         classes: usize,
     },
-    /// The small CNN for 8×8 digits.
+    /// The small CNN at the 8×8 digits' size ([`CnnShape::DIGITS`]).
     DigitsCnn { classes: usize },
-    /// The digits CNN's shape for 28×28 images (MNIST).
+    /// The small CNN at MNIST's 28×28 ([`CnnShape::MNIST`]).
     MnistCnn { classes: usize },
     /// The 3-block GPT-2-style character model.
     CharTransformer(CharShape),
@@ -52,15 +52,15 @@ impl Architecture {
     pub fn input_width(&self) -> usize {
         match self {
             Architecture::Mlp { inputs, .. } => *inputs,
-            Architecture::DigitsCnn { .. } => 64,
-            Architecture::MnistCnn { .. } => 28 * 28,
+            Architecture::DigitsCnn { .. } => CnnShape::DIGITS.input_width(),
+            Architecture::MnistCnn { .. } => CnnShape::MNIST.input_width(),
             Architecture::CharTransformer(s) => s.context,
             Architecture::Resnet18 { .. } | Architecture::Cct { .. } => 3 * 32 * 32,
         }
     }
 
     /// Builds the model through `builder` (init or load mode).
-    pub fn build<B: Kernels>(&self, builder: &mut Builder<B>) -> Result<Net<B>, String> {
+    pub fn build<B: Kernels>(&self, builder: &mut Builder<B>) -> Result<Net<B>, NetError> {
         Ok(match self {
             Architecture::Mlp {
                 inputs,
@@ -68,9 +68,11 @@ impl Architecture {
                 classes,
             } => Net::Mlp(Mlp::new(builder, *inputs, hidden, *classes)?),
             Architecture::DigitsCnn { classes } => {
-                Net::DigitsCnn(DigitsCnn::new(builder, *classes)?)
+                Net::Cnn(Cnn::new(builder, CnnShape::DIGITS, *classes)?)
             }
-            Architecture::MnistCnn { classes } => Net::MnistCnn(MnistCnn::new(builder, *classes)?),
+            Architecture::MnistCnn { classes } => {
+                Net::Cnn(Cnn::new(builder, CnnShape::MNIST, *classes)?)
+            }
             Architecture::CharTransformer(s) => {
                 Net::CharTransformer(CharTransformer::new(builder, *s)?)
             }
@@ -81,12 +83,12 @@ impl Architecture {
 
     /// The initial global model drawn from `seed`, and the names of the weights spectral
     /// sharding may factorise (everything affine or convolutional but the first and last layer).
-    pub fn initial_state(&self, seed: u64) -> Result<(ModelState, Vec<String>), String> {
+    pub fn initial_state(&self, seed: u64) -> Result<(ModelState, Vec<String>), NetError> {
         let device = Default::default();
         let mut builder = Builder::<burn::backend::NdArray>::init(seed, &device);
         self.build(&mut builder)?;
         let (_, init) = builder.finish()?;
-        init.ok_or_else(|| "an init-mode builder always records its state".to_string())
+        Ok(init.expect("an init-mode builder always records its state"))
     }
 
     /// A client's sub-model from a task's dense tensors and shards.
@@ -95,7 +97,7 @@ impl Architecture {
         dense: &ModelState,
         shards: &[LayerShard],
         device: &B::Device,
-    ) -> Result<(Net<B>, Layout), String> {
+    ) -> Result<(Net<B>, Layout), NetError> {
         let mut builder = Builder::load(dense, shards, device);
         let net = self.build(&mut builder)?;
         let (layout, _) = builder.finish()?;
@@ -108,8 +110,7 @@ impl Architecture {
 #[allow(clippy::large_enum_variant)]
 pub enum Net<B: Backend> {
     Mlp(Mlp<B>),
-    DigitsCnn(DigitsCnn<B>),
-    MnistCnn(MnistCnn<B>),
+    Cnn(Cnn<B>),
     CharTransformer(CharTransformer<B>),
     Resnet18(ResNet18<B>),
     Cct(Cct<B>),
@@ -121,8 +122,7 @@ impl<B: Kernels> Net<B> {
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         match self {
             Net::Mlp(m) => m.forward(x),
-            Net::DigitsCnn(m) => m.forward(x),
-            Net::MnistCnn(m) => m.forward(x),
+            Net::Cnn(m) => m.forward(x),
             Net::CharTransformer(m) => m.forward(x),
             Net::Resnet18(m) => m.forward(x),
             Net::Cct(m) => m.forward(x),
@@ -133,8 +133,7 @@ impl<B: Kernels> Net<B> {
     pub fn weights(&self) -> Vec<&Weight<B>> {
         match self {
             Net::Mlp(m) => m.weights(),
-            Net::DigitsCnn(m) => m.weights(),
-            Net::MnistCnn(m) => m.weights(),
+            Net::Cnn(m) => m.weights(),
             Net::CharTransformer(m) => m.weights(),
             Net::Resnet18(m) => m.weights(),
             Net::Cct(m) => m.weights(),
@@ -147,7 +146,7 @@ impl<B: Kernels> Net<B> {
         layout: &Layout,
         dense: &ModelState,
         shards: &[LayerShard],
-    ) -> Result<(ModelState, Vec<LayerShard>), String> {
+    ) -> Result<(ModelState, Vec<LayerShard>), NetError> {
         export(self, layout, dense, shards)
     }
 }

@@ -5,6 +5,7 @@
 //! The first convolution and the classifier stay dense; every other convolution (including the
 //! 1×1 shortcuts) is shardable. GPU-scale: on CPU it is built, run and sharded in tests only.
 
+use crate::models::NetError;
 use crate::models::blocks::GroupNorm;
 use crate::models::builder::Builder;
 use crate::models::kernels::Kernels;
@@ -27,7 +28,7 @@ fn conv_norm<B: Kernels>(
     c_out: usize,
     kernel: usize,
     stride: usize,
-) -> Result<(Conv<B>, GroupNorm<B>), String> {
+) -> Result<(Conv<B>, GroupNorm<B>), NetError> {
     Ok((
         b.conv(&conv, c_in, c_out, kernel, stride, kernel / 2, false, true)?,
         GroupNorm::new(b, &norm, c_out, NORM_GROUPS)?,
@@ -50,7 +51,7 @@ impl<B: Kernels> BasicBlock<B> {
         c_in: usize,
         c_out: usize,
         stride: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NetError> {
         let shortcut = if stride != 1 || c_in != c_out {
             let names = [format!("{name}.shortcut"), format!("{name}.shortcut_norm")];
             Some(conv_norm(b, names, c_in, c_out, 1, stride)?)
@@ -97,7 +98,7 @@ pub struct ResNet18<B: Backend> {
 }
 
 impl<B: Kernels> ResNet18<B> {
-    pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, String> {
+    pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, NetError> {
         let stem = b.conv("stem", 3, 64, 3, 1, 1, false, false)?;
         let stem_norm = GroupNorm::new(b, "stem_norm", 64, NORM_GROUPS)?;
         let mut blocks = Vec::with_capacity(8);

@@ -1,6 +1,7 @@
 //! Synthetic data of the ridge experiment (docs/algorithms.md §3.3 steps 1–3), reduced to what the
 //! estimators need: each node's Gram matrix `XᵀX` and cross moment `Xᵀy`.
 
+use super::OneshotError;
 use faer::{Accum, Col, Mat, Par};
 use rand::Rng;
 use rand_distr::{ChiSquared, Distribution, LogNormal, StandardNormal};
@@ -23,10 +24,16 @@ pub fn true_parameter(rng: &mut impl Rng, dim: usize) -> Col<f64> {
 
 /// `n_i = max(1, ⌊X_i⌋)` with `X_i ~ LogNormal(γ ln m − 1/2, 1)` (§3.3 step 2), so that
 /// `E X_i = m^γ`.
-pub fn sample_sizes(rng: &mut impl Rng, nodes: usize, gamma: f64) -> anyhow::Result<Vec<u64>> {
+pub fn sample_sizes(
+    rng: &mut impl Rng,
+    nodes: usize,
+    gamma: f64,
+) -> Result<Vec<u64>, OneshotError> {
     let mu = gamma * (nodes as f64).ln() - 0.5;
-    let law = LogNormal::new(mu, 1.0)
-        .map_err(|e| anyhow::anyhow!("log-normal size law with μ = {mu}: {e}"))?;
+    let law = LogNormal::new(mu, 1.0).map_err(|e| OneshotError::SizeLaw {
+        mu,
+        cause: e.to_string(),
+    })?;
     Ok((0..nodes)
         .map(|_| {
             let x: f64 = law.sample(rng);

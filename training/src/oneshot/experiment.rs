@@ -1,8 +1,8 @@
 //! The γ × runs grid of the FESC ridge experiment (docs/algorithms.md §3.3) and its summary table.
 
+use super::OneshotError;
 use super::data::{node_moments, sample_sizes, true_parameter};
 use super::ridge::{RidgeForm, fit, fit_with_oracle};
-use anyhow::{Context, ensure};
 use faer::{Col, Mat};
 use fedshard_strategies::aggregation::{
     Contribution, FedAvg, Fesc, FescOracle, RoundOutcome, Weighting,
@@ -97,19 +97,25 @@ struct RunErrors {
     active_fraction: f64,
 }
 
-fn validate(config: &RidgeConfig) -> anyhow::Result<()> {
-    ensure!(config.nodes >= 1, "--nodes must be at least 1");
-    ensure!(config.dim >= 1, "--dim must be at least 1");
-    ensure!(config.runs >= 1, "--runs must be at least 1");
-    ensure!(
-        !config.gammas.is_empty(),
-        "--gammas must list at least one value"
-    );
-    for &g in &config.gammas {
-        ensure!(
-            g.is_finite() && (0.0..=3.0).contains(&g),
-            "gamma {g} is outside [0, 3] (mean node size m^γ)"
-        );
+fn validate(config: &RidgeConfig) -> Result<(), OneshotError> {
+    for (option, value) in [
+        ("--nodes", config.nodes),
+        ("--dim", config.dim),
+        ("--runs", config.runs),
+    ] {
+        if value < 1 {
+            return Err(OneshotError::TooFew { option });
+        }
+    }
+    if config.gammas.is_empty() {
+        return Err(OneshotError::NoGammas);
+    }
+    if let Some(&g) = config
+        .gammas
+        .iter()
+        .find(|g| !(g.is_finite() && (0.0..=3.0).contains(*g)))
+    {
+        return Err(OneshotError::GammaOutOfRange(g));
     }
     Ok(())
 }
@@ -126,7 +132,7 @@ fn validate(config: &RidgeConfig) -> anyhow::Result<()> {
 pub fn run_ridge(
     config: &RidgeConfig,
     on_task_done: &(dyn Fn() + Sync),
-) -> anyhow::Result<RidgeReport> {
+) -> Result<RidgeReport, OneshotError> {
     validate(config)?;
     let tasks: Vec<(usize, usize)> = (0..config.gammas.len())
         .flat_map(|g| (0..config.runs).map(move |r| (g, r)))
@@ -134,12 +140,15 @@ pub fn run_ridge(
     let errors = tasks
         .par_iter()
         .map(|&(g, r)| {
-            let e = single_run(config, g, r)
-                .with_context(|| format!("run {r} at gamma {}", config.gammas[g]));
+            let e = single_run(config, g, r).map_err(|source| OneshotError::Run {
+                run: r,
+                gamma: config.gammas[g],
+                source: Box::new(source),
+            });
             on_task_done();
             e
         })
-        .collect::<anyhow::Result<Vec<RunErrors>>>()?;
+        .collect::<Result<Vec<RunErrors>, OneshotError>>()?;
     let runs = config.runs as f64;
     let rows = config
         .gammas
@@ -161,7 +170,11 @@ pub fn run_ridge(
 }
 
 /// One run at one `γ` (§3.3 steps 1–6).
-fn single_run(config: &RidgeConfig, gamma_index: usize, run: usize) -> anyhow::Result<RunErrors> {
+fn single_run(
+    config: &RidgeConfig,
+    gamma_index: usize,
+    run: usize,
+) -> Result<RunErrors, OneshotError> {
     let mut rng = stream(
         config.seed,
         run as u64,

@@ -9,8 +9,10 @@
 //!   centralised, FedAvg, FESC and oracle-FESC estimators.
 
 pub mod data;
+pub mod error;
 pub mod experiment;
 pub mod ridge;
 
+pub use error::OneshotError;
 pub use experiment::{RidgeConfig, RidgeReport, RidgeRow, run_ridge};
 pub use ridge::RidgeForm;

@@ -1,7 +1,7 @@
 //! Ridge fits from sufficient statistics, and the oracle variance and bias of a local fit
 //! (docs/algorithms.md §3.3 steps 4–5).
 
-use anyhow::Context;
+use super::OneshotError;
 use faer::linalg::solvers::{DenseSolveCore, Llt, Solve};
 use faer::{Accum, Col, Mat, Par, Side};
 use serde::{Deserialize, Serialize};
@@ -40,13 +40,13 @@ impl fmt::Display for RidgeForm {
 }
 
 impl FromStr for RidgeForm {
-    type Err = anyhow::Error;
+    type Err = OneshotError;
 
-    fn from_str(s: &str) -> anyhow::Result<Self> {
+    fn from_str(s: &str) -> Result<Self, OneshotError> {
         match s {
             "mean" => Ok(RidgeForm::Mean),
             "sum" => Ok(RidgeForm::Sum),
-            other => anyhow::bail!("unknown ridge form `{other}`; valid forms: mean, sum"),
+            other => Err(OneshotError::UnknownForm(other.to_string())),
         }
     }
 }
@@ -71,7 +71,7 @@ pub fn fit_with_oracle(
     cross: &Col<f64>,
     kappa: f64,
     theta_star: &Col<f64>,
-) -> anyhow::Result<RidgeFit> {
+) -> Result<RidgeFit, OneshotError> {
     let d = gram.nrows();
     let llt = factor(gram, kappa)?;
     let theta = llt.solve(cross);
@@ -101,17 +101,18 @@ pub fn fit_with_oracle(
 }
 
 /// The Cholesky (LLᵀ) factorisation of the ridge system `A = XᵀX + κ I`.
-fn factor(gram: &Mat<f64>, kappa: f64) -> anyhow::Result<Llt<f64>> {
+fn factor(gram: &Mat<f64>, kappa: f64) -> Result<Llt<f64>, OneshotError> {
     let d = gram.nrows();
     let system = Mat::<f64>::from_fn(d, d, |i, j| gram[(i, j)] + if i == j { kappa } else { 0.0 });
     system
         .llt(Side::Lower)
-        .map_err(|e| anyhow::anyhow!("{e:?}"))
-        .context("ridge system XᵀX + κI is not positive definite")
+        .map_err(|e| OneshotError::NotPositiveDefinite {
+            cause: format!("{e:?}"),
+        })
 }
 
 /// Fits ridge with diagonal load `kappa` only (the centralised estimator).
-pub fn fit(gram: &Mat<f64>, cross: &Col<f64>, kappa: f64) -> anyhow::Result<Col<f64>> {
+pub fn fit(gram: &Mat<f64>, cross: &Col<f64>, kappa: f64) -> Result<Col<f64>, OneshotError> {
     Ok(factor(gram, kappa)?.solve(cross))
 }
 

@@ -6,7 +6,7 @@
 use crate::train::neural::{Examples, cross_entropy};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use fedshard_protocol::task::{Evaluation, Recipe};
+use fedshard_protocol::task::{EvalError, Evaluation, Recipe, TrainError};
 use fedshard_strategies::rng::{ChaCha20Rng, Purpose, stream};
 use rayon::prelude::*;
 
@@ -46,12 +46,12 @@ impl<'a> LocalSteps<'a> {
         seed: u64,
         round: u64,
         client: u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TrainError> {
         if examples.is_empty() {
-            return Err("the client has no training samples".into());
+            return Err(TrainError::NoSamples);
         }
         if recipe.batch_size == 0 {
-            return Err("recipe.batch_size must be at least 1".into());
+            return Err(TrainError::ZeroBatchSize);
         }
         Ok(Self {
             examples,
@@ -75,7 +75,7 @@ impl<'a> LocalSteps<'a> {
         mut model: M,
         device: &B::Device,
         mut step: impl FnMut(M, Tensor<B, 2>, Tensor<B, 1, Int>) -> (M, Tensor<B, 1>),
-    ) -> Result<(M, f64), String> {
+    ) -> Result<(M, f64), TrainError> {
         let mut order: Vec<usize> = (0..self.examples.len()).collect();
         let mut loss_sum = Tensor::<B, 1>::zeros([1], device);
         let mut steps = 0usize;
@@ -92,7 +92,7 @@ impl<'a> LocalSteps<'a> {
         let total: f64 = loss_sum.into_scalar().elem();
         let mean = total / steps.max(1) as f64;
         if !mean.is_finite() {
-            return Err(format!("local training diverged (mean loss {mean})"));
+            return Err(TrainError::Diverged { mean_loss: mean });
         }
         Ok((model, mean))
     }
@@ -111,7 +111,7 @@ pub(crate) fn evaluate<B: Backend>(
     batch_size: usize,
     device: &B::Device,
     forward: impl Fn(Tensor<B, 2>, Tensor<B, 1, Int>) -> (Tensor<B, 2>, Tensor<B, 1, Int>) + Sync,
-) -> Result<Evaluation, String> {
+) -> Result<Evaluation, EvalError> {
     let order: Vec<usize> = (0..examples.len()).collect();
     let scores: Vec<(usize, f64, usize)> = order
         .par_chunks(batch_size.max(1))
@@ -138,23 +138,11 @@ pub(crate) fn evaluate<B: Backend>(
             (c + hits, l + loss, n + rows)
         });
     if scored == 0 {
-        return Err("the test set is empty".into());
+        return Err(EvalError::EmptyTestSet);
     }
     Ok(Evaluation {
         accuracy: correct as f64 / scored as f64,
         loss: loss_sum / scored as f64,
-    })
-}
-
-/// What an [`Evaluator`](fedshard_protocol::task::Evaluator) reports for a failed evaluation:
-/// the error is logged and both numbers are NaN.
-pub(crate) fn or_nan(evaluation: Result<Evaluation, String>) -> Evaluation {
-    evaluation.unwrap_or_else(|e| {
-        tracing::error!("evaluation failed: {e}");
-        Evaluation {
-            accuracy: f64::NAN,
-            loss: f64::NAN,
-        }
     })
 }
 
@@ -176,7 +164,7 @@ mod tests {
 
     /// Runs two epochs in batches of 4 (steps of 4 and 2 rows) with a "loss" per step of the
     /// batch's input sum, or of `poison` from the third step on.
-    fn run(poison: Option<f32>) -> Result<(usize, f64), String> {
+    fn run(poison: Option<f32>) -> Result<(usize, f64), TrainError> {
         let recipe = Recipe {
             epochs: 2,
             batch_size: 4,
@@ -197,7 +185,7 @@ mod tests {
     #[test]
     fn the_reported_loss_is_the_mean_over_all_steps() {
         // Each epoch's two batches hold all six rows: 2 · (1 + … + 6) = 42 over 4 steps.
-        assert_eq!(run(None), Ok((4, 10.5)));
+        assert_eq!(run(None).expect("trains"), (4, 10.5));
     }
 
     #[test]
@@ -236,7 +224,10 @@ mod tests {
     fn a_loss_that_turns_nan_or_infinite_refuses_the_client() {
         for bad in [f32::NAN, f32::INFINITY] {
             let err = run(Some(bad)).expect_err("a diverged client must be refused");
-            assert!(err.contains("local training diverged"), "{err}");
+            assert!(
+                matches!(err, TrainError::Diverged { mean_loss } if !mean_loss.is_finite()),
+                "{err}"
+            );
         }
     }
 }

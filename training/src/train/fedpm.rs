@@ -22,7 +22,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{
-    Evaluation, Evaluator, LocalTrainer, Recipe, TrainOutput, TrainTask,
+    EvalError, Evaluation, Evaluator, LocalTrainer, Recipe, TrainError, TrainOutput, TrainTask,
 };
 use fedshard_strategies::rng::{Purpose, stream};
 
@@ -43,10 +43,13 @@ pub fn train_scores<B: TrainingBackend>(
     round: u64,
     client: u64,
     device: &B::Device,
-) -> Result<(MaskedNet<B>, f64), String> {
+) -> Result<(MaskedNet<B>, f64), TrainError> {
     let steps = LocalSteps::new(examples, recipe, seed, round, client)?;
     if examples.targets_per_row() != 1 {
-        return Err("FedPM trains classifiers: one target per example".into());
+        return Err(TrainError::Unsupported {
+            trainer: "FedPM",
+            what: "examples with several targets (it trains classifiers)".into(),
+        });
     }
     let mut optimizer = AdamConfig::new()
         .with_epsilon(ADAM_EPSILON)
@@ -72,12 +75,12 @@ impl<B: TrainingBackend> LocalTrainer for FedpmClient<B> {
         self.examples.len() as u64
     }
 
-    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         if let Some(shard) = task.shards.first() {
-            return Err(format!(
-                "FedPM shards nothing, but the task carries a shard of `{}`",
-                shard.name
-            ));
+            return Err(TrainError::Unsupported {
+                trainer: "FedPM",
+                what: format!("a shard of `{}` (FedPM shards nothing)", shard.name),
+            });
         }
         let layers = self.network.layers()?;
         let net = self
@@ -114,8 +117,8 @@ pub struct FedpmEvaluator<B: Backend> {
     pub batch_size: usize,
 }
 
-impl<B: Kernels> FedpmEvaluator<B> {
-    pub fn try_evaluate(&self, model: &ModelState) -> Result<Evaluation, String> {
+impl<B: Kernels> Evaluator for FedpmEvaluator<B> {
+    fn evaluate(&self, model: &ModelState) -> Result<Evaluation, EvalError> {
         let net = self.network.load::<B>(model, self.seed, &self.device)?;
         let mut rng = stream(self.seed, 0, 0, Purpose::FedpmEvalMask);
         let weights = net.sampled_weights(&mut MaskDraw::Eval(&mut rng));
@@ -125,12 +128,6 @@ impl<B: Kernels> FedpmEvaluator<B> {
             &self.device,
             |inputs, targets| (net.forward(inputs, &weights), targets),
         )
-    }
-}
-
-impl<B: Kernels> Evaluator for FedpmEvaluator<B> {
-    fn evaluate(&self, model: &ModelState) -> Evaluation {
-        batches::or_nan(self.try_evaluate(model))
     }
 }
 
@@ -307,8 +304,8 @@ mod tests {
             device: Default::default(),
             batch_size: 3,
         };
-        let first = evaluator.try_evaluate(&trained.dense).unwrap();
-        assert_eq!(first, evaluator.try_evaluate(&trained.dense).unwrap());
+        let first = evaluator.evaluate(&trained.dense).unwrap();
+        assert_eq!(first, evaluator.evaluate(&trained.dense).unwrap());
         assert!(first.accuracy >= 0.75, "{first:?}");
         assert!(first.loss.is_finite());
     }
@@ -323,10 +320,16 @@ mod tests {
         };
         let mut bad = task(&network, 1, 1);
         bad.dense.tensors[0].shape = vec![1, 4];
-        assert!(client.train(&bad).unwrap_err().contains("has shape [1, 4]"));
+        assert!(
+            client
+                .train(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("has shape [1, 4]")
+        );
         let mut bad = task(&network, 1, 1);
         bad.dense.tensors[0].name = "fc9.weight".into();
-        let e = client.train(&bad).unwrap_err();
+        let e = client.train(&bad).unwrap_err().to_string();
         assert!(e.contains("fc9.weight"), "{e}");
         let mut bad = task(&network, 1, 1);
         bad.dense.tensors[0].data[0] = f32::NAN;
@@ -334,6 +337,7 @@ mod tests {
             client
                 .train(&bad)
                 .unwrap_err()
+                .to_string()
                 .contains("not a mask probability")
         );
         bad.dense.tensors[0].data[0] = 1.5;
@@ -341,6 +345,7 @@ mod tests {
             client
                 .train(&bad)
                 .unwrap_err()
+                .to_string()
                 .contains("not a mask probability")
         );
     }

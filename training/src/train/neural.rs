@@ -16,9 +16,9 @@ use burn::tensor::{Int, Tensor};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardingPolicy, dense_part, plan_shards};
 use fedshard_protocol::task::{
-    Evaluation, Evaluator, LayerShard, LocalTrainer, Recipe, TrainOutput, TrainTask,
+    BoxError, EvalError, Evaluation, Evaluator, LayerShard, LocalTrainer, Recipe, TrainError,
+    TrainOutput, TrainTask,
 };
-use fedshard_protocol::uplink::Host;
 
 /// Training examples as the models see them: rows of `width` floats and, per row,
 /// `targets_per_row` class targets.
@@ -170,7 +170,7 @@ pub fn train<B: TrainingBackend>(
     round: u64,
     client: u64,
     device: &B::Device,
-) -> Result<(Net<B>, f64), String> {
+) -> Result<(Net<B>, f64), TrainError> {
     let steps = LocalSteps::new(examples, recipe, seed, round, client)?;
     let momentum = MomentumConfig {
         momentum: recipe.momentum,
@@ -193,18 +193,19 @@ pub fn train<B: TrainingBackend>(
 
 /// What the runtime would send one client in round 1 at `keep_ratio`: the dense tensors and
 /// the Unbiased/CPS shards of the `shardable` layers (everything dense at `keep_ratio = 1`).
-/// For benchmarks and tests that train a sub-model outside a federation.
+/// For benchmarks and tests that train a sub-model outside a federation; the error is the
+/// sharding plan's.
 pub fn single_client_task(
     state: &ModelState,
     shardable: &[String],
     keep_ratio: f64,
     seed: u64,
-) -> Result<(ModelState, Vec<LayerShard>), String> {
+) -> Result<(ModelState, Vec<LayerShard>), BoxError> {
     if keep_ratio >= 1.0 {
         return Ok((state.clone(), vec![]));
     }
     let policy = ShardingPolicy {
-        strategy: "unbiased".parse().map_err(|e| format!("{e}"))?,
+        strategy: "unbiased".parse()?,
         sampler: Default::default(),
         layers: shardable.to_vec(),
     };
@@ -217,11 +218,25 @@ pub fn single_client_task(
     Ok((dense_part(state, Some(&policy)), shards))
 }
 
+/// What a [`NeuralClient`]'s local work is, chosen with the run's uplink when the client is
+/// built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalMethod {
+    /// Local training: `recipe.epochs` of SGD with momentum, Frobenius decay and ClipLR
+    /// ([`train`]).
+    Sgd,
+    /// Federated SGLD's client step (docs/algorithms.md §4.9): one step on the client's share
+    /// of the potential ([`sgld::potential_step`]), not local training. The round's scaling
+    /// (step, population, cohort) comes with each task's uplink.
+    Sgld,
+}
+
 /// A client training a neural model on its own examples with backend `B`.
 pub struct NeuralClient<B: AutodiffBackend> {
     pub architecture: Architecture,
     pub examples: Box<dyn Examples>,
     pub device: B::Device,
+    pub method: LocalMethod,
 }
 
 impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
@@ -229,15 +244,12 @@ impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
         self.examples.len() as u64
     }
 
-    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         let (net, layout) = self
             .architecture
             .load::<B>(&task.dense, &task.shards, &self.device)?;
-        // SGLD's host asks for one step on the potential, not for local training (§4.9).
-        let (net, loss) = if task.uplink.compressor.host() == Some(Host::Sgld) {
-            sgld::potential_step(net, self.examples.as_ref(), task, &self.device)?
-        } else {
-            train(
+        let (net, loss) = match self.method {
+            LocalMethod::Sgd => train(
                 net,
                 self.examples.as_ref(),
                 &task.recipe,
@@ -245,7 +257,10 @@ impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
                 task.round,
                 task.client,
                 &self.device,
-            )?
+            )?,
+            LocalMethod::Sgld => {
+                sgld::potential_step(net, self.examples.as_ref(), task, &self.device)?
+            }
         };
         let (dense, shards) = net.export(&layout, &task.dense, &task.shards)?;
         Ok(TrainOutput {
@@ -268,8 +283,8 @@ pub struct NeuralEvaluator<B: Backend> {
     pub batch_size: usize,
 }
 
-impl<B: Kernels> NeuralEvaluator<B> {
-    pub fn try_evaluate(&self, model: &ModelState) -> Result<Evaluation, String> {
+impl<B: Kernels> Evaluator for NeuralEvaluator<B> {
+    fn evaluate(&self, model: &ModelState) -> Result<Evaluation, EvalError> {
         let (net, _) = self.architecture.load::<B>(model, &[], &self.device)?;
         let per_row = self.examples.targets_per_row();
         batches::evaluate::<B>(
@@ -295,12 +310,6 @@ impl<B: Kernels> NeuralEvaluator<B> {
                 )
             },
         )
-    }
-}
-
-impl<B: Kernels> Evaluator for NeuralEvaluator<B> {
-    fn evaluate(&self, model: &ModelState) -> Evaluation {
-        batches::or_nan(self.try_evaluate(model))
     }
 }
 

@@ -18,7 +18,7 @@
 use crate::models::kernels::TrainingBackend;
 use crate::models::net::Net;
 use crate::train::neural::{Examples, train};
-use fedshard_protocol::task::{Recipe, TrainTask};
+use fedshard_protocol::task::{Recipe, TrainError, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream};
 
 /// Some of a client's examples.
@@ -64,17 +64,14 @@ pub fn potential_step<B: TrainingBackend>(
     examples: &dyn Examples,
     task: &TrainTask,
     device: &B::Device,
-) -> Result<(Net<B>, f64), String> {
-    let scaling = task
-        .uplink
-        .langevin
-        .ok_or("an SGLD task carries the round's cohort")?;
-    scaling.check().map_err(|e| e.to_string())?;
+) -> Result<(Net<B>, f64), TrainError> {
+    let scaling = task.uplink.langevin.ok_or(TrainError::MissingCohort)?;
+    scaling.check().map_err(TrainError::Scaling)?;
     if examples.is_empty() {
-        return Err("the client has no training samples".into());
+        return Err(TrainError::NoSamples);
     }
     if task.recipe.batch_size == 0 {
-        return Err("recipe.batch_size must be at least 1".into());
+        return Err(TrainError::ZeroBatchSize);
     }
     let recipe = potential_step_recipe(&task.recipe, examples.len(), scaling.population);
     let mut order: Vec<usize> = (0..examples.len()).collect();
@@ -102,7 +99,7 @@ pub fn potential_step<B: TrainingBackend>(
 mod tests {
     use super::*;
     use crate::models::net::Architecture;
-    use crate::train::neural::{CpuTraining, NeuralClient};
+    use crate::train::neural::{CpuTraining, LocalMethod, NeuralClient};
     use fedshard_protocol::model::{ModelState, NamedTensor};
     use fedshard_protocol::task::LocalTrainer;
     use fedshard_protocol::uplink::{Compressor, Uplink};
@@ -185,6 +182,7 @@ mod tests {
             },
             examples: Box::new(Two),
             device: Default::default(),
+            method: LocalMethod::Sgld,
         };
         let out = client.train(&task).unwrap();
 
@@ -219,6 +217,9 @@ mod tests {
 
         // Without its cohort the task cannot be run.
         task.uplink.langevin = None;
-        assert!(client.train(&task).unwrap_err().contains("cohort"));
+        assert!(matches!(
+            client.train(&task),
+            Err(TrainError::MissingCohort)
+        ));
     }
 }

@@ -15,7 +15,7 @@
 //! client's own thread, as a slow remote device would not hold this machine's cores, and is
 //! proportional to the time the client's work ran ([`take_held`]), not to the time it queued.
 
-use fedshard_protocol::task::{LocalTrainer, TrainOutput, TrainTask};
+use fedshard_protocol::task::{BoxError, LocalTrainer, TrainError, TrainOutput, TrainTask};
 use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -32,7 +32,7 @@ impl LocalTrainer for OnACore {
         self.0.samples()
     }
 
-    fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+    fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         self.train_then(task, &mut |_| Ok(()))
     }
 
@@ -40,8 +40,8 @@ impl LocalTrainer for OnACore {
     fn train_then(
         &self,
         task: &TrainTask,
-        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), String> + Send),
-    ) -> Result<TrainOutput, String> {
+        finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), BoxError> + Send),
+    ) -> Result<TrainOutput, TrainError> {
         on_a_core(|| self.0.train_then(task, finish))
     }
 }
@@ -130,7 +130,7 @@ mod tests {
             fn samples(&self) -> u64 {
                 7
             }
-            fn train(&self, _: &TrainTask) -> Result<TrainOutput, String> {
+            fn train(&self, _: &TrainTask) -> Result<TrainOutput, TrainError> {
                 std::thread::sleep(Duration::from_millis(2));
                 Ok(TrainOutput {
                     dense: ModelState::default(),

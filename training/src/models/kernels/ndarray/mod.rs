@@ -1,0 +1,207 @@
+//! The fused kernels of the CPU backend, `NdArray<f32>`: one pass per element-wise kernel over
+//! contiguous rows, and the `gemm` crate's strided product for the matrix products.
+//!
+//! Why: burn's tensor operations cost 5–10 allocating passes per kernel, and burn-ndarray's
+//! matmul copies transposed operands; here transposes and per-head column bands are read in
+//! place. The loops must agree with [`composite`](super::composite) (see the tests).
+//!
+//! One file per kind of kernel: [`activations`], [`norms`], [`products`], [`attention`],
+//! [`convolution`] and [`pooling`]; the [`Kernels`] implementation below only routes to them.
+
+mod activations;
+mod attention;
+mod convolution;
+mod norms;
+mod pooling;
+mod products;
+
+#[cfg(test)]
+pub(super) use activations::{softmax_backward_rows, softmax_rows};
+pub(super) use products::gemm_into;
+
+use super::{ConvGeometry, Kernels, Pool};
+use burn::backend::NdArray;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Shape, TensorData, TensorMetadata};
+use burn_ndarray::NdArrayTensor;
+use std::borrow::Cow;
+
+/// fedshard trains in f32 only; any other CPU tensor reaching a kernel is a bug.
+fn not_f32(t: &NdArrayTensor) -> ! {
+    panic!(
+        "fedshard's CPU kernels take f32 tensors, got {:?}",
+        t.dtype()
+    )
+}
+
+/// The values of an f32 CPU tensor in row-major order: borrowed when contiguous.
+fn values(t: &NdArrayTensor) -> Cow<'_, [f32]> {
+    let NdArrayTensor::F32(storage) = t else {
+        not_f32(t)
+    };
+    let view = storage.view();
+    match view.to_slice() {
+        Some(slice) => Cow::Borrowed(slice),
+        None => Cow::Owned(view.iter().copied().collect()),
+    }
+}
+
+fn tensor(values: Vec<f32>, shape: Shape) -> NdArrayTensor {
+    NdArrayTensor::from_data(TensorData::new(values, shape))
+}
+
+/// The length of the last dimension.
+fn row_len(shape: &Shape) -> usize {
+    shape[shape.num_dims() - 1]
+}
+
+/// Accumulators of the vectorised sums: a float sum taken in order is one long dependency
+/// chain the compiler may not reorder, so the sums below keep `LANES` partial sums instead (a
+/// fixed order: the result depends on the data only).
+const LANES: usize = 16;
+
+/// `Σ values`, in [`LANES`] partial sums.
+fn lane_sum(values: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (acc, v) in lanes.iter_mut().zip(chunk) {
+            *acc += v;
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
+/// `Σ a_i b_i`, in [`LANES`] partial sums.
+fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for ((acc, x), y) in lanes.iter_mut().zip(x).zip(y) {
+            *acc += x * y;
+        }
+    }
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+impl Kernels for NdArray<f32> {
+    fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        activations::gelu(x)
+    }
+
+    fn fused_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        activations::gelu_backward(x, grad)
+    }
+
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        norms::layer_norm(x, gamma, beta)
+    }
+
+    fn fused_layer_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        norms::layer_norm_backward(x, gamma, grad)
+    }
+
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        products::linear(x, w, bias)
+    }
+
+    fn fused_linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 2] {
+        products::linear_backward(x, w, grad)
+    }
+
+    fn fused_bias_backward(grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        products::bias_backward(grad)
+    }
+
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        heads: usize,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 2] {
+        attention::attention(q, k, v, heads, causal)
+    }
+
+    fn fused_attention_backward(
+        qkv: [FloatTensor<Self>; 3],
+        probs: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 3] {
+        attention::attention_backward(qkv, probs, grad, causal)
+    }
+
+    fn fused_conv2d(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        geometry: ConvGeometry,
+    ) -> [FloatTensor<Self>; 2] {
+        convolution::conv2d(x, filters, bias, geometry)
+    }
+
+    fn fused_conv2d_backward(
+        saved: FloatTensor<Self>,
+        shape: Shape,
+        filters: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        geometry: ConvGeometry,
+    ) -> [FloatTensor<Self>; 3] {
+        convolution::conv2d_backward(saved, shape, filters, grad, geometry)
+    }
+
+    fn fused_group_norm(
+        x: FloatTensor<Self>,
+        gamma_beta: [FloatTensor<Self>; 2],
+        groups: usize,
+        relu: bool,
+    ) -> FloatTensor<Self> {
+        norms::group_norm(x, gamma_beta, groups, relu)
+    }
+
+    fn fused_group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma_beta: [FloatTensor<Self>; 2],
+        grad: FloatTensor<Self>,
+        groups: usize,
+        relu: bool,
+    ) -> [FloatTensor<Self>; 3] {
+        norms::group_norm_backward(x, gamma_beta, grad, groups, relu)
+    }
+
+    fn fused_pool(x: FloatTensor<Self>, kind: Pool, k: usize) -> FloatTensor<Self> {
+        pooling::pool(x, kind, k)
+    }
+
+    fn fused_pool_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        kind: Pool,
+        k: usize,
+    ) -> FloatTensor<Self> {
+        pooling::pool_backward(x, grad, kind, k)
+    }
+}
