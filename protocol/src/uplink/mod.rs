@@ -42,6 +42,7 @@
 //! toy) while the noise stays `2η`, so the chain moves as if its drift had a smaller step.
 
 pub mod qsgd;
+pub mod requirements;
 pub mod signsgd;
 pub mod state;
 pub mod wire;
