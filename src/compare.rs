@@ -229,7 +229,7 @@ pub fn compare(
     setups: &[Setup],
     seeds: &[u64],
     journal: Option<&mut Journal<RunResult>>,
-    on_run: &mut dyn FnMut(usize, usize, &RunResult, bool),
+    on_run: &mut OnRun<'_, RunResult>,
     on_round: &mut dyn FnMut(&str, &RoundRecord),
 ) -> anyhow::Result<Vec<RunResult>> {
     ensure!(
@@ -248,6 +248,10 @@ pub fn compare(
         on_round,
     )
 }
+
+/// A grid's progress callback: `(k, total, result, resumed)` after run `k` of `total`
+/// (1-based; `resumed`: the result came from the journal instead of a run).
+pub type OnRun<'a, R> = dyn FnMut(usize, usize, &R, bool) + 'a;
 
 /// One arm of a grid (a row, or a cell, of its table), run once per seed by [`run_grid`].
 pub trait GridArm {
@@ -277,7 +281,7 @@ pub fn run_grid<A: GridArm>(
     arms: &[A],
     seeds: &[u64],
     mut journal: Option<&mut Journal<A::Run>>,
-    on_run: &mut dyn FnMut(usize, usize, &A::Run, bool),
+    on_run: &mut OnRun<'_, A::Run>,
     on_round: &mut dyn FnMut(&str, &RoundRecord),
 ) -> anyhow::Result<Vec<A::Run>> {
     ensure!(!seeds.is_empty(), "no seed to run");

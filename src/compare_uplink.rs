@@ -6,7 +6,7 @@
 //! bits are those of the payload bytes the clients sent (`RoundRecord::uplink_bits`), not a
 //! formula.
 
-use crate::compare::{GridArm, mean_and_sample_std, parse_list, run_grid, t_interval_95};
+use crate::compare::{GridArm, OnRun, mean_and_sample_std, parse_list, run_grid, t_interval_95};
 use crate::compare_journal::{Journal, JournalRow};
 use crate::config::Config;
 use anyhow::{Context, ensure};
@@ -95,7 +95,7 @@ pub fn compare_uplink(
     d_targets: &[u32],
     seeds: &[u64],
     journal: Option<&mut Journal<UplinkRun>>,
-    on_run: &mut dyn FnMut(usize, usize, &UplinkRun, bool),
+    on_run: &mut OnRun<'_, UplinkRun>,
     on_round: &mut dyn FnMut(&str, &RoundRecord),
 ) -> anyhow::Result<Vec<UplinkRun>> {
     ensure!(!compressors.is_empty(), "no compressor to compare");

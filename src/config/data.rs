@@ -187,7 +187,7 @@ impl DataSection {
                 test_fraction.to_string(),
             ),
             DataSection::SyntheticLinear { dim, gamma, .. } => {
-                field("data.dim", *dim >= 1, "at least 1", dim.to_string())?;
+                check("data.dim", *dim >= 1, "at least 1", dim.to_string())?;
                 check(
                     "data.gamma",
                     gamma.is_finite() && *gamma > 0.0,
