@@ -3,16 +3,16 @@
 //! seeds, summarised as final test accuracy (mean ± std over seeds) and mean ANME per cell, with
 //! a no-sharding reference row.
 //!
-//! Runs are independent and run one after the other in this process, each through
-//! [`federation::in_process`] and the runtime's [`fedshard_actors::server::run`] (the loop behind
-//! `fedshard run`) with no run folder and no metrics exporter. Every run is deterministic given
-//! its seed, so the whole grid is too.
+//! Runs are independent and run one after the other in this process by [`run_grid`], the one
+//! grid runner (the uplink grid of [`crate::compare_uplink`] is another set of arms for it),
+//! with no run folder and no metrics exporter. Every run is deterministic given its seed, so
+//! the whole grid is too.
 
-use crate::compare_journal::Journal;
+use crate::compare_journal::{Journal, JournalRow};
 use crate::config::{Config, KeepRatioShare};
 use crate::federation;
 use anyhow::{Context, bail, ensure};
-use fedshard_actors::record::RoundRecord;
+use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_strategies::sharding::plan::StrategySpec;
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
@@ -220,22 +220,16 @@ pub fn arms(strategies: &[StrategySpec], setups: &[Setup]) -> Vec<Arm> {
     std::iter::once(Arm::NoSharding).chain(sharded).collect()
 }
 
-/// Runs every arm of [`arms`] for every seed, one run after the other, and returns the results
-/// in run order. `on_run(k, total, result, resumed)` is called after run `k` of `total`
-/// (1-based); `resumed` says the result came from the journal instead of a run.
-///
-/// Every run's config is built and validated before the first run starts, so a bad setup fails
-/// at once; a run that fails later is recorded with its error and the grid goes on. With a
-/// [`Journal`], a run it holds for the identical config is reused, and every new run is
-/// appended to it as soon as it ends. `on_round(label, record)` after each round of a run that
-/// trains, with the run's label (`[k/total] strategy setup seed s`).
+/// Runs every arm of [`arms`] for every seed through [`run_grid`], and returns the results in
+/// run order; the no-sharding reference first. A config whose `model.sharded_layers` is empty
+/// is refused: every strategy would train the same dense model.
 pub fn compare(
     config: &Config,
     strategies: &[StrategySpec],
     setups: &[Setup],
     seeds: &[u64],
-    mut journal: Option<&mut Journal>,
-    on_run: &mut dyn FnMut(usize, usize, &RunResult, bool),
+    journal: Option<&mut Journal<RunResult>>,
+    on_run: &mut OnRun<'_, RunResult>,
     on_round: &mut dyn FnMut(&str, &RoundRecord),
 ) -> anyhow::Result<Vec<RunResult>> {
     ensure!(
@@ -245,81 +239,135 @@ pub fn compare(
     );
     ensure!(!strategies.is_empty(), "no strategy to compare");
     ensure!(!setups.is_empty(), "no keep-ratio setup to compare");
+    run_grid(
+        config,
+        &arms(strategies, setups),
+        seeds,
+        journal,
+        on_run,
+        on_round,
+    )
+}
+
+/// A grid's progress callback: `(k, total, result, resumed)` after run `k` of `total`
+/// (1-based; `resumed`: the result came from the journal instead of a run).
+pub type OnRun<'a, R> = dyn FnMut(usize, usize, &R, bool) + 'a;
+
+/// One arm of a grid (a row, or a cell, of its table), run once per seed by [`run_grid`].
+pub trait GridArm {
+    /// What one run of the arm gives the table, as the journal keeps it.
+    type Run: JournalRow;
+    /// The arm in progress lines (`top-n 0.1`, `fedpm-klms (D = 2)`).
+    fn label(&self) -> String;
+    /// The validated config of the arm's run with `seed`; its error names the arm.
+    fn config(&self, base: &Config, seed: u64) -> anyhow::Result<Config>;
+    /// The run's result from its summary, or from the error that stopped it, and its wall time.
+    fn result(&self, seed: u64, outcome: anyhow::Result<Summary>, seconds: f64) -> Self::Run;
+}
+
+/// The one grid runner behind `fedshard compare` (strategies) and `fedshard compare
+/// --compressors`: every arm for every seed, one run after the other, each through
+/// [`federation::run_to_end_watching`] (the loop behind `fedshard run`) with no run folder.
+/// Returns the results in run order.
+///
+/// Every run's config is built and validated before the first run starts, so a bad arm fails at
+/// once; a run that fails later is recorded with its error and the grid goes on. With a
+/// [`Journal`], a run it holds for the identical config is reused, and every new run is
+/// appended to it as soon as it ends. `on_run(k, total, result, resumed)` after run `k` of
+/// `total` (1-based; `resumed`: the result came from the journal), `on_round(label, record)`
+/// after each round of a run that trains, with the run's label (`[k/total] arm seed s`).
+pub fn run_grid<A: GridArm>(
+    base: &Config,
+    arms: &[A],
+    seeds: &[u64],
+    mut journal: Option<&mut Journal<A::Run>>,
+    on_run: &mut OnRun<'_, A::Run>,
+    on_round: &mut dyn FnMut(&str, &RoundRecord),
+) -> anyhow::Result<Vec<A::Run>> {
     ensure!(!seeds.is_empty(), "no seed to run");
-    let mut runs = Vec::new();
-    for arm in arms(strategies, setups) {
-        let (strategy, setup) = arm.labels();
+    let mut planned = Vec::with_capacity(arms.len() * seeds.len());
+    for arm in arms {
         for &seed in seeds {
-            let run = run_config(config, &arm, seed)
-                .with_context(|| format!("strategy {strategy}, setup {setup}"))?;
-            runs.push((strategy.clone(), setup.clone(), seed, run));
+            planned.push((arm, seed, arm.config(base, seed)?));
         }
     }
-    let total = runs.len();
+    let total = planned.len();
     let mut results = Vec::with_capacity(total);
-    for (strategy, setup, seed, run) in runs {
+    for (arm, seed, config) in planned {
+        let k = results.len() + 1;
         if let Some(result) = journal
             .as_deref()
-            .map(|j| j.recorded(&run))
+            .map(|j| j.recorded(&config))
             .transpose()?
             .flatten()
         {
-            on_run(results.len() + 1, total, &result, true);
+            on_run(k, total, &result, true);
             results.push(result);
             continue;
         }
         let started = Instant::now();
-        let label = format!(
-            "[{}/{total}] {strategy} {setup} seed {seed}",
-            results.len() + 1
-        );
-        let outcome = run_one(&run, &mut |record| on_round(&label, record));
-        let result = RunResult {
-            strategy,
-            setup,
-            seed,
-            final_accuracy: outcome.as_ref().ok().map(|o| o.final_accuracy),
-            mean_anme: outcome.as_ref().ok().map(|o| o.mean_anme),
-            mean_update_cosine: outcome.as_ref().ok().and_then(|o| o.mean_update_cosine),
-            seconds: started.elapsed().as_secs_f64(),
-            accuracy_per_round: outcome
-                .as_ref()
-                .map(|o| o.accuracy_per_round.clone())
-                .unwrap_or_default(),
-            error: outcome.err().map(|e| format!("{e:#}")),
-        };
+        let label = format!("[{k}/{total}] {} seed {seed}", arm.label());
+        let outcome = federation::run_to_end_watching(&config, &mut |r| on_round(&label, r))
+            .map(|(_, summary)| summary);
+        let result = arm.result(seed, outcome, started.elapsed().as_secs_f64());
         if let Some(journal) = journal.as_deref_mut() {
-            journal.record(&run, &result)?;
+            journal.record(&config, &result)?;
         }
-        on_run(results.len() + 1, total, &result, false);
+        on_run(k, total, &result, false);
         results.push(result);
     }
     Ok(results)
 }
 
-/// What one completed run contributes to the grid.
-struct Outcome {
-    final_accuracy: f64,
-    /// Averaged over rounds.
-    mean_anme: f64,
-    mean_update_cosine: Option<f64>,
-    accuracy_per_round: Vec<f64>,
+impl GridArm for Arm {
+    type Run = RunResult;
+
+    fn label(&self) -> String {
+        let (strategy, setup) = self.labels();
+        format!("{strategy} {setup}")
+    }
+
+    fn config(&self, base: &Config, seed: u64) -> anyhow::Result<Config> {
+        run_config(base, self, seed).with_context(|| {
+            let (strategy, setup) = self.labels();
+            format!("strategy {strategy}, setup {setup}")
+        })
+    }
+
+    /// Final accuracy, ANME and update cosine averaged over the rounds; a run that completed
+    /// no round is a failed one.
+    fn result(&self, seed: u64, outcome: anyhow::Result<Summary>, seconds: f64) -> RunResult {
+        let (strategy, setup) = self.labels();
+        let outcome = outcome.and_then(|summary| {
+            ensure!(!summary.per_round.is_empty(), "the run completed no round");
+            Ok(summary)
+        });
+        let rounds = outcome.as_ref().map_or(&[][..], |s| s.per_round.as_slice());
+        let mean = |values: Vec<f64>| {
+            (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+        };
+        RunResult {
+            strategy,
+            setup,
+            seed,
+            final_accuracy: outcome.as_ref().ok().map(|s| s.final_accuracy),
+            mean_anme: mean(rounds.iter().map(|r| r.anme).collect()),
+            mean_update_cosine: mean(rounds.iter().filter_map(|r| r.update_cosine).collect()),
+            seconds,
+            accuracy_per_round: rounds.iter().map(|r| r.accuracy).collect(),
+            error: outcome.err().map(|e| format!("{e:#}")),
+        }
+    }
 }
 
-/// Runs one federation in memory.
-fn run_one(config: &Config, on_round: &mut dyn FnMut(&RoundRecord)) -> anyhow::Result<Outcome> {
-    let (_, summary) = federation::run_to_end_watching(config, on_round)?;
-    let rounds = &summary.per_round;
-    ensure!(!rounds.is_empty(), "the run completed no round");
-    Ok(Outcome {
-        final_accuracy: summary.final_accuracy,
-        mean_anme: rounds.iter().map(|r| r.anme).sum::<f64>() / rounds.len() as f64,
-        mean_update_cosine: {
-            let cosines: Vec<f64> = rounds.iter().filter_map(|r| r.update_cosine).collect();
-            (!cosines.is_empty()).then(|| cosines.iter().sum::<f64>() / cosines.len() as f64)
-        },
-        accuracy_per_round: rounds.iter().map(|r| r.accuracy).collect(),
-    })
+impl JournalRow for RunResult {
+    fn accuracy_per_round(&self) -> &[f64] {
+        &self.accuracy_per_round
+    }
+
+    fn set_accuracy_per_round(&mut self, accuracy: Vec<f64>) {
+        self.accuracy_per_round = accuracy;
+    }
 }
 
 /// One cell of the table: the runs of one (strategy, setup) over the seeds.

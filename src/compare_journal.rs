@@ -1,17 +1,17 @@
-//! The journal of `fedshard compare --out DIR`: every finished run is appended to
+//! The journal of `fedshard compare --out DIR`, for either kind of grid: every finished run is appended to
 //! `DIR/runs.jsonl` the moment it ends, so a grid that stops early (a killed process, the end of
 //! a working session) keeps every run it finished, and `--resume` reuses them instead of running
 //! them again. A grid of hours can so be spread over several sittings, and seeds can be added to
 //! a finished grid (`--seeds 5` after `--seeds 3` runs only seeds 4 and 5).
 //!
 //! A line holds the run's whole config as JSON next to its result, and a run is reused only for
-//! an identical config (seed, strategy, keep ratios, rounds, recipe, data…). The code that ran
+//! an identical config (seed, strategy, keep ratios, compressor, rounds, recipe, data…). The code that ran
 //! it is not recorded: resuming after changing the runtime is the user's decision, which is why
 //! it takes the explicit `--resume` flag and an existing journal is otherwise an error.
 
-use crate::compare::RunResult;
 use crate::config::Config;
 use anyhow::{Context, bail};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
@@ -21,12 +21,20 @@ use std::path::{Path, PathBuf};
 /// The journal's file name inside the `--out` folder.
 pub const FILE: &str = "runs.jsonl";
 
+/// A grid's result of one run, as the journal keeps it.
+pub trait JournalRow: Serialize + DeserializeOwned + Clone {
+    /// The test accuracy after each round: left out of the result's own JSON (one number per
+    /// run), but needed to redraw the figures of a resumed grid.
+    fn accuracy_per_round(&self) -> &[f64];
+    fn set_accuracy_per_round(&mut self, accuracy: Vec<f64>);
+}
+
 /// One line of the journal.
 #[derive(Debug, Serialize, Deserialize)]
-struct Line {
+struct Line<R> {
     /// The run's config, as `serde_json` writes [`Config`].
     config: Value,
-    result: RunResult,
+    result: R,
     /// Not part of [`RunResult`]'s JSON (whose shape stays one number per run), but needed to
     /// redraw the accuracy figures of a resumed grid.
     accuracy_per_round: Vec<f64>,
@@ -34,13 +42,13 @@ struct Line {
 
 /// The runs recorded so far and the file that new ones are appended to.
 #[derive(Debug)]
-pub struct Journal {
+pub struct Journal<R> {
     path: PathBuf,
     file: File,
-    recorded: Vec<(Value, RunResult)>,
+    recorded: Vec<(Value, R)>,
 }
 
-impl Journal {
+impl<R: JournalRow> Journal<R> {
     /// Opens `dir/runs.jsonl`, creating `dir` and the file if needed.
     ///
     /// Without `resume` a journal that already holds runs is an error: its runs would silently
@@ -69,7 +77,7 @@ impl Journal {
             if line.trim().is_empty() {
                 continue;
             }
-            let entry: Line = serde_json::from_str(line).with_context(|| {
+            let entry: Line<R> = serde_json::from_str(line).with_context(|| {
                 format!(
                     "{} line {}: expected one JSON object {{\"config\", \"result\", \
                      \"accuracy_per_round\"}} per line, as `fedshard compare --out` writes them",
@@ -78,7 +86,7 @@ impl Journal {
                 )
             })?;
             let mut result = entry.result;
-            result.accuracy_per_round = entry.accuracy_per_round;
+            result.set_accuracy_per_round(entry.accuracy_per_round);
             recorded.push((entry.config, result));
         }
         let file = OpenOptions::new()
@@ -105,7 +113,7 @@ impl Journal {
 
     /// The recorded result of the run with exactly this config, if any (the first, should the
     /// journal hold it twice).
-    pub fn recorded(&self, config: &Config) -> anyhow::Result<Option<RunResult>> {
+    pub fn recorded(&self, config: &Config) -> anyhow::Result<Option<R>> {
         let key = serde_json::to_value(config)?;
         Ok(self
             .recorded
@@ -115,11 +123,11 @@ impl Journal {
     }
 
     /// Appends one finished run as a single line and flushes it to the disk.
-    pub fn record(&mut self, config: &Config, result: &RunResult) -> anyhow::Result<()> {
+    pub fn record(&mut self, config: &Config, result: &R) -> anyhow::Result<()> {
         let line = Line {
             config: serde_json::to_value(config)?,
             result: result.clone(),
-            accuracy_per_round: result.accuracy_per_round.clone(),
+            accuracy_per_round: result.accuracy_per_round().to_vec(),
         };
         let mut text = serde_json::to_string(&line)?;
         text.push('\n');
@@ -149,6 +157,9 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::RunResult;
+
+    type Journal = super::Journal<RunResult>;
 
     const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/digits-linear.toml");
 

@@ -2,18 +2,18 @@
 //! compressors, the KLMS ones at several `D_target`, over several seeds, summarised as final test
 //! accuracy and the bits each update really took per parameter.
 //!
-//! Every run goes through [`federation::run_to_end`], the loop behind `fedshard run`; the bits
-//! are those of the payload bytes the clients sent (`RoundRecord::uplink_bits`), not a formula.
+//! The runs go through the one grid runner, [`run_grid`] (journal and `--resume` included); the
+//! bits are those of the payload bytes the clients sent (`RoundRecord::uplink_bits`), not a
+//! formula.
 
-use crate::compare::{mean_and_sample_std, parse_list, t_interval_95};
+use crate::compare::{GridArm, OnRun, mean_and_sample_std, parse_list, run_grid, t_interval_95};
+use crate::compare_journal::{Journal, JournalRow};
 use crate::config::Config;
-use crate::federation;
 use anyhow::{Context, ensure};
 use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_protocol::uplink::{BlockMode, Compressor, qsgd};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::time::Instant;
 
 /// One row of the grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,50 +87,60 @@ pub fn run_config(base: &Config, arm: &UplinkArm, seed: u64) -> anyhow::Result<C
     Ok(config)
 }
 
-/// Runs every arm for every seed, one after the other; `on_run(k, total, run)` after each, and
-/// `on_round(label, record)` after each round with the run's label (`[k/total] arm seed s`).
-/// Every config is validated before the first run; a run that fails is recorded with its error.
+/// Runs every arm of [`arms`] for every seed through [`run_grid`] (with the journal, when given,
+/// as the strategy grid does) and returns the runs in run order.
 pub fn compare_uplink(
     base: &Config,
     compressors: &[Compressor],
     d_targets: &[u32],
     seeds: &[u64],
-    on_run: &mut dyn FnMut(usize, usize, &UplinkRun),
+    journal: Option<&mut Journal<UplinkRun>>,
+    on_run: &mut OnRun<'_, UplinkRun>,
     on_round: &mut dyn FnMut(&str, &RoundRecord),
 ) -> anyhow::Result<Vec<UplinkRun>> {
     ensure!(!compressors.is_empty(), "no compressor to compare");
-    ensure!(!seeds.is_empty(), "no seed to run");
     let blocks = base.compression.clone().unwrap_or_default().blocks;
-    let mut planned = Vec::new();
-    for arm in arms(compressors, d_targets, blocks) {
-        for &seed in seeds {
-            let config = run_config(base, &arm, seed).with_context(|| arm.label())?;
-            planned.push((arm, seed, config));
-        }
+    let arms = arms(compressors, d_targets, blocks);
+    run_grid(base, &arms, seeds, journal, on_run, on_round)
+}
+
+impl GridArm for UplinkArm {
+    type Run = UplinkRun;
+
+    fn label(&self) -> String {
+        UplinkArm::label(self)
     }
-    let total = planned.len();
-    let mut runs = Vec::with_capacity(total);
-    for (arm, seed, config) in planned {
-        let started = Instant::now();
-        let label = format!("[{}/{total}] {} seed {seed}", runs.len() + 1, arm.label());
-        let outcome = federation::run_to_end_watching(&config, &mut |r| on_round(&label, r));
-        let summary = outcome.as_ref().ok().map(|(_, s)| s);
+
+    fn config(&self, base: &Config, seed: u64) -> anyhow::Result<Config> {
+        run_config(base, self, seed).with_context(|| UplinkArm::label(self))
+    }
+
+    /// Final accuracy and the bits per parameter the clients really sent.
+    fn result(&self, seed: u64, outcome: anyhow::Result<Summary>, seconds: f64) -> UplinkRun {
+        let summary = outcome.as_ref().ok();
         let rounds = summary.map(|s| s.per_round.as_slice()).unwrap_or_default();
-        let run = UplinkRun {
-            compressor: arm.compressor,
-            d_target: arm.d_target,
+        UplinkRun {
+            compressor: self.compressor,
+            d_target: self.d_target,
             seed,
             final_accuracy: summary.map(|s| s.final_accuracy),
             bits_per_parameter: summary.and_then(Summary::mean_bits_per_parameter),
             uplink_bits_total: summary.map(|s| s.uplink_bits_total),
             error: outcome.as_ref().err().map(|e| format!("{e:#}")),
-            seconds: started.elapsed().as_secs_f64(),
+            seconds,
             accuracy_per_round: rounds.iter().map(|r| r.accuracy).collect(),
-        };
-        on_run(runs.len() + 1, total, &run);
-        runs.push(run);
+        }
     }
-    Ok(runs)
+}
+
+impl JournalRow for UplinkRun {
+    fn accuracy_per_round(&self) -> &[f64] {
+        &self.accuracy_per_round
+    }
+
+    fn set_accuracy_per_round(&mut self, accuracy: Vec<f64>) {
+        self.accuracy_per_round = accuracy;
+    }
 }
 
 /// The table as markdown: per row, accuracy (mean ± std over seeds), bits per parameter, the

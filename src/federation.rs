@@ -3,15 +3,20 @@
 //! [`clients`] builds the trainers of the given client ids, on whichever node hosts them. Both
 //! load and partition the data the same way, so a client node trains exactly the data the
 //! in-process run gives that client.
+//!
+//! The config is resolved once, at the start of each of these, into the [`Model`] it trains;
+//! the data loading, the trainers, the evaluator and the initial model all take that.
 
-use crate::config::{Config, DataSection, Device, LabelSplit, Mode, default_test_fraction};
+use crate::config::{
+    Config, DataSection, Device, LabelSplit, Model, Schedule, default_test_fraction,
+};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::faults::FaultyTrainer;
 use fedshard_actors::record::RoundRecord;
 use fedshard_actors::schedule::AsyncConfig;
 use fedshard_actors::server::{Federation, RuntimeConfig};
-use fedshard_protocol::model::{ModelState, NamedTensor};
+use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardingPolicy;
 use fedshard_protocol::task::{ClientId, DEFAULT_CLIP_LR, Evaluator, LocalTrainer, Recipe};
 use fedshard_strategies::rng::{Purpose, stream};
@@ -37,7 +42,8 @@ pub type Trainers = BTreeMap<ClientId, Arc<dyn LocalTrainer>>;
 /// (from the data partition, never from a client), the evaluator on the held-out set and the
 /// runtime config.
 pub fn server(config: &Config) -> anyhow::Result<Federation> {
-    server_side(config, load(config)?)
+    let model = config.model()?;
+    server_side(config, &model, load(config, &model)?)
 }
 
 /// The trainers of the clients `ids` of `config`'s federation, each training on the core pool
@@ -45,22 +51,25 @@ pub fn server(config: &Config) -> anyhow::Result<Federation> {
 /// trains the same data here as in any other process built from the same config, so a node can
 /// host any subset of the clients.
 pub fn clients(config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
-    trainers_of(config, &load(config)?, ids)
+    let model = config.model()?;
+    trainers_of(config, &model, &load(config, &model)?, ids)
 }
 
 /// Both halves of the federation in this process, from one load of the data: the server side
 /// and the trainers of every client.
 pub fn in_process(config: &Config) -> anyhow::Result<(Federation, Trainers)> {
-    let loaded = load(config)?;
+    let model = config.model()?;
+    let loaded = load(config, &model)?;
     let ids: Vec<ClientId> = (0..loaded.sizes().len() as ClientId).collect();
-    let trainers = trainers_of(config, &loaded, &ids)?;
-    Ok((server_side(config, loaded)?, trainers))
+    let trainers = trainers_of(config, &model, &loaded, &ids)?;
+    Ok((server_side(config, &model, loaded)?, trainers))
 }
 
 /// The server's evaluator of `config` alone (its held-out set; clients' data is loaded and
 /// dropped): for evaluating a saved model.
 pub fn evaluator(config: &Config) -> anyhow::Result<Arc<dyn Evaluator>> {
-    load(config)?.into_evaluator(config)
+    let model = config.model()?;
+    load(config, &model)?.into_evaluator(&model, config.run.seed)
 }
 
 /// The training recipe tasks are built from: the config's `[training]`, with ClipLR's
@@ -77,10 +86,10 @@ pub fn recipe(config: &Config) -> Recipe {
     }
 }
 
-fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
+fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result<Federation> {
     let seed = config.run.seed;
     let sizes = loaded.sizes();
-    let evaluator = loaded.into_evaluator(config)?;
+    let evaluator = loaded.into_evaluator(model, seed)?;
     let keep_ratios = assign_keep_ratios(config, seed);
     let clients = sizes
         .iter()
@@ -98,7 +107,7 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
         .collect();
     let f = &config.federation;
     let t = &config.training;
-    let layers = config.model.resolved_sharded_layers()?;
+    let layers = config.model.resolved_sharded_layers();
     let sharding = (!layers.is_empty()).then_some(ShardingPolicy {
         strategy: f.strategy,
         sampler: f.sampler,
@@ -116,17 +125,27 @@ fn server_side(config: &Config, loaded: Loaded) -> anyhow::Result<Federation> {
         compressor: f.compressor,
         compression: config.compression.clone().unwrap_or_default(),
         max_update_norm: f.max_update_norm,
-        over_commit: f.over_commit,
-        asynchronous: (f.mode == Mode::Async).then(|| AsyncConfig {
-            concurrency: f.concurrency.unwrap_or(1),
-            buffer: f.buffer.unwrap_or(1),
-            staleness: f.staleness.unwrap_or_default(),
-        }),
+        over_commit: match f.schedule {
+            Schedule::Sync { over_commit } => over_commit,
+            Schedule::Async { .. } => None,
+        },
+        asynchronous: match f.schedule {
+            Schedule::Sync { .. } => None,
+            Schedule::Async {
+                concurrency,
+                buffer,
+                staleness,
+            } => Some(AsyncConfig {
+                concurrency,
+                buffer,
+                staleness,
+            }),
+        },
         arrival_clock: arrival_clock(config, sizes.len()),
     };
     Ok(Federation {
         config: runtime,
-        model: initial_model(config, seed),
+        model: model.initial_state(seed)?,
         registry: Registry {
             clients,
             selector: f.selector,
@@ -160,7 +179,12 @@ fn arrival_clock(config: &Config, clients: usize) -> Option<BTreeMap<ClientId, u
     )
 }
 
-fn trainers_of(config: &Config, loaded: &Loaded, ids: &[ClientId]) -> anyhow::Result<Trainers> {
+fn trainers_of(
+    config: &Config,
+    model: &Model,
+    loaded: &Loaded,
+    ids: &[ClientId],
+) -> anyhow::Result<Trainers> {
     let count = loaded.sizes().len();
     if let Some(bad) = ids.iter().find(|&&id| id as usize >= count) {
         anyhow::bail!(
@@ -169,7 +193,7 @@ fn trainers_of(config: &Config, loaded: &Loaded, ids: &[ClientId]) -> anyhow::Re
         );
     }
     let mut trainers: Trainers = loaded
-        .trainers(config, ids)?
+        .trainers(model, ids)?
         .into_iter()
         .map(|(id, trainer)| (id, Arc::new(OnACore(trainer)) as Arc<dyn LocalTrainer>))
         .collect();
@@ -243,8 +267,9 @@ enum Loaded {
     },
 }
 
-/// Loads and partitions `config`'s data: the one step both halves of a federation run.
-fn load(config: &Config) -> anyhow::Result<Loaded> {
+/// Loads and partitions `config`'s data for `model`: the one step both halves of a federation
+/// run.
+fn load(config: &Config, model: &Model) -> anyhow::Result<Loaded> {
     use data::cifar::{Split, load_cifar10, load_cifar100};
     let seed = config.run.seed;
     let dir_context = |dir: &Path| format!("field `data.path` ({})", dir.display());
@@ -265,7 +290,6 @@ fn load(config: &Config) -> anyhow::Result<Loaded> {
             path,
             split,
         } => {
-            network(config, "image datasets need a neural model")?;
             let train = load_cifar10(path, Split::Train).with_context(|| dir_context(path))?;
             let test = load_cifar10(path, Split::Test).with_context(|| dir_context(path))?;
             let parts = dirichlet_parts(*clients, split, &train, seed)?;
@@ -277,7 +301,6 @@ fn load(config: &Config) -> anyhow::Result<Loaded> {
             split,
             fine_alpha,
         } => {
-            network(config, "image datasets need a neural model")?;
             let train = load_cifar100(path, Split::Train).with_context(|| dir_context(path))?;
             let test = load_cifar100(path, Split::Test)
                 .with_context(|| dir_context(path))?
@@ -309,9 +332,6 @@ fn load(config: &Config) -> anyhow::Result<Loaded> {
             test_fraction,
             split,
         } => {
-            if config.fedpm_network()?.is_none() {
-                network(config, "image datasets need a neural or fedpm model")?;
-            }
             let (train, test) = match path {
                 Some(path) => (
                     data::idx::load_mnist(path, true).with_context(|| dir_context(path))?,
@@ -335,12 +355,19 @@ fn load(config: &Config) -> anyhow::Result<Loaded> {
             min_lines,
             cache,
         } => {
-            let net = network(config, "shakespeare needs a char-transformer")?;
+            let Model::Network { architecture, .. } = model else {
+                anyhow::bail!("field `model.network`: shakespeare needs a char-transformer");
+            };
             let root = cache_root(cache)?;
             let roles =
                 data::shakespeare::load_shakespeare(&root, *min_lines, Some(*clients), seed)?;
-            let (train, test) =
-                shakespeare_windows(roles, net.input_width(), *max_samples, *test_samples, seed);
+            let (train, test) = shakespeare_windows(
+                roles,
+                architecture.input_width(),
+                *max_samples,
+                *test_samples,
+                seed,
+            );
             Loaded::Text { train, test }
         }
         DataSection::SyntheticLinear {
@@ -367,14 +394,6 @@ fn cache_root(cache: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// The network `config` trains, or an error saying why the dataset needs one.
-fn network(config: &Config, why: &str) -> anyhow::Result<Architecture> {
-    config
-        .model
-        .architecture()
-        .with_context(|| format!("field `model.network`: {why}"))
-}
-
 impl Loaded {
     /// Every client's sample count D_c, by client index.
     fn sizes(&self) -> Vec<u64> {
@@ -385,68 +404,62 @@ impl Loaded {
         }
     }
 
-    /// The server's evaluator on the held-out set.
-    fn into_evaluator(self, config: &Config) -> anyhow::Result<Arc<dyn Evaluator>> {
-        match self {
-            Loaded::Table { test, .. } => {
-                if let Some(masked) = config.fedpm_network()? {
-                    return Ok(Arc::new(FedpmEvaluator::<Cpu> {
-                        network: masked,
-                        examples: Box::new(test),
-                        seed: config.run.seed,
-                        device: Default::default(),
-                        batch_size: EVAL_BATCH,
-                    }));
-                }
-                let net = network(config, "labelled datasets need a network")?;
-                neural_evaluator(config, &net, Box::new(test))
+    /// The server's evaluator of `model` on the held-out set.
+    fn into_evaluator(self, model: &Model, seed: u64) -> anyhow::Result<Arc<dyn Evaluator>> {
+        Ok(match (self, model) {
+            (Loaded::Table { test, .. }, Model::Masked(network)) => {
+                Arc::new(FedpmEvaluator::<Cpu> {
+                    network: network.clone(),
+                    examples: Box::new(test),
+                    seed,
+                    device: Default::default(),
+                    batch_size: EVAL_BATCH,
+                })
             }
-            Loaded::Text { test, .. } => {
-                let net = network(config, "shakespeare needs a char-transformer")?;
-                neural_evaluator(config, &net, Box::new(test))
+            (Loaded::Table { test, .. }, Model::Network { .. }) => {
+                neural_evaluator(model, Box::new(test))?
             }
-            Loaded::Linear { test, .. } => Ok(Arc::new(test)),
-        }
+            (Loaded::Text { test, .. }, Model::Network { .. }) => {
+                neural_evaluator(model, Box::new(test))?
+            }
+            (Loaded::Linear { test, .. }, Model::Ridge { .. }) => Arc::new(test),
+            (_, model) => return Err(mismatch(model)),
+        })
     }
 
-    /// The trainers of the clients `ids` (each below `self.sizes().len()`).
-    fn trainers(&self, config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
+    /// The trainers of `model` for the clients `ids` (each below `self.sizes().len()`).
+    fn trainers(&self, model: &Model, ids: &[ClientId]) -> anyhow::Result<Trainers> {
         let mut trainers = Trainers::new();
-        match self {
-            Loaded::Table { train, parts, .. } => {
-                if let Some(masked) = config.fedpm_network()? {
-                    for &id in ids {
-                        let data = train.subset(&parts[id as usize])?;
-                        let trainer = FedpmClient::<CpuTraining> {
-                            network: masked.clone(),
-                            examples: Box::new(data),
-                            device: Default::default(),
-                        };
-                        trainers.insert(id, Arc::new(trainer));
-                    }
-                    return Ok(trainers);
+        for &id in ids {
+            let c = id as usize;
+            let trainer: Arc<dyn LocalTrainer> = match (self, model) {
+                (Loaded::Table { train, parts, .. }, Model::Masked(network)) => {
+                    Arc::new(FedpmClient::<CpuTraining> {
+                        network: network.clone(),
+                        examples: Box::new(train.subset(&parts[c])?),
+                        device: Default::default(),
+                    })
                 }
-                let net = network(config, "labelled datasets need a network")?;
-                for &id in ids {
-                    let data = train.subset(&parts[id as usize])?;
-                    trainers.insert(id, neural_trainer(config, &net, Box::new(data))?);
+                (Loaded::Table { train, parts, .. }, Model::Network { .. }) => {
+                    neural_trainer(model, Box::new(train.subset(&parts[c])?))?
                 }
-            }
-            Loaded::Text { train, .. } => {
-                let net = network(config, "shakespeare needs a char-transformer")?;
-                for &id in ids {
-                    let windows = train[id as usize].clone();
-                    trainers.insert(id, neural_trainer(config, &net, Box::new(windows))?);
+                (Loaded::Text { train, .. }, Model::Network { .. }) => {
+                    neural_trainer(model, Box::new(train[c].clone()))?
                 }
-            }
-            Loaded::Linear { clients, .. } => {
-                for &id in ids {
-                    trainers.insert(id, Arc::new(clients[id as usize].clone()));
+                (Loaded::Linear { clients, .. }, Model::Ridge { .. }) => {
+                    Arc::new(clients[c].clone())
                 }
-            }
+                (_, model) => return Err(mismatch(model)),
+            };
+            trainers.insert(id, trainer);
         }
         Ok(trainers)
     }
+}
+
+/// A model that does not read the loaded data, which [`Config::validate`] rules out.
+fn mismatch(model: &Model) -> anyhow::Error {
+    anyhow::anyhow!("field `model`: {model:?} does not read this dataset")
 }
 
 /// The clients' index lists of a Dirichlet(`data.alpha`·p) label split of `train` (iid when
@@ -508,24 +521,25 @@ fn shakespeare_windows(
 
 /// A client training `net` on `examples` on the configured device.
 fn neural_trainer(
-    config: &Config,
-    net: &Architecture,
+    model: &Model,
     examples: Box<dyn Examples>,
 ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
-    // SGLD asks each client for one step on its share of the potential, not for local
-    // training (docs/algorithms.md §4.9).
-    let method = match config.federation.compressor.host() {
-        Some(fedshard_protocol::uplink::Host::Sgld) => LocalMethod::Sgld,
-        _ => LocalMethod::Sgd,
+    let &Model::Network {
+        ref architecture,
+        device,
+        method,
+    } = model
+    else {
+        return Err(mismatch(model));
     };
-    Ok(match config.training.device {
+    Ok(match device {
         Device::Cpu => Arc::new(NeuralClient::<CpuTraining> {
-            architecture: net.clone(),
+            architecture: architecture.clone(),
             examples,
             device: Default::default(),
-            method,
+                method,
         }),
-        Device::Cuda => cuda::trainer(net, examples, method)?,
+        Device::Cuda => cuda::trainer(architecture, examples, method)?,
     })
 }
 
@@ -535,18 +549,25 @@ const EVAL_BATCH: usize = 64;
 
 /// The server's evaluator of `net` on the held-out `examples`.
 fn neural_evaluator(
-    config: &Config,
-    net: &Architecture,
+    model: &Model,
     examples: Box<dyn Examples>,
 ) -> anyhow::Result<Arc<dyn Evaluator>> {
-    Ok(match config.training.device {
+    let Model::Network {
+        architecture,
+        device,
+        ..
+    } = model
+    else {
+        return Err(mismatch(model));
+    };
+    Ok(match device {
         Device::Cpu => Arc::new(NeuralEvaluator::<Cpu> {
-            architecture: net.clone(),
+            architecture: architecture.clone(),
             examples,
             device: Default::default(),
             batch_size: EVAL_BATCH,
         }),
-        Device::Cuda => cuda::evaluator(net, examples)?,
+        Device::Cuda => cuda::evaluator(architecture, examples)?,
     })
 }
 
@@ -655,30 +676,14 @@ pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
     ratios
 }
 
-/// The initial global model: the network's seeded initialisation (softmax: the MLP without
-/// hidden layers; fedpm: the mask probabilities θ = sigmoid(N(0, 1)) of its masked layers);
-/// ridge at zero.
+/// The initial global model of `config` (see [`Model::initial_state`]).
 ///
 /// # Panics
-/// For a network that cannot be built, which [`Config::validate`] rules out.
+/// For a config that [`Config::validate`] refuses (its model does not fit its data or does not
+/// build).
 pub fn initial_model(config: &Config, seed: u64) -> ModelState {
-    if let Ok(Some(masked)) = config.fedpm_network() {
-        return masked
-            .initial_state(seed)
-            .unwrap_or_else(|e| unreachable!("validated: the masked network builds ({e})"));
-    }
-    match config.model.architecture() {
-        Some(net) => {
-            net.initial_state(seed)
-                .unwrap_or_else(|e| unreachable!("validated: the network builds ({e})"))
-                .0
-        }
-        None => {
-            let DataSection::SyntheticLinear { dim, .. } = config.data else {
-                unreachable!("validated: ridge runs on synthetic-linear data")
-            };
-            ModelState::new(vec![NamedTensor::zeros("weight", vec![1, dim])])
-                .unwrap_or_else(|e| unreachable!("one tensor: {e}"))
-        }
-    }
+    config
+        .model()
+        .and_then(|model| model.initial_state(seed))
+        .unwrap_or_else(|e| panic!("a validated config builds its model: {e:#}"))
 }

@@ -141,7 +141,7 @@ fn over_commit_closes_each_round_at_the_first_k_updates_and_counts_the_rest_late
     assert_eq!(model.to_bytes(), again.to_bytes());
     // Without over-commitment the round waits for everyone.
     let mut all = c.clone();
-    all.federation.over_commit = None;
+    all.federation.schedule = fedshard::config::Schedule::Sync { over_commit: None };
     all.federation.clients_per_round = 6.0;
     all.run.rounds = 1;
     let (_, summary) = run(&all);
@@ -286,10 +286,9 @@ fn klms_in_async_mode_codes_each_update_with_its_own_versions_side_information()
 #[test]
 fn over_committed_klms_rounds_keep_the_first_updates_and_learn() {
     let mut c = compressed("signsgd-klms", SIGNSGD_KLMS);
-    c.federation.mode = fedshard::config::Mode::Sync;
-    (c.federation.concurrency, c.federation.buffer) = (None, None);
-    c.federation.staleness = None;
-    c.federation.over_commit = Some(1.5);
+    c.federation.schedule = fedshard::config::Schedule::Sync {
+        over_commit: Some(1.5),
+    };
     c.validate().expect("valid over-committed config");
     let (model, summary) = run(&c);
     assert_cut_off(&summary, 6, 4);

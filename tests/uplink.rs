@@ -343,7 +343,8 @@ fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
         &compressors,
         &d_targets,
         &[1],
-        &mut |_, _, _| seen += 1,
+        None,
+        &mut |_, _, _, _| seen += 1,
         &mut |label, record| rounds.push((label.to_string(), record.round)),
     )
     .expect("grid runs");

@@ -86,7 +86,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
     Ok(JobReport {
         config: args.config.clone(),
         rounds: summary.rounds_completed,
-        step: config.federation.mode.step(),
+        step: config.federation.schedule.step(),
         final_accuracy: summary.final_accuracy,
         seconds,
         model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),

@@ -1,7 +1,7 @@
 //! `fedshard compare`: the paper's Table 1 for a config (the grid lives in [`crate::compare`]).
 
 use crate::compare::{self, DEFAULT_SETUPS, DEFAULT_STRATEGIES, RunResult};
-use crate::compare_journal::Journal;
+use crate::compare_journal::{Journal, JournalRow};
 use crate::config::Config;
 use crate::federation;
 use anyhow::{Context, ensure};
@@ -42,9 +42,10 @@ pub struct CompareArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Reuse the runs that `--out DIR/runs.jsonl` already holds for an identical config
-    /// (strategy, keep ratios, seed, rounds, recipe, data) instead of running them again: a
-    /// long grid continues where it stopped, or grows by seeds. Results of a different code
-    /// version are reused too; that is your call. Without it an existing journal is an error.
+    /// (strategy or compressor, keep ratios, seed, rounds, recipe, data) instead of running
+    /// them again, in either grid: a long grid continues where it stopped, or grows by seeds.
+    /// Results of a different code version are reused too; that is your call. Without it an
+    /// existing journal is an error.
     #[arg(long, requires = "out")]
     pub resume: bool,
     /// Compare uplink compressors instead of sharding strategies (the KLMS paper's Tables 1–2):
@@ -71,18 +72,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     let strategies = compare::parse_strategies(&args.strategies).context("--strategies")?;
     let setups = compare::parse_setups(&args.keep_ratios).context("--keep-ratios")?;
     let (config, seeds) = config_and_seeds(args)?;
-    let mut journal = args
-        .out
-        .as_deref()
-        .map(|dir| Journal::open(dir, args.resume))
-        .transpose()?;
-    if let Some(journal) = journal.as_ref().filter(|j| !j.is_empty()) {
-        eprintln!(
-            "resuming: {} holds {} runs",
-            journal.path().display(),
-            journal.len()
-        );
-    }
+    let mut journal = open_journal(args)?;
     let started = Instant::now();
     let runs = compare::compare(
         &config,
@@ -101,7 +91,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
                 r.strategy, r.setup, r.seed, r.seconds
             );
         },
-        &mut round_lines(config.run.rounds, config.federation.mode.step()),
+        &mut round_lines(config.run.rounds, config.federation.schedule.step()),
     )
     .with_context(|| args.config.display().to_string())?;
     eprintln!(
@@ -133,7 +123,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     markdown.push('\n');
     markdown.push_str(&compare::ranking(&runs, &strategies, &setups));
     if let Some(out) = &args.out {
-        let step = config.federation.mode.step();
+        let step = config.federation.schedule.step();
         crate::report::compare::write(out, &markdown, &runs, &strategies, &setups, step)?;
         eprintln!("wrote the table and figures into {}", out.display());
     }
@@ -142,6 +132,22 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     }
     print!("{markdown}");
     Ok(())
+}
+
+/// The journal of `--out DIR` (with `--resume`, the runs it holds are reused), for either grid.
+fn open_journal<R: JournalRow>(args: &CompareArgs) -> anyhow::Result<Option<Journal<R>>> {
+    let Some(dir) = args.out.as_deref() else {
+        return Ok(None);
+    };
+    let journal = Journal::open(dir, args.resume)?;
+    if !journal.is_empty() {
+        eprintln!(
+            "resuming: {} holds {} runs",
+            journal.path().display(),
+            journal.len()
+        );
+    }
+    Ok(Some(journal))
 }
 
 /// The config with `--rounds` applied (and validated again), and the `--seeds` seeds from its
@@ -185,28 +191,27 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
     use crate::compare_uplink::{self, parse_compressors, parse_d_targets};
     let compressors = parse_compressors(list).context("--compressors")?;
     let d_targets = parse_d_targets(&args.d_targets).context("--d-targets")?;
-    ensure!(
-        !args.resume,
-        "--resume: only the strategy grid keeps a journal; a --compressors grid runs whole"
-    );
     let (config, seeds) = config_and_seeds(args)?;
+    let mut journal = open_journal(args)?;
     let runs = compare_uplink::compare_uplink(
         &config,
         &compressors,
         &d_targets,
         &seeds,
-        &mut |k, total, r| {
+        journal.as_mut(),
+        &mut |k, total, r, resumed| {
             let outcome = match (r.final_accuracy, r.bits_per_parameter, &r.error) {
                 (Some(a), Some(b), _) => format!("{:.1}%, {b:.4} bits/parameter", 100.0 * a),
                 (_, _, error) => format!("failed: {}", error.as_deref().unwrap_or("no result")),
             };
             let d = r.d_target.map(|d| format!(" D = {d}")).unwrap_or_default();
+            let source = if resumed { ", from the journal" } else { "" };
             eprintln!(
-                "[{k}/{total}] {}{d} seed {} → {outcome} ({:.1} s)",
+                "[{k}/{total}] {}{d} seed {} → {outcome} ({:.1} s{source})",
                 r.compressor, r.seed, r.seconds
             );
         },
-        &mut round_lines(config.run.rounds, config.federation.mode.step()),
+        &mut round_lines(config.run.rounds, config.federation.schedule.step()),
     )
     .with_context(|| args.config.display().to_string())?;
     if args.json {

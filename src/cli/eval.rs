@@ -48,7 +48,7 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<Vec<Row>> {
         anyhow::bail!("--keep-top: expected keep ratios in (0, 1], found {bad}");
     }
     let (config, model) = load_run(&args.run)?;
-    let layers = config.model.resolved_sharded_layers()?;
+    let layers = config.model.resolved_sharded_layers();
     ensure!(
         ratios.is_empty() || !layers.is_empty(),
         "--keep-top: the run's `model.sharded_layers` is empty, so there is no layer to truncate"

@@ -87,7 +87,9 @@ pub fn run(args: &JoinArgs) -> anyhow::Result<()> {
         None => None,
     };
     let trainers = federation::clients(&config, &ids)?;
-    let model_bytes = federation::initial_model(&config, config.run.seed)
+    let model_bytes = config
+        .model()?
+        .initial_state(config.run.seed)?
         .to_bytes()
         .len();
     let name = args.name.clone().unwrap_or_else(|| {

@@ -173,7 +173,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let done = fed.history.len() as u64;
-    let step = config.federation.mode.step();
+    let step = config.federation.schedule.step();
     let progress = Progress::new(config.run.rounds, done, step, args);
     let runtime = crate::runtime::build()?;
     let summary = runtime.block_on(async {

@@ -145,7 +145,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let rounds = config.run.rounds;
-    let step = config.federation.mode.step();
+    let step = config.federation.schedule.step();
     if !args.quiet && !fed.history.is_empty() {
         eprintln!("resuming after {step} {} of {rounds}", fed.history.len());
     }

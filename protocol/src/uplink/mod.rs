@@ -55,6 +55,7 @@ pub mod fedpm;
 pub mod identity;
 pub mod klms;
 pub mod qsgd;
+pub mod requirements;
 pub mod settings;
 pub mod sgld;
 pub mod signsgd;

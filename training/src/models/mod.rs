@@ -4,6 +4,7 @@
 //! Nothing here reads files or knows how data was partitioned: a model sees a
 //! [`crate::data::Dataset`] and a seed, and exchanges its parameters as a [`ModelState`].
 
+pub mod accepts;
 pub mod blocks;
 pub mod builder;
 pub mod cct;
@@ -16,6 +17,7 @@ pub mod masked;
 pub mod mlp;
 pub mod net;
 pub mod resnet;
+pub mod shardable;
 pub mod tensors;
 
 pub use error::NetError;

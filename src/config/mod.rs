@@ -1,0 +1,230 @@
+//! The TOML run configuration: parsed with `deny_unknown_fields` into typed sections (a
+//! dataset, a model kind and a schedule each carry their own fields only), then validated as a
+//! whole before anything starts, with errors that name the file, the field and what was
+//! expected. Each section checks its own ranges; this module assembles them and checks what
+//! spans sections, asking the rules of the types that own them (the architectures' data in
+//! `fedshard_training::models::accepts`, the compressors' needs in
+//! `fedshard_protocol::uplink::requirements`).
+
+mod data;
+mod federation;
+mod model;
+mod uplink;
+
+pub(crate) use data::default_test_fraction;
+pub use data::{DataSection, LabelSplit};
+pub use federation::{FederationSection, KeepRatioShare, Mode, Schedule};
+pub use model::{CUDA_NOT_BUILT, Device, Model, ModelSection, TrainingSection};
+
+use anyhow::{Context, bail};
+use fedshard_actors::faults::FaultPlan;
+use fedshard_protocol::uplink::{CompressionConfig, Host};
+use fedshard_training::train::neural::LocalMethod;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub run: RunSection,
+    pub data: DataSection,
+    pub model: ModelSection,
+    #[serde(default)]
+    pub training: TrainingSection,
+    pub federation: FederationSection,
+    /// Deterministic fault injection (for tests and demonstrations).
+    pub faults: Option<FaultPlan>,
+    /// The Prometheus exporter of `fedshard run`.
+    pub metrics: Option<MetricsSection>,
+    /// Settings of the compressor named by `federation.compressor`.
+    pub compression: Option<CompressionConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// `HOST:PORT` to serve `/metrics` on, or `off` (default 127.0.0.1:9464).
+    pub addr: String,
+}
+
+/// Parses a metrics address: `off` (None) or an `IP:PORT` socket address.
+pub fn parse_metrics_addr(text: &str) -> Result<Option<std::net::SocketAddr>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        format!("an address IP:PORT (such as 127.0.0.1:9464) or `off`, found {text:?}")
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSection {
+    pub name: String,
+    #[serde(default)]
+    pub seed: u64,
+    pub rounds: u64,
+}
+
+/// Fails with "field `name`: expected …, found …" unless `ok`.
+fn check(name: &str, ok: bool, expected: &str, found: String) -> anyhow::Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        bail!("field `{name}`: expected {expected}, found {found}")
+    }
+}
+
+/// The field an error in the `[data]` table is about: the dataset's tagged choice is read as a
+/// whole, so the parser points at the table and names the field only in its message
+/// (``unknown field `fine_alpha` ``, ``missing field `path` ``).
+fn data_field(text: &str, error: &toml::de::Error) -> Option<String> {
+    let table = text.get(error.span()?)?;
+    if table.trim() != "[data]" {
+        return None;
+    }
+    let message = error.message();
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}
+
+impl Config {
+    /// The run's length and schedule for a table caption: `60 rounds, 10 clients, 10 per round`,
+    /// or in async mode `120 versions, 10 clients, 6 training at once, an aggregate every 5
+    /// updates`.
+    pub fn schedule_caption(&self) -> String {
+        let f = &self.federation;
+        let clients = self.data.clients();
+        match f.schedule {
+            Schedule::Async {
+                concurrency,
+                buffer,
+                ..
+            } => format!(
+                "{} versions, {clients} clients, {concurrency} training at once, an aggregate \
+                 every {buffer} updates",
+                self.run.rounds
+            ),
+            Schedule::Sync { .. } => format!(
+                "{} rounds, {clients} clients, {} per round",
+                self.run.rounds, f.clients_per_round
+            ),
+        }
+    }
+
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> anyhow::Result<Self> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let detail = e.to_string();
+            match data_field(text, &e) {
+                Some(name) => anyhow::anyhow!(
+                    "{}: field `data.{name}`: {}",
+                    path.display(),
+                    detail.trim_end()
+                ),
+                None => anyhow::anyhow!("{}: {}", path.display(), detail.trim_end()),
+            }
+        })?;
+        config
+            .validate()
+            .with_context(|| format!("{}: invalid config", path.display()))?;
+        Ok(config)
+    }
+
+    /// What a valid config does that a user is unlikely to want, one sentence each, for the
+    /// commands to log before a run starts: today QSGD or SignSGD on sharded layers, whose
+    /// quantised factor columns multiply into `u'v'ᵀ` (measured in docs/klms.md).
+    pub fn warnings(&self) -> Vec<String> {
+        let quantised = matches!(
+            self.federation.compressor.host(),
+            Some(Host::Qsgd | Host::Signsgd)
+        );
+        let sharded = self.model.sharded_layers();
+        if quantised && !sharded.is_empty() {
+            vec![format!(
+                "`{}` quantises the factor columns of the sharded layers {sharded:?}, and their \
+                 noise multiplies in the recomposed u'v'ᵀ: on the digits it can learn far less than \
+                 on the dense model (docs/klms.md, \"With sharded layers\")",
+                self.federation.compressor
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Logs each of [`Config::warnings`] as a warning.
+    pub fn log_warnings(&self) {
+        for warning in self.warnings() {
+            tracing::warn!("{warning}");
+        }
+    }
+
+    /// Checks every field against its domain; the error names the field.
+    /// The model this config trains, resolved against its data: what a run's set-up builds.
+    pub fn model(&self) -> anyhow::Result<Model> {
+        // SGLD asks each client for one step on its share of the potential, not for local
+        // training (docs/algorithms.md §4.9).
+        let method = match self.federation.compressor.host() {
+            Some(Host::Sgld) => LocalMethod::Sgld,
+            _ => LocalMethod::Sgd,
+        };
+        self.model.resolve(&self.data, self.training.device, method)
+    }
+
+    /// Checks every field against its domain; the error names the field.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        check(
+            "run.rounds",
+            self.run.rounds >= 1,
+            "at least 1",
+            self.run.rounds.to_string(),
+        )?;
+        self.data.validate()?;
+        self.training.validate(self.federation.strategy)?;
+        uplink::validate(self)?;
+        self.federation.validate(self.data.clients())?;
+        let partial = self.federation.partial();
+        check(
+            "federation.keep_ratios",
+            !partial || !matches!(self.model, ModelSection::Fedpm { .. }),
+            "keep ratio 1 for every client with the fedpm model (it shards nothing)",
+            "a keep ratio below 1".into(),
+        )?;
+        check(
+            "model.sharded_layers",
+            !partial || !self.model.sharded_layers().is_empty(),
+            "at least one sharded layer when a keep ratio is below 1",
+            "none".into(),
+        )?;
+        self.model()?;
+        if let Some(m) = &self.metrics
+            && let Err(e) = parse_metrics_addr(&m.addr)
+        {
+            bail!("field `metrics.addr`: expected {e}");
+        }
+        if let Some(faults) = &self.faults {
+            check(
+                "faults.rate",
+                (0.0..=1.0).contains(&faults.rate),
+                "a probability in [0, 1]",
+                faults.rate.to_string(),
+            )?;
+            if let Some(s) = &faults.stragglers {
+                s.validate().map_err(anyhow::Error::msg)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,98 @@
+//! The weights spectral sharding may factorise, read off an architecture's description without
+//! building it: every affine or convolutional weight but the first and last layer's (an MLP
+//! without hidden layers, softmax regression, shards its one layer). The names and their order
+//! are those the builder records in init mode ([`Architecture::initial_state`]); the test below
+//! builds every architecture once and holds the two to the same list.
+
+use crate::models::net::Architecture;
+
+/// Transformer blocks of CCT-6/3x2 (`models::cct`).
+const CCT_BLOCKS: usize = 6;
+
+/// The four projections and the two feed-forward layers of transformer block `i`.
+fn transformer_block(i: usize) -> impl Iterator<Item = String> {
+    ["attn.q", "attn.k", "attn.v", "attn.o", "mlp.fc", "mlp.proj"]
+        .into_iter()
+        .map(move |layer| format!("block{i}.{layer}.weight"))
+}
+
+impl Architecture {
+    /// The names of the weights spectral sharding may factorise, in the order the model builds
+    /// them (what `sharded_layers = ["all"]` expands to).
+    pub fn shardable_layers(&self) -> Vec<String> {
+        match self {
+            Architecture::Mlp { hidden, .. } => {
+                let last = hidden.len();
+                (0..=last)
+                    .filter(|&i| last == 0 || (i != 0 && i != last))
+                    .map(|i| format!("fc{i}.weight"))
+                    .collect()
+            }
+            Architecture::DigitsCnn { .. } | Architecture::MnistCnn { .. } => {
+                ["conv1.weight", "conv2.weight", "fc0.weight"]
+                    .map(String::from)
+                    .to_vec()
+            }
+            Architecture::CharTransformer(shape) => {
+                (0..shape.blocks).flat_map(transformer_block).collect()
+            }
+            Architecture::Cct { .. } => (0..CCT_BLOCKS)
+                .flat_map(transformer_block)
+                .chain(std::iter::once("tokenizer1.weight".to_string()))
+                .collect(),
+            Architecture::Resnet18 { .. } => {
+                let mut names = Vec::new();
+                for stage in 0..4 {
+                    for block in 0..2 {
+                        let name = format!("stage{stage}.block{block}");
+                        // The first block of every stage but the first halves the image and
+                        // widens the channels, so its skip path is a 1×1 convolution.
+                        if stage > 0 && block == 0 {
+                            names.push(format!("{name}.shortcut.weight"));
+                        }
+                        names.push(format!("{name}.conv1.weight"));
+                        names.push(format!("{name}.conv2.weight"));
+                    }
+                }
+                names
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::models::char_transformer::CharShape;
+    use crate::models::net::Architecture;
+
+    /// The described names are the built model's, in its order, for every architecture.
+    #[test]
+    fn names_match_the_built_models() {
+        let architectures = [
+            Architecture::Mlp {
+                inputs: 64,
+                hidden: vec![],
+                classes: 10,
+            },
+            Architecture::Mlp {
+                inputs: 64,
+                hidden: vec![16],
+                classes: 10,
+            },
+            Architecture::Mlp {
+                inputs: 64,
+                hidden: vec![16, 8, 4],
+                classes: 10,
+            },
+            Architecture::DigitsCnn { classes: 10 },
+            Architecture::MnistCnn { classes: 10 },
+            Architecture::CharTransformer(CharShape::default()),
+            Architecture::Resnet18 { classes: 10 },
+            Architecture::Cct { classes: 100 },
+        ];
+        for net in architectures {
+            let (_, built) = net.initial_state(0).expect("builds");
+            assert_eq!(net.shardable_layers(), built, "{net:?}");
+        }
+    }
+}
