@@ -6,9 +6,9 @@
 //!
 //! A [`server::Server`] actor holds the global model and drives rounds; a
 //! [`coordinator::Coordinator`] keeps the client registry, clusters clients by keep ratio and
-//! selects participants; a [`host::ClientHost`] on each node runs one [`client::ClientActor`]
-//! per client it hosts, each calling its `LocalTrainer` off the async executor, and registers
-//! them with the server. Round logic lives in plain functions ([`round`]) so it is tested
+//! selects participants; a [`host::ClientHost`] on each node keeps its clients' lasting state
+//! as plain data, registers them with the server, and spawns a [`client::ClientActor`] for each
+//! request, which calls its `LocalTrainer` off the async executor, answers and stops. Round logic lives in plain functions ([`round`]) so it is tested
 //! without actors. Every message payload is serde data with no in-process pointers, so the
 //! transport can move to `ractor_cluster` without touching round logic.
 //!
@@ -32,4 +32,5 @@ pub mod server;
 // serialisable"); fedshard-cluster moves their work across machines as validated bytes.
 impl ractor::Message for client::ClientMsg {}
 impl ractor::Message for coordinator::CoordinatorMsg {}
+impl ractor::Message for host::HostMsg {}
 impl ractor::Message for server::ServerMsg {}
