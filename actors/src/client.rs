@@ -3,9 +3,9 @@
 //! code), answers and stops. A trainer error is reported as a failure; a panic is reported and
 //! then fails the actor, so its supervisor (the host) learns of it.
 
+use crate::host::HostMsg;
 use fedshard_protocol::payload::{UpdateEnvelope, encode};
 use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
-use crate::host::HostMsg;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -242,7 +242,7 @@ pub(crate) mod tests {
     }
 
     /// A client actor of the client 7 with `trainer`, under a host that keeps no client.
-    pub(crate) async fn spawn_client(
+    async fn spawn_client(
         trainer: Shift,
     ) -> (ActorRef<ClientMsg>, tokio::task::JoinHandle<()>) {
         let (host, _) = crate::host::tests::host(BTreeMap::new()).await;

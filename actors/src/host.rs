@@ -190,7 +190,10 @@ impl Actor for ClientHost {
             return Ok(());
         };
         if let SupervisionEvent::ActorFailed(_, reason) = &event {
-            tracing::warn!(client, "client actor failed ({reason}); it trains again when next asked");
+            tracing::warn!(
+                client,
+                "client actor failed ({reason}); it trains again when next asked"
+            );
         }
         if let Some(hosted) = state.clients.get_mut(&client) {
             hosted.working = false;
@@ -208,7 +211,6 @@ pub(crate) fn stopped_actor(event: &SupervisionEvent) -> Option<ActorId> {
         _ => None,
     }
 }
-
 
 #[cfg(test)]
 pub(crate) mod tests {

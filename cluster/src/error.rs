@@ -127,4 +127,3 @@ pub enum Error {
     #[error("server stopped without a result")]
     NoResult,
 }
-

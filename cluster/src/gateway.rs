@@ -608,7 +608,10 @@ impl Actor for RemoteHosts {
             // Only a client actor this host spawned keeps an update with it; a remote client's
             // node keeps its own.
             HostMsg::Keep { client, .. } => {
-                tracing::warn!(client, "an update to keep sent to the remote clients' host; dropped");
+                tracing::warn!(
+                    client,
+                    "an update to keep sent to the remote clients' host; dropped"
+                );
             }
         }
         Ok(())

@@ -18,7 +18,8 @@ pub const ENV_VAR: &str = "FEDSHARD_SECRET";
 pub(crate) const SHORT: usize = 16;
 
 /// The command that makes a good secret file, quoted in the refusals.
-pub(crate) const MAKE_ONE: &str = "openssl rand -hex 32 > fedshard.secret && chmod 600 fedshard.secret";
+pub(crate) const MAKE_ONE: &str =
+    "openssl rand -hex 32 > fedshard.secret && chmod 600 fedshard.secret";
 
 /// A node's secret. Its `Debug` form never shows it.
 #[derive(Clone, PartialEq, Eq)]
@@ -104,7 +105,9 @@ mod tests {
         assert_eq!(format!("{s:?}"), "Secret(…)");
         assert!(Secret::new(" \n").is_err());
         let dir = tempfile::tempdir().unwrap();
-        let missing = Secret::load(Some(&dir.path().join("none"))).unwrap_err().to_string();
+        let missing = Secret::load(Some(&dir.path().join("none")))
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("none"), "{missing}");
         let file = dir.path().join("s");
         std::fs::write(&file, "abcdefghijklmnop\n").unwrap();

@@ -3,8 +3,8 @@
 
 use crate::acceptor::{self, Limits};
 use crate::error::Error;
-use crate::join::started;
 use crate::gateway::{Gateway, GatewayArgs, GatewayMsg};
+use crate::join::started;
 use crate::metrics::ClusterMetrics;
 use crate::node::NodeSettings;
 use crate::refusal::Refusals;
