@@ -1,7 +1,9 @@
-//! The client actor: holds a [`LocalTrainer`] (its data and model code) and trains off the async
-//! executor. A trainer error is reported as a failure; a panic is reported and then fails the
-//! actor, so its supervisor (the server) restarts it.
+//! The client actor: spawned by its [`ClientHost`](crate::host::ClientHost) for one request,
+//! it trains off the async executor with the client's [`LocalTrainer`] (its data and model
+//! code), answers and stops. A trainer error is reported as a failure; a panic is reported and
+//! then fails the actor, so its supervisor (the host) learns of it.
 
+use crate::host::HostMsg;
 use fedshard_protocol::payload::{UpdateEnvelope, encode};
 use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -40,10 +42,14 @@ pub enum ClientMsg {
 
 pub struct ClientActor;
 
-pub struct ClientState {
-    id: ClientId,
-    trainer: Arc<dyn LocalTrainer>,
-    kept: Option<UpdateEnvelope>,
+/// What a client actor starts from: the client's lasting state, lent by its host.
+pub struct ClientArgs {
+    pub id: ClientId,
+    pub trainer: Arc<dyn LocalTrainer>,
+    /// The update kept from phase one, for an `Upload`.
+    pub kept: Option<Box<UpdateEnvelope>>,
+    /// Keeps a phase-one update for the client after its actor stops.
+    pub host: ActorRef<HostMsg>,
 }
 
 /// ‖output − task‖₂ over every trained value.
@@ -78,26 +84,23 @@ fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
 
 impl Actor for ClientActor {
     type Msg = ClientMsg;
-    type State = ClientState;
-    type Arguments = (ClientId, Arc<dyn LocalTrainer>);
+    type State = ClientArgs;
+    type Arguments = ClientArgs;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        (id, trainer): Self::Arguments,
-    ) -> Result<ClientState, ActorProcessingErr> {
-        Ok(ClientState {
-            id,
-            trainer,
-            kept: None,
-        })
+        args: ClientArgs,
+    ) -> Result<ClientArgs, ActorProcessingErr> {
+        Ok(args)
     }
 
+    /// Does the one request the actor was spawned for, then stops.
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
-        state: &mut ClientState,
+        state: &mut ClientArgs,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ClientMsg::Train {
@@ -137,7 +140,12 @@ impl Actor for ClientActor {
                         if upload {
                             let _ = reply.send(ClientReply::Update(envelope));
                         } else {
-                            state.kept = Some(envelope);
+                            // Before the answer, so the host holds the update by the time the
+                            // server can ask for it.
+                            state.host.send_message(HostMsg::Keep {
+                                client: id,
+                                update: Box::new(envelope),
+                            })?;
                             let _ = reply.send(ClientReply::Trained {
                                 client: id,
                                 update_norm,
@@ -170,7 +178,7 @@ impl Actor for ClientActor {
             }
             ClientMsg::Upload { round, reply } => {
                 let answer = match state.kept.take() {
-                    Some(envelope) if envelope.round == round => ClientReply::Update(envelope),
+                    Some(envelope) if envelope.round == round => ClientReply::Update(*envelope),
                     _ => ClientReply::Failed {
                         client: state.id,
                         reason: format!("no update kept for round {round}"),
@@ -180,18 +188,20 @@ impl Actor for ClientActor {
                 let _ = reply.send(answer);
             }
         }
+        myself.stop(None);
         Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use fedshard_protocol::model::{ModelState, NamedTensor};
     use fedshard_protocol::task::{Recipe, TrainError};
+    use std::collections::BTreeMap;
 
     /// Adds `step` to every dense value; panics when the step is NaN.
-    struct Shift(f32);
+    pub(crate) struct Shift(pub(crate) f32);
 
     impl LocalTrainer for Shift {
         fn samples(&self) -> u64 {
@@ -212,7 +222,7 @@ mod tests {
         }
     }
 
-    fn task(round: u64) -> Box<TrainTask> {
+    pub(crate) fn task(round: u64) -> Box<TrainTask> {
         Box::new(TrainTask {
             round,
             client: 7,
@@ -231,6 +241,21 @@ mod tests {
         })
     }
 
+    /// A client actor of the client 7 with `trainer`, under a host that keeps no client.
+    async fn spawn_client(
+        trainer: Shift,
+    ) -> (ActorRef<ClientMsg>, tokio::task::JoinHandle<()>) {
+        let (host, _) = crate::host::tests::host(BTreeMap::new()).await;
+        let args = ClientArgs {
+            id: 7,
+            trainer: Arc::new(trainer),
+            kept: None,
+            host,
+        };
+        let (actor, handle) = Actor::spawn(None, ClientActor, args).await.unwrap();
+        (actor, handle)
+    }
+
     async fn train(actor: &ActorRef<ClientMsg>, round: u64, upload: bool) -> ClientReply {
         ractor::call!(actor, |reply| ClientMsg::Train {
             task: task(round),
@@ -241,10 +266,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_client_trains_reports_its_norm_and_keeps_its_update_for_its_round_only() {
-        let (actor, handle) = Actor::spawn(None, ClientActor, (7, Arc::new(Shift(0.5)) as _))
-            .await
-            .unwrap();
+    async fn a_client_trains_reports_its_norm_and_stops() {
+        let (actor, handle) = spawn_client(Shift(0.5)).await;
         match train(&actor, 3, true).await {
             ClientReply::Update(e) => {
                 assert_eq!((e.client, e.round), (7, 3));
@@ -254,36 +277,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // Two-phase: trained, kept, and released only for the same round.
-        let trained = train(&actor, 4, false).await;
-        assert_eq!(
-            trained,
-            ClientReply::Trained {
-                client: 7,
-                update_norm: 1.0
-            }
-        );
-        let wrong = ractor::call!(actor, |reply| ClientMsg::Upload { round: 5, reply }).unwrap();
-        assert!(matches!(
-            wrong,
-            ClientReply::Failed {
-                panicked: false,
-                ..
-            }
-        ));
-        // A request for another round still discards the kept update, so no later request,
-        // replayed or not, can release an update from an earlier round.
-        let again = ractor::call!(actor, |reply| ClientMsg::Upload { round: 4, reply }).unwrap();
-        assert!(matches!(again, ClientReply::Failed { .. }));
-        actor.stop(None);
+        // One request, one actor: it stops once it has answered.
         handle.await.unwrap();
+        assert_eq!(actor.get_status(), ractor::ActorStatus::Stopped);
     }
 
     #[tokio::test]
     async fn errors_are_reported_and_panics_fail_the_actor() {
-        let (actor, handle) = Actor::spawn(None, ClientActor, (7, Arc::new(Shift(-1.0)) as _))
-            .await
-            .unwrap();
+        let (actor, handle) = spawn_client(Shift(-1.0)).await;
         let reply = train(&actor, 1, true).await;
         assert_eq!(
             reply,
@@ -293,12 +294,9 @@ mod tests {
                 panicked: false
             }
         );
-        actor.stop(None);
         handle.await.unwrap();
 
-        let (actor, handle) = Actor::spawn(None, ClientActor, (7, Arc::new(Shift(f32::NAN)) as _))
-            .await
-            .unwrap();
+        let (actor, handle) = spawn_client(Shift(f32::NAN)).await;
         match train(&actor, 1, true).await {
             ClientReply::Failed {
                 reason, panicked, ..
@@ -308,7 +306,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // The actor itself fails, so its supervisor (the client host) restarts it.
+        // The actor itself fails, so its supervisor (the client host) learns of the panic.
         handle.await.unwrap();
         assert_eq!(actor.get_status(), ractor::ActorStatus::Stopped);
     }

@@ -1,80 +1,204 @@
-//! The client host: spawns and supervises the client actors of one node and registers each with
-//! the server, again after every restart. The server never holds a trainer; whichever node hosts
-//! a client builds its trainer from the config and the client id.
+//! The client host: keeps the lasting state of the clients of one node as plain data (each
+//! client's trainer and the update it keeps between the two phases of a round) and registers
+//! them with the server in one message. A client's actor lives only while it has work: the host
+//! spawns it for one request, the actor answers the server on the request's own reply port and
+//! stops. An idle client therefore costs a map entry, not an actor with two mailboxes, and a
+//! million registered clients fit in a few hundred megabytes.
+//!
+//! The host supervises the client actors it spawns: a panic in local training fails the actor,
+//! which has already answered `Failed { panicked: true }`, so the round counts the failure; the
+//! client's data stays with the host and the client trains again when next asked. The server
+//! never holds a trainer; whichever node hosts a client builds its trainer from the config and
+//! the client id.
 
-use crate::client::ClientActor;
+use crate::client::{ClientActor, ClientArgs, ClientMsg};
 use crate::server::ServerMsg;
+use fedshard_protocol::payload::UpdateEnvelope;
 use fedshard_protocol::task::{ClientId, LocalTrainer};
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
-use std::collections::{BTreeMap, HashMap};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+
+/// Client actors a host keeps alive at once; further work waits in the host's queue as its
+/// message alone. Each actor owns two unbounded tokio channels whose first blocks of 32 slots
+/// (~7.4 KB) are allocated when it is spawned, so this bounds what a round of 100 000 clients
+/// holds in mailboxes to ~2.5 MB. It is well above the number of clients that compute at once
+/// (local training runs one client per core; fedshard's runtime has 64 blocking threads).
+pub const WORKING_CLIENTS: usize = 256;
+
+/// What a client host handles.
+pub enum HostMsg {
+    /// `work` for the hosted client `client`: its actor is spawned for it, answers on the
+    /// message's own reply port and stops. Work for a client that is not hosted here is
+    /// dropped with its reply port, so the asker counts the client `unreachable`.
+    Work { client: ClientId, work: ClientMsg },
+    /// From a client actor that trained phase one of a two-phase round: the update it keeps
+    /// until the server asks for it (a later `Upload`, which the host's mailbox delivers after
+    /// this message because the client sends it before it answers `Trained`).
+    Keep {
+        client: ClientId,
+        update: Box<UpdateEnvelope>,
+    },
+}
+
+/// How the server addresses one client: the host that keeps it, and its id there.
+#[derive(Clone)]
+pub struct ClientHandle {
+    pub host: ActorRef<HostMsg>,
+    pub client: ClientId,
+}
 
 pub struct ClientHost;
 
+/// A hosted client's lasting state.
+struct Hosted {
+    trainer: Arc<dyn LocalTrainer>,
+    /// The update of phase one of a two-phase round, until the server asks for it.
+    kept: Option<Box<UpdateEnvelope>>,
+    /// Whether the client's actor is alive: a client works on one request at a time.
+    working: bool,
+}
+
 pub struct HostState {
-    server: ActorRef<ServerMsg>,
-    trainers: BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
-    by_actor: HashMap<ActorId, ClientId>,
+    clients: BTreeMap<ClientId, Hosted>,
+    /// The live client actors.
+    working: HashMap<ActorId, ClientId>,
+    /// Work not yet started, oldest first.
+    waiting: VecDeque<(ClientId, ClientMsg)>,
 }
 
 impl HostState {
-    /// Spawns `client`'s actor under the host and tells the server about it.
-    async fn start_client(
-        &mut self,
-        client: ClientId,
-        host: ActorCell,
-    ) -> Result<(), ActorProcessingErr> {
-        let trainer = Arc::clone(
-            self.trainers
-                .get(&client)
-                .ok_or_else(|| format!("client {client} is not hosted here"))?,
-        );
-        let (actor, _) = Actor::spawn_linked(None, ClientActor, (client, trainer), host).await?;
-        self.by_actor.insert(actor.get_id(), client);
-        self.server
-            .send_message(ServerMsg::Register { client, actor })?;
-        Ok(())
+    /// Starts waiting work while fewer than [`WORKING_CLIENTS`] actors are alive, skipping over
+    /// (and keeping) work for clients whose actor is still busy.
+    async fn start_waiting(&mut self, host: &ActorRef<HostMsg>) {
+        let mut i = 0;
+        while self.working.len() < WORKING_CLIENTS && i < self.waiting.len() {
+            let busy = self
+                .clients
+                .get(&self.waiting[i].0)
+                .is_some_and(|c| c.working);
+            if busy {
+                i += 1;
+                continue;
+            }
+            if let Some((client, work)) = self.waiting.remove(i) {
+                self.start(client, work, host).await;
+            }
+        }
+    }
+
+    /// Spawns `client`'s actor under the host and hands it `work`. Work that cannot start is
+    /// dropped with its reply port, so the asker counts the client `unreachable`.
+    async fn start(&mut self, client: ClientId, work: ClientMsg, host: &ActorRef<HostMsg>) {
+        let Some(hosted) = self.clients.get_mut(&client) else {
+            tracing::warn!(client, "work for a client this host does not keep; dropped");
+            return;
+        };
+        // Only an upload needs the kept update; a new training leaves it to be replaced.
+        let kept = match work {
+            ClientMsg::Upload { .. } => hosted.kept.take(),
+            ClientMsg::Train { .. } => None,
+        };
+        let args = ClientArgs {
+            id: client,
+            trainer: Arc::clone(&hosted.trainer),
+            kept,
+            host: host.clone(),
+        };
+        let actor = match Actor::spawn_linked(None, ClientActor, args, host.get_cell()).await {
+            Ok((actor, _)) => actor,
+            Err(e) => {
+                tracing::error!(client, "cannot start the client's actor: {e}");
+                return;
+            }
+        };
+        hosted.working = true;
+        self.working.insert(actor.get_id(), client);
+        if actor.send_message(work).is_err() {
+            tracing::error!(client, "the client's actor stopped before it got its work");
+        }
     }
 }
 
 impl Actor for ClientHost {
-    type Msg = ();
+    type Msg = HostMsg;
     type State = HostState;
     type Arguments = (
         ActorRef<ServerMsg>,
         BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
     );
 
+    /// Registers every hosted client with `server` in one message before the host takes work.
     async fn pre_start(
         &self,
-        myself: ActorRef<Self::Msg>,
+        myself: ActorRef<HostMsg>,
         (server, trainers): Self::Arguments,
     ) -> Result<HostState, ActorProcessingErr> {
-        let mut state = HostState {
-            server,
-            trainers,
-            by_actor: HashMap::new(),
-        };
-        let ids: Vec<ClientId> = state.trainers.keys().copied().collect();
-        for id in ids {
-            state.start_client(id, myself.get_cell()).await?;
-        }
-        Ok(state)
+        server.send_message(ServerMsg::Register {
+            clients: trainers.keys().copied().collect(),
+            host: myself,
+        })?;
+        let clients = trainers
+            .into_iter()
+            .map(|(id, trainer)| {
+                let hosted = Hosted {
+                    trainer,
+                    kept: None,
+                    working: false,
+                };
+                (id, hosted)
+            })
+            .collect();
+        Ok(HostState {
+            clients,
+            working: HashMap::new(),
+            waiting: VecDeque::new(),
+        })
     }
 
-    /// A client actor that failed (a panic in local training) or stopped is started afresh and
-    /// registered again; the round it failed in has already counted the failure.
+    async fn handle(
+        &self,
+        myself: ActorRef<HostMsg>,
+        message: HostMsg,
+        state: &mut HostState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            HostMsg::Work { client, work } => {
+                state.waiting.push_back((client, work));
+                state.start_waiting(&myself).await;
+            }
+            HostMsg::Keep { client, update } => {
+                if let Some(hosted) = state.clients.get_mut(&client) {
+                    hosted.kept = Some(update);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A client actor that stopped (its work done) or failed (a panic in local training, whose
+    /// failure its answer already reported) frees its place for waiting work; the client keeps
+    /// its data here and trains again when next asked.
     async fn handle_supervisor_evt(
         &self,
-        myself: ActorRef<Self::Msg>,
+        myself: ActorRef<HostMsg>,
         event: SupervisionEvent,
         state: &mut HostState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(client) = stopped_actor(&event).and_then(|actor| state.by_actor.remove(&actor))
-        {
-            tracing::warn!(client, "client actor died; restarting it");
-            state.start_client(client, myself.get_cell()).await?;
+        let Some(client) = stopped_actor(&event).and_then(|actor| state.working.remove(&actor))
+        else {
+            return Ok(());
+        };
+        if let SupervisionEvent::ActorFailed(_, reason) = &event {
+            tracing::warn!(
+                client,
+                "client actor failed ({reason}); it trains again when next asked"
+            );
         }
+        if let Some(hosted) = state.clients.get_mut(&client) {
+            hosted.working = false;
+        }
+        state.start_waiting(&myself).await;
         Ok(())
     }
 }
@@ -85,5 +209,186 @@ pub(crate) fn stopped_actor(event: &SupervisionEvent) -> Option<ActorId> {
         SupervisionEvent::ActorFailed(cell, _) => Some(cell.get_id()),
         SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell.get_id()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::client::ClientReply;
+    use crate::client::tests::{Shift, task};
+    use fedshard_protocol::task::{TrainOutput, TrainTask};
+    use ractor::rpc::CallResult;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::mpsc;
+
+    /// Stands in for the server: passes on each registration.
+    struct Registrar;
+
+    impl Actor for Registrar {
+        type Msg = ServerMsg;
+        type State = mpsc::UnboundedSender<Vec<ClientId>>;
+        type Arguments = mpsc::UnboundedSender<Vec<ClientId>>;
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<ServerMsg>,
+            registered: Self::Arguments,
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(registered)
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<ServerMsg>,
+            message: ServerMsg,
+            registered: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            if let ServerMsg::Register { clients, .. } = message {
+                let _ = registered.send(clients);
+            }
+            Ok(())
+        }
+    }
+
+    /// A host of `trainers` and the clients it registered.
+    pub(crate) async fn host(
+        trainers: BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
+    ) -> (ActorRef<HostMsg>, Vec<ClientId>) {
+        let (registered, mut registrations) = mpsc::unbounded_channel();
+        let (server, _) = Actor::spawn(None, Registrar, registered).await.unwrap();
+        let (host, _) = Actor::spawn(None, ClientHost, (server, trainers))
+            .await
+            .unwrap();
+        (host, registrations.recv().await.unwrap())
+    }
+
+    fn hosting(clients: &[(ClientId, f32)]) -> BTreeMap<ClientId, Arc<dyn LocalTrainer>> {
+        clients
+            .iter()
+            .map(|&(id, step)| (id, Arc::new(Shift(step)) as Arc<dyn LocalTrainer>))
+            .collect()
+    }
+
+    async fn train(
+        host: &ActorRef<HostMsg>,
+        client: ClientId,
+        round: u64,
+        upload: bool,
+    ) -> CallResult<ClientReply> {
+        let work = |reply| HostMsg::Work {
+            client,
+            work: ClientMsg::Train {
+                task: task(round),
+                upload,
+                reply,
+            },
+        };
+        host.call(work, None).await.unwrap()
+    }
+
+    async fn upload(host: &ActorRef<HostMsg>, client: ClientId, round: u64) -> ClientReply {
+        let work = |reply| HostMsg::Work {
+            client,
+            work: ClientMsg::Upload { round, reply },
+        };
+        match host.call(work, None).await.unwrap() {
+            CallResult::Success(reply) => reply,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_host_registers_its_clients_at_once_and_drops_work_for_others() {
+        let (host, registered) = host(hosting(&[(7, 0.5), (3, 0.5)])).await;
+        assert_eq!(registered, [3, 7]);
+        // The reply port is dropped: the server counts the client `unreachable`.
+        assert!(matches!(
+            train(&host, 9, 1, true).await,
+            CallResult::SenderError
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_kept_update_outlives_its_actor_and_is_released_for_its_round_only() {
+        let (host, _) = host(hosting(&[(7, 0.5)])).await;
+        let trained = train(&host, 7, 4, false).await;
+        assert!(matches!(
+            trained,
+            CallResult::Success(ClientReply::Trained {
+                client: 7,
+                update_norm: 1.0
+            })
+        ));
+        let wrong = upload(&host, 7, 5).await;
+        assert!(matches!(
+            wrong,
+            ClientReply::Failed {
+                panicked: false,
+                ..
+            }
+        ));
+        // A request for another round still discards the kept update, so no later request,
+        // replayed or not, can release an update from an earlier round.
+        let again = upload(&host, 7, 4).await;
+        assert!(matches!(again, ClientReply::Failed { .. }));
+        train(&host, 7, 6, false).await;
+        match upload(&host, 7, 6).await {
+            ClientReply::Update(e) => assert_eq!((e.client, e.round), (7, 6)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Panics the first time it trains, then returns its task.
+    struct PanicsOnce(AtomicBool);
+
+    impl LocalTrainer for PanicsOnce {
+        fn samples(&self) -> u64 {
+            1
+        }
+        fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+            assert!(self.0.swap(true, Ordering::SeqCst), "first training panics");
+            Ok(TrainOutput {
+                dense: task.dense.clone(),
+                shards: vec![],
+                loss: 0.0,
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_panicked_trains_again_when_next_asked() {
+        let trainer = Arc::new(PanicsOnce(AtomicBool::new(false))) as Arc<dyn LocalTrainer>;
+        let (host, _) = host(BTreeMap::from([(7, trainer)])).await;
+        match train(&host, 7, 1, true).await {
+            CallResult::Success(ClientReply::Failed { panicked, .. }) => assert!(panicked),
+            other => panic!("{other:?}"),
+        }
+        match train(&host, 7, 2, true).await {
+            CallResult::Success(ClientReply::Update(e)) => assert_eq!(e.round, 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn more_work_than_working_clients_is_all_answered_in_turn() {
+        let n = 2 * WORKING_CLIENTS as ClientId + 1;
+        let clients: Vec<(ClientId, f32)> = (0..n).map(|id| (id, 0.5)).collect();
+        let (host, _) = host(hosting(&clients)).await;
+        let mut asked = tokio::task::JoinSet::new();
+        // Client 0 twice at once: its second request waits for its first to finish.
+        for client in (0..n).chain([0]) {
+            let host = host.clone();
+            asked.spawn(async move { train(&host, client, 1, true).await });
+        }
+        let mut answered = 0;
+        while let Some(answer) = asked.join_next().await {
+            assert!(matches!(
+                answer.unwrap(),
+                CallResult::Success(ClientReply::Update(_))
+            ));
+            answered += 1;
+        }
+        assert_eq!(answered, n + 1);
     }
 }

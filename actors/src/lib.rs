@@ -6,12 +6,13 @@
 //!
 //! A [`server::Server`] actor holds the global model and drives rounds; a
 //! [`coordinator::Coordinator`] keeps the client registry, clusters clients by keep ratio and
-//! selects participants; a [`host::ClientHost`] on each node runs one [`client::ClientActor`]
-//! per client it hosts, each calling its `LocalTrainer` off the async executor, and registers
-//! them with the server. One round engine ([`engine`]) drives synchronous, over-committed and
-//! buffered asynchronous rounds as schedules ([`schedule::Schedule`]) of the same driver; the
-//! round logic it calls lives in plain functions ([`round`]) so it is tested without actors.
-//! Errors are one typed [`Error`]. Every message payload is serde data with no in-process pointers, so the
+//! selects participants; a [`host::ClientHost`] on each node keeps its clients' lasting state
+//! as plain data, registers them with the server, and spawns a [`client::ClientActor`] for each
+//! request, which calls its `LocalTrainer` off the async executor, answers and stops. One round
+//! engine ([`engine`]) drives synchronous, over-committed and buffered asynchronous rounds as
+//! schedules ([`schedule::Schedule`]) of the same driver; the round logic it calls lives in
+//! plain functions ([`round`]) so it is tested without actors. Errors are one typed [`Error`].
+//! Every message payload is serde data with no in-process pointers, so the
 //! transport can move to `ractor_cluster` without touching round logic.
 //!
 //! Not here: the mathematics (`fedshard-strategies`), the wire types (`fedshard-protocol`),
@@ -38,4 +39,5 @@ pub use error::Error;
 // serialisable"); fedshard-cluster moves their work across machines as validated bytes.
 impl ractor::Message for client::ClientMsg {}
 impl ractor::Message for coordinator::CoordinatorMsg {}
+impl ractor::Message for host::HostMsg {}
 impl ractor::Message for server::ServerMsg {}

@@ -1,5 +1,5 @@
-//! The server actor: holds the global model and drives rounds; client actors register with it
-//! from whichever [`ClientHost`] runs them.
+//! The server actor: holds the global model and drives rounds; each [`ClientHost`] registers
+//! the clients it keeps with it.
 //!
 //! Each `NextRound` runs the round engine ([`crate::engine`]) once, until the next model version
 //! is applied: a synchronous round (docs/design.md, "One round": ask the coordinator for
@@ -16,7 +16,7 @@ use crate::coordinator::{
 };
 use crate::engine::{Engine, RoundUpdates};
 use crate::error::Error;
-use crate::host::{ClientHost, stopped_actor};
+use crate::host::{ClientHandle, ClientHost, HostMsg, stopped_actor};
 use crate::record::{PhaseSeconds, RoundRecord, Summary};
 use crate::round::{Outcome, Tally, check, classify, validate};
 use crate::schedule::{Arrivals, AsyncConfig};
@@ -187,10 +187,10 @@ pub async fn run(
 pub struct Server;
 
 pub enum ServerMsg {
-    /// A client actor ready to train (again, after a restart) for `client`.
+    /// `host` keeps `clients` and spawns their actors for the work it is sent.
     Register {
-        client: ClientId,
-        actor: ActorRef<ClientMsg>,
+        clients: Vec<ClientId>,
+        host: ActorRef<HostMsg>,
     },
     /// Start the first round.
     Start,
@@ -201,8 +201,8 @@ pub enum ServerMsg {
 pub struct ServerState {
     pub(crate) fed: Federation,
     pub(crate) coordinator: ActorRef<CoordinatorMsg>,
-    /// The registered client actors; a selected client without one is `unreachable`.
-    pub(crate) clients: BTreeMap<ClientId, ActorRef<ClientMsg>>,
+    /// The registered clients and their hosts; a selected client without one is `unreachable`.
+    pub(crate) clients: BTreeMap<ClientId, ClientHandle>,
     done: Option<DoneSender>,
     /// The round engine: the run's schedule and aggregator.
     pub(crate) engine: Engine,
@@ -250,14 +250,20 @@ impl Actor for Server {
         state: &mut ServerState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ServerMsg::Register { client, actor } => {
-                if state.fed.registry.clients.contains_key(&client) {
-                    state.clients.insert(client, actor);
-                } else {
+            ServerMsg::Register { clients, host } => {
+                let (known, unknown): (Vec<ClientId>, Vec<ClientId>) = clients
+                    .into_iter()
+                    .partition(|c| state.fed.registry.clients.contains_key(c));
+                if !unknown.is_empty() {
                     tracing::warn!(
-                        client,
-                        "a client the registry does not know tried to register; ignored"
+                        "{} client(s) the registry does not know tried to register (first: {}); ignored",
+                        unknown.len(),
+                        unknown[0]
                     );
+                }
+                for client in known {
+                    let host = host.clone();
+                    state.clients.insert(client, ClientHandle { host, client });
                 }
             }
             ServerMsg::Start => myself.send_message(ServerMsg::NextRound)?,
@@ -331,11 +337,11 @@ impl ServerState {
         let mut arrivals = Arrivals::new(self.fed.config.arrival_clock.clone());
         let mut asked = Vec::new();
         for (id, task) in messages {
-            let Some(actor) = self.clients.get(&id).cloned() else {
+            let Some(client) = self.clients.get(&id).cloned() else {
                 continue;
             };
             asked.push(id);
-            arrivals.push(id, call_client(actor, task, upload, round, deadline));
+            arrivals.push(id, call_client(client, task, upload, round, deadline));
         }
         let mut outcomes = BTreeMap::new();
         let mut counted = 0;
@@ -493,34 +499,32 @@ impl ServerState {
 /// Which answers count towards closing an over-committed phase.
 type Counts<'a> = dyn Fn(ClientId, &Outcome) -> bool + Sync + 'a;
 
-/// Asks `actor` to train `task` (or, with `None`, to upload the update it kept from phase one
-/// of `round`) and waits at most `deadline` for its answer.
+/// Asks `client`'s host to have it train `task` (or, with `None`, upload the update it kept
+/// from phase one of `round`) and waits at most `deadline` for the client's answer.
 pub(crate) async fn call_client(
-    actor: ActorRef<ClientMsg>,
+    ClientHandle { host, client }: ClientHandle,
     task: Option<Box<TrainTask>>,
     upload: bool,
     round: u64,
     deadline: Duration,
 ) -> Outcome {
-    let result = match task {
-        Some(task) => {
-            actor
-                .call(
-                    |reply| ClientMsg::Train {
-                        task,
-                        upload,
-                        reply,
-                    },
-                    Some(deadline),
-                )
-                .await
-        }
-        None => {
-            actor
-                .call(|reply| ClientMsg::Upload { round, reply }, Some(deadline))
-                .await
-        }
+    let work = |reply| match task {
+        Some(task) => ClientMsg::Train {
+            task,
+            upload,
+            reply,
+        },
+        None => ClientMsg::Upload { round, reply },
     };
+    let result = host
+        .call(
+            |reply| HostMsg::Work {
+                client,
+                work: work(reply),
+            },
+            Some(deadline),
+        )
+        .await;
     match result {
         Ok(ractor::rpc::CallResult::Success(reply)) => Outcome::Reply(reply),
         Ok(ractor::rpc::CallResult::Timeout) => Outcome::Timeout,

@@ -12,6 +12,7 @@
 //! handshake there ever completes and nothing reaches a session through it.
 
 use crate::admission::{Admission, Slot};
+use crate::error::Error;
 use crate::guard::{GuardedStream, Pending};
 use crate::node::{self, NodeSettings, SessionEvent};
 use crate::refusal::{Refusal, Refusals};
@@ -48,7 +49,7 @@ pub async fn start(
     limits: Limits,
     refusals: Refusals,
     on_event: impl Fn(SessionEvent) + Send + 'static,
-) -> Result<GuardedNode, String> {
+) -> Result<GuardedNode, Error> {
     let listener = TcpListener::bind(settings.listen)
         .await
         .map_err(|e| node::cannot_listen(settings.listen, &e))?;
@@ -75,7 +76,7 @@ pub async fn start(
 
 /// A TLS configuration no handshake completes with (it has no certificate to present), for
 /// ractor_cluster's own listener, which nothing should reach.
-fn sealed_acceptor() -> Result<TlsAcceptor, String> {
+fn sealed_acceptor() -> Result<TlsAcceptor, Error> {
     #[derive(Debug)]
     struct NoCertificate;
     impl rustls::server::ResolvesServerCert for NoCertificate {
@@ -88,7 +89,7 @@ fn sealed_acceptor() -> Result<TlsAcceptor, String> {
     }
     let config = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(|e| Error::Tls(e.to_string()))?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(NoCertificate));
     Ok(TlsAcceptor::from(Arc::new(config)))
@@ -275,6 +276,8 @@ mod tests {
         let Err(error) = start(settings, Limits::default(), refusals, |_| {}).await else {
             panic!("a node started on a port another socket holds");
         };
+        assert!(matches!(error, Error::Listen { .. }), "{error:?}");
+        let error = error.to_string();
         assert!(
             error.contains("in use") && error.contains("--listen"),
             "{error}"

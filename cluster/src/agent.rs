@@ -1,18 +1,19 @@
 //! The client node's side: an [`Agent`] that introduces the node's clients to the server and
 //! carries the server's requests to them.
 //!
-//! The clients themselves run exactly as in one process: an ordinary `ClientHost` spawns,
-//! supervises and restarts the client actors, and registers each with what it takes for the
-//! server, a [`Relay`] that passes the registration to the agent. The agent watches the
-//! server's process group ([`crate::GATEWAY_GROUP`]); whenever a gateway appears (the first
-//! connection, or a server that restarted) it says hello with every hosted client, and it
-//! answers each request by calling the client actor with the server's deadline.
+//! The clients themselves run exactly as in one process: an ordinary `ClientHost` keeps them,
+//! spawns and supervises a client actor for each request, and registers them with what it
+//! takes for the server, a [`Relay`] that passes the registration to the agent. The agent
+//! watches the server's process group ([`crate::GATEWAY_GROUP`]); whenever a gateway appears
+//! (the first connection, or a server that restarted) it says hello with every hosted client,
+//! and it answers each request by calling the host with the server's deadline.
 
+use crate::error::Error;
 use crate::message::frame_message;
 use crate::metrics::{ClusterMetrics, RejectionLog};
 use crate::request::Request;
 use crate::wire::{self, Body, Hello, Rejection, RejectionKind as K, SessionKey};
-use fedshard_actors::client::ClientMsg;
+use fedshard_actors::host::HostMsg;
 use fedshard_actors::server::ServerMsg;
 use fedshard_protocol::task::{ClientId, Recipe};
 use ractor::pg::GroupChangeMessage;
@@ -28,11 +29,8 @@ pub enum AgentMsg {
     Frame(Vec<u8>),
     /// A remote message that is not a frame cast: counted and dropped.
     Foreign(&'static str),
-    /// The client host (re)started `client`'s actor.
-    Hosted {
-        client: ClientId,
-        actor: ActorRef<ClientMsg>,
-    },
+    /// The client host registered the node's clients.
+    Hosted(ActorRef<HostMsg>),
     /// An answer to send to the server.
     Answer(Body),
 }
@@ -50,7 +48,7 @@ pub struct AgentArgs {
     pub frame_limit: usize,
     pub metrics: ClusterMetrics,
     /// Told when the server says the run is over (`Ok`) or refuses the node (`Err`).
-    pub done: oneshot::Sender<Result<(), String>>,
+    pub done: oneshot::Sender<Result<(), Error>>,
     /// Receives a copy of every frame the agent sends (tests replay them).
     pub tap: Option<mpsc::UnboundedSender<Vec<u8>>>,
     /// This node's training recipe, compared with the server's when it welcomes the node.
@@ -65,8 +63,8 @@ pub struct AgentState {
     metrics: ClusterMetrics,
     tap: Option<mpsc::UnboundedSender<Vec<u8>>>,
     recipe: Recipe,
-    done: Option<oneshot::Sender<Result<(), String>>>,
-    actors: BTreeMap<ClientId, ActorRef<ClientMsg>>,
+    done: Option<oneshot::Sender<Result<(), Error>>>,
+    host: Option<ActorRef<HostMsg>>,
     gateway: Option<ActorRef<crate::gateway::GatewayMsg>>,
     /// Whether the current gateway has had this node's hello.
     greeted: bool,
@@ -94,7 +92,7 @@ impl Actor for Agent {
             tap: args.tap,
             recipe: args.recipe,
             done: Some(args.done),
-            actors: BTreeMap::new(),
+            host: None,
             gateway: None,
             greeted: false,
             log: RejectionLog::default(),
@@ -120,8 +118,8 @@ impl Actor for Agent {
                 state.metrics.reject(rejection.kind);
                 state.log.log("agent", &rejection);
             }
-            AgentMsg::Hosted { client, actor } => {
-                state.actors.insert(client, actor);
+            AgentMsg::Hosted(host) => {
+                state.host = Some(host);
                 state.greet();
             }
             AgentMsg::Answer(body) => state.send(&body),
@@ -170,9 +168,9 @@ impl AgentState {
         self.greet();
     }
 
-    /// Says hello once the gateway is known and every hosted client's actor is up.
+    /// Says hello once the gateway is known and the client host is up.
     fn greet(&mut self) {
-        if self.greeted || self.gateway.is_none() || self.actors.len() < self.clients.len() {
+        if self.greeted || self.gateway.is_none() || self.host.is_none() {
             return;
         }
         self.greeted = true;
@@ -199,7 +197,7 @@ impl AgentState {
         }
     }
 
-    fn finish(&mut self, result: Result<(), String>) {
+    fn finish(&mut self, result: Result<(), Error>) {
         if let Some(done) = self.done.take() {
             let _ = done.send(result);
         }
@@ -221,7 +219,7 @@ impl AgentState {
                 Ok(())
             }
             Body::Refused { key: k, reason } if k == key => {
-                self.finish(Err(format!("the server refused this node: {reason}")));
+                self.finish(Err(Error::Refused(reason)));
                 Ok(())
             }
             Body::Welcome { .. } | Body::Refused { .. } => Err(Rejection::new(
@@ -245,9 +243,7 @@ impl AgentState {
                 myself,
             ),
             Body::Finished { error } => {
-                self.finish(error.map_or(Ok(()), |e| {
-                    Err(format!("the run failed on the server: {e}"))
-                }));
+                self.finish(error.map_or(Ok(()), |e| Err(Error::ServerFailed(e))));
                 Ok(())
             }
             other => Err(Rejection::new(
@@ -260,8 +256,8 @@ impl AgentState {
         }
     }
 
-    /// Calls the client actor with the server's request off the agent's mailbox, and sends
-    /// its answer back. A client that misses the deadline gets no answer sent: the server has
+    /// Calls the client host with the server's request off the agent's mailbox, and sends the
+    /// client's answer back. A client that misses the deadline gets no answer sent: the server has
     /// stopped waiting and counts the timeout itself.
     fn ask(
         &self,
@@ -271,19 +267,27 @@ impl AgentState {
         myself: &ActorRef<AgentMsg>,
     ) -> Result<(), Rejection> {
         let client = request.client();
-        let Some(actor) = self.actors.get(&client).cloned() else {
+        if !self.clients.contains_key(&client) {
             return Err(Rejection::new(
                 K::Forged,
                 format!("a request for client {client}, which this node does not host"),
+            ));
+        }
+        let Some(host) = self.host.clone() else {
+            return Err(Rejection::new(
+                K::Unexpected,
+                format!("a request for client {client} before this node's host is up"),
             ));
         };
         let key = self.key;
         let myself = myself.clone();
         tokio::spawn(async move {
             let deadline = Duration::from_millis(deadline_ms);
-            let result = actor
-                .call(|reply| request.into_message(reply), Some(deadline))
-                .await;
+            let work = |reply| HostMsg::Work {
+                client,
+                work: request.into_message(reply),
+            };
+            let result = host.call(work, Some(deadline)).await;
             let unreachable = |reason: String| Body::Unreachable {
                 key,
                 request: id,
@@ -306,7 +310,7 @@ impl AgentState {
     }
 }
 
-/// What the client host takes for the server: it passes each client registration to the agent.
+/// What the client host takes for the server: it passes the host's registration to the agent.
 pub struct Relay;
 
 impl Actor for Relay {
@@ -328,8 +332,8 @@ impl Actor for Relay {
         message: ServerMsg,
         agent: &mut ActorRef<AgentMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        if let ServerMsg::Register { client, actor } = message {
-            agent.cast(AgentMsg::Hosted { client, actor })?;
+        if let ServerMsg::Register { host, .. } = message {
+            agent.cast(AgentMsg::Hosted(host))?;
         }
         Ok(())
     }

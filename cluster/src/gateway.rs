@@ -1,8 +1,8 @@
 //! The server node's side: a [`Gateway`] actor that stands in for every remote client.
 //!
-//! For each client a node registers, the gateway spawns a [`ClientProxy`], an actor of the
-//! ordinary `ClientMsg` protocol, and registers it with the `Server` actor as a local client
-//! host would. The server's requests to a proxy come back to the gateway as
+//! The gateway registers the clients each node hosts with the `Server` actor as a local client
+//! host would, naming as their host one [`RemoteHosts`] actor, which speaks the ordinary
+//! `HostMsg` protocol. The server's requests to it come back to the gateway as
 //! [`GatewayMsg::Dispatch`]; the gateway frames them for the node hosting that client and keeps
 //! the reply port until the node answers. Nothing else changes for the server: a node that
 //! misses the deadline is the server's own `timeout`, a node that is lost drops its reply ports
@@ -22,7 +22,8 @@ use crate::metrics::{ClusterMetrics, RejectionLog};
 use crate::node::SessionEvent;
 use crate::request::{Request, reply_client};
 use crate::wire::{self, Body, Hello, Rejection, RejectionKind as K, SessionKey};
-use fedshard_actors::client::{ClientMsg, ClientReply};
+use fedshard_actors::client::ClientReply;
+use fedshard_actors::host::HostMsg;
 use fedshard_actors::server::ServerMsg;
 use fedshard_protocol::task::{ClientId, Recipe};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -37,7 +38,7 @@ pub enum GatewayMsg {
     Frame(Vec<u8>),
     /// A remote message that is not a frame cast: counted and dropped.
     Foreign(&'static str),
-    /// From a proxy: send this request to the node hosting its client.
+    /// From [`RemoteHosts`]: send this request to the node hosting its client.
     Dispatch {
         request: Request,
         reply: RpcReplyPort<ClientReply>,
@@ -93,7 +94,8 @@ pub struct GatewayState {
     args: GatewayArgs,
     nodes: HashMap<SessionKey, Node>,
     owners: BTreeMap<ClientId, SessionKey>,
-    proxies: BTreeMap<ClientId, ActorRef<ClientMsg>>,
+    /// The host the server addresses for every remote client.
+    remote_hosts: ActorRef<HostMsg>,
     pending: HashMap<u64, Pending>,
     /// Random start, so an answer to a request of an earlier server process never matches.
     next_request: u64,
@@ -117,12 +119,14 @@ impl Actor for Gateway {
         myself: ActorRef<Self::Msg>,
         args: GatewayArgs,
     ) -> Result<GatewayState, ActorProcessingErr> {
+        let (remote_hosts, _) =
+            Actor::spawn_linked(None, RemoteHosts, myself.clone(), myself.get_cell()).await?;
         ractor::pg::join(crate::GATEWAY_GROUP.to_string(), vec![myself.get_cell()]);
         Ok(GatewayState {
             args,
             nodes: HashMap::new(),
             owners: BTreeMap::new(),
-            proxies: BTreeMap::new(),
+            remote_hosts,
             pending: HashMap::new(),
             next_request: rand::random::<u64>() >> 1,
             sweep_at: 64,
@@ -138,22 +142,20 @@ impl Actor for Gateway {
         _myself: ActorRef<Self::Msg>,
         state: &mut GatewayState,
     ) -> Result<(), ActorProcessingErr> {
-        for proxy in state.proxies.values() {
-            proxy.stop(None);
-        }
+        state.remote_hosts.stop(None);
         Ok(())
     }
 
     async fn handle(
         &self,
-        myself: ActorRef<Self::Msg>,
+        _myself: ActorRef<Self::Msg>,
         message: GatewayMsg,
         state: &mut GatewayState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             GatewayMsg::Frame(bytes) => {
                 state.args.metrics.bytes_in(bytes.len());
-                if let Err(rejection) = state.receive(&bytes, &myself).await {
+                if let Err(rejection) = state.receive(&bytes) {
                     state.args.metrics.reject(rejection.kind);
                     state.log.log("gateway", &rejection);
                 }
@@ -183,8 +185,8 @@ impl Actor for Gateway {
         Ok(())
     }
 
-    /// Proxies never stop on their own; nothing to supervise. (The default would stop the
-    /// gateway when a child stops.)
+    /// [`RemoteHosts`] never stops on its own; nothing to supervise. (The default would stop
+    /// the gateway when a child stops.)
     async fn handle_supervisor_evt(
         &self,
         _myself: ActorRef<Self::Msg>,
@@ -251,13 +253,9 @@ impl GatewayState {
     }
 
     /// Decodes and acts on one frame from a client node.
-    async fn receive(
-        &mut self,
-        bytes: &[u8],
-        myself: &ActorRef<GatewayMsg>,
-    ) -> Result<(), Rejection> {
+    fn receive(&mut self, bytes: &[u8]) -> Result<(), Rejection> {
         match wire::decode(bytes, self.args.frame_limit)? {
-            Body::Hello(hello) => self.hello(hello, myself).await,
+            Body::Hello(hello) => self.hello(hello),
             Body::Reply {
                 key,
                 request,
@@ -347,15 +345,11 @@ impl GatewayState {
     }
 
     /// Registers a node's clients, or refuses the hello and tells the node why.
-    async fn hello(
-        &mut self,
-        hello: Hello,
-        myself: &ActorRef<GatewayMsg>,
-    ) -> Result<(), Rejection> {
+    fn hello(&mut self, hello: Hello) -> Result<(), Rejection> {
         let agent = find_agent(hello.key)?;
         match self.accept(&hello, agent.clone()) {
             Ok(()) => {
-                self.register(&hello, myself).await;
+                self.register(&hello);
                 let welcome = Body::Welcome {
                     key: hello.key,
                     recipe: self.args.recipe.clone(),
@@ -451,39 +445,15 @@ impl GatewayState {
         Ok(())
     }
 
-    /// Registers the proxies of a node's clients with the server, and starts the first round
-    /// once every client of the federation is there.
-    async fn register(&mut self, hello: &Hello, myself: &ActorRef<GatewayMsg>) {
-        for &(client, _) in &hello.clients {
-            let proxy = match self.proxies.get(&client) {
-                Some(proxy) => proxy.clone(),
-                None => {
-                    match Actor::spawn_linked(
-                        None,
-                        ClientProxy,
-                        (client, myself.clone()),
-                        myself.get_cell(),
-                    )
-                    .await
-                    {
-                        Ok((proxy, _)) => {
-                            self.proxies.insert(client, proxy.clone());
-                            proxy
-                        }
-                        Err(e) => {
-                            tracing::error!(client, "cannot start the client's proxy: {e}");
-                            continue;
-                        }
-                    }
-                }
-            };
-            let _ = self.args.server.send_message(ServerMsg::Register {
-                client,
-                actor: proxy,
-            });
-        }
-        self.args.metrics.set_clients(self.owners.len());
+    /// Registers a node's clients with the server, and starts the first round once every
+    /// client of the federation is there.
+    fn register(&mut self, hello: &Hello) {
         let ids: Vec<ClientId> = hello.clients.iter().map(|c| c.0).collect();
+        let _ = self.args.server.send_message(ServerMsg::Register {
+            clients: ids.clone(),
+            host: self.remote_hosts.clone(),
+        });
+        self.args.metrics.set_clients(self.owners.len());
         tracing::info!(
             node = %hello.node,
             "node registered {} client(s) {}; {}/{} clients present",
@@ -606,32 +576,44 @@ fn check_name(name: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// A remote client as the server sees it: a `ClientMsg` actor whose every request goes to the
-/// gateway, tagged with the client's id (`Upload` does not carry it).
-pub struct ClientProxy;
+/// The remote clients' host as the server sees it: a `HostMsg` actor whose every request goes
+/// to the gateway, which frames it for the node that hosts the client.
+pub struct RemoteHosts;
 
-impl Actor for ClientProxy {
-    type Msg = ClientMsg;
-    type State = (ClientId, ActorRef<GatewayMsg>);
-    type Arguments = (ClientId, ActorRef<GatewayMsg>);
+impl Actor for RemoteHosts {
+    type Msg = HostMsg;
+    type State = ActorRef<GatewayMsg>;
+    type Arguments = ActorRef<GatewayMsg>;
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<ClientMsg>,
-        args: Self::Arguments,
+        _myself: ActorRef<HostMsg>,
+        gateway: ActorRef<GatewayMsg>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(args)
+        Ok(gateway)
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<ClientMsg>,
-        message: ClientMsg,
-        (client, gateway): &mut Self::State,
+        _myself: ActorRef<HostMsg>,
+        message: HostMsg,
+        gateway: &mut ActorRef<GatewayMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        let (request, reply) = Request::from_message(*client, message);
-        // If the gateway is gone, so is the reply port: the server counts `unreachable`.
-        let _ = gateway.cast(GatewayMsg::Dispatch { request, reply });
+        match message {
+            HostMsg::Work { client, work } => {
+                let (request, reply) = Request::from_message(client, work);
+                // If the gateway is gone, so is the reply port: the server counts `unreachable`.
+                let _ = gateway.cast(GatewayMsg::Dispatch { request, reply });
+            }
+            // Only a client actor this host spawned keeps an update with it; a remote client's
+            // node keeps its own.
+            HostMsg::Keep { client, .. } => {
+                tracing::warn!(
+                    client,
+                    "an update to keep sent to the remote clients' host; dropped"
+                );
+            }
+        }
         Ok(())
     }
 }

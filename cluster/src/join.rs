@@ -3,6 +3,7 @@
 //! whenever the server comes back after a loss.
 
 use crate::agent::{Agent, AgentArgs, Relay};
+use crate::error::Error;
 use crate::metrics::ClusterMetrics;
 use crate::node::{self, ConnectError, NodeSettings, SessionEvent, TlsClient};
 use crate::secret::Secret;
@@ -51,7 +52,7 @@ pub struct JoinOptions {
 pub async fn join(
     options: JoinOptions,
     trainers: BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let key = options.key.unwrap_or_else(rand::random::<SessionKey>);
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let settings = NodeSettings {
@@ -83,14 +84,14 @@ pub async fn join(
             },
         )
         .await
-        .map_err(|e| format!("agent failed to start: {e}"))?;
+        .map_err(|e| started("agent", e))?;
         let (relay, _) = Actor::spawn(None, Relay, agent.clone())
             .await
-            .map_err(|e| format!("relay failed to start: {e}"))?;
+            .map_err(|e| started("relay", e))?;
         let (host, _) = Actor::spawn(None, ClientHost, (relay.clone(), trainers))
             .await
-            .map_err(|e| format!("client host failed to start: {e}"))?;
-        Ok::<_, String>((agent, relay, host))
+            .map_err(|e| started("client host", e))?;
+        Ok::<_, Error>((agent, relay, host))
     };
     let (agent, relay, host) = match spawned.await {
         Ok(actors) => actors,
@@ -114,7 +115,7 @@ pub async fn join(
         );
         tokio::select! {
             result = &mut finished => {
-                break result.unwrap_or_else(|_| Err("the agent stopped".into()));
+                break result.unwrap_or(Err(Error::AgentStopped));
             }
             () = lost(&mut events, session) => {
                 tracing::warn!(
@@ -146,7 +147,7 @@ async fn connect(
     budget: Duration,
     reconnecting: bool,
     events: &mut mpsc::UnboundedReceiver<SessionEvent>,
-) -> Result<NodeId, String> {
+) -> Result<NodeId, Error> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(100);
     loop {
@@ -157,10 +158,13 @@ async fn connect(
                 Handshake::Refused(why) => return Err(why),
             },
             Err(ConnectError::Fatal(e)) => return Err(e),
-            Err(ConnectError::Unreachable(e)) => format!("cannot reach the server at {e}"),
+            Err(ConnectError::Unreachable(e)) => Error::Unreachable(e),
         };
         if started.elapsed() >= budget {
-            return Err(format!("{retry} (tried for {} s)", budget.as_secs()));
+            return Err(Error::GaveUp {
+                last: Box::new(retry),
+                seconds: budget.as_secs(),
+            });
         }
         tracing::debug!("{retry}; retrying");
         tokio::time::sleep(pause).await;
@@ -170,7 +174,7 @@ async fn connect(
 
 enum Handshake {
     Authenticated(NodeId),
-    Refused(String),
+    Refused(Error),
 }
 
 /// Waits for the fate of the connection just opened: authenticated, or closed before (a
@@ -178,21 +182,25 @@ enum Handshake {
 async fn handshake(
     options: &JoinOptions,
     events: &mut mpsc::UnboundedReceiver<SessionEvent>,
-) -> Result<Handshake, String> {
+) -> Result<Handshake, Error> {
     let deadline = tokio::time::sleep(HANDSHAKE);
     tokio::pin!(deadline);
     let mut ours = None;
     loop {
         tokio::select! {
             () = &mut deadline => {
-                return Err(format!(
-                    "the server at {} did not complete the handshake within {} s",
-                    options.server,
-                    HANDSHAKE.as_secs()
-                ));
+                return Err(Error::HandshakeTimeout {
+                    server: options.server.clone(),
+                    seconds: HANDSHAKE.as_secs(),
+                });
             }
             event = events.recv() => match event {
-                None => return Err("this node stopped".into()),
+                None => {
+                    return Err(Error::NodeStopped {
+                        when: "during the handshake",
+                        reason: "its session events ended".into(),
+                    });
+                }
                 Some(SessionEvent::Opened { node, .. }) => {
                     ours.get_or_insert(node);
                 }
@@ -200,11 +208,8 @@ async fn handshake(
                     return Ok(Handshake::Authenticated(node));
                 }
                 Some(SessionEvent::Disconnected { node, .. }) if ours == Some(node) => {
-                    return Ok(Handshake::Refused(format!(
-                        "the server at {} closed the connection before this node authenticated: \
-                         this node's secret is not the server's (or TLS is on at one end only, or the \
-                         server wants a client certificate: --tls-cert, --tls-key)",
-                        options.server
+                    return Ok(Handshake::Refused(Error::NotAuthenticated(
+                        options.server.clone(),
                     )));
                 }
                 Some(_) => {}
@@ -225,25 +230,40 @@ async fn lost(events: &mut mpsc::UnboundedReceiver<SessionEvent>, session: NodeI
     std::future::pending::<()>().await;
 }
 
+/// The error of an actor of this node that did not start.
+pub(crate) fn started(actor: &'static str, e: ractor::SpawnErr) -> Error {
+    Error::Start {
+        actor,
+        reason: e.to_string(),
+    }
+}
+
 /// Parses a client list such as `0-4,7,9`: ids and inclusive ranges, sorted. An id given twice
 /// (`0-9,5`) is refused: it is a typo, and a node must not host the same client twice.
-pub fn parse_ids(text: &str) -> Result<Vec<ClientId>, String> {
-    let twice = |id: ClientId| format!("client {id} appears twice in `{text}`");
+pub fn parse_ids(text: &str) -> Result<Vec<ClientId>, Error> {
+    let twice = |client: ClientId| Error::ClientTwice {
+        client,
+        text: text.to_string(),
+    };
     let mut ids = std::collections::BTreeSet::new();
     for part in text.split(',').map(str::trim) {
         let parse = |s: &str| {
             s.trim()
                 .parse::<ClientId>()
-                .map_err(|_| format!("`{s}` in `{text}` is not a client id"))
+                .map_err(|_| Error::NotAClientId {
+                    part: s.to_string(),
+                    text: text.to_string(),
+                })
         };
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (parse(a)?, parse(b)?);
+                let (part, text) = (part.to_string(), text.to_string());
                 if a > b {
-                    return Err(format!("`{part}` in `{text}`: the range is empty"));
+                    return Err(Error::EmptyRange { part, text });
                 }
                 if b - a >= 1_000_000 {
-                    return Err(format!("`{part}` in `{text}`: more than a million clients"));
+                    return Err(Error::TooManyClients { part, text });
                 }
                 for id in a..=b {
                     if !ids.insert(id) {
@@ -292,7 +312,7 @@ mod tests {
         assert_eq!(parse_ids("0-2,5, 7").unwrap(), vec![0, 1, 2, 5, 7]);
         assert_eq!(parse_ids("3,1").unwrap(), vec![1, 3]);
         assert_eq!(
-            parse_ids("0-9,5").unwrap_err(),
+            parse_ids("0-9,5").unwrap_err().to_string(),
             "client 5 appears twice in `0-9,5`"
         );
         assert!(parse_ids("1,1").is_err() && parse_ids("0-3,2-4").is_err());

@@ -5,9 +5,9 @@
 //! fedshard across machines: a server node and client nodes joined by `ractor_cluster`.
 //!
 //! Only the transport changes; the round logic is the in-process one. On the server node a
-//! [`gateway::Gateway`] stands in for every remote client with a local proxy actor that speaks
-//! the `ClientMsg` protocol and registers with the unchanged `Server` actor, so the server
-//! cannot tell a remote client from a local one: a deadline is the same deadline, a lost node
+//! [`gateway::Gateway`] registers the remote clients with the unchanged `Server` actor under a
+//! local host actor that speaks the `HostMsg` protocol, so the server cannot tell a remote
+//! client from a local one: a deadline is the same deadline, a lost node
 //! is the same `unreachable` failure. On a client node an [`agent::Agent`] receives the
 //! server's requests and drives an ordinary `ClientHost` and its client actors.
 //!
@@ -28,6 +28,7 @@
 pub mod acceptor;
 pub(crate) mod admission;
 pub mod agent;
+pub mod error;
 pub mod gateway;
 pub(crate) mod guard;
 pub mod join;

@@ -7,6 +7,7 @@
 //! authenticated was refused. And ractor_cluster never reconnects by itself: the same events
 //! tell a client node its server is gone, and it reconnects ([`crate::join`]).
 
+use crate::error::Error;
 use crate::secret::Secret;
 use ractor::{Actor, ActorRef};
 use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
@@ -74,7 +75,7 @@ pub struct NodeSettings {
 pub async fn start(
     settings: NodeSettings,
     on_event: impl Fn(SessionEvent) + Send + 'static,
-) -> Result<ActorRef<NodeServerMessage>, String> {
+) -> Result<ActorRef<NodeServerMessage>, Error> {
     let encryption = match settings.tls {
         Some(acceptor) => IncomingEncryptionMode::Tls(acceptor),
         None => IncomingEncryptionMode::Raw,
@@ -96,31 +97,38 @@ pub async fn start(
     {
         return Err(cannot_listen(settings.listen, &e));
     }
-    let (node, _) = Actor::spawn(None, server, ()).await.map_err(|e| {
-        format!(
-            "cannot listen for nodes on {}: {}",
-            settings.listen,
-            startup_failure(&e.to_string())
-        )
-    })?;
+    let (node, _) = Actor::spawn(None, server, ())
+        .await
+        .map_err(|e| Error::Listen {
+            address: settings.listen,
+            reason: startup_failure(&e.to_string()).to_string(),
+            hint: "",
+        })?;
     node.cast(NodeServerMessage::SubscribeToEvents {
         id: "fedshard".into(),
         subscription: Box::new(Subscription(on_event)),
     })
-    .map_err(|e| format!("the node stopped while starting: {e}"))?;
+    .map_err(|e| Error::NodeStopped {
+        when: "while starting",
+        reason: e.to_string(),
+    })?;
     Ok(node)
 }
 
 /// Why `listen` cannot be bound, in the operating system's words, with the fix for a port in
 /// use.
-pub(crate) fn cannot_listen(listen: SocketAddr, e: &std::io::Error) -> String {
+pub(crate) fn cannot_listen(listen: SocketAddr, e: &std::io::Error) -> Error {
     let hint = match e.kind() {
         std::io::ErrorKind::AddrInUse => {
             " (another process holds the port: stop it or choose another --listen port)"
         }
         _ => "",
     };
-    format!("cannot listen for nodes on {listen}: {e}{hint}")
+    Error::Listen {
+        address: listen,
+        reason: e.to_string(),
+        hint,
+    }
 }
 
 /// Which side of a failed TLS handshake is likely wrong, and the flag that fixes it.
@@ -178,7 +186,7 @@ pub enum ConnectError {
     /// Nothing answered at the address (yet): worth retrying.
     Unreachable(String),
     /// Something answered but the connection cannot work (TLS refused, node stopped).
-    Fatal(String),
+    Fatal(Error),
 }
 
 /// Opens a connection from `node` to the node at `addr`. `Ok` means only that the connection
@@ -203,11 +211,15 @@ pub async fn connect(
     };
     result.map_err(|e| match e {
         E::Socket(e) => ConnectError::Unreachable(format!("{addr}: {e}")),
-        E::Encryption(e) => ConnectError::Fatal(format!(
-            "TLS handshake with {addr} failed: {e} ({})",
-            tls_failure_hint(&e)
-        )),
-        E::Messaging(e) => ConnectError::Fatal(format!("this node stopped: {e}")),
+        E::Encryption(e) => ConnectError::Fatal(Error::TlsHandshake {
+            address: addr.to_string(),
+            reason: e.to_string(),
+            hint: tls_failure_hint(&e),
+        }),
+        E::Messaging(e) => ConnectError::Fatal(Error::NodeStopped {
+            when: "while connecting",
+            reason: e.to_string(),
+        }),
     })
 }
 
@@ -237,7 +249,7 @@ mod tests {
             tls: None,
             max_frame: 1 << 20,
         };
-        let error = start(settings, |_| {}).await.unwrap_err();
+        let error = start(settings, |_| {}).await.unwrap_err().to_string();
         assert!(
             error.contains("in use") && error.contains("--listen") && !error.contains("panicked"),
             "{error}"

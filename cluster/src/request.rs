@@ -1,6 +1,6 @@
-//! The one place that knows the fields of `ClientMsg`: a proxy on the server node turns a
+//! The one place that knows the fields of `ClientMsg`: the server node's remote host turns a
 //! message into a [`Request`] to send, and an agent on a client node turns it back into the
-//! same message for the real client actor. The task itself travels as serde data, unchanged.
+//! same message for the node's client host. The task itself travels as serde data, unchanged.
 
 use crate::wire::TrainRequest;
 use fedshard_actors::client::{ClientMsg, ClientReply};

@@ -6,6 +6,7 @@
 //! process list. It authenticates nodes (a challenge–response handshake); it does not encrypt
 //! anything: use TLS for that ([`crate::tls`]).
 
+use crate::error::Error;
 use std::fmt;
 use std::path::Path;
 
@@ -14,10 +15,11 @@ pub const ENV_VAR: &str = "FEDSHARD_SECRET";
 
 /// Fewer bytes than this are refused: a short secret can be guessed by anyone who can reach
 /// the listener.
-const SHORT: usize = 16;
+pub(crate) const SHORT: usize = 16;
 
 /// The command that makes a good secret file, quoted in the refusals.
-const MAKE_ONE: &str = "openssl rand -hex 32 > fedshard.secret && chmod 600 fedshard.secret";
+pub(crate) const MAKE_ONE: &str =
+    "openssl rand -hex 32 > fedshard.secret && chmod 600 fedshard.secret";
 
 /// A node's secret. Its `Debug` form never shows it.
 #[derive(Clone, PartialEq, Eq)]
@@ -32,36 +34,33 @@ impl fmt::Debug for Secret {
 impl Secret {
     /// The secret from `file` if given, else from `$FEDSHARD_SECRET`; surrounding whitespace
     /// (a trailing newline) is not part of it.
-    pub fn load(file: Option<&Path>) -> Result<Self, String> {
+    pub fn load(file: Option<&Path>) -> Result<Self, Error> {
+        let in_file = |path: &Path, reason: String| Error::SecretFile {
+            path: path.to_path_buf(),
+            reason,
+        };
         match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("secret file {}: {e}", path.display()))?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|e| in_file(path, e.to_string()))?;
                 refuse_if_readable_by_others(path)?;
-                Self::new(&text).map_err(|e| format!("secret file {}: {e}", path.display()))
+                Self::new(&text).map_err(|e| in_file(path, e.to_string()))
             }
             None => match std::env::var(ENV_VAR) {
-                Ok(text) => Self::new(&text).map_err(|e| format!("${ENV_VAR}: {e}")),
-                Err(_) => Err(format!(
-                    "a shared secret is required: give --secret-file FILE or set {ENV_VAR} \
-                     (there is no default; every node of the federation needs the same one)"
-                )),
+                Ok(text) => Self::new(&text).map_err(|e| Error::SecretVariable(Box::new(e))),
+                Err(_) => Err(Error::NoSecret),
             },
         }
     }
 
     /// A secret from its text (trimmed); empty or shorter than 16 bytes is an error.
-    pub fn new(text: &str) -> Result<Self, String> {
+    pub fn new(text: &str) -> Result<Self, Error> {
         let text = text.trim();
         if text.is_empty() {
-            return Err(format!("the secret is empty; make one: `{MAKE_ONE}`"));
+            return Err(Error::EmptySecret);
         }
         if text.len() < SHORT {
-            return Err(format!(
-                "the secret is only {} bytes, expected at least {SHORT} random ones; make one: \
-                 `{MAKE_ONE}`",
-                text.len()
-            ));
+            return Err(Error::ShortSecret(text.len()));
         }
         Ok(Self(text.to_string()))
     }
@@ -74,24 +73,24 @@ impl Secret {
 
 /// A secret other users can read is no secret: refused, with the command that fixes it.
 #[cfg(unix)]
-fn refuse_if_readable_by_others(path: &Path) -> Result<(), String> {
+fn refuse_if_readable_by_others(path: &Path) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("secret file {}: {e}", path.display()))?;
+    let meta = std::fs::metadata(path).map_err(|e| Error::SecretFile {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     let mode = meta.permissions().mode();
     if mode & 0o077 != 0 {
-        return Err(format!(
-            "secret file {} is readable or writable by other users (mode {:o}); `chmod 600 {}`",
-            path.display(),
-            mode & 0o777,
-            path.display()
-        ));
+        return Err(Error::SecretExposed {
+            path: path.to_path_buf(),
+            mode: mode & 0o777,
+        });
     }
     Ok(())
 }
 
 #[cfg(not(unix))]
-fn refuse_if_readable_by_others(_: &Path) -> Result<(), String> {
+fn refuse_if_readable_by_others(_: &Path) -> Result<(), Error> {
     Ok(())
 }
 
@@ -106,14 +105,16 @@ mod tests {
         assert_eq!(format!("{s:?}"), "Secret(…)");
         assert!(Secret::new(" \n").is_err());
         let dir = tempfile::tempdir().unwrap();
-        let missing = Secret::load(Some(&dir.path().join("none"))).unwrap_err();
+        let missing = Secret::load(Some(&dir.path().join("none")))
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("none"), "{missing}");
         let file = dir.path().join("s");
         std::fs::write(&file, "abcdefghijklmnop\n").unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let readable = Secret::load(Some(&file)).unwrap_err();
+            let readable = Secret::load(Some(&file)).unwrap_err().to_string();
             assert!(readable.contains("chmod 600"), "{readable}");
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         }
@@ -122,6 +123,8 @@ mod tests {
             "abcdefghijklmnop"
         );
         let short = Secret::new("hunter2").unwrap_err();
+        assert_eq!(short, Error::ShortSecret(7));
+        let short = short.to_string();
         assert!(
             short.contains("7 bytes") && short.contains("openssl rand"),
             "{short}"

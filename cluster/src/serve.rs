@@ -2,7 +2,9 @@
 //! ractor_cluster node that client nodes connect to.
 
 use crate::acceptor::{self, Limits};
+use crate::error::Error;
 use crate::gateway::{Gateway, GatewayArgs, GatewayMsg};
+use crate::join::started;
 use crate::metrics::ClusterMetrics;
 use crate::node::NodeSettings;
 use crate::refusal::Refusals;
@@ -40,7 +42,7 @@ pub struct ServeOptions {
 pub async fn serve(
     options: ServeOptions,
     federation: Federation,
-) -> Result<(ModelState, Summary), String> {
+) -> Result<(ModelState, Summary), Error> {
     let expected = federation
         .registry
         .clients
@@ -52,7 +54,7 @@ pub async fn serve(
     let (done, finished) = oneshot::channel();
     let (server, server_handle) = Actor::spawn(None, Server, (federation, done))
         .await
-        .map_err(|e| format!("server failed to start: {e}"))?;
+        .map_err(|e| started("server", e))?;
     let gateway = Actor::spawn(
         None,
         Gateway,
@@ -70,7 +72,7 @@ pub async fn serve(
         Ok(started) => started,
         Err(e) => {
             server.stop(None);
-            return Err(format!("gateway failed to start: {e}"));
+            return Err(started("gateway", e));
         }
     };
     let events = gateway.clone();
@@ -96,11 +98,11 @@ pub async fn serve(
     };
     tracing::info!("listening for client nodes on {}", options.listen);
 
-    let result = finished.await.map_or_else(
-        |_| Err("server stopped without a result".into()),
-        |result| result.map_err(String::from),
-    );
-    let error = result.as_ref().err().cloned();
+    let result = match finished.await {
+        Ok(result) => result.map_err(|e| Error::Federation(e.to_string())),
+        Err(_) => Err(Error::NoResult),
+    };
+    let error = result.as_ref().err().map(ToString::to_string);
     let told = gateway
         .call(|told| GatewayMsg::Finish { error, told }, Some(FAREWELL))
         .await;

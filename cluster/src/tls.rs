@@ -11,6 +11,7 @@
 //! tokio-rustls's defaults in ractor_cluster), and with two providers compiled in, rustls
 //! cannot pick a process default by itself.
 
+use crate::error::Error;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -28,87 +29,90 @@ pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+/// A [`Error::Pem`] about the file `path`.
+fn pem(what: &'static str, path: &Path, reason: impl ToString) -> Error {
+    Error::Pem {
+        what,
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let file = |e: rustls::pki_types::pem::Error| pem("certificate file", path, e);
     let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("certificate file {}: {e}", path.display()))?
+        .map_err(file)?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("certificate file {}: {e}", path.display()))?;
+        .map_err(file)?;
     if certs.is_empty() {
-        return Err(format!(
-            "certificate file {}: no PEM certificate in it",
-            path.display()
-        ));
+        return Err(pem("certificate file", path, "no PEM certificate in it"));
     }
     Ok(certs)
 }
 
-fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("key file {}: {e}", path.display()))
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, Error> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| pem("key file", path, e))
 }
 
-fn roots(path: &Path) -> Result<Arc<RootCertStore>, String> {
+fn roots(path: &Path) -> Result<Arc<RootCertStore>, Error> {
     let mut store = RootCertStore::empty();
     for cert in certificates(path)? {
-        store
-            .add(cert)
-            .map_err(|e| format!("CA file {}: {e}", path.display()))?;
+        store.add(cert).map_err(|e| pem("CA file", path, e))?;
     }
     Ok(Arc::new(store))
 }
 
 /// The server node's side: its certificate chain and key, and the CA of client certificates
 /// when client nodes must present one.
-pub fn acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<TlsAcceptor, String> {
+pub fn acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<TlsAcceptor, Error> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
+        .map_err(|e| Error::Tls(e.to_string()))?;
     let builder = match client_ca {
         Some(ca) => {
             let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider())
                 .build()
-                .map_err(|e| format!("client CA {}: {e}", ca.display()))?;
+                .map_err(|e| pem("client CA", ca, e))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
     let config = builder
         .with_single_cert(certificates(cert)?, private_key(key)?)
-        .map_err(|e| {
-            format!(
-                "certificate {} and key {} do not make a TLS identity: {e}",
-                cert.display(),
-                key.display()
-            )
-        })?;
+        .map_err(|e| identity(cert, key, e))?;
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
 /// A client node's side: the CA that signed the server's certificate, and the node's own
 /// certificate and key when the server asks for one.
-pub fn connector(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<TlsConnector, String> {
+pub fn connector(ca: &Path, own: Option<(&Path, &Path)>) -> Result<TlsConnector, Error> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(|e| Error::Tls(e.to_string()))?
         .with_root_certificates(roots(ca)?);
-    let config = match identity {
+    let config = match own {
         Some((cert, key)) => builder
             .with_client_auth_cert(certificates(cert)?, private_key(key)?)
-            .map_err(|e| {
-                format!(
-                    "certificate {} and key {} do not make a TLS identity: {e}",
-                    cert.display(),
-                    key.display()
-                )
-            })?,
+            .map_err(|e| identity(cert, key, e))?,
         None => builder.with_no_client_auth(),
     };
     Ok(TlsConnector::from(Arc::new(config)))
 }
 
+fn identity(cert: &Path, key: &Path, e: rustls::Error) -> Error {
+    Error::Identity {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
 /// The name a client node expects in the server's certificate: an IP address or a DNS name.
-pub fn server_name(name: &str) -> Result<ServerName<'static>, String> {
-    ServerName::try_from(name.to_string())
-        .map_err(|e| format!("`{name}` is not a host name or IP address for TLS: {e}"))
+pub fn server_name(name: &str) -> Result<ServerName<'static>, Error> {
+    ServerName::try_from(name.to_string()).map_err(|e| Error::ServerName {
+        name: name.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 /// The files [`generate`] writes.
@@ -121,9 +125,9 @@ pub struct Generated {
 }
 
 /// From a day before now to `days` days after now.
-fn validity(days: u32) -> Result<(OffsetDateTime, OffsetDateTime), String> {
+fn validity(days: u32) -> Result<(OffsetDateTime, OffsetDateTime), Error> {
     if days == 0 {
-        return Err("--days: a certificate must be valid for at least one day".into());
+        return Err(Error::NoValidity);
     }
     let now = OffsetDateTime::now_utc();
     Ok((
@@ -141,12 +145,15 @@ fn validity(days: u32) -> Result<(OffsetDateTime, OffsetDateTime), String> {
 ///
 /// Both certificates are valid from a day before now (nodes' clocks may disagree) until `days`
 /// days after now: rcgen's default was the year 4096, a certificate that never expires.
-pub fn generate(dir: &Path, names: &[String], days: u32) -> Result<Generated, String> {
+pub fn generate(dir: &Path, names: &[String], days: u32) -> Result<Generated, Error> {
     if names.is_empty() {
-        return Err("give at least one name (IP address or DNS name) for the certificate".into());
+        return Err(Error::NoCertificateNames);
     }
     let (not_before, not_after) = validity(days)?;
-    let err = |what: &str, e: rcgen::Error| format!("{what}: {e}");
+    let err = |what: &'static str, e: rcgen::Error| Error::Certificate {
+        what,
+        reason: e.to_string(),
+    };
     let mut ca_params =
         CertificateParams::new(Vec::<String>::new()).map_err(|e| err("CA parameters", e))?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -183,7 +190,10 @@ pub fn generate(dir: &Path, names: &[String], days: u32) -> Result<Generated, St
         .signed_by(&key, &issuer)
         .map_err(|e| err("node certificate", e))?;
 
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::Write {
+        path: dir.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     let files = Generated {
         ca_cert: dir.join("ca.pem"),
         ca_key: dir.join("ca-key.pem"),
@@ -197,8 +207,11 @@ pub fn generate(dir: &Path, names: &[String], days: u32) -> Result<Generated, St
     Ok(files)
 }
 
-fn write(path: &Path, text: &str, private: bool) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+fn write(path: &Path, text: &str, private: bool) -> Result<(), Error> {
+    let io = |e: std::io::Error| Error::Write {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -226,6 +239,8 @@ mod tests {
         assert!(from < OffsetDateTime::now_utc() && until > OffsetDateTime::now_utc());
         let dir = tempfile::tempdir().unwrap();
         let refused = generate(dir.path(), &["127.0.0.1".into()], 0).unwrap_err();
+        assert_eq!(refused, Error::NoValidity);
+        let refused = refused.to_string();
         assert!(refused.contains("at least one day"), "{refused}");
     }
 
@@ -243,7 +258,7 @@ mod tests {
         let Err(wrong) = acceptor(&files.node_key, &files.node_key, None) else {
             panic!("a key file taken for a certificate was accepted");
         };
-        assert!(wrong.contains("node-key.pem"), "{wrong}");
+        assert!(wrong.to_string().contains("node-key.pem"), "{wrong}");
     }
 
     /// A real handshake over loopback: the client trusts the generated CA and the name.

@@ -41,8 +41,12 @@ pub enum BenchWhat {
 
 #[derive(Debug, Args)]
 pub struct OrchestrationArgs {
+    /// Registered clients.
     #[arg(long, default_value_t = 1000)]
     pub clients: usize,
+    /// Clients selected each round (uniformly); every registered client by default.
+    #[arg(long)]
+    pub per_round: Option<usize>,
     #[arg(long, default_value_t = 5)]
     pub rounds: u64,
     #[arg(long)]
@@ -52,10 +56,34 @@ pub struct OrchestrationArgs {
 #[derive(Debug, Serialize)]
 pub struct OrchestrationReport {
     pub clients: usize,
+    pub per_round: usize,
     pub rounds: u64,
     pub seconds_per_round: f64,
+    /// Seconds per round divided by the clients of a round.
     pub per_client_overhead_us: f64,
     pub peak_rss_bytes: u64,
+}
+
+impl std::fmt::Display for OrchestrationReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let selected = if self.per_round == self.clients {
+            String::new()
+        } else {
+            format!(" ({} per round)", self.per_round)
+        };
+        write!(
+            f,
+            "orchestration: {} clients{selected}, {} rounds: {:.4} s/round, {:.1} µs per client \
+             per round (target ≤ 20 µs), peak RSS {:.1} MB \
+             ({:.1} KB per client; target < 1 GB at 100 000 clients)",
+            self.clients,
+            self.rounds,
+            self.seconds_per_round,
+            self.per_client_overhead_us,
+            self.peak_rss_bytes as f64 / 1e6,
+            self.peak_rss_bytes as f64 / 1e3 / self.clients as f64
+        )
+    }
 }
 
 /// A client that returns its task unchanged: the benches measure the runtime, not training.
@@ -99,9 +127,15 @@ pub fn peak_rss_bytes() -> u64 {
 }
 
 pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationReport> {
+    let per_round = args.per_round.unwrap_or(args.clients);
     anyhow::ensure!(
-        args.clients >= 1 && args.rounds >= 1,
-        "--clients and --rounds must be at least 1"
+        args.clients >= 1 && args.rounds >= 1 && per_round >= 1,
+        "--clients, --per-round and --rounds must be at least 1"
+    );
+    anyhow::ensure!(
+        per_round <= args.clients,
+        "--per-round {per_round}: at most --clients ({})",
+        args.clients
     );
     let trainer: Arc<dyn LocalTrainer> = Arc::new(EchoTrainer);
     let ids = 0..args.clients as ClientId;
@@ -147,7 +181,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
                 })
                 .collect(),
             selector: SelectorName::Uniform,
-            budget: args.clients as f64,
+            budget: per_round as f64,
             max_clusters: None,
         },
         evaluator: Arc::new(NoEvaluation),
@@ -165,9 +199,10 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
         summary.per_round.iter().map(|r| r.seconds).sum::<f64>() / args.rounds as f64;
     Ok(OrchestrationReport {
         clients: args.clients,
+        per_round,
         rounds: args.rounds,
         seconds_per_round: round_seconds,
-        per_client_overhead_us: round_seconds / args.clients as f64 * 1e6,
+        per_client_overhead_us: round_seconds / per_round as f64 * 1e6,
         peak_rss_bytes: peak_rss_bytes(),
     })
 }

@@ -130,17 +130,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             if args.json {
                 print_json(&report)
             } else {
-                println!(
-                    "orchestration: {} clients, {} rounds: {:.4} s/round, {:.1} µs per client per round \
-                     (target ≤ 20 µs), peak RSS {:.1} MB \
-                     ({:.1} KB per client; target < 1 GB at 100 000 clients)",
-                    report.clients,
-                    report.rounds,
-                    report.seconds_per_round,
-                    report.per_client_overhead_us,
-                    report.peak_rss_bytes as f64 / 1e6,
-                    report.peak_rss_bytes as f64 / 1e3 / report.clients as f64
-                );
+                println!("{report}");
                 Ok(())
             }
         }

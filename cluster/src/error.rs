@@ -1,0 +1,129 @@
+//! What a node could not do. Each variant names the thing (a file, an address, the server) and
+//! what was expected of it, so the command line prints one line that says how to fix it.
+//! Reasons from other libraries (the operating system, rustls, rcgen, ractor) are kept as their
+//! text, which makes the type comparable and cloneable.
+
+use crate::secret::{MAKE_ONE, SHORT};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The listening address cannot be bound; `hint` is the fix for a port in use.
+    #[error("cannot listen for nodes on {address}: {reason}{hint}")]
+    Listen {
+        address: SocketAddr,
+        reason: String,
+        hint: &'static str,
+    },
+    /// This node's own ractor_cluster node stopped.
+    #[error("this node stopped {when}: {reason}")]
+    NodeStopped { when: &'static str, reason: String },
+    /// One of this node's actors (server, gateway, agent, relay, client host) did not start.
+    #[error("{actor} failed to start: {reason}")]
+    Start { actor: &'static str, reason: String },
+
+    /// No shared secret was given.
+    #[error(
+        "a shared secret is required: give --secret-file FILE or set {var} (there is no \
+         default; every node of the federation needs the same one)",
+        var = crate::secret::ENV_VAR
+    )]
+    NoSecret,
+    #[error("the secret is empty; make one: `{make_one}`", make_one = MAKE_ONE)]
+    EmptySecret,
+    #[error(
+        "the secret is only {0} bytes, expected at least {short} random ones; make one: \
+         `{make_one}`",
+        short = SHORT,
+        make_one = MAKE_ONE
+    )]
+    ShortSecret(usize),
+    /// The secret file cannot be read, or what it holds is not a secret.
+    #[error("secret file {}: {reason}", .path.display())]
+    SecretFile { path: PathBuf, reason: String },
+    #[error(
+        "secret file {} is readable or writable by other users (mode {mode:o}); `chmod 600 {}`",
+        .path.display(), .path.display()
+    )]
+    SecretExposed { path: PathBuf, mode: u32 },
+    /// `$FEDSHARD_SECRET` holds no valid secret.
+    #[error("${var}: {0}", var = crate::secret::ENV_VAR)]
+    SecretVariable(Box<Error>),
+
+    /// A PEM file (`what`: certificate, key, CA) that cannot be read or holds nothing usable.
+    #[error("{what} {}: {reason}", .path.display())]
+    Pem {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error(
+        "certificate {} and key {} do not make a TLS identity: {reason}",
+        .cert.display(), .key.display()
+    )]
+    Identity {
+        cert: PathBuf,
+        key: PathBuf,
+        reason: String,
+    },
+    /// rustls refused a configuration.
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("`{name}` is not a host name or IP address for TLS: {reason}")]
+    ServerName { name: String, reason: String },
+    #[error("--days: a certificate must be valid for at least one day")]
+    NoValidity,
+    #[error("give at least one name (IP address or DNS name) for the certificate")]
+    NoCertificateNames,
+    /// rcgen could not make a part (`what`) of the certificates.
+    #[error("{what}: {reason}")]
+    Certificate { what: &'static str, reason: String },
+    /// A file this crate writes.
+    #[error("{}: {reason}", .path.display())]
+    Write { path: PathBuf, reason: String },
+
+    /// A `--clients` list: an id that is not one.
+    #[error("`{part}` in `{text}` is not a client id")]
+    NotAClientId { part: String, text: String },
+    #[error("`{part}` in `{text}`: the range is empty")]
+    EmptyRange { part: String, text: String },
+    #[error("`{part}` in `{text}`: more than a million clients")]
+    TooManyClients { part: String, text: String },
+    #[error("client {client} appears twice in `{text}`")]
+    ClientTwice { client: u64, text: String },
+
+    /// Nothing answers at the server's address.
+    #[error("cannot reach the server at {0}")]
+    Unreachable(String),
+    /// The TLS handshake with the server failed; `hint` says the likely cause.
+    #[error("TLS handshake with {address} failed: {reason} ({hint})")]
+    TlsHandshake {
+        address: String,
+        reason: String,
+        hint: &'static str,
+    },
+    #[error(
+        "the server at {0} closed the connection before this node authenticated: this node's \
+         secret is not the server's (or TLS is on at one end only, or the server wants a client \
+         certificate: --tls-cert, --tls-key)"
+    )]
+    NotAuthenticated(String),
+    #[error("the server at {server} did not complete the handshake within {seconds} s")]
+    HandshakeTimeout { server: String, seconds: u64 },
+    /// The last reason the server could not be reached, once the time to try is spent.
+    #[error("{last} (tried for {seconds} s)")]
+    GaveUp { last: Box<Error>, seconds: u64 },
+    #[error("the server refused this node: {0}")]
+    Refused(String),
+    #[error("the run failed on the server: {0}")]
+    ServerFailed(String),
+    #[error("the agent stopped")]
+    AgentStopped,
+
+    /// The federation itself failed (the round engine's reason).
+    #[error("{0}")]
+    Federation(String),
+    #[error("server stopped without a result")]
+    NoResult,
+}
