@@ -537,7 +537,7 @@ fn neural_trainer(
             architecture: architecture.clone(),
             examples,
             device: Default::default(),
-                method,
+            method,
         }),
         Device::Cuda => cuda::trainer(architecture, examples, method)?,
     })

@@ -242,9 +242,7 @@ pub(crate) mod tests {
     }
 
     /// A client actor of the client 7 with `trainer`, under a host that keeps no client.
-    async fn spawn_client(
-        trainer: Shift,
-    ) -> (ActorRef<ClientMsg>, tokio::task::JoinHandle<()>) {
+    async fn spawn_client(trainer: Shift) -> (ActorRef<ClientMsg>, tokio::task::JoinHandle<()>) {
         let (host, _) = crate::host::tests::host(BTreeMap::new()).await;
         let args = ClientArgs {
             id: 7,

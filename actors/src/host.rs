@@ -217,7 +217,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::client::ClientReply;
     use crate::client::tests::{Shift, task};
-    use fedshard_protocol::task::{TrainOutput, TrainTask};
+    use fedshard_protocol::task::{TrainError, TrainOutput, TrainTask};
     use ractor::rpc::CallResult;
     use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::sync::mpsc;
@@ -346,7 +346,7 @@ pub(crate) mod tests {
         fn samples(&self) -> u64 {
             1
         }
-        fn train(&self, task: &TrainTask) -> Result<TrainOutput, String> {
+        fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
             assert!(self.0.swap(true, Ordering::SeqCst), "first training panics");
             Ok(TrainOutput {
                 dense: task.dense.clone(),
