@@ -114,13 +114,15 @@ impl Actor for ClientActor {
                     // The encoding (for KLMS as costly as training) is part of the client's
                     // local work: it runs on the trainer's core and inside its slow-down.
                     let mut encoded = None;
-                    let output = trainer.train_then(&task, &mut |output| {
-                        let norm = update_norm(&task, output);
-                        let payload = encode(&task, output)
-                            .map_err(|e| format!("encoding the update: {e}"))?;
-                        encoded = Some((payload, norm));
-                        Ok(())
-                    })?;
+                    let output = trainer
+                        .train_then(&task, &mut |output| {
+                            let norm = update_norm(&task, output);
+                            let payload = encode(&task, output)
+                                .map_err(|e| format!("encoding the update: {e}"))?;
+                            encoded = Some((payload, norm));
+                            Ok(())
+                        })
+                        .map_err(|e| e.to_string())?;
                     let (payload, norm) =
                         encoded.ok_or("the trainer returned without encoding the update")?;
                     Ok((payload, output.loss, norm, task.round))

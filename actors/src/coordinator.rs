@@ -193,9 +193,8 @@ pub enum CoordinatorMsg {
         norms: Option<BTreeMap<ClientId, f64>>,
         /// Overrides the registry's budget (over-commitment); `None` keeps it.
         budget: Option<f64>,
-        /// The selection, or the text of the [`Error`] that prevented it (the server's
-        /// transport seam reads it as text).
-        reply: RpcReplyPort<Result<RoundSelection, String>>,
+        /// The selection, or the [`Error`] that prevented it.
+        reply: RpcReplyPort<Result<RoundSelection, Error>>,
     },
     /// Counts a failed round of a client.
     CountFailure { client: ClientId },
@@ -235,7 +234,7 @@ impl Actor for Coordinator {
             } => {
                 let budget = budget.unwrap_or(registry.budget);
                 let selection = registry.select_with_budget(seed, round, norms.as_ref(), budget);
-                let _ = reply.send(selection.map_err(String::from));
+                let _ = reply.send(selection);
             }
             CoordinatorMsg::CountFailure { client } => {
                 if let Some(c) = registry.clients.get_mut(&client) {

@@ -26,9 +26,6 @@ pub enum Error {
         expected: &'static str,
         found: String,
     },
-    /// The coordinator's answer to a selection (or why it could not be asked).
-    #[error("{0}")]
-    Selection(String),
     #[error("no live client to select")]
     NoLiveClient,
     #[error("selector {selector}: {source}")]
@@ -109,11 +106,5 @@ impl Error {
     }
 }
 
-/// Transitional: lets callers that still return String use ?; removed once they migrate.
-impl From<Error> for String {
-    fn from(e: Error) -> String {
-        e.to_string()
-    }
-}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -311,7 +311,7 @@ impl ServerState {
         round: u64,
         norms: Option<BTreeMap<ClientId, f64>>,
         budget: Option<f64>,
-    ) -> Result<RoundSelection, String> {
+    ) -> Result<RoundSelection, Error> {
         let seed = self.fed.config.seed;
         call!(self.coordinator, |reply| CoordinatorMsg::Select {
             seed,
@@ -320,7 +320,7 @@ impl ServerState {
             budget,
             reply
         })
-        .map_err(|e| format!("coordinator unreachable: {e}"))?
+        .map_err(|e| Error::CoordinatorUnreachable(e.to_string()))?
     }
 
     /// Sends every task and waits for the replies until the deadline. With `close = (n,
@@ -385,8 +385,7 @@ impl ServerState {
         let budget = over.filter(|_| !two_phase).map(|(asked, _)| asked);
         let first = self
             .select(round, None, budget)
-            .await
-            .map_err(Error::Selection)?;
+            .await?;
         let participants: Vec<Participant> = first
             .participants
             .iter()
@@ -428,8 +427,7 @@ impl ServerState {
         if two_phase {
             let second = self
                 .select(round, Some(std::mem::take(&mut answers.norms)), None)
-                .await
-                .map_err(Error::Selection)?;
+                .await?;
             probabilities = selection_probabilities(&second);
             let uploads = second.participants.iter().map(|p| (p.0, None)).collect();
             let (outcomes, _) = self.dispatch(uploads, true, round, None).await;

@@ -137,9 +137,3 @@ pub enum Error {
     NoStream(ClientId),
 }
 
-/// Transitional: lets callers that still return String use ?; removed once they migrate.
-impl From<Error> for String {
-    fn from(e: Error) -> String {
-        e.to_string()
-    }
-}

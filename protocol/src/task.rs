@@ -158,12 +158,6 @@ pub enum TrainError {
     Finish(#[source] BoxError),
 }
 
-/// Transitional: lets callers that still return String use ?; removed once they migrate.
-impl From<TrainError> for String {
-    fn from(e: TrainError) -> String {
-        e.to_string()
-    }
-}
 
 /// Why an evaluation of a model failed.
 #[derive(Debug, Error)]
@@ -175,12 +169,6 @@ pub enum EvalError {
     EmptyTestSet,
 }
 
-/// Transitional: lets callers that still return String use ?; removed once they migrate.
-impl From<EvalError> for String {
-    fn from(e: EvalError) -> String {
-        e.to_string()
-    }
-}
 
 /// A client's local training. Implementations hold the client's data shard.
 pub trait LocalTrainer: Send + Sync + 'static {

@@ -226,18 +226,20 @@ impl FederationSection {
                     buffer.to_string(),
                 )?;
                 staleness.validate().map_err(anyhow::Error::msg)?;
+                // The policies' own requirements, the ones the round engine enforces
+                // (fedshard_actors::engine::Engine::new), asked here to name the field.
                 check(
                     "federation.selector",
-                    self.selector == SelectorName::Uniform,
-                    "`uniform` with `mode = \"async\"` (idle clients are drawn uniformly; a \
-                     two-phase selector needs every client's norm at once)",
+                    !self.selector.build().needs_update_norms(),
+                    "with `mode = \"async\"`, a selector that draws idle clients one at a time, \
+                     such as `uniform` (a two-phase selector needs every client's norm at once)",
                     format!("`{}`", self.selector),
                 )?;
                 check(
                     "federation.aggregator",
-                    self.aggregator == AggregatorName::Fedavg,
-                    "`fedavg` with `mode = \"async\"` (the buffer is folded as FedBuff's \
-                     sample-weighted, staleness-weighted mean)",
+                    self.aggregator.build().is_ok_and(|a| a.folds_buffered()),
+                    "with `mode = \"async\"`, an aggregator that folds a buffer of updates \
+                     trained from different model versions: `fedavg` or `uniform`",
                     format!("`{}`", self.aggregator),
                 )
             }

@@ -50,3 +50,66 @@ pub fn fold_changes(
     }
     Ok(Fit::Updated)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregation::{
+        Aggregator, Contribution, FedAvg, InverseProbability, UniformWeights,
+    };
+
+    /// A dense change of one block.
+    struct Dense(Vec<f64>);
+
+    impl WeightChange for Dense {
+        fn add_scaled(&self, change: &mut [Vec<f64>], scale: f64) -> Result<()> {
+            for (c, d) in change[0].iter_mut().zip(&self.0) {
+                *c += scale * d;
+            }
+            Ok(())
+        }
+    }
+
+    fn contribution(client: u64, samples: f64) -> Contribution {
+        Contribution {
+            client,
+            samples,
+            inclusion_probability: 1.0,
+        }
+    }
+
+    /// Folds changes (1, 0) and (0, 3) from clients of 1 and 3 samples, the second with
+    /// staleness weight 1/2, into (10, 10) with `aggregator`.
+    fn fold(aggregator: &dyn Aggregator) -> Result<Vec<f32>> {
+        let results = [contribution(0, 1.0), contribution(1, 3.0)];
+        let (a, b) = (Dense(vec![1.0, 0.0]), Dense(vec![0.0, 3.0]));
+        let changes: [&dyn WeightChange; 2] = [&a, &b];
+        let round = BufferedRound {
+            outcome: RoundOutcome {
+                results: &results,
+                failures: &[],
+                population_samples: 4.0,
+            },
+            staleness: &[1.0, 0.5],
+            changes: &changes,
+        };
+        let mut block = vec![10.0f32, 10.0];
+        aggregator.aggregate_buffered(&mut [&mut block], &round)?;
+        Ok(block)
+    }
+
+    /// FedBuff's mean: `w = (1/2, 1/2)` uniform, `w = (1/4, 3/4)` by samples, each times s(τ);
+    /// hand-computed, exact in f32.
+    #[test]
+    fn a_buffer_moves_by_the_weighted_staleness_scaled_changes() {
+        assert_eq!(fold(&UniformWeights).unwrap(), vec![10.5, 10.75]);
+        assert_eq!(fold(&FedAvg).unwrap(), vec![10.25, 11.125]);
+    }
+
+    /// Inclusion probabilities mean nothing when idle clients are drawn one at a time.
+    #[test]
+    fn an_aggregator_that_cannot_fold_a_buffer_says_so_and_refuses() {
+        assert!(!InverseProbability.folds_buffered());
+        assert!(fold(&InverseProbability).is_err());
+    }
+}

@@ -70,9 +70,3 @@ impl From<NetError> for EvalError {
     }
 }
 
-/// Transitional: lets callers that still return String use ?; removed once they migrate.
-impl From<NetError> for String {
-    fn from(e: NetError) -> String {
-        e.to_string()
-    }
-}

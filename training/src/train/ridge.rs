@@ -33,12 +33,6 @@ impl From<RidgeError> for TrainError {
     }
 }
 
-/// Transitional: lets callers that still return String use ?; removed once they migrate.
-impl From<RidgeError> for String {
-    fn from(e: RidgeError) -> String {
-        e.to_string()
-    }
-}
 
 /// Features (row-major samples × dim) and targets.
 #[derive(Debug, Clone)]
