@@ -106,5 +106,4 @@ impl Error {
     }
 }
 
-
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -383,9 +383,7 @@ impl ServerState {
         // in phase one anyway and closes that phase early instead.
         let over = over_commit.map(|c| over_committed(self.fed.registry.budget, c));
         let budget = over.filter(|_| !two_phase).map(|(asked, _)| asked);
-        let first = self
-            .select(round, None, budget)
-            .await?;
+        let first = self.select(round, None, budget).await?;
         let participants: Vec<Participant> = first
             .participants
             .iter()

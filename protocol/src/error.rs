@@ -136,4 +136,3 @@ pub enum Error {
     #[error("participant {0} without a stream")]
     NoStream(ClientId),
 }
-

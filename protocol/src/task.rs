@@ -158,7 +158,6 @@ pub enum TrainError {
     Finish(#[source] BoxError),
 }
 
-
 /// Why an evaluation of a model failed.
 #[derive(Debug, Error)]
 pub enum EvalError {
@@ -168,7 +167,6 @@ pub enum EvalError {
     #[error("the test set is empty")]
     EmptyTestSet,
 }
-
 
 /// A client's local training. Implementations hold the client's data shard.
 pub trait LocalTrainer: Send + Sync + 'static {

@@ -69,4 +69,3 @@ impl From<NetError> for EvalError {
         EvalError::Model(Box::new(e))
     }
 }
-

@@ -33,7 +33,6 @@ impl From<RidgeError> for TrainError {
     }
 }
 
-
 /// Features (row-major samples × dim) and targets.
 #[derive(Debug, Clone)]
 pub struct RegressionData {
