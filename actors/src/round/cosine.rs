@@ -1,6 +1,6 @@
 //! The cosine between the update the server applied and the one its clients asked for.
 
-use super::Accepted;
+use super::{Accepted, term_factors};
 use crate::coordinator::Registry;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{ClientId, TrainTask};
@@ -62,14 +62,7 @@ pub fn update_cosine(
                 // w Σ_j (u'_j v'_jᵀ − ū'_j v̄'_jᵀ), as one product over the stacked terms.
                 let mut terms = Vec::with_capacity(2 * got.indices.len());
                 for j in 0..got.indices.len() {
-                    let (Some(ul), Some(ur), Some(sl), Some(sr)) = (
-                        got.left.get(j * rows..(j + 1) * rows),
-                        got.right.get(j * cols..(j + 1) * cols),
-                        sent.left.get(j * rows..(j + 1) * rows),
-                        sent.right.get(j * cols..(j + 1) * cols),
-                    ) else {
-                        return None;
-                    };
+                    let [ul, ur, sl, sr] = term_factors(got, sent, j, (rows, cols))?;
                     terms.extend([(w, ul, ur), (-w, sl, sr)]);
                 }
                 let change = fedshard_strategies::svd::weighted_outer_sum(&terms, rows, cols);

@@ -3,7 +3,7 @@
 //! buffer's were trained from several versions and fold as weight-space changes scaled by their
 //! staleness ([`fold_buffered`]).
 
-use super::{Accepted, ClientFailure};
+use super::{Accepted, ClientFailure, term_factors};
 use crate::coordinator::Registry;
 use crate::error::{Error, Result};
 use crate::schedule::Staleness;
@@ -261,12 +261,7 @@ pub fn weight_change(
         let i = index(&got.name)?;
         let (rows, cols) = global.tensors[i].matrix_shape();
         for j in 0..got.indices.len() {
-            let (Some(ul), Some(ur), Some(sl), Some(sr)) = (
-                got.left.get(j * rows..(j + 1) * rows),
-                got.right.get(j * cols..(j + 1) * cols),
-                sent.left.get(j * rows..(j + 1) * rows),
-                sent.right.get(j * cols..(j + 1) * cols),
-            ) else {
+            let Some([ul, ur, sl, sr]) = term_factors(got, sent, j, (rows, cols)) else {
                 return Err(update_error(
                     update.client,
                     format!("short factors of `{}`", got.name),

@@ -22,6 +22,7 @@ pub use tasks::{Tasks, build_tasks};
 pub use validate::{Accepted, Validated, check, update_norm, validate};
 
 use crate::client::ClientReply;
+use fedshard_protocol::task::LayerShard;
 use serde::{Deserialize, Serialize};
 
 /// Why a selected client gave no update; the label is the `reason` of the failure counters in
@@ -70,4 +71,20 @@ pub enum Outcome {
     Reply(ClientReply),
     Timeout,
     Unreachable(String),
+}
+
+/// The `j`-th term of a shard as trained (`got`) and as sent (`sent`), for a `rows × cols`
+/// layer: `[u'_j, v'_j, ū'_j, v̄'_j]`, or `None` when a factor is too short to hold it.
+pub(crate) fn term_factors<'a>(
+    got: &'a LayerShard,
+    sent: &'a LayerShard,
+    j: usize,
+    (rows, cols): (usize, usize),
+) -> Option<[&'a [f32]; 4]> {
+    Some([
+        got.left.get(j * rows..(j + 1) * rows)?,
+        got.right.get(j * cols..(j + 1) * cols)?,
+        sent.left.get(j * rows..(j + 1) * rows)?,
+        sent.right.get(j * cols..(j + 1) * cols)?,
+    ])
 }
