@@ -194,8 +194,11 @@ impl ModelSection {
                 data.name()
             );
         }
-        net.check_sizes()
-            .map_err(|e| anyhow::anyhow!("field `model.network`: expected {e}"))?;
+        net.check_sizes().map_err(|e| {
+            anyhow::anyhow!(
+                "field `model.network`: expected a width that splits into the heads: {e}"
+            )
+        })?;
         if self.sharded_layers() == ["all"] {
             return Ok(());
         }

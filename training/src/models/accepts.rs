@@ -4,6 +4,7 @@
 //! restate them.
 
 use crate::data::{cifar, digits, mnist, shakespeare};
+use crate::models::NetError;
 use crate::models::char_transformer::CharShape;
 use crate::models::masked::MaskedNetwork;
 use crate::models::net::Architecture;
@@ -89,15 +90,16 @@ impl Architecture {
 
     /// The sizes the architecture's layers need of each other (checked without building it):
     /// the character transformer's width must split into its heads.
-    pub fn check_sizes(&self) -> Result<(), String> {
+    pub fn check_sizes(&self) -> Result<(), NetError> {
         match self {
             Architecture::CharTransformer(s)
                 if s.heads == 0 || !s.width.is_multiple_of(s.heads) =>
             {
-                Err(format!(
-                    "a width that splits into the heads, found width {} and {} heads",
-                    s.width, s.heads
-                ))
+                Err(NetError::Heads {
+                    name: "char-transformer".into(),
+                    width: s.width,
+                    heads: s.heads,
+                })
             }
             _ => Ok(()),
         }
