@@ -147,7 +147,7 @@ impl ServerState {
                 .await?;
             tally.hand_out(&tasks);
             let Some(task) = tasks.tasks.remove(&pick) else {
-                return Err(Error::Plan(format!("no task was built for client {pick}")));
+                return Err(Error::NoTask(pick));
             };
             let Some(actor) = self.clients.get(&pick).cloned() else {
                 continue;

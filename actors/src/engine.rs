@@ -218,7 +218,7 @@ impl ServerState {
         self.fed
             .uplink
             .observe(config.compressor, &config.compression, &collected.sides())
-            .map_err(|e| Error::Uplink(format!("after version {version}: {e}")))?;
+            .map_err(|source| Error::UplinkState { version, source })?;
         let aggregator = Arc::clone(&self.engine.aggregator);
         let registry = self.fed.registry.clone();
         let mut model = std::mem::take(&mut self.fed.model);
@@ -298,7 +298,7 @@ impl ServerState {
         let plan = tokio::task::spawn_blocking(move || match &policy {
             Some(policy) => plan_shards(&model, policy, &planned, seed, number)
                 .map(|p| Some(Arc::new(p)))
-                .map_err(|e| Error::Plan(e.to_string())),
+                .map_err(Error::Plan),
             None => Ok(None),
         })
         .await

@@ -47,10 +47,19 @@ pub enum Error {
     NoClient,
     /// The shard plan of a round (its SVDs and draws).
     #[error("sharding plan: {0}")]
-    Plan(String),
-    /// The compressor's settings for a task, or its memory after a round.
-    #[error("uplink state: {0}")]
-    Uplink(String),
+    Plan(#[source] fedshard_protocol::Error),
+    /// The hand-out of an async version built no task for the client it picked.
+    #[error("no task was built for client {0}")]
+    NoTask(ClientId),
+    /// The compressor's settings for a task.
+    #[error("uplink settings: {0}")]
+    Uplink(#[source] fedshard_protocol::Error),
+    /// The compressor's memory after the aggregate of `version`.
+    #[error("uplink state after version {version}: {source}")]
+    UplinkState {
+        version: u64,
+        source: fedshard_protocol::Error,
+    },
     /// The held-out evaluation of the new model failed: the model no longer fits the
     /// evaluator, which no round may hide behind a NaN accuracy.
     #[error("evaluation: {0}")]

@@ -205,11 +205,3 @@ pub struct Evaluation {
     pub accuracy: f64,
     pub loss: f64,
 }
-
-impl Evaluation {
-    /// Both numbers NaN: what a round records when its evaluation failed.
-    pub const FAILED: Self = Self {
-        accuracy: f64::NAN,
-        loss: f64::NAN,
-    };
-}

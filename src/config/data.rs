@@ -229,12 +229,7 @@ impl DataSection {
                     "no value with `data.path` (the IDX files come with their own t10k test set)",
                     format!("{test_fraction:?}"),
                 )?;
-                check(
-                    "data.path",
-                    path.is_dir(),
-                    "the folder holding the downloaded dataset files",
-                    format!("{} (not a folder)", path.display()),
-                )
+                downloaded(path)
             }
             DataSection::Cifar10 { path, .. } | DataSection::Cifar100 { path, .. } => {
                 if let DataSection::Cifar100 {
@@ -249,12 +244,7 @@ impl DataSection {
                         alpha.to_string(),
                     )?;
                 }
-                check(
-                    "data.path",
-                    path.is_dir(),
-                    "the folder holding the downloaded dataset files",
-                    format!("{} (not a folder)", path.display()),
-                )
+                downloaded(path)
             }
         }
     }
@@ -278,4 +268,14 @@ fn default_gamma() -> f64 {
 }
 fn default_test_samples() -> usize {
     2000
+}
+
+/// `data.path` names the folder that holds a downloaded dataset's files.
+fn downloaded(path: &std::path::Path) -> anyhow::Result<()> {
+    check(
+        "data.path",
+        path.is_dir(),
+        "the folder holding the downloaded dataset files",
+        format!("{} (not a folder)", path.display()),
+    )
 }

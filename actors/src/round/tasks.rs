@@ -53,13 +53,13 @@ pub fn build_tasks(
 impl Tasks {
     /// Sets every task's uplink from `uplink` (the compressor's settings for that task) and
     /// recounts the downlink bits, which include them.
-    pub fn attach_uplinks<E: std::fmt::Display>(
+    pub fn attach_uplinks(
         &mut self,
-        uplink: impl Fn(&TrainTask) -> Result<Uplink, E>,
+        uplink: impl Fn(&TrainTask) -> Result<Uplink, fedshard_protocol::Error>,
     ) -> Result<(), Error> {
         self.downlink_bits = 0;
         for task in self.tasks.values_mut() {
-            task.uplink = uplink(task).map_err(|e| Error::Uplink(e.to_string()))?;
+            task.uplink = uplink(task).map_err(Error::Uplink)?;
             self.downlink_bits += task_bits(task);
         }
         Ok(())
