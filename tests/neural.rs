@@ -10,9 +10,10 @@ use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::LayerShard;
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use fedshard_strategies::svd::factorize;
-use fedshard_training::models::kernels::{ConvGeometry, conv2d};
+use fedshard_training::models::kernels::{Cohort, ConvGeometry, conv2d};
 use fedshard_training::models::layers::{Affine, Conv, Factors, Weight, param};
 use fedshard_training::models::net::Architecture;
+use fedshard_training::train::cohort::{self, Member};
 use fedshard_training::train::neural::{
     CpuTraining, add_frobenius_decay, clip_lr, single_client_task,
 };
@@ -42,11 +43,10 @@ fn tensor<const D: usize>(data: &[f32], shape: [usize; D]) -> Tensor<B, D> {
 fn factors(rows: usize, cols: usize, omega: &[f32], seed: u64) -> Factors<B> {
     let n = omega.len();
     Factors::from_rows(
-        &random(n * rows, seed),
-        &random(n * cols, seed + 1),
-        omega,
-        rows,
-        cols,
+        random(n * rows, seed),
+        random(n * cols, seed + 1),
+        omega.to_vec(),
+        [1, rows, cols],
         &device(),
     )
     .expect("consistent shapes")
@@ -86,10 +86,10 @@ fn factorized_linear_forward_is_the_dense_product() {
     let bias = random(rows, 9);
     let layer = Affine {
         weight: Weight::Factorized(f),
-        bias: Some(param(bias.clone(), [rows], &device())),
+        bias: Some(param(bias.clone(), [1, rows], &device())),
     };
     let x = random(batch * cols, 3);
-    let y = values(layer.forward(tensor(&x, [batch, cols])));
+    let y = values(layer.forward(tensor(&x, [batch, cols]), &Cohort::single(batch)));
     let w = dense_product(&u, &v, &omega, rows, cols);
     let expected: Vec<f64> = (0..batch)
         .flat_map(|b| {
@@ -110,7 +110,7 @@ fn only_the_factors_and_the_bias_get_gradients() {
     let (rows, cols) = (4, 6);
     let f = factors(rows, cols, &[1.0, 3.0], 2);
     let (u_id, v_id) = (f.u.id, f.v.id);
-    let bias: Param<Tensor<B, 1>> = param(vec![0.1; 4], [rows], &device());
+    let bias: Param<Tensor<B, 2>> = param(vec![0.1; 4], [1, rows], &device());
     let bias_id = bias.id;
     let layer = Affine {
         weight: Weight::Factorized(f),
@@ -120,19 +120,21 @@ fn only_the_factors_and_the_bias_get_gradients() {
         unreachable!()
     };
     assert!(!f.omega.is_require_grad(), "ω must be a constant");
-    let loss = layer.forward(tensor(&random(3 * cols, 4), [3, cols])).sum();
+    let loss = layer
+        .forward(tensor(&random(3 * cols, 4), [3, cols]), &Cohort::single(3))
+        .sum();
     let grads = GradientsParams::from_grads(loss.backward(), &layer);
     assert_eq!(grads.len(), 3, "exactly U, V and the bias");
     for id in [u_id, v_id] {
         assert!(
             grads
-                .get::<<B as AutodiffBackend>::InnerBackend, 2>(id)
+                .get::<<B as AutodiffBackend>::InnerBackend, 3>(id)
                 .is_some()
         );
     }
     assert!(
         grads
-            .get::<<B as AutodiffBackend>::InnerBackend, 1>(bias_id)
+            .get::<<B as AutodiffBackend>::InnerBackend, 2>(bias_id)
             .is_some()
     );
 }
@@ -161,10 +163,13 @@ fn clip_lr_scales_each_term_by_min_one_tau_over_omega() {
     let (net, _) = arch
         .load::<B>(&dense, std::slice::from_ref(&shard), &device())
         .expect("loads");
-    let loss = net.forward(tensor(&random(4 * cols, 8), [4, cols])).sum();
+    let four = Cohort::single(4);
+    let loss = net
+        .forward(tensor(&random(4 * cols, 8), [4, cols]), &four)
+        .sum();
     let raw = GradientsParams::from_grads(loss.backward(), &net);
     let mut clipped = GradientsParams::from_grads(
-        net.forward(tensor(&random(4 * cols, 8), [4, cols]))
+        net.forward(tensor(&random(4 * cols, 8), [4, cols]), &four)
             .sum()
             .backward(),
         &net,
@@ -176,13 +181,13 @@ fn clip_lr_scales_each_term_by_min_one_tau_over_omega() {
     for (id, width) in [(f.u.id, rows), (f.v.id, rows)] {
         type I = <B as AutodiffBackend>::InnerBackend;
         let r: Vec<f32> = raw
-            .get::<I, 2>(id)
+            .get::<I, 3>(id)
             .expect("grad")
             .into_data()
             .to_vec()
             .expect("f32");
         let c: Vec<f32> = clipped
-            .get::<I, 2>(id)
+            .get::<I, 3>(id)
             .expect("grad")
             .into_data()
             .to_vec()
@@ -310,12 +315,13 @@ fn a_factorized_conv_is_the_conv_of_its_composed_weight_in_either_order() {
             [batch, c_in, side, side],
         );
         let expected: Vec<f64> = values(
-            conv(Weight::Dense(param(composed, [c_out, cols], &device()))).forward(x.clone()),
+            conv(Weight::Dense(param(composed, [1, c_out, cols], &device())))
+                .forward(x.clone(), &Cohort::single(batch)),
         )
         .into_iter()
         .map(f64::from)
         .collect();
-        let actual = values(conv(Weight::Factorized(f)).forward(x));
+        let actual = values(conv(Weight::Factorized(f)).forward(x, &Cohort::single(batch)));
         assert_close(&actual, &expected, 1e-5, &format!("conv with {n} terms"));
     }
 }
@@ -364,8 +370,8 @@ fn conv_reproduced(stride: usize) {
     let w = random(c_out * cols, 21);
     let bias = random(c_out, 22);
     let dense = Conv::<B> {
-        weight: Weight::Dense(param(w.clone(), [c_out, cols], &device())),
-        bias: Some(param(bias.clone(), [c_out], &device())),
+        weight: Weight::Dense(param(w.clone(), [1, c_out, cols], &device())),
+        bias: Some(param(bias.clone(), [1, c_out], &device())),
         in_channels: c_in,
         kernel: [k, k],
         stride: [stride, stride],
@@ -376,10 +382,16 @@ fn conv_reproduced(stride: usize) {
     assert_eq!(n, c_out.min(cols));
     let shard = Conv::<B> {
         weight: Weight::Factorized(
-            Factors::from_rows(&svd.left, &svd.right, &vec![1.0; n], c_out, cols, &device())
-                .expect("shapes"),
+            Factors::from_rows(
+                svd.left.clone(),
+                svd.right.clone(),
+                vec![1.0; n],
+                [1, c_out, cols],
+                &device(),
+            )
+            .expect("shapes"),
         ),
-        bias: Some(param(bias.clone(), [c_out], &device())),
+        bias: Some(param(bias.clone(), [1, c_out], &device())),
         in_channels: c_in,
         kernel: [k, k],
         stride: [stride, stride],
@@ -389,11 +401,12 @@ fn conv_reproduced(stride: usize) {
         &random(batch * c_in * side * side, 23),
         [batch, c_in, side, side],
     );
-    let expected: Vec<f64> = values(dense.forward(x.clone()))
+    let all = Cohort::single(batch);
+    let expected: Vec<f64> = values(dense.forward(x.clone(), &all))
         .into_iter()
         .map(f64::from)
         .collect();
-    let actual = values(shard.forward(x));
+    let actual = values(shard.forward(x, &all));
     assert_close(&actual, &expected, 1e-5, "conv output");
 }
 
@@ -408,7 +421,6 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
     assert_eq!(shardable, ["conv1.weight", "conv2.weight", "fc0.weight"]);
     let (dense, shards) = single_client_task(&state, &shardable, 0.4, 7).expect("plans");
     assert_eq!(shards.len(), 3);
-    let (net, layout) = arch.load::<B>(&dense, &shards, &device()).expect("loads");
     let recipe = fedshard_protocol::task::Recipe {
         learning_rate: 0.1,
         epochs: 0,
@@ -418,10 +430,19 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
         clip_lr: Some(10.0),
     };
     let examples = fedshard_training::data::digits::load().expect("digits");
-    let (net, _) =
-        fedshard_training::train::neural::train(net, &examples, &recipe, 1, 1, 0, &device())
-            .expect("zero epochs");
-    let (dense_out, shards_out) = net.export(&layout, &dense, &shards).expect("exports");
+    let member = Member {
+        dense: &dense,
+        shards: &shards,
+        examples: &examples,
+        seed: 1,
+        round: 1,
+        client: 0,
+    };
+    let trained = cohort::train::<B>(&arch, &recipe, &[member], &device())
+        .pop()
+        .expect("one result")
+        .expect("zero epochs");
+    let (dense_out, shards_out) = (trained.dense, trained.shards);
     assert_eq!(dense_out, dense);
     assert_eq!(shards_out.len(), shards.len());
     for (a, b) in shards_out.iter().zip(&shards) {
@@ -511,11 +532,15 @@ fn forward_backward(arch: &Architecture, batch: usize, x: Vec<f32>, expected_log
             (state.clone(), vec![])
         };
         let (net, layout) = arch.load::<B>(&dense, &shards, &device()).expect("loads");
-        let logits = net.forward(tensor(&x, [batch, width]));
+        let logits = net.forward(tensor(&x, [batch, width]), &Cohort::single(batch));
         assert_eq!(logits.dims(), expected_logits);
         let grads = GradientsParams::from_grads(logits.sum().backward(), &net);
         assert!(!grads.is_empty());
-        let (d, s) = net.export(&layout, &dense, &shards).expect("exports");
+        let (d, s) = net
+            .export(&layout, &[(&dense, &shards)])
+            .expect("exports")
+            .pop()
+            .expect("one client");
         assert_eq!(d.num_parameters(), dense.num_parameters());
         assert_eq!(s.len(), shards.len());
     }

@@ -14,9 +14,8 @@ use fedshard_strategies::rng::{Purpose, stream, uniform};
 use fedshard_training::models::char_transformer::CharShape;
 use fedshard_training::models::kernels::TrainingBackend;
 use fedshard_training::models::net::Architecture;
-use fedshard_training::train::neural::{
-    CharWindows, CpuTraining, Examples, single_client_task, train,
-};
+use fedshard_training::train::cohort::{self, Member};
+use fedshard_training::train::neural::{CharWindows, CpuTraining, Examples, single_client_task};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -241,10 +240,6 @@ fn client_rate<B: TrainingBackend>(
     seconds: f64,
     device: &B::Device,
 ) -> anyhow::Result<f64> {
-    let (mut net, _) = s
-        .architecture
-        .load::<B>(dense, shards, device)
-        .map_err(anyhow::Error::msg)?;
     let recipe = Recipe {
         learning_rate: 0.01,
         epochs: 1,
@@ -259,18 +254,32 @@ fn client_rate<B: TrainingBackend>(
         },
         clip_lr: (!shards.is_empty()).then_some(10.0),
     };
-    // One pass over a slice of the data per call; the first call is the warm-up.
+    // One pass over a slice of the data per call; the first call is the warm-up. Each call
+    // starts from the tensors the last one trained, as a client's next round would.
     let per_call = s.examples.len().min(s.batch * 20);
     let slice = Slice {
         inner: s.examples.as_ref(),
         len: per_call,
     };
+    let (mut dense, mut shards) = (dense.clone(), shards.clone());
     let mut samples = 0usize;
     let mut elapsed = 0.0;
     let mut round = 0;
     while elapsed < seconds || round < 2 {
         let started = Instant::now();
-        (net, _) = train(net, &slice, &recipe, 0, round, 0, device).map_err(anyhow::Error::msg)?;
+        let member = Member {
+            dense: &dense,
+            shards: &shards,
+            examples: &slice,
+            seed: 0,
+            round,
+            client: 0,
+        };
+        let trained = cohort::train::<B>(&s.architecture, &recipe, &[member], device)
+            .pop()
+            .expect("one result per member")
+            .map_err(anyhow::Error::msg)?;
+        (dense, shards) = (trained.dense, trained.shards);
         if round > 0 {
             elapsed += started.elapsed().as_secs_f64();
             samples += per_call;

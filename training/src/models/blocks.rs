@@ -3,7 +3,7 @@
 
 use crate::models::NetError;
 use crate::models::builder::{Builder, Init};
-use crate::models::kernels::{self, Kernels};
+use crate::models::kernels::{self, Cohort, Kernels};
 use crate::models::layers::{Affine, Weight};
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
@@ -12,28 +12,30 @@ use burn::tensor::backend::Backend;
 /// Layer normalisation over the last dimension, with a learned scale and shift.
 #[derive(Module, Debug)]
 pub struct LayerNorm<B: Backend> {
-    pub gamma: Param<Tensor<B, 1>>,
-    pub beta: Param<Tensor<B, 1>>,
+    /// `C × d`, per client.
+    pub gamma: Param<Tensor<B, 2>>,
+    pub beta: Param<Tensor<B, 2>>,
 }
 
 impl<B: Kernels> LayerNorm<B> {
     pub fn new(b: &mut Builder<B>, name: &str, dim: usize) -> Result<Self, NetError> {
         Ok(Self {
-            gamma: b.tensor(&format!("{name}.weight"), [dim], Init::Ones)?,
-            beta: b.tensor(&format!("{name}.bias"), [dim], Init::Zeros)?,
+            gamma: b.vector(&format!("{name}.weight"), dim, Init::Ones)?,
+            beta: b.vector(&format!("{name}.bias"), dim, Init::Zeros)?,
         })
     }
 
-    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        kernels::layer_norm(x, self.gamma.val(), self.beta.val())
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>, cohort: &Cohort) -> Tensor<B, D> {
+        kernels::cohort_layer_norm(x, self.gamma.val(), self.beta.val(), cohort)
     }
 }
 
 /// Group normalisation of `N × C × H × W` activations (ResNet-18 with GroupNorm).
 #[derive(Module, Debug)]
 pub struct GroupNorm<B: Backend> {
-    pub gamma: Param<Tensor<B, 1>>,
-    pub beta: Param<Tensor<B, 1>>,
+    /// `C × channels`, per client.
+    pub gamma: Param<Tensor<B, 2>>,
+    pub beta: Param<Tensor<B, 2>>,
     pub groups: usize,
 }
 
@@ -52,19 +54,21 @@ impl<B: Kernels> GroupNorm<B> {
             });
         }
         Ok(Self {
-            gamma: b.tensor(&format!("{name}.weight"), [channels], Init::Ones)?,
-            beta: b.tensor(&format!("{name}.bias"), [channels], Init::Zeros)?,
+            gamma: b.vector(&format!("{name}.weight"), channels, Init::Ones)?,
+            beta: b.vector(&format!("{name}.bias"), channels, Init::Zeros)?,
             groups,
         })
     }
 
-    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        kernels::group_norm(x, self.gamma.val(), self.beta.val(), self.groups, false)
+    pub fn forward(&self, x: Tensor<B, 4>, cohort: &Cohort) -> Tensor<B, 4> {
+        let (gamma, beta) = (self.gamma.val(), self.beta.val());
+        kernels::cohort_group_norm(x, gamma, beta, self.groups, false, cohort)
     }
 
     /// `relu(self.forward(x))` in one fused pass.
-    pub fn forward_relu(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        kernels::group_norm(x, self.gamma.val(), self.beta.val(), self.groups, true)
+    pub fn forward_relu(&self, x: Tensor<B, 4>, cohort: &Cohort) -> Tensor<B, 4> {
+        let (gamma, beta) = (self.gamma.val(), self.beta.val());
+        kernels::cohort_group_norm(x, gamma, beta, self.groups, true, cohort)
     }
 }
 
@@ -97,12 +101,12 @@ impl<B: Kernels> SelfAttention<B> {
     }
 
     /// `x`: `N × T × d`; `causal`: position i attends to positions 0..=i only.
-    pub fn forward(&self, x: Tensor<B, 3>, causal: bool) -> Tensor<B, 3> {
-        let q = self.q.forward(x.clone());
-        let k = self.k.forward(x.clone());
-        let v = self.v.forward(x);
+    pub fn forward(&self, x: Tensor<B, 3>, causal: bool, cohort: &Cohort) -> Tensor<B, 3> {
+        let q = self.q.forward(x.clone(), cohort);
+        let k = self.k.forward(x.clone(), cohort);
+        let v = self.v.forward(x, cohort);
         self.o
-            .forward(kernels::attention(q, k, v, self.heads, causal))
+            .forward(kernels::attention(q, k, v, self.heads, causal), cohort)
     }
 
     pub fn weights(&self) -> [&Weight<B>; 4] {
@@ -135,8 +139,9 @@ impl<B: Kernels> FeedForward<B> {
         })
     }
 
-    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.proj.forward(kernels::gelu(self.fc.forward(x)))
+    pub fn forward(&self, x: Tensor<B, 3>, cohort: &Cohort) -> Tensor<B, 3> {
+        let hidden = kernels::gelu(self.fc.forward(x, cohort));
+        self.proj.forward(hidden, cohort)
     }
 }
 
@@ -166,9 +171,15 @@ impl<B: Kernels> TransformerBlock<B> {
         })
     }
 
-    pub fn forward(&self, x: Tensor<B, 3>, causal: bool) -> Tensor<B, 3> {
-        let x = x.clone() + self.attn.forward(self.ln1.forward(x), causal);
-        x.clone() + self.mlp.forward(self.ln2.forward(x))
+    pub fn forward(&self, x: Tensor<B, 3>, causal: bool, cohort: &Cohort) -> Tensor<B, 3> {
+        let attended = self
+            .attn
+            .forward(self.ln1.forward(x.clone(), cohort), causal, cohort);
+        let x = x + attended;
+        let mixed = self
+            .mlp
+            .forward(self.ln2.forward(x.clone(), cohort), cohort);
+        x + mixed
     }
 
     pub fn weights(&self) -> Vec<&Weight<B>> {

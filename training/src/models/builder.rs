@@ -8,6 +8,10 @@
 //! Either way the builder remembers which burn parameter holds which named tensor, so
 //! [`export`] can turn a trained module back into the server's tensors without any per-model
 //! code, and the names can never drift apart between building and exporting.
+//!
+//! Every tensor carries a leading client axis: load mode takes the tasks of a cohort (clients
+//! with one sub-model shape, trained as one computation; `kernels/cohort.rs`) and stacks their
+//! values, one client after another; a single task is a cohort of one.
 
 use crate::models::NetError;
 use crate::models::layers::{Affine, Conv, Factors, Weight, param};
@@ -47,8 +51,7 @@ enum Mode<'a> {
         shardable: Vec<String>,
     },
     Load {
-        dense: &'a ModelState,
-        shards: &'a [LayerShard],
+        tasks: &'a [Task<'a>],
         used: BTreeSet<String>,
     },
 }
@@ -60,6 +63,9 @@ pub struct Builder<'a, B: Backend> {
     roles: HashMap<ParamId, Role>,
 }
 
+/// One client's tensors in load mode: a task's dense tensors and shards.
+pub type Task<'a> = (&'a ModelState, &'a [LayerShard]);
+
 /// What init mode records: the initial global state and the names of the shardable weights.
 pub type InitialState = (ModelState, Vec<String>);
 
@@ -67,6 +73,19 @@ pub type InitialState = (ModelState, Vec<String>);
 #[derive(Debug)]
 pub struct Layout {
     roles: HashMap<ParamId, Role>,
+}
+
+impl Layout {
+    /// For each parameter of this layout, the parameter of `other` that holds the same named
+    /// tensor (a model rebuilt from the same description).
+    pub fn matching(&self, other: &Layout) -> HashMap<ParamId, ParamId> {
+        let by_role: HashMap<&Role, ParamId> =
+            other.roles.iter().map(|(id, role)| (role, *id)).collect();
+        self.roles
+            .iter()
+            .filter_map(|(id, role)| Some((*id, *by_role.get(role)?)))
+            .collect()
+    }
 }
 
 impl<'a, B: Backend> Builder<'a, B> {
@@ -83,16 +102,25 @@ impl<'a, B: Backend> Builder<'a, B> {
         }
     }
 
-    /// A builder that reads a task's dense tensors and shards.
-    pub fn load(dense: &'a ModelState, shards: &'a [LayerShard], device: &B::Device) -> Self {
+    /// A builder that reads the dense tensors and shards of a cohort's tasks (at least one),
+    /// stacking them along the leading client axis.
+    pub fn load(tasks: &'a [Task<'a>], device: &B::Device) -> Self {
+        assert!(!tasks.is_empty(), "a cohort has at least one task");
         Self {
             device: device.clone(),
             mode: Mode::Load {
-                dense,
-                shards,
+                tasks,
                 used: BTreeSet::new(),
             },
             roles: HashMap::new(),
+        }
+    }
+
+    /// The number of clients C the tensors are stacked for.
+    pub fn clients(&self) -> usize {
+        match &self.mode {
+            Mode::Init { .. } => 1,
+            Mode::Load { tasks, .. } => tasks.len(),
         }
     }
 
@@ -109,19 +137,17 @@ impl<'a, B: Backend> Builder<'a, B> {
             Mode::Init {
                 tensors, shardable, ..
             } => Ok((layout, Some((ModelState::new(tensors)?, shardable)))),
-            Mode::Load {
-                dense,
-                shards,
-                used,
-            } => {
-                let names: Vec<String> = dense
-                    .tensors
+            Mode::Load { tasks, used } => {
+                let names: BTreeSet<String> = tasks
                     .iter()
-                    .map(|t| t.name.as_str())
-                    .chain(shards.iter().map(|s| s.name.as_str()))
+                    .flat_map(|(dense, shards)| {
+                        let dense = dense.tensors.iter().map(|t| t.name.as_str());
+                        dense.chain(shards.iter().map(|s| s.name.as_str()))
+                    })
                     .filter(|n| !used.contains(*n))
                     .map(str::to_string)
                     .collect();
+                let names: Vec<String> = names.into_iter().collect();
                 if names.is_empty() {
                     Ok((layout, None))
                 } else {
@@ -131,15 +157,29 @@ impl<'a, B: Backend> Builder<'a, B> {
         }
     }
 
-    /// A dense trainable tensor (norm scales and shifts, embeddings, positional tables).
-    pub fn tensor<const D: usize>(
+    /// A dense trainable vector of `len` values per client (`C × len`: norm scales and
+    /// shifts, biases).
+    pub fn vector(
         &mut self,
         name: &str,
-        shape: [usize; D],
+        len: usize,
         init: Init,
-    ) -> Result<Param<Tensor<B, D>>, NetError> {
-        let data = self.values(name, &shape, init)?;
-        let p = param(data, shape, &self.device);
+    ) -> Result<Param<Tensor<B, 2>>, NetError> {
+        let data = self.values(name, &[len], init)?;
+        let p = param(data, [self.clients(), len], &self.device);
+        self.roles.insert(p.id, Role::Dense(name.to_string()));
+        Ok(p)
+    }
+
+    /// A dense trainable matrix per client (`C × rows × cols`: embeddings, positional tables).
+    pub fn matrix(
+        &mut self,
+        name: &str,
+        [rows, cols]: [usize; 2],
+        init: Init,
+    ) -> Result<Param<Tensor<B, 3>>, NetError> {
+        let data = self.values(name, &[rows, cols], init)?;
+        let p = param(data, [self.clients(), rows, cols], &self.device);
         self.roles.insert(p.id, Role::Dense(name.to_string()));
         Ok(p)
     }
@@ -194,11 +234,11 @@ impl<'a, B: Backend> Builder<'a, B> {
         c_out: usize,
         present: bool,
         bound: f64,
-    ) -> Result<Option<Param<Tensor<B, 1>>>, NetError> {
+    ) -> Result<Option<Param<Tensor<B, 2>>>, NetError> {
         if !present {
             return Ok(None);
         }
-        self.tensor(&format!("{layer}.bias"), [c_out], Init::Uniform(bound))
+        self.vector(&format!("{layer}.bias"), c_out, Init::Uniform(bound))
             .map(Some)
     }
 
@@ -212,25 +252,31 @@ impl<'a, B: Backend> Builder<'a, B> {
         let name = format!("{layer}.weight");
         let rows = shape[0];
         let cols: usize = shape[1..].iter().product();
-        if let Mode::Load { shards, used, .. } = &mut self.mode
-            && let Some(shard) = shards.iter().find(|s| s.name == name)
+        let clients = self.clients();
+        if let Mode::Load { tasks, used } = &mut self.mode
+            && let Some(shards) = cohort_shards(tasks, &name)?
         {
             if !shardable {
                 return Err(NetError::NeverSharded { name });
             }
-            if shard.shape != shape {
-                return Err(NetError::ShardShape {
-                    name,
-                    found: shard.shape.clone(),
-                    expected: shape.to_vec(),
-                });
+            let (mut left, mut right, mut multipliers) = (Vec::new(), Vec::new(), Vec::new());
+            for shard in shards {
+                if shard.shape != shape {
+                    return Err(NetError::ShardShape {
+                        name,
+                        found: shard.shape.clone(),
+                        expected: shape.to_vec(),
+                    });
+                }
+                left.extend_from_slice(&shard.left);
+                right.extend_from_slice(&shard.right);
+                multipliers.extend_from_slice(&shard.multipliers);
             }
             let factors = Factors::from_rows(
-                &shard.left,
-                &shard.right,
-                &shard.multipliers,
-                rows,
-                cols,
+                left,
+                right,
+                multipliers,
+                [clients, rows, cols],
                 &self.device,
             )
             .map_err(|source| NetError::Factors {
@@ -246,7 +292,7 @@ impl<'a, B: Backend> Builder<'a, B> {
             shardable.push(name.clone());
         }
         let data = self.values(&name, shape, Init::Uniform(bound))?;
-        let p = param(data, [rows, cols], &self.device);
+        let p = param(data, [clients, rows, cols], &self.device);
         self.roles.insert(p.id, Role::Dense(name));
         Ok(Weight::Dense(p))
     }
@@ -265,22 +311,56 @@ impl<'a, B: Backend> Builder<'a, B> {
                 });
                 Ok(data)
             }
-            Mode::Load { dense, used, .. } => {
-                let t = dense.get(name).ok_or_else(|| NetError::MissingTensor {
-                    name: name.to_string(),
-                })?;
-                if t.shape != shape {
-                    return Err(NetError::TensorShape {
+            Mode::Load { tasks, used } => {
+                let mut data = Vec::new();
+                for (dense, _) in tasks.iter() {
+                    let t = dense.get(name).ok_or_else(|| NetError::MissingTensor {
                         name: name.to_string(),
-                        found: t.shape.clone(),
-                        expected: shape.to_vec(),
-                    });
+                    })?;
+                    if t.shape != shape {
+                        return Err(NetError::TensorShape {
+                            name: name.to_string(),
+                            found: t.shape.clone(),
+                            expected: shape.to_vec(),
+                        });
+                    }
+                    data.extend_from_slice(&t.data);
                 }
                 used.insert(name.to_string());
-                Ok(t.data.clone())
+                Ok(data)
             }
         }
     }
+}
+
+/// The shards named `name` of every task of a cohort, or `None` when no task shards the layer;
+/// an error when only some do, or their term counts differ.
+fn cohort_shards<'t>(
+    tasks: &'t [Task<'t>],
+    name: &str,
+) -> Result<Option<Vec<&'t LayerShard>>, NetError> {
+    let found: Vec<Option<&LayerShard>> = tasks
+        .iter()
+        .map(|(_, shards)| shards.iter().find(|s| s.name == name))
+        .collect();
+    if found.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let shards: Option<Vec<&LayerShard>> = found.into_iter().collect();
+    let Some(shards) = shards else {
+        return Err(NetError::Cohort {
+            name: name.to_string(),
+            what: "sharded for some clients, dense for others".into(),
+        });
+    };
+    let terms = shards[0].multipliers.len();
+    if shards.iter().any(|s| s.multipliers.len() != terms) {
+        return Err(NetError::Cohort {
+            name: name.to_string(),
+            what: "shards of different term counts".into(),
+        });
+    }
+    Ok(Some(shards))
 }
 
 fn draw(rng: &mut ChaCha20Rng, init: Init, len: usize) -> Vec<f32> {
@@ -301,14 +381,14 @@ fn draw(rng: &mut ChaCha20Rng, init: Init, len: usize) -> Vec<f32> {
     }
 }
 
-/// Reads a trained module back into the server's form: the task's dense tensors and shards
-/// (same names, shapes, indices and ω) with the trained values.
+/// Reads a trained module back into the server's form, one result per task of the cohort it
+/// was loaded from: the task's dense tensors and shards (same names, shapes, indices and ω)
+/// with the client's trained values.
 pub fn export<B: Backend, M: Module<B>>(
     module: &M,
     layout: &Layout,
-    dense: &ModelState,
-    shards: &[LayerShard],
-) -> Result<(ModelState, Vec<LayerShard>), NetError> {
+    tasks: &[Task<'_>],
+) -> Result<Vec<(ModelState, Vec<LayerShard>)>, NetError> {
     let mut collector = Collector {
         layout,
         values: HashMap::new(),
@@ -318,29 +398,41 @@ pub fn export<B: Backend, M: Module<B>>(
     if let Some(e) = collector.error {
         return Err(e);
     }
+    let clients = tasks.len();
     let mut values = collector.values;
-    let mut take = |role: Role| {
-        values
-            .remove(&role)
-            .ok_or_else(|| NetError::Lost(format!("{role:?}")))
+    // Client c's part of a stacked tensor.
+    let mut take = |role: Role, c: usize| -> Result<Vec<f32>, NetError> {
+        let all = values
+            .get(&role)
+            .ok_or_else(|| NetError::Lost(format!("{role:?}")))?;
+        let len = all.len() / clients;
+        let part = all[c * len..(c + 1) * len].to_vec();
+        if c + 1 == clients {
+            values.remove(&role);
+        }
+        Ok(part)
     };
-    let mut tensors = Vec::with_capacity(dense.tensors.len());
-    for t in &dense.tensors {
-        tensors.push(NamedTensor {
-            name: t.name.clone(),
-            shape: t.shape.clone(),
-            data: take(Role::Dense(t.name.clone()))?,
-        });
+    let mut out = Vec::with_capacity(clients);
+    for (c, (dense, shards)) in tasks.iter().enumerate() {
+        let mut tensors = Vec::with_capacity(dense.tensors.len());
+        for t in &dense.tensors {
+            tensors.push(NamedTensor {
+                name: t.name.clone(),
+                shape: t.shape.clone(),
+                data: take(Role::Dense(t.name.clone()), c)?,
+            });
+        }
+        let mut out_shards = Vec::with_capacity(shards.len());
+        for s in shards.iter() {
+            out_shards.push(LayerShard {
+                left: take(Role::Left(s.name.clone()), c)?,
+                right: take(Role::Right(s.name.clone()), c)?,
+                ..s.clone()
+            });
+        }
+        out.push((ModelState::new(tensors)?, out_shards));
     }
-    let mut out_shards = Vec::with_capacity(shards.len());
-    for s in shards {
-        out_shards.push(LayerShard {
-            left: take(Role::Left(s.name.clone()))?,
-            right: take(Role::Right(s.name.clone()))?,
-            ..s.clone()
-        });
-    }
-    Ok((ModelState::new(tensors)?, out_shards))
+    Ok(out)
 }
 
 struct Collector<'l> {

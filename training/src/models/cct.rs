@@ -10,8 +10,8 @@
 use crate::models::NetError;
 use crate::models::blocks::{LayerNorm, TransformerBlock};
 use crate::models::builder::{Builder, Init};
-use crate::models::kernels::Kernels;
-use crate::models::layers::{Affine, Conv, Weight};
+use crate::models::kernels::{Cohort, Kernels};
+use crate::models::layers::{Affine, Conv, Weight, gather_rows};
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use burn::tensor::activation::{relu, softmax};
@@ -29,7 +29,8 @@ const TOKENS: usize = 64;
 pub struct Cct<B: Backend> {
     pub tokenizer0: Conv<B>,
     pub tokenizer1: Conv<B>,
-    pub positions: Param<Tensor<B, 2>>,
+    /// `C × tokens × width`, per client.
+    pub positions: Param<Tensor<B, 3>>,
     pub blocks: Vec<TransformerBlock<B>>,
     pub ln: LayerNorm<B>,
     pub pool: Affine<B>,
@@ -46,7 +47,7 @@ impl<B: Kernels> Cct<B> {
         Ok(Self {
             tokenizer0: b.conv("tokenizer0", 3, 64, 3, 1, 1, false, false)?,
             tokenizer1: b.conv("tokenizer1", 64, WIDTH, 3, 1, 1, false, true)?,
-            positions: b.tensor("positions", [TOKENS, WIDTH], Init::Normal(0.02))?,
+            positions: b.matrix("positions", [TOKENS, WIDTH], Init::Normal(0.02))?,
             blocks,
             ln: LayerNorm::new(b, "ln", WIDTH)?,
             pool: b.affine("pool", WIDTH, 1, true, false)?,
@@ -55,21 +56,23 @@ impl<B: Kernels> Cct<B> {
     }
 
     /// `x`: `N × 3072` rows of 3×32×32 images.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    pub fn forward(&self, x: Tensor<B, 2>, c: &Cohort) -> Tensor<B, 2> {
         let n = x.dims()[0];
         let pool = |h| max_pool2d(h, [3, 3], [2, 2], [1, 1], [1, 1], false);
-        let h = pool(relu(self.tokenizer0.forward(x.reshape([n, 3, 32, 32]))));
-        let h = pool(relu(self.tokenizer1.forward(h)));
+        let h = pool(relu(self.tokenizer0.forward(x.reshape([n, 3, 32, 32]), c)));
+        let h = pool(relu(self.tokenizer1.forward(h, c)));
         let tokens = h.reshape([n, WIDTH, TOKENS]).swap_dims(1, 2);
-        let h = tokens + self.positions.val().reshape([1, TOKENS, WIDTH]);
+        let clients = self.positions.dims()[0];
+        let positions = self.positions.val().reshape([clients, TOKENS * WIDTH]);
+        let h = tokens + gather_rows(positions, c).reshape([n, TOKENS, WIDTH]);
         let h = self
             .blocks
             .iter()
-            .fold(h, |h, block| block.forward(h, false));
-        let h = self.ln.forward(h);
-        let attention = softmax(self.pool.forward(h.clone()), 1);
+            .fold(h, |h, block| block.forward(h, false, c));
+        let h = self.ln.forward(h, c);
+        let attention = softmax(self.pool.forward(h.clone(), c), 1);
         let pooled = attention.swap_dims(1, 2).matmul(h).reshape([n, WIDTH]);
-        self.fc.forward(pooled)
+        self.fc.forward(pooled, c)
     }
 
     pub fn weights(&self) -> Vec<&Weight<B>> {

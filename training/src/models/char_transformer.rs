@@ -9,12 +9,12 @@
 use crate::models::NetError;
 use crate::models::blocks::{LayerNorm, TransformerBlock};
 use crate::models::builder::{Builder, Init};
-use crate::models::kernels::Kernels;
-use crate::models::layers::{Affine, Weight};
+use crate::models::kernels::{Cohort, Kernels};
+use crate::models::layers::{Affine, Weight, gather_rows};
 use burn::module::{Module, Param};
-use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use burn::tensor::module::embedding;
+use burn::tensor::{Int, Tensor, TensorData};
 
 /// Width, heads and depth of the character transformer.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -42,8 +42,10 @@ impl Default for CharShape {
 
 #[derive(Module, Debug)]
 pub struct CharTransformer<B: Backend> {
-    pub tokens: Param<Tensor<B, 2>>,
-    pub positions: Param<Tensor<B, 2>>,
+    /// `C × vocab × d`, per client.
+    pub tokens: Param<Tensor<B, 3>>,
+    /// `C × context × d`, per client.
+    pub positions: Param<Tensor<B, 3>>,
     pub blocks: Vec<TransformerBlock<B>>,
     pub ln: LayerNorm<B>,
     pub head: Affine<B>,
@@ -55,8 +57,8 @@ impl<B: Kernels> CharTransformer<B> {
             .map(|i| TransformerBlock::new(b, &format!("block{i}"), s.width, s.heads, 4 * s.width))
             .collect::<Result<_, _>>()?;
         Ok(Self {
-            tokens: b.tensor("tokens", [s.vocab, s.width], Init::Normal(0.02))?,
-            positions: b.tensor("positions", [s.context, s.width], Init::Normal(0.02))?,
+            tokens: b.matrix("tokens", [s.vocab, s.width], Init::Normal(0.02))?,
+            positions: b.matrix("positions", [s.context, s.width], Init::Normal(0.02))?,
             blocks,
             ln: LayerNorm::new(b, "ln", s.width)?,
             head: b.affine("head", s.width, s.vocab, true, false)?,
@@ -64,16 +66,33 @@ impl<B: Kernels> CharTransformer<B> {
     }
 
     /// `x`: `N × context` token ids (as floats) → `(N · context) × vocab` logits.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    pub fn forward(&self, x: Tensor<B, 2>, c: &Cohort) -> Tensor<B, 2> {
         let [n, t] = x.dims();
-        let d = self.positions.dims()[1];
-        let h = embedding(self.tokens.val(), x.int())
-            + self.positions.val().narrow(0, 0, t).reshape([1, t, d]);
+        let [clients, vocab, d] = self.tokens.dims();
+        // Client c's tokens are rows c·vocab.. of the clients' tables stacked into one.
+        let mut ids = x.int();
+        if clients > 1 {
+            let offsets: Vec<i64> = c
+                .client_of_rows()
+                .into_iter()
+                .map(|k| k * vocab as i64)
+                .collect();
+            let offsets = TensorData::new(offsets, [n, 1]);
+            let device = ids.device();
+            ids = ids + Tensor::<B, 2, Int>::from_data(offsets, &device);
+        }
+        let tokens = self.tokens.val().reshape([clients * vocab, d]);
+        let positions = self
+            .positions
+            .val()
+            .narrow(1, 0, t)
+            .reshape([clients, t * d]);
+        let h = embedding(tokens, ids) + gather_rows(positions, c).reshape([n, t, d]);
         let h = self
             .blocks
             .iter()
-            .fold(h, |h, block| block.forward(h, true));
-        let logits = self.head.forward(self.ln.forward(h));
+            .fold(h, |h, block| block.forward(h, true, c));
+        let logits = self.head.forward(self.ln.forward(h, c), c);
         let vocab = logits.dims()[2];
         logits.reshape([n * t, vocab])
     }

@@ -12,7 +12,7 @@
 use crate::models::NetError;
 use crate::models::blocks::{GroupNorm, LayerNorm};
 use crate::models::builder::Builder;
-use crate::models::kernels::{Kernels, Pool, pool};
+use crate::models::kernels::{Cohort, Kernels, Pool, pool};
 use crate::models::layers::{Affine, Conv, Weight};
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -100,21 +100,18 @@ impl<B: Kernels> Cnn<B> {
         })
     }
 
-    /// `x`: `N × (channels · side²)` pixel rows.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    /// `x`: `N × (channels · side²)` pixel rows, client after client.
+    pub fn forward(&self, x: Tensor<B, 2>, c: &Cohort) -> Tensor<B, 2> {
         let CnnShape { channels, side, .. } = self.shape;
         let n = x.dims()[0];
         let h = x.reshape([n, channels, side, side]);
-        let h = self.norm0.forward_relu(self.conv0.forward(h));
-        let h = self.norm1.forward_relu(self.conv1.forward(h));
+        let h = self.norm0.forward_relu(self.conv0.forward(h, c), c);
+        let h = self.norm1.forward_relu(self.conv1.forward(h, c), c);
         let h = pool(h, Pool::Max, 2);
-        let h = self.norm2.forward_relu(self.conv2.forward(h));
+        let h = self.norm2.forward_relu(self.conv2.forward(h, c), c);
         let h = pool(h, self.shape.last_pool, 2);
-        let h = relu(
-            self.norm3
-                .forward(self.fc0.forward(h.reshape([n, self.shape.flat()]))),
-        );
-        self.fc1.forward(h)
+        let h = self.fc0.forward(h.reshape([n, self.shape.flat()]), c);
+        self.fc1.forward(relu(self.norm3.forward(h, c)), c)
     }
 
     pub fn weights(&self) -> Vec<&Weight<B>> {

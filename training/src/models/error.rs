@@ -54,6 +54,10 @@ pub enum NetError {
     /// A trained parameter could not be read back from the backend.
     #[error("reading {what}: {cause}")]
     Read { what: String, cause: String },
+    /// The tasks of a cohort do not share one sub-model shape (a shard in one task and not in
+    /// another, or shards of different term counts): they cannot train as one computation.
+    #[error("the cohort's tasks differ at `{name}`: {what}")]
+    Cohort { name: String, what: String },
     #[error("the trained model lost {0}")]
     Lost(String),
 }

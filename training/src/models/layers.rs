@@ -10,10 +10,10 @@
 //! ω is a plain tensor field, not a `Param`: burn treats such a field as a constant, so it never
 //! gets a gradient and no optimizer ever sees it.
 
-use crate::models::kernels::{self, ConvGeometry, Kernels};
+use crate::models::kernels::{self, Cohort, ConvGeometry, Kernels};
 use burn::module::{Module, Param};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
 use thiserror::Error;
 
 /// Why a shard's rows do not make factors.
@@ -33,70 +33,72 @@ pub enum FactorError {
     },
 }
 
-/// The frozen-multiplier factorisation of one layer's weight matrix.
+/// The frozen-multiplier factorisation of one layer's weight matrix, for each client of a
+/// cohort (the leading axis C; one client trains alone as C = 1).
 #[derive(Module, Debug)]
 pub struct Factors<B: Backend> {
-    /// `n × c_out`: row j is the left factor u'_{I_j}.
-    pub u: Param<Tensor<B, 2>>,
-    /// `n × c_in_eff`: row j is the right factor v'_{I_j}.
-    pub v: Param<Tensor<B, 2>>,
-    /// ω_{I_j}, a constant of the local problem.
-    pub omega: Tensor<B, 1>,
+    /// `C × n × c_out`: row j is the left factor u'_{I_j}.
+    pub u: Param<Tensor<B, 3>>,
+    /// `C × n × c_in_eff`: row j is the right factor v'_{I_j}.
+    pub v: Param<Tensor<B, 3>>,
+    /// `C × n`: ω_{I_j}, a constant of the local problem.
+    pub omega: Tensor<B, 2>,
 }
 
 impl<B: Backend> Factors<B> {
-    /// Builds the factors from row-major data, checking the lengths against the shapes.
+    /// Builds the factors of `clients` clients from row-major data (each client's rows after
+    /// the previous client's), checking the lengths against the shapes.
     pub fn from_rows(
-        left: &[f32],
-        right: &[f32],
-        multipliers: &[f32],
-        rows: usize,
-        cols: usize,
+        left: Vec<f32>,
+        right: Vec<f32>,
+        multipliers: Vec<f32>,
+        [clients, rows, cols]: [usize; 3],
         device: &B::Device,
     ) -> Result<Self, FactorError> {
-        let n = multipliers.len();
+        let n = multipliers.len() / clients.max(1);
         if n == 0 {
             return Err(FactorError::NoTerms);
         }
-        if left.len() != n * rows || right.len() != n * cols {
+        if left.len() != clients * n * rows || right.len() != clients * n * cols {
             return Err(FactorError::Lengths {
-                left: left.len(),
-                right: right.len(),
+                left: left.len() / clients,
+                right: right.len() / clients,
                 terms: n,
                 rows,
                 cols,
             });
         }
         Ok(Self {
-            u: param(left.to_vec(), [n, rows], device),
-            v: param(right.to_vec(), [n, cols], device),
-            omega: Tensor::from_data(TensorData::new(multipliers.to_vec(), [n]), device),
+            u: param(left, [clients, n, rows], device),
+            v: param(right, [clients, n, cols], device),
+            omega: Tensor::from_data(TensorData::new(multipliers, [clients, n]), device),
         })
     }
 
     /// Kept terms n.
     pub fn terms(&self) -> usize {
-        self.omega.dims()[0]
+        self.omega.dims()[1]
     }
 
-    /// The ClipLR factor of each term, `min(1, τ/ω_i)`, as an `n × 1` column to scale the rows
-    /// of the factor gradients (docs/algorithms.md §1.7).
-    pub fn clip_scale(&self, tau: f64) -> Tensor<B, 2> {
-        let n = self.terms();
+    /// The ClipLR factor of each term, `min(1, τ/ω_i)`, as a `C × n × 1` column to scale the
+    /// rows of the factor gradients (docs/algorithms.md §1.7).
+    pub fn clip_scale(&self, tau: f64) -> Tensor<B, 3> {
+        let [clients, n] = self.omega.dims();
         self.omega
             .clone()
             .recip()
             .mul_scalar(tau)
             .clamp_max(1.0)
-            .reshape([n, 1])
+            .reshape([clients, n, 1])
     }
 }
 
 /// How a layer's weight is held.
 #[derive(Module, Debug)]
 pub enum Weight<B: Backend> {
-    /// The whole `c_out × c_in_eff` matrix (conv: `c_out × c_in × kh × kw`, flattened).
-    Dense(Param<Tensor<B, 2>>),
+    /// The whole `c_out × c_in_eff` matrix per client, `C × c_out × c_in_eff` (conv:
+    /// `c_out × c_in × kh × kw`, flattened).
+    Dense(Param<Tensor<B, 3>>),
     /// A spectral shard.
     Factorized(Factors<B>),
 }
@@ -105,31 +107,59 @@ pub enum Weight<B: Backend> {
 #[derive(Module, Debug)]
 pub struct Affine<B: Backend> {
     pub weight: Weight<B>,
-    pub bias: Option<Param<Tensor<B, 1>>>,
+    /// `C × c_out`.
+    pub bias: Option<Param<Tensor<B, 2>>>,
+}
+
+/// `per_client` (`C × k`), the values of row r's client for every row of a cohort's
+/// activations (dimension 0), shaped to broadcast over a rank-`D` tensor's other dimensions.
+/// A single client's row is broadcast as it is: for constants (ω), whose values alone matter.
+pub fn per_row<B: Backend, const D: usize>(
+    per_client: Tensor<B, 2>,
+    cohort: &Cohort,
+) -> Tensor<B, D> {
+    let [clients, k] = per_client.dims();
+    if clients == 1 {
+        let mut shape = [1; D];
+        shape[D - 1] = k;
+        return per_client.reshape(shape);
+    }
+    let mut shape = [1; D];
+    shape[0] = cohort.total();
+    shape[D - 1] = k;
+    gather_rows(per_client, cohort).reshape(shape)
+}
+
+/// `per_client` (`C × k`) gathered to one row per row of a cohort's activations (`rows × k`),
+/// also for a single client. For parameters: the gradient of a gather adds each client's rows
+/// in order into its own row, the same sums for one client alone as in a cohort, where a
+/// broadcast's reduction might add them in another order.
+pub fn gather_rows<B: Backend>(per_client: Tensor<B, 2>, cohort: &Cohort) -> Tensor<B, 2> {
+    let index = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(cohort.client_of_rows(), [cohort.total()]),
+        &per_client.device(),
+    );
+    per_client.select(0, index)
 }
 
 impl<B: Kernels> Affine<B> {
-    /// Applies the layer to the last dimension of `x`.
-    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        // A shape of ones but the last dimension, to broadcast a vector over the rows.
-        let along_rows = |v: Tensor<B, 1>| {
-            let mut shape = [1; D];
-            shape[D - 1] = v.dims()[0];
-            v.reshape(shape)
-        };
+    /// Applies the layer to the last dimension of `x`, client c's rows (dimension 0) with
+    /// client c's weights.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>, cohort: &Cohort) -> Tensor<B, D> {
         let bias = self.bias.as_ref().map(Param::val);
         match &self.weight {
-            Weight::Dense(w) => kernels::affine(x, w.val(), bias),
+            Weight::Dense(w) => kernels::cohort_affine(x, w.val(), bias, cohort),
             Weight::Factorized(f) => {
-                let projected = kernels::linear(x, f.v.val()) * along_rows(f.omega.clone());
-                kernels::affine(projected, f.u.val().transpose(), bias)
+                let projected = kernels::cohort_affine(x, f.v.val(), None, cohort)
+                    * per_row(f.omega.clone(), cohort);
+                kernels::cohort_affine(projected, f.u.val().swap_dims(1, 2), bias, cohort)
             }
         }
     }
 }
 
 /// A 2-D convolution whose weight `c_out × c_in × kh × kw` is held as the matrix
-/// `c_out × (c_in kh kw)` (row-major over (c_in, kh, kw), docs/algorithms.md §1.8).
+/// `c_out × (c_in kh kw)` (row-major over (c_in, kh, kw), docs/algorithms.md §1.8), per client.
 ///
 /// Factorized, it runs in whichever order costs fewer multiply-adds per output position: as a
 /// convolution with the n filters `Diag(ω)·V` (filter j = ω_j v'_{I_j} reshaped to
@@ -139,7 +169,8 @@ impl<B: Kernels> Affine<B> {
 #[derive(Module, Debug)]
 pub struct Conv<B: Backend> {
     pub weight: Weight<B>,
-    pub bias: Option<Param<Tensor<B, 1>>>,
+    /// `C × c_out`.
+    pub bias: Option<Param<Tensor<B, 2>>>,
     pub in_channels: usize,
     pub kernel: [usize; 2],
     pub stride: [usize; 2],
@@ -155,27 +186,34 @@ impl<B: Kernels> Conv<B> {
         }
     }
 
-    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    /// `x`: `N × C_in × H × W`, client c's images (dimension 0) with client c's filters.
+    pub fn forward(&self, x: Tensor<B, 4>, cohort: &Cohort) -> Tensor<B, 4> {
         let bias = self.bias.as_ref().map(Param::val);
         match &self.weight {
-            Weight::Dense(w) => kernels::conv2d(x, w.val(), bias, self.geometry()),
+            Weight::Dense(w) => kernels::cohort_conv2d(x, w.val(), bias, self.geometry(), cohort),
             Weight::Factorized(f) => {
-                let [n, patch] = f.v.dims();
-                let c_out = f.u.dims()[1];
-                // Diag(ω)·V, n × c_in kh kw.
-                let scaled_v = f.v.val() * f.omega.clone().reshape([n, 1]);
+                let [clients, n, patch] = f.v.dims();
+                let c_out = f.u.dims()[2];
+                // Diag(ω)·V, C × n × c_in kh kw.
+                let scaled_v = f.v.val() * f.omega.clone().reshape([clients, n, 1]);
+                let u_t = f.u.val().swap_dims(1, 2);
                 if n * (patch + c_out) < c_out * patch {
-                    let h = kernels::conv2d(x, scaled_v, None, self.geometry());
+                    let h = kernels::cohort_conv2d(x, scaled_v, None, self.geometry(), cohort);
                     let one_by_one = ConvGeometry {
                         kernel: [1, 1],
                         stride: [1, 1],
                         padding: [0, 0],
                     };
-                    kernels::conv2d(h, f.u.val().transpose(), bias, one_by_one)
+                    kernels::cohort_conv2d(h, u_t, bias, one_by_one, cohort)
                 } else {
-                    // Uᵀ·(Diag(ω)·V) = linear(Uᵀ, (Diag(ω)·V)ᵀ).
-                    let composed = kernels::linear(f.u.val().transpose(), scaled_v.transpose());
-                    kernels::conv2d(x, composed, bias, self.geometry())
+                    // Uᵀ·(Diag(ω)·V) = linear(Uᵀ, (Diag(ω)·V)ᵀ), per client.
+                    let composed = kernels::cohort_affine(
+                        u_t,
+                        scaled_v.swap_dims(1, 2),
+                        None,
+                        &Cohort::stacked(clients),
+                    );
+                    kernels::cohort_conv2d(x, composed, bias, self.geometry(), cohort)
                 }
             }
         }

@@ -5,7 +5,7 @@
 
 use crate::models::NetError;
 use crate::models::builder::Builder;
-use crate::models::kernels::Kernels;
+use crate::models::kernels::{Cohort, Kernels};
 use crate::models::layers::{Affine, Weight};
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -39,10 +39,10 @@ impl<B: Kernels> Mlp<B> {
         Ok(Self { layers })
     }
 
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    pub fn forward(&self, x: Tensor<B, 2>, cohort: &Cohort) -> Tensor<B, 2> {
         let last = self.layers.len() - 1;
         self.layers.iter().enumerate().fold(x, |h, (i, layer)| {
-            let y = layer.forward(h);
+            let y = layer.forward(h, cohort);
             if i == last { y } else { relu(y) }
         })
     }

@@ -1,11 +1,11 @@
 //! The neural models by name, and the one interface local training needs from them.
 
 use crate::models::NetError;
-use crate::models::builder::{Builder, Layout, export};
+use crate::models::builder::{Builder, Layout, Task, export};
 use crate::models::cct::Cct;
 use crate::models::char_transformer::{CharShape, CharTransformer};
 use crate::models::cnn::{Cnn, CnnShape};
-use crate::models::kernels::Kernels;
+use crate::models::kernels::{Cohort, Kernels};
 use crate::models::layers::Weight;
 use crate::models::mlp::Mlp;
 use crate::models::resnet::ResNet18;
@@ -98,7 +98,16 @@ impl Architecture {
         shards: &[LayerShard],
         device: &B::Device,
     ) -> Result<(Net<B>, Layout), NetError> {
-        let mut builder = Builder::load(dense, shards, device);
+        self.load_cohort(&[(dense, shards)], device)
+    }
+
+    /// The sub-models of a cohort's clients (one sub-model shape) as one stacked model.
+    pub fn load_cohort<B: Kernels>(
+        &self,
+        tasks: &[Task<'_>],
+        device: &B::Device,
+    ) -> Result<(Net<B>, Layout), NetError> {
+        let mut builder = Builder::load(tasks, device);
         let net = self.build(&mut builder)?;
         let (layout, _) = builder.finish()?;
         Ok((net, layout))
@@ -118,14 +127,14 @@ pub enum Net<B: Backend> {
 
 impl<B: Kernels> Net<B> {
     /// Logits, one row per prediction: per sample for classifiers, per sample and position for
-    /// the character model.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    /// the character model. `cohort` says which rows of `x` are whose (one client: all).
+    pub fn forward(&self, x: Tensor<B, 2>, cohort: &Cohort) -> Tensor<B, 2> {
         match self {
-            Net::Mlp(m) => m.forward(x),
-            Net::Cnn(m) => m.forward(x),
-            Net::CharTransformer(m) => m.forward(x),
-            Net::Resnet18(m) => m.forward(x),
-            Net::Cct(m) => m.forward(x),
+            Net::Mlp(m) => m.forward(x, cohort),
+            Net::Cnn(m) => m.forward(x, cohort),
+            Net::CharTransformer(m) => m.forward(x, cohort),
+            Net::Resnet18(m) => m.forward(x, cohort),
+            Net::Cct(m) => m.forward(x, cohort),
         }
     }
 
@@ -140,13 +149,13 @@ impl<B: Kernels> Net<B> {
         }
     }
 
-    /// The trained tensors in the server's form (see [`export`]).
+    /// The trained tensors in the server's form, one result per task the model was loaded
+    /// from (see [`export`]).
     pub fn export(
         &self,
         layout: &Layout,
-        dense: &ModelState,
-        shards: &[LayerShard],
-    ) -> Result<(ModelState, Vec<LayerShard>), NetError> {
-        export(self, layout, dense, shards)
+        tasks: &[Task<'_>],
+    ) -> Result<Vec<(ModelState, Vec<LayerShard>)>, NetError> {
+        export(self, layout, tasks)
     }
 }

@@ -8,7 +8,7 @@
 use crate::models::NetError;
 use crate::models::blocks::GroupNorm;
 use crate::models::builder::Builder;
-use crate::models::kernels::Kernels;
+use crate::models::kernels::{Cohort, Kernels};
 use crate::models::layers::{Affine, Conv, Weight};
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -70,11 +70,11 @@ impl<B: Kernels> BasicBlock<B> {
         })
     }
 
-    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let h = self.norm1.forward_relu(self.conv1.forward(x.clone()));
-        let h = self.norm2.forward(self.conv2.forward(h));
+    fn forward(&self, x: Tensor<B, 4>, c: &Cohort) -> Tensor<B, 4> {
+        let h = self.norm1.forward_relu(self.conv1.forward(x.clone(), c), c);
+        let h = self.norm2.forward(self.conv2.forward(h, c), c);
         let skip = match &self.shortcut {
-            Some((conv, norm)) => norm.forward(conv.forward(x)),
+            Some((conv, norm)) => norm.forward(conv.forward(x, c), c),
             None => x,
         };
         relu(h + skip)
@@ -121,15 +121,13 @@ impl<B: Kernels> ResNet18<B> {
     }
 
     /// `x`: `N × 3072` rows of 3×32×32 images.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    pub fn forward(&self, x: Tensor<B, 2>, c: &Cohort) -> Tensor<B, 2> {
         let n = x.dims()[0];
-        let h = relu(
-            self.stem_norm
-                .forward(self.stem.forward(x.reshape([n, 3, 32, 32]))),
-        );
-        let h = self.blocks.iter().fold(h, |h, block| block.forward(h));
+        let stem = self.stem.forward(x.reshape([n, 3, 32, 32]), c);
+        let h = relu(self.stem_norm.forward(stem, c));
+        let h = self.blocks.iter().fold(h, |h, block| block.forward(h, c));
         let pooled = adaptive_avg_pool2d(h, [1, 1]).reshape([n, 512]);
-        self.fc.forward(pooled)
+        self.fc.forward(pooled, c)
     }
 
     pub fn weights(&self) -> Vec<&Weight<B>> {

@@ -61,6 +61,17 @@ impl<'a> LocalSteps<'a> {
         })
     }
 
+    /// Every batch's samples, in training order: `epochs` passes, each in a fresh order.
+    pub(crate) fn batches(mut self) -> Vec<Vec<usize>> {
+        let mut order: Vec<usize> = (0..self.examples.len()).collect();
+        let mut batches = Vec::new();
+        for _ in 0..self.epochs {
+            crate::data::shuffle(&mut order, &mut self.order_rng);
+            batches.extend(order.chunks(self.batch_size).map(<[usize]>::to_vec));
+        }
+        batches
+    }
+
     /// Runs `step` on every batch in turn, threading `model` through it; `step` returns the
     /// updated model and the loss to report for the batch. Returns the trained model and the
     /// mean reported loss over all steps, or an error if that mean is not finite.

@@ -7,6 +7,7 @@
 //! [`Evaluator`]: fedshard_protocol::task::Evaluator
 
 mod batches;
+pub mod cohort;
 pub mod fedpm;
 pub mod neural;
 pub mod ridge;

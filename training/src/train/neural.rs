@@ -3,21 +3,21 @@
 //! (momentum, fresh state every round), Frobenius decay on every effective weight and ClipLR on
 //! the factors of its shards, and exports the trained tensors.
 
-use crate::models::kernels::{self, Kernels, TrainingBackend};
+use crate::models::kernels::{self, Cohort, Kernels, TrainingBackend};
 use crate::models::layers::Weight;
 use crate::models::net::{Architecture, Net};
-use crate::train::batches::{self, LocalSteps};
+use crate::train::batches;
+use crate::train::cohort::{self, Member, Trained};
 use crate::train::sgld;
-use burn::optim::momentum::MomentumConfig;
-use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardingPolicy, dense_part, plan_shards};
 use fedshard_protocol::task::{
-    BoxError, EvalError, Evaluation, Evaluator, LayerShard, LocalTrainer, Recipe, TrainError,
-    TrainOutput, TrainTask,
+    BoxError, EvalError, Evaluation, Evaluator, LayerShard, LocalTrainer, TrainError, TrainOutput,
+    TrainTask,
 };
 
 /// Training examples as the models see them: rows of `width` floats and, per row,
@@ -107,7 +107,7 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
 /// Adds the gradient of the Frobenius decay `(μ/2) Σ ‖Ŵ‖²_F` over every affine and
 /// convolutional weight of the model to `grads`, in closed form (docs/algorithms.md §1.7): `μ W` for
 /// a dense weight; for a shard Ŵ = Uᵀ Ω V (U `n × c_out`, V `n × c_in`), `μ Ω (V Vᵀ) Ω U` for U
-/// and `μ Ω (U Uᵀ) Ω V` for V.
+/// and `μ Ω (U Uᵀ) Ω V` for V, for each client of the model's cohort.
 ///
 /// Why not through autodiff: recorded as a loss term, the decay of a shard with many terms cost
 /// more than the layer's own forward and backward at the federated batch sizes (two Gram
@@ -117,8 +117,8 @@ pub fn add_frobenius_decay<B: TrainingBackend>(net: &Net<B>, grads: &mut Gradien
     if mu == 0.0 {
         return;
     }
-    let mut add = |id, decay: Tensor<B::InnerBackend, 2>| {
-        let total = match grads.remove::<B::InnerBackend, 2>(id) {
+    let mut add = |id, decay: Tensor<B::InnerBackend, 3>| {
+        let total = match grads.remove::<B::InnerBackend, 3>(id) {
             Some(g) => g + decay,
             None => decay,
         };
@@ -128,19 +128,20 @@ pub fn add_frobenius_decay<B: TrainingBackend>(net: &Net<B>, grads: &mut Gradien
         match weight {
             Weight::Dense(w) => add(w.id, w.val().inner().mul_scalar(mu)),
             Weight::Factorized(f) => {
-                let n = f.terms();
+                let [clients, n] = f.omega.dims();
+                // Each client's Gram products are its own: one row of dimension 0 per client.
+                let each = Cohort::stacked(clients);
                 let (u, v) = (f.u.val().inner(), f.v.val().inner());
-                let omega = f.omega.clone().inner().reshape([n, 1]);
+                let omega = f.omega.clone().inner().reshape([clients, n, 1]);
                 let (scaled_u, scaled_v) = (u.clone() * omega.clone(), v.clone() * omega.clone());
-                let gram_u = kernels::linear(u.clone(), u);
-                let gram_v = kernels::linear(v.clone(), v);
+                let gram_u = kernels::cohort_affine(u.clone(), u, None, &each);
+                let gram_v = kernels::cohort_affine(v.clone(), v, None, &each);
                 let rows = omega.mul_scalar(mu);
                 // linear(G, Xᵀ) = G · X, with the transposed factor read in place.
-                add(
-                    f.u.id,
-                    kernels::linear(gram_v, scaled_u.transpose()) * rows.clone(),
-                );
-                add(f.v.id, kernels::linear(gram_u, scaled_v.transpose()) * rows);
+                let d_u = kernels::cohort_affine(gram_v, scaled_u.swap_dims(1, 2), None, &each);
+                let d_v = kernels::cohort_affine(gram_u, scaled_v.swap_dims(1, 2), None, &each);
+                add(f.u.id, d_u * rows.clone());
+                add(f.v.id, d_v * rows);
             }
         }
     }
@@ -152,43 +153,12 @@ pub fn clip_lr<B: TrainingBackend>(net: &Net<B>, grads: &mut GradientsParams, ta
         if let Weight::Factorized(f) = weight {
             let scale = f.clip_scale(tau).inner();
             for id in [f.u.id, f.v.id] {
-                if let Some(g) = grads.remove::<B::InnerBackend, 2>(id) {
+                if let Some(g) = grads.remove::<B::InnerBackend, 3>(id) {
                     grads.register(id, g * scale.clone());
                 }
             }
         }
     }
-}
-
-/// Trains `net` on `examples` following `recipe`; returns the trained model and the mean
-/// cross-entropy over all steps. `seed` drives the shuffling.
-pub fn train<B: TrainingBackend>(
-    net: Net<B>,
-    examples: &dyn Examples,
-    recipe: &Recipe,
-    seed: u64,
-    round: u64,
-    client: u64,
-    device: &B::Device,
-) -> Result<(Net<B>, f64), TrainError> {
-    let steps = LocalSteps::new(examples, recipe, seed, round, client)?;
-    let momentum = MomentumConfig {
-        momentum: recipe.momentum,
-        dampening: 0.0,
-        nesterov: false,
-    };
-    let mut optimizer = SgdConfig::new()
-        .with_momentum((recipe.momentum > 0.0).then_some(momentum))
-        .init::<B, Net<B>>();
-    steps.run(net, device, |net: Net<B>, inputs, targets| {
-        let ce = cross_entropy(net.forward(inputs), targets);
-        let mut grads = GradientsParams::from_grads(ce.backward(), &net);
-        add_frobenius_decay(&net, &mut grads, recipe.weight_decay);
-        if let Some(tau) = recipe.clip_lr {
-            clip_lr(&net, &mut grads, tau);
-        }
-        (optimizer.step(recipe.learning_rate, net, grads), ce)
-    })
 }
 
 /// What the runtime would send one client in round 1 at `keep_ratio`: the dense tensors and
@@ -239,35 +209,91 @@ pub struct NeuralClient<B: AutodiffBackend> {
     pub method: LocalMethod,
 }
 
+impl<B: TrainingBackend> NeuralClient<B> {
+    /// Which tasks this client can train in one computation with others: those of clients of
+    /// the same architecture and device (the caller's concern: one run's clients share them)
+    /// whose keys are equal. `None` for a client that trains alone (federated SGLD's one
+    /// step).
+    pub fn cohort_key(&self, task: &TrainTask) -> Option<CohortKey> {
+        (self.method == LocalMethod::Sgd).then(|| CohortKey::of(task))
+    }
+
+    /// This client's member of a cohort for `task`.
+    pub fn member<'a>(&'a self, task: &'a TrainTask) -> Member<'a> {
+        Member {
+            dense: &task.dense,
+            shards: &task.shards,
+            examples: self.examples.as_ref(),
+            seed: task.seed,
+            round: task.round,
+            client: task.client,
+        }
+    }
+}
+
+/// What the tasks of one cohort share: the recipe and the sub-model shape (which layers are
+/// sharded, and with how many terms).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CohortKey {
+    /// The recipe's numbers, floats by their bits.
+    recipe: [u64; 6],
+    shards: Vec<(String, usize)>,
+}
+
+impl CohortKey {
+    fn of(task: &TrainTask) -> Self {
+        let r = &task.recipe;
+        Self {
+            recipe: [
+                r.learning_rate.to_bits(),
+                r.epochs as u64,
+                r.batch_size as u64,
+                r.momentum.to_bits(),
+                r.weight_decay.to_bits(),
+                r.clip_lr.map_or(u64::MAX, f64::to_bits),
+            ],
+            shards: task
+                .shards
+                .iter()
+                .map(|s| (s.name.clone(), s.multipliers.len()))
+                .collect(),
+        }
+    }
+}
+
+impl From<Trained> for TrainOutput {
+    fn from(t: Trained) -> Self {
+        TrainOutput {
+            dense: t.dense,
+            shards: t.shards,
+            loss: t.loss,
+        }
+    }
+}
+
 impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
     fn samples(&self) -> u64 {
         self.examples.len() as u64
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
-        let (net, layout) = self
-            .architecture
-            .load::<B>(&task.dense, &task.shards, &self.device)?;
-        let (net, loss) = match self.method {
-            LocalMethod::Sgd => train(
-                net,
-                self.examples.as_ref(),
+        let trained = match self.method {
+            LocalMethod::Sgd => cohort::train::<B>(
+                &self.architecture,
                 &task.recipe,
-                task.seed,
-                task.round,
-                task.client,
+                &[self.member(task)],
+                &self.device,
+            )
+            .pop()
+            .expect("one result per member")?,
+            LocalMethod::Sgld => sgld::potential_step::<B>(
+                &self.architecture,
+                self.examples.as_ref(),
+                task,
                 &self.device,
             )?,
-            LocalMethod::Sgld => {
-                sgld::potential_step(net, self.examples.as_ref(), task, &self.device)?
-            }
         };
-        let (dense, shards) = net.export(&layout, &task.dense, &task.shards)?;
-        Ok(TrainOutput {
-            dense,
-            shards,
-            loss,
-        })
+        Ok(trained.into())
     }
 }
 
@@ -293,7 +319,7 @@ impl<B: Kernels> Evaluator for NeuralEvaluator<B> {
             &self.device,
             |inputs, targets| {
                 let rows = inputs.dims()[0];
-                let logits = net.forward(inputs);
+                let logits = net.forward(inputs, &Cohort::single(rows));
                 if per_row == 1 {
                     return (logits, targets);
                 }

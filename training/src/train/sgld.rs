@@ -5,7 +5,7 @@
 //! convolutional weights, as [`add_frobenius_decay`]; biases have a flat prior) shared equally by
 //! the `N` clients, so that `κ Σ_{c ∈ C}` of the shares is the whole prior.
 //!
-//! No second training loop: this is one step of the ordinary trainer ([`train`]) on the
+//! No second training loop: this is one step of the ordinary trainer ([`cohort::train`]) on the
 //! minibatch, without momentum, at learning rate `|D_c|` and weight decay `λ/(N |D_c|)`:
 //! `θ − |D_c| (∇ mean CE + λ W/(N |D_c|)) = θ − H_c`. The output `θ − H_c` goes to the uplink,
 //! which reads `H_c = sent − out` and sends `y_c ~ N(H_c, σ² I)`; the server's step size `η`
@@ -14,10 +14,12 @@
 //! [`Purpose::Training`]); the recipe's learning rate, epochs and momentum do not apply.
 //!
 //! [`add_frobenius_decay`]: crate::train::neural::add_frobenius_decay
+//! [`cohort::train`]: crate::train::cohort::train
 
 use crate::models::kernels::TrainingBackend;
-use crate::models::net::Net;
-use crate::train::neural::{Examples, train};
+use crate::models::net::Architecture;
+use crate::train::cohort::{self, Member, Trained};
+use crate::train::neural::Examples;
 use fedshard_protocol::task::{Recipe, TrainError, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream};
 
@@ -57,14 +59,14 @@ pub fn potential_step_recipe(recipe: &Recipe, examples: usize, population: usize
     }
 }
 
-/// `θ − H_c` for the client that holds `examples`, with `net` loaded from the task; returns
-/// the network after the step and the minibatch's mean cross-entropy.
+/// `θ − H_c` for the client that holds `examples`, from the model the task sends; returns the
+/// client's tensors after the step and the minibatch's mean cross-entropy.
 pub fn potential_step<B: TrainingBackend>(
-    net: Net<B>,
+    architecture: &Architecture,
     examples: &dyn Examples,
     task: &TrainTask,
     device: &B::Device,
-) -> Result<(Net<B>, f64), TrainError> {
+) -> Result<Trained, TrainError> {
     let scaling = task.uplink.langevin.ok_or(TrainError::MissingCohort)?;
     scaling.check().map_err(TrainError::Scaling)?;
     if examples.is_empty() {
@@ -84,15 +86,17 @@ pub fn potential_step<B: TrainingBackend>(
         examples,
         samples: order,
     };
-    train(
-        net,
-        &batch,
-        &recipe,
-        task.seed,
-        task.round,
-        task.client,
-        device,
-    )
+    let member = Member {
+        dense: &task.dense,
+        shards: &task.shards,
+        examples: &batch,
+        seed: task.seed,
+        round: task.round,
+        client: task.client,
+    };
+    cohort::train::<B>(architecture, &recipe, &[member], device)
+        .pop()
+        .expect("one result per member")
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! Why: burn's autodiff would otherwise record the 5–10 operations of each composite kernel and
 //! replay them backward; one node keeps the fused loops on both passes.
 
-use super::{ConvGeometry, Kernels, Pool};
+use super::{Cohort, ConvGeometry, Kernels, Pool};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -185,6 +185,98 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         let state = (x.primitive.clone(), kind, k);
         record::<B, C, _, 1>([x], y, state, |(x, kind, k), g| {
             [B::fused_pool_backward(x, g, kind, k)]
+        })
+    }
+
+    fn cohort_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        cohort: &Cohort,
+    ) -> FloatTensor<Self> {
+        let y = B::cohort_linear(
+            x.primitive.clone(),
+            w.primitive.clone(),
+            bias.as_ref().map(|b| b.primitive.clone()),
+            cohort,
+        );
+        let state = (x.primitive.clone(), w.primitive.clone(), cohort.clone());
+        match bias {
+            Some(bias) => record::<B, C, _, 3>([x, w, bias], y, state, |(x, w, cohort), g| {
+                let (d_x, d_w, d_b) = B::cohort_linear_backward(x, w, g, true, &cohort);
+                [d_x, d_w, d_b.expect("asked for the bias gradient")]
+            }),
+            None => record::<B, C, _, 2>([x, w], y, state, |(x, w, cohort), g| {
+                let (d_x, d_w, _) = B::cohort_linear_backward(x, w, g, false, &cohort);
+                [d_x, d_w]
+            }),
+        }
+    }
+
+    fn cohort_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        cohort: &Cohort,
+    ) -> FloatTensor<Self> {
+        let y = B::cohort_layer_norm(
+            x.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive.clone(),
+            cohort,
+        );
+        let state = (x.primitive.clone(), gamma.primitive.clone(), cohort.clone());
+        record::<B, C, _, 3>([x, gamma, beta], y, state, |(x, gamma, cohort), g| {
+            B::cohort_layer_norm_backward(x, gamma, g, &cohort)
+        })
+    }
+
+    fn cohort_conv2d(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        geometry: ConvGeometry,
+        cohort: &Cohort,
+    ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
+        let (y, saved) = B::cohort_conv2d(
+            x.primitive.clone(),
+            filters.primitive.clone(),
+            bias.as_ref().map(|b| b.primitive.clone()),
+            geometry,
+            cohort,
+        );
+        let saved_out = saved.iter().cloned().map(Self::from_inner).collect();
+        let state = (
+            saved,
+            x.primitive.shape(),
+            filters.primitive.clone(),
+            geometry,
+            cohort.clone(),
+        );
+        let y = match bias {
+            Some(bias) => record::<B, C, _, 3>([x, filters, bias], y, state, |s, g| {
+                B::cohort_conv2d_backward(s.0, s.1, s.2, g, s.3, &s.4)
+            }),
+            None => record::<B, C, _, 2>([x, filters], y, state, |s, g| {
+                let [d_x, d_filters, _] = B::cohort_conv2d_backward(s.0, s.1, s.2, g, s.3, &s.4);
+                [d_x, d_filters]
+            }),
+        };
+        (y, saved_out)
+    }
+
+    fn cohort_group_norm(
+        x: FloatTensor<Self>,
+        [gamma, beta]: [FloatTensor<Self>; 2],
+        groups: usize,
+        relu: bool,
+        cohort: &Cohort,
+    ) -> FloatTensor<Self> {
+        let params = [gamma.primitive.clone(), beta.primitive.clone()];
+        let y = B::cohort_group_norm(x.primitive.clone(), params.clone(), groups, relu, cohort);
+        let state = (x.primitive.clone(), params, groups, relu, cohort.clone());
+        record::<B, C, _, 3>([x, gamma, beta], y, state, |s, g| {
+            B::cohort_group_norm_backward(s.0, s.1, g, s.2, s.3, &s.4)
         })
     }
 }

@@ -16,6 +16,7 @@
 //! gradients. CUDA (`cuda.rs`) runs the composite versions except for the convolution, which
 //! it runs as an implicit GEMM.
 
+pub mod cohort;
 pub mod composite;
 
 mod autodiff;
@@ -26,6 +27,7 @@ mod ndarray;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, Tensor, TensorPrimitive};
+pub use cohort::Cohort;
 
 /// √(2/π), GPT-2's GELU constant.
 const GELU_C: f32 = 0.797_884_6;
@@ -174,6 +176,107 @@ pub trait Kernels: Backend {
         relu: bool,
     ) -> [FloatTensor<Self>; 3] {
         composite::group_norm_backward::<Self>(x, [gamma, beta], grad, groups, relu)
+    }
+
+    /// Client c's parameter of a stacked one (`C × …` → `…`). The CPU backend keeps the
+    /// strides (a transposed factor stays a transposed view, read in place by the products).
+    fn cohort_client(stacked: FloatTensor<Self>, c: usize) -> FloatTensor<Self> {
+        cohort::slice_client::<Self>(stacked, c)
+    }
+
+    /// [`Kernels::fused_linear`] for a cohort (the `cohort` module): `w` is `C × out × in`
+    /// (any strides), `bias` `C × out`, and client c's rows of `x` use client c's weight.
+    fn cohort_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        cohort: &Cohort,
+    ) -> FloatTensor<Self> {
+        cohort::linear::<Self>(x, w, bias, cohort)
+    }
+
+    /// The gradients of [`Kernels::cohort_linear`] with respect to `x`, `w` and, where
+    /// `with_bias`, the bias.
+    fn cohort_linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        with_bias: bool,
+        cohort: &Cohort,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        Option<FloatTensor<Self>>,
+    ) {
+        cohort::linear_backward::<Self>(x, w, grad, with_bias, cohort)
+    }
+
+    /// [`Kernels::fused_layer_norm`] for a cohort: `gamma` and `beta` are `C × d`.
+    fn cohort_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        cohort: &Cohort,
+    ) -> FloatTensor<Self> {
+        cohort::layer_norm::<Self>(x, gamma, beta, cohort)
+    }
+
+    /// The gradients of [`Kernels::cohort_layer_norm`] with respect to `x`, `gamma` and `beta`.
+    fn cohort_layer_norm_backward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        cohort: &Cohort,
+    ) -> [FloatTensor<Self>; 3] {
+        cohort::layer_norm_backward::<Self>(x, gamma, grad, cohort)
+    }
+
+    /// [`Kernels::fused_conv2d`] for a cohort: `filters` is `C × c_out × (C_in·kh·kw)`, `bias`
+    /// `C × c_out`. Returns the output and what the backward pass keeps, per client.
+    fn cohort_conv2d(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        geometry: ConvGeometry,
+        cohort: &Cohort,
+    ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
+        cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
+    }
+
+    /// The gradients of [`Kernels::cohort_conv2d`] with respect to its input (of shape
+    /// `input`), the filters and the bias.
+    fn cohort_conv2d_backward(
+        saved: Vec<FloatTensor<Self>>,
+        input: Shape,
+        filters: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        geometry: ConvGeometry,
+        cohort: &Cohort,
+    ) -> [FloatTensor<Self>; 3] {
+        cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
+    }
+
+    /// [`Kernels::fused_group_norm`] for a cohort: `gamma` and `beta` are `C × channels`.
+    fn cohort_group_norm(
+        x: FloatTensor<Self>,
+        gamma_beta: [FloatTensor<Self>; 2],
+        groups: usize,
+        relu: bool,
+        cohort: &Cohort,
+    ) -> FloatTensor<Self> {
+        cohort::group_norm::<Self>(x, gamma_beta, groups, relu, cohort)
+    }
+
+    /// The gradients of [`Kernels::cohort_group_norm`] with respect to `x`, `gamma` and `beta`.
+    fn cohort_group_norm_backward(
+        x: FloatTensor<Self>,
+        gamma_beta: [FloatTensor<Self>; 2],
+        grad: FloatTensor<Self>,
+        groups: usize,
+        relu: bool,
+        cohort: &Cohort,
+    ) -> [FloatTensor<Self>; 3] {
+        cohort::group_norm_backward::<Self>(x, gamma_beta, grad, groups, relu, cohort)
     }
 
     /// Non-overlapping `k × k` pooling of `N × C × H × W` activations (sides divisible by k).
@@ -347,6 +450,77 @@ pub fn group_norm<B: Kernels>(
 /// Non-overlapping `k × k` pooling through [`Kernels::fused_pool`].
 pub fn pool<B: Kernels>(x: Tensor<B, 4>, kind: Pool, k: usize) -> Tensor<B, 4> {
     float(B::fused_pool(x.into_primitive().tensor(), kind, k))
+}
+
+/// `x · wᵀ + bias` for a cohort through [`Kernels::cohort_linear`]: client c's rows of `x`
+/// (dimension 0) with `w[c]` (`C × out × in`) and `bias[c]` (`C × out`).
+pub fn cohort_affine<B: Kernels, const D: usize>(
+    x: Tensor<B, D>,
+    w: Tensor<B, 3>,
+    bias: Option<Tensor<B, 2>>,
+    cohort: &Cohort,
+) -> Tensor<B, D> {
+    float(B::cohort_linear(
+        x.into_primitive().tensor(),
+        w.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
+        cohort,
+    ))
+}
+
+/// Layer normalisation for a cohort through [`Kernels::cohort_layer_norm`].
+pub fn cohort_layer_norm<B: Kernels, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 2>,
+    beta: Tensor<B, 2>,
+    cohort: &Cohort,
+) -> Tensor<B, D> {
+    float(B::cohort_layer_norm(
+        x.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+        cohort,
+    ))
+}
+
+/// A 2-D convolution for a cohort through [`Kernels::cohort_conv2d`].
+pub fn cohort_conv2d<B: Kernels>(
+    x: Tensor<B, 4>,
+    filters: Tensor<B, 3>,
+    bias: Option<Tensor<B, 2>>,
+    geometry: ConvGeometry,
+    cohort: &Cohort,
+) -> Tensor<B, 4> {
+    let (y, _saved) = B::cohort_conv2d(
+        x.into_primitive().tensor(),
+        filters.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
+        geometry,
+        cohort,
+    );
+    float(y)
+}
+
+/// Group normalisation (and a ReLU where `relu`) for a cohort through
+/// [`Kernels::cohort_group_norm`].
+pub fn cohort_group_norm<B: Kernels>(
+    x: Tensor<B, 4>,
+    gamma: Tensor<B, 2>,
+    beta: Tensor<B, 2>,
+    groups: usize,
+    relu: bool,
+    cohort: &Cohort,
+) -> Tensor<B, 4> {
+    float(B::cohort_group_norm(
+        x.into_primitive().tensor(),
+        [
+            gamma.into_primitive().tensor(),
+            beta.into_primitive().tensor(),
+        ],
+        groups,
+        relu,
+        cohort,
+    ))
 }
 
 #[cfg(test)]

@@ -91,6 +91,13 @@ fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 impl Kernels for NdArray<f32> {
+    fn cohort_client(stacked: FloatTensor<Self>, c: usize) -> FloatTensor<Self> {
+        let NdArrayTensor::F32(storage) = stacked else {
+            not_f32(&stacked)
+        };
+        NdArrayTensor::from(storage.into_shared().index_axis_move(ndarray::Axis(0), c))
+    }
+
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         activations::gelu(x)
     }

@@ -1,0 +1,295 @@
+//! The layers' kernels for a cohort: several clients with the same sub-model shape trained as
+//! one computation (docs/design.md, "Cohorts"). Every parameter of a cohort's model carries a
+//! leading client axis (`C × …`), and its activations hold the clients' samples one client after
+//! another along dimension 0, client c owning the `rows[c]` rows that follow those of clients
+//! 0..c (clients hold different sample counts, so the last batch of an epoch differs).
+//!
+//! The default implementations run the one-client kernel of [`Kernels`] on each client's rows
+//! and parameters and join the results: a client's numbers are then exactly those it gets
+//! trained alone, which is what the CPU backend needs (a cohort and one-by-one training give the
+//! same model bytes). Under [`Autodiff`](burn::backend::autodiff::Autodiff) a cohort kernel is
+//! one graph node (`autodiff.rs`), so the graph does not grow with the cohort. A GPU backend
+//! overrides them with one batched launch per operation where the clients' rows are equal
+//! (`cuda.rs`).
+
+use super::{ConvGeometry, Kernels};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Shape, Slice, TensorMetadata};
+use std::sync::Arc;
+
+/// The clients of a cohort computation and how many rows of dimension 0 each owns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cohort {
+    rows: Arc<[usize]>,
+}
+
+impl Cohort {
+    /// A cohort of `rows.len()` clients; panics on no client, as no computation has none.
+    pub fn new(rows: impl Into<Arc<[usize]>>) -> Self {
+        let rows = rows.into();
+        assert!(!rows.is_empty(), "a cohort has at least one client");
+        Self { rows }
+    }
+
+    /// One client owning `rows` rows.
+    pub fn single(rows: usize) -> Self {
+        Self::new(vec![rows])
+    }
+
+    /// `clients` clients of one row each: the layout of a stacked parameter (`C × …`).
+    pub fn stacked(clients: usize) -> Self {
+        Self::new(vec![1; clients])
+    }
+
+    /// The number of clients C.
+    pub fn clients(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Rows of dimension 0 per client.
+    pub fn rows(&self) -> &[usize] {
+        &self.rows
+    }
+
+    /// All rows.
+    pub fn total(&self) -> usize {
+        self.rows.iter().sum()
+    }
+
+    /// The same cohort with each client's rows multiplied by `factor` (samples → positions of
+    /// a sequence model, whose activations a reshape spreads over `samples × positions` rows).
+    pub fn scaled(&self, factor: usize) -> Self {
+        Self::new(self.rows.iter().map(|r| r * factor).collect::<Vec<_>>())
+    }
+
+    /// The rows every client owns, if they all own the same number.
+    pub fn uniform(&self) -> Option<usize> {
+        let first = self.rows[0];
+        self.rows.iter().all(|&r| r == first).then_some(first)
+    }
+
+    /// The index of the client of every row, in order.
+    pub fn client_of_rows(&self) -> Vec<i64> {
+        self.rows
+            .iter()
+            .enumerate()
+            .flat_map(|(c, &r)| std::iter::repeat_n(c as i64, r))
+            .collect()
+    }
+}
+
+/// Client c's rows of `t` (dimension 0), for each client; a single client's is `t` itself.
+pub fn split<B: Kernels>(t: FloatTensor<B>, cohort: &Cohort) -> Vec<FloatTensor<B>> {
+    if cohort.clients() == 1 {
+        return vec![t];
+    }
+    let dims = t.shape().num_dims();
+    let mut start = 0;
+    cohort
+        .rows()
+        .iter()
+        .map(|&r| {
+            let mut slices = vec![Slice::new(0, None, 1); dims];
+            slices[0] = Slice::new(start as isize, Some((start + r) as isize), 1);
+            start += r;
+            B::float_slice(t.clone(), &slices)
+        })
+        .collect()
+}
+
+/// Client c's slice of a stacked parameter (`C × …` → `…`), through
+/// [`Kernels::cohort_client`].
+pub fn client<B: Kernels>(stacked: &FloatTensor<B>, c: usize) -> FloatTensor<B> {
+    B::cohort_client(stacked.clone(), c)
+}
+
+/// The default [`Kernels::cohort_client`]: a slice of dimension 0, reshaped.
+pub fn slice_client<B: Kernels>(stacked: FloatTensor<B>, c: usize) -> FloatTensor<B> {
+    let shape = stacked.shape();
+    let dims = shape.num_dims();
+    let mut slices = vec![Slice::new(0, None, 1); dims];
+    slices[0] = Slice::new(c as isize, Some(c as isize + 1), 1);
+    let inner: Vec<usize> = (1..dims).map(|i| shape[i]).collect();
+    B::float_reshape(B::float_slice(stacked, &slices), Shape::from(inner))
+}
+
+/// The clients' results joined along dimension 0 (rows one client after another).
+pub fn join<B: Kernels>(mut parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
+    if parts.len() == 1 {
+        return parts.pop().expect("one part");
+    }
+    B::float_cat(parts, 0)
+}
+
+/// Per-client tensors stacked along a new leading client axis (`…` → `C × …`).
+pub fn stack<B: Kernels>(parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
+    let unsqueezed = parts
+        .into_iter()
+        .map(|p| {
+            let shape = p.shape();
+            let dims: Vec<usize> = std::iter::once(1)
+                .chain((0..shape.num_dims()).map(|i| shape[i]))
+                .collect();
+            B::float_reshape(p, Shape::from(dims))
+        })
+        .collect();
+    join::<B>(unsqueezed)
+}
+
+/// [`Kernels::cohort_linear`] one client at a time.
+pub fn linear<B: Kernels>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+    cohort: &Cohort,
+) -> FloatTensor<B> {
+    let parts = split::<B>(x, cohort)
+        .into_iter()
+        .enumerate()
+        .map(|(c, x)| {
+            B::fused_linear(
+                x,
+                client::<B>(&w, c),
+                bias.as_ref().map(|b| client::<B>(b, c)),
+            )
+        })
+        .collect();
+    join::<B>(parts)
+}
+
+/// [`Kernels::cohort_linear_backward`] one client at a time.
+pub fn linear_backward<B: Kernels>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    with_bias: bool,
+    cohort: &Cohort,
+) -> (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>) {
+    let (mut d_x, mut d_w, mut d_b) = (Vec::new(), Vec::new(), Vec::new());
+    let grads = split::<B>(grad, cohort);
+    for (c, (x, g)) in split::<B>(x, cohort).into_iter().zip(grads).enumerate() {
+        if with_bias {
+            d_b.push(B::fused_bias_backward(g.clone()));
+        }
+        let [dx, dw] = B::fused_linear_backward(x, client::<B>(&w, c), g);
+        d_x.push(dx);
+        d_w.push(dw);
+    }
+    let d_b = with_bias.then(|| stack::<B>(d_b));
+    (join::<B>(d_x), stack::<B>(d_w), d_b)
+}
+
+/// [`Kernels::cohort_layer_norm`] one client at a time.
+pub fn layer_norm<B: Kernels>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    cohort: &Cohort,
+) -> FloatTensor<B> {
+    let parts = split::<B>(x, cohort)
+        .into_iter()
+        .enumerate()
+        .map(|(c, x)| B::fused_layer_norm(x, client::<B>(&gamma, c), client::<B>(&beta, c)))
+        .collect();
+    join::<B>(parts)
+}
+
+/// [`Kernels::cohort_layer_norm_backward`] one client at a time.
+pub fn layer_norm_backward<B: Kernels>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    cohort: &Cohort,
+) -> [FloatTensor<B>; 3] {
+    let (mut d_x, mut d_gamma, mut d_beta) = (Vec::new(), Vec::new(), Vec::new());
+    let grads = split::<B>(grad, cohort);
+    for (c, (x, g)) in split::<B>(x, cohort).into_iter().zip(grads).enumerate() {
+        let [dx, dg, db] = B::fused_layer_norm_backward(x, client::<B>(&gamma, c), g);
+        d_x.push(dx);
+        d_gamma.push(dg);
+        d_beta.push(db);
+    }
+    [join::<B>(d_x), stack::<B>(d_gamma), stack::<B>(d_beta)]
+}
+
+/// [`Kernels::cohort_conv2d`] one client at a time.
+pub fn conv2d<B: Kernels>(
+    x: FloatTensor<B>,
+    filters: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+    geometry: ConvGeometry,
+    cohort: &Cohort,
+) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
+    let (mut ys, mut saved) = (Vec::new(), Vec::new());
+    for (c, x) in split::<B>(x, cohort).into_iter().enumerate() {
+        let bias = bias.as_ref().map(|b| client::<B>(b, c));
+        let [y, s] = B::fused_conv2d(x, client::<B>(&filters, c), bias, geometry);
+        ys.push(y);
+        saved.push(s);
+    }
+    (join::<B>(ys), saved)
+}
+
+/// [`Kernels::cohort_conv2d_backward`] one client at a time.
+pub fn conv2d_backward<B: Kernels>(
+    saved: Vec<FloatTensor<B>>,
+    input: Shape,
+    filters: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    geometry: ConvGeometry,
+    cohort: &Cohort,
+) -> [FloatTensor<B>; 3] {
+    let (mut d_x, mut d_f, mut d_b) = (Vec::new(), Vec::new(), Vec::new());
+    let grads = split::<B>(grad, cohort);
+    for (c, (s, g)) in saved.into_iter().zip(grads).enumerate() {
+        let mut dims: Vec<usize> = (0..input.num_dims()).map(|i| input[i]).collect();
+        dims[0] = cohort.rows()[c];
+        let shape = Shape::from(dims);
+        let [dx, df, db] =
+            B::fused_conv2d_backward(s, shape, client::<B>(&filters, c), g, geometry);
+        d_x.push(dx);
+        d_f.push(df);
+        d_b.push(db);
+    }
+    [join::<B>(d_x), stack::<B>(d_f), stack::<B>(d_b)]
+}
+
+/// [`Kernels::cohort_group_norm`] one client at a time.
+pub fn group_norm<B: Kernels>(
+    x: FloatTensor<B>,
+    [gamma, beta]: [FloatTensor<B>; 2],
+    groups: usize,
+    relu: bool,
+    cohort: &Cohort,
+) -> FloatTensor<B> {
+    let parts = split::<B>(x, cohort)
+        .into_iter()
+        .enumerate()
+        .map(|(c, x)| {
+            let params = [client::<B>(&gamma, c), client::<B>(&beta, c)];
+            B::fused_group_norm(x, params, groups, relu)
+        })
+        .collect();
+    join::<B>(parts)
+}
+
+/// [`Kernels::cohort_group_norm_backward`] one client at a time.
+pub fn group_norm_backward<B: Kernels>(
+    x: FloatTensor<B>,
+    [gamma, beta]: [FloatTensor<B>; 2],
+    grad: FloatTensor<B>,
+    groups: usize,
+    relu: bool,
+    cohort: &Cohort,
+) -> [FloatTensor<B>; 3] {
+    let (mut d_x, mut d_gamma, mut d_beta) = (Vec::new(), Vec::new(), Vec::new());
+    let grads = split::<B>(grad, cohort);
+    for (c, (x, g)) in split::<B>(x, cohort).into_iter().zip(grads).enumerate() {
+        let params = [client::<B>(&gamma, c), client::<B>(&beta, c)];
+        let [dx, dg, db] = B::fused_group_norm_backward(x, params, g, groups, relu);
+        d_x.push(dx);
+        d_gamma.push(dg);
+        d_beta.push(db);
+    }
+    [join::<B>(d_x), stack::<B>(d_gamma), stack::<B>(d_beta)]
+}

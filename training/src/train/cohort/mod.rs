@@ -1,0 +1,309 @@
+//! Local training of a cohort (docs/design.md, "Cohorts"): clients whose tasks share one
+//! sub-model shape and one recipe train as one computation. Their parameters are stacked along
+//! a leading client axis, each step's batch holds every client's own mini-batch one after
+//! another, and each operation runs once for all of them (`models/kernels/cohort.rs`). A client
+//! trained alone is a cohort of one: there is one training loop.
+//!
+//! Each client keeps its own examples, order of batches (its `(seed, round, client)` stream),
+//! number of steps, loss and optimiser state. When a client's steps are done it leaves: its
+//! trained tensors are read out, and the others continue in a model rebuilt without it, their
+//! momentum carried over. On the CPU each client's numbers are those it gets alone, bit for
+//! bit (the cohort kernels run the one-client kernels on each client's slice).
+
+use crate::models::NetError;
+use crate::models::builder::{Layout, Task};
+use crate::models::kernels::{Cohort, TrainingBackend};
+use crate::models::net::{Architecture, Net};
+use crate::train::batches::LocalSteps;
+use crate::train::neural::{Examples, add_frobenius_decay, clip_lr, cross_entropy};
+use burn::optim::GradientsParams;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::task::{LayerShard, Recipe, TrainError};
+use sgd::CohortSgd;
+
+mod sgd;
+
+/// One client of a cohort: the tensors its task sends, its examples and the ids of its
+/// batch-order stream.
+pub struct Member<'a> {
+    pub dense: &'a ModelState,
+    pub shards: &'a [LayerShard],
+    pub examples: &'a dyn Examples,
+    pub seed: u64,
+    pub round: u64,
+    pub client: u64,
+}
+
+/// A client's trained tensors in the server's form and its mean training loss.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trained {
+    pub dense: ModelState,
+    pub shards: Vec<LayerShard>,
+    pub loss: f64,
+}
+
+/// Trains `members` (one sub-model shape) under `recipe` as one computation on `device`; one
+/// result per member, in order. A member refused before training (no samples) or diverged gets
+/// its own error; a cohort whose tasks do not load together is trained one client at a time,
+/// so each gets its own verdict.
+pub fn train<B: TrainingBackend>(
+    architecture: &Architecture,
+    recipe: &Recipe,
+    members: &[Member<'_>],
+    device: &B::Device,
+) -> Vec<Result<Trained, TrainError>> {
+    let mut results: Vec<Option<Result<Trained, TrainError>>> =
+        members.iter().map(|_| None).collect();
+    let mut schedules = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        match LocalSteps::new(m.examples, recipe, m.seed, m.round, m.client) {
+            Ok(steps) => schedules.push((i, steps.batches())),
+            Err(e) => results[i] = Some(Err(e)),
+        }
+    }
+    if !schedules.is_empty() {
+        let tasks: Vec<Task<'_>> = schedules
+            .iter()
+            .map(|&(i, _)| (members[i].dense, members[i].shards))
+            .collect();
+        match architecture.load_cohort::<B>(&tasks, device) {
+            Ok(loaded) => {
+                let run = Run {
+                    architecture,
+                    recipe,
+                    members,
+                    device,
+                };
+                for (i, result) in run.steps(loaded, schedules) {
+                    results[i] = Some(result);
+                }
+            }
+            Err(e) if schedules.len() == 1 => results[schedules[0].0] = Some(Err(e.into())),
+            Err(_) => {
+                for (i, _) in schedules {
+                    let alone = train::<B>(architecture, recipe, &members[i..=i], device);
+                    results[i] = alone.into_iter().next();
+                }
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every member has a result"))
+        .collect()
+}
+
+/// The fixed inputs of one cohort's training.
+struct Run<'r, 'm, B: Backend> {
+    architecture: &'r Architecture,
+    recipe: &'r Recipe,
+    members: &'r [Member<'m>],
+    device: &'r B::Device,
+}
+
+/// A client still training: its member index, its batches and its tensors when the model was
+/// last (re)built.
+struct Active {
+    member: usize,
+    batches: Vec<Vec<usize>>,
+    state: Option<(ModelState, Vec<LayerShard>)>,
+}
+
+impl<B: TrainingBackend> Run<'_, '_, B> {
+    /// The step loop: every active client takes its next batch; clients whose batches are done
+    /// leave with their results.
+    fn steps(
+        &self,
+        (mut net, mut layout): (Net<B>, Layout),
+        schedules: Vec<(usize, Vec<Vec<usize>>)>,
+    ) -> Vec<(usize, Result<Trained, TrainError>)> {
+        let mut done = Vec::new();
+        let mut active: Vec<Active> = schedules
+            .into_iter()
+            .map(|(member, batches)| Active {
+                member,
+                batches,
+                state: None,
+            })
+            .collect();
+        let mut optimizer = CohortSgd::<B>::new(self.recipe.momentum);
+        let mut loss_sums = Tensor::<B, 1>::zeros([active.len()], self.device);
+        let per_row = self.members[active[0].member].examples.targets_per_row();
+        for step in 0.. {
+            if active.iter().any(|a| a.batches.len() == step) {
+                let exported = match self.export(&net, &layout, &active) {
+                    Ok(exported) => exported,
+                    Err(e) => {
+                        // Reading the model back failed: every client still training fails.
+                        let cause = e.to_string();
+                        done.extend(
+                            active
+                                .iter()
+                                .map(|a| (a.member, Err(TrainError::Model(cause.clone().into())))),
+                        );
+                        return done;
+                    }
+                };
+                let sums: Vec<f32> = loss_sums
+                    .clone()
+                    .into_data()
+                    .into_vec()
+                    .unwrap_or_else(|_| vec![f32::NAN; active.len()]);
+                let mut keep = Vec::new();
+                for (c, ((a, state), sum)) in active.iter_mut().zip(exported).zip(sums).enumerate()
+                {
+                    if a.batches.len() == step {
+                        let mean = f64::from(sum) / step.max(1) as f64;
+                        let result = if mean.is_finite() {
+                            Ok(Trained {
+                                dense: state.0,
+                                shards: state.1,
+                                loss: mean,
+                            })
+                        } else {
+                            Err(TrainError::Diverged { mean_loss: mean })
+                        };
+                        done.push((a.member, result));
+                    } else {
+                        a.state = Some(state);
+                        keep.push(c);
+                    }
+                }
+                active = keep
+                    .iter()
+                    .map(|&c| std::mem::replace(&mut active[c], Active::empty()))
+                    .collect();
+                if active.is_empty() {
+                    break;
+                }
+                let tasks: Vec<Task<'_>> = active
+                    .iter()
+                    .map(|a| {
+                        let (dense, shards) = a.state.as_ref().expect("exported above");
+                        (dense, shards.as_slice())
+                    })
+                    .collect();
+                let (rebuilt, new_layout) =
+                    match self.architecture.load_cohort::<B>(&tasks, self.device) {
+                        Ok(loaded) => loaded,
+                        Err(e) => {
+                            let cause = e.to_string();
+                            done.extend(
+                                active.iter().map(|a| {
+                                    (a.member, Err(TrainError::Model(cause.clone().into())))
+                                }),
+                            );
+                            return done;
+                        }
+                    };
+                optimizer.keep(&layout, &new_layout, &keep, self.device);
+                loss_sums = loss_sums.select(0, index::<B>(&keep, self.device));
+                (net, layout) = (rebuilt, new_layout);
+            }
+            let (inputs, targets, cohort) = self.batch(&active, step);
+            let logits = net.forward(inputs, &cohort);
+            let losses = client_losses(logits, targets, &cohort.scaled(per_row));
+            let total = if active.len() == 1 {
+                losses.clone()
+            } else {
+                losses.clone().sum()
+            };
+            let mut grads = GradientsParams::from_grads(total.backward(), &net);
+            add_frobenius_decay(&net, &mut grads, self.recipe.weight_decay);
+            if let Some(tau) = self.recipe.clip_lr {
+                clip_lr(&net, &mut grads, tau);
+            }
+            net = optimizer.step(self.recipe.learning_rate, net, grads);
+            loss_sums = loss_sums + losses.detach();
+        }
+        done
+    }
+
+    /// The tensors of every active client, in the server's form.
+    fn export(
+        &self,
+        net: &Net<B>,
+        layout: &Layout,
+        active: &[Active],
+    ) -> Result<Vec<(ModelState, Vec<LayerShard>)>, NetError> {
+        let tasks: Vec<Task<'_>> = active
+            .iter()
+            .map(|a| match &a.state {
+                Some((dense, shards)) => (dense, shards.as_slice()),
+                None => (self.members[a.member].dense, self.members[a.member].shards),
+            })
+            .collect();
+        net.export(layout, &tasks)
+    }
+
+    /// Step `step`'s batch: every active client's rows one client after another.
+    fn batch(&self, active: &[Active], step: usize) -> (Tensor<B, 2>, Tensor<B, 1, Int>, Cohort) {
+        let (mut x, mut y, mut rows) = (Vec::new(), Vec::new(), Vec::with_capacity(active.len()));
+        let width = self.members[active[0].member].examples.width();
+        for a in active {
+            let samples = &a.batches[step];
+            self.members[a.member]
+                .examples
+                .fill(samples, &mut x, &mut y);
+            rows.push(samples.len());
+        }
+        let total: usize = rows.iter().sum();
+        let targets = y.len();
+        (
+            Tensor::from_data(TensorData::new(x, [total, width]), self.device),
+            Tensor::from_data(TensorData::new(y, [targets]), self.device),
+            Cohort::new(rows),
+        )
+    }
+}
+
+impl Active {
+    fn empty() -> Self {
+        Self {
+            member: usize::MAX,
+            batches: Vec::new(),
+            state: None,
+        }
+    }
+}
+
+/// Each client's mean cross-entropy over its own rows of `logits` (`C` values).
+///
+/// The log-probabilities are taken over all rows at once and only their per-row values split
+/// by client: split first, a client's softmax ran over a view into the middle of the batch,
+/// and its gradient then differed from the client's alone in the last bit.
+fn client_losses<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    rows: &Cohort,
+) -> Tensor<B, 1> {
+    if rows.clients() == 1 {
+        return cross_entropy(logits, targets);
+    }
+    let total = rows.total();
+    let picked = log_softmax(logits, 1).gather(1, targets.reshape([total, 1]));
+    let mut start = 0;
+    let losses = rows
+        .rows()
+        .iter()
+        .map(|&r| {
+            let loss = picked.clone().narrow(0, start, r).mean().neg();
+            start += r;
+            loss
+        })
+        .collect();
+    Tensor::cat(losses, 0)
+}
+
+/// `rows` as an index tensor.
+fn index<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    let len = rows.len();
+    Tensor::from_data(TensorData::new(rows, [len]), device)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,93 @@
+//! SGD with momentum over a cohort's stacked parameters.
+
+use super::index;
+use crate::models::builder::Layout;
+use burn::module::{Module, ModuleMapper, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ops::{FloatTensor, FloatTensorOps};
+use burn::tensor::{Tensor, TensorPrimitive};
+use std::collections::HashMap;
+
+/// SGD with momentum over a cohort's stacked parameters, the same arithmetic as burn's `Sgd`
+/// with `Momentum` (no dampening, no Nesterov), so a client's steps are those it takes alone.
+/// Its own because a cohort shrinks: when clients leave, each velocity keeps the rows of the
+/// clients that stay, under the rebuilt model's parameter ids.
+pub(super) struct CohortSgd<B: AutodiffBackend> {
+    momentum: f64,
+    velocity: HashMap<ParamId, FloatTensor<B::InnerBackend>>,
+}
+
+impl<B: AutodiffBackend> CohortSgd<B> {
+    pub(super) fn new(momentum: f64) -> Self {
+        Self {
+            momentum,
+            velocity: HashMap::new(),
+        }
+    }
+
+    /// One step of every parameter that has a gradient.
+    pub(super) fn step<M: Module<B>>(
+        &mut self,
+        lr: f64,
+        module: M,
+        mut grads: GradientsParams,
+    ) -> M {
+        module.map(&mut Stepper {
+            optimizer: self,
+            grads: &mut grads,
+            lr,
+        })
+    }
+
+    /// Keeps the velocity rows of the clients `keep` (indices into the old cohort) under the
+    /// ids of the same tensors in `new`.
+    pub(super) fn keep(&mut self, old: &Layout, new: &Layout, keep: &[usize], device: &B::Device) {
+        let ids = old.matching(new);
+        let rows = index::<B::InnerBackend>(keep, device);
+        self.velocity = std::mem::take(&mut self.velocity)
+            .into_iter()
+            .filter_map(|(id, v)| {
+                let new_id = *ids.get(&id)?;
+                let kept = B::InnerBackend::float_select(v, 0, rows.clone().into_primitive());
+                Some((new_id, kept))
+            })
+            .collect();
+    }
+}
+
+struct Stepper<'o, B: AutodiffBackend> {
+    optimizer: &'o mut CohortSgd<B>,
+    grads: &'o mut GradientsParams,
+    lr: f64,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for Stepper<'_, B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
+            return Param::from_mapped_value(id, tensor, mapper);
+        };
+        let require_grad = tensor.is_require_grad();
+        let direction = if self.optimizer.momentum > 0.0 {
+            let velocity = match self.optimizer.velocity.remove(&id) {
+                Some(v) => grad.add(
+                    Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(v))
+                        .mul_scalar(self.optimizer.momentum),
+                ),
+                None => grad,
+            };
+            self.optimizer
+                .velocity
+                .insert(id, velocity.clone().into_primitive().tensor());
+            velocity
+        } else {
+            grad
+        };
+        let mut tensor = Tensor::from_inner(tensor.inner() - direction.mul_scalar(self.lr));
+        if require_grad {
+            tensor = tensor.require_grad();
+        }
+        Param::from_mapped_value(id, tensor, mapper)
+    }
+}
