@@ -23,6 +23,7 @@ use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_training::data;
 use fedshard_training::models::net::Architecture;
 use fedshard_training::train::fedpm::{FedpmClient, FedpmEvaluator};
+use fedshard_training::train::gather::{Cohorts, Gathering, InCohorts};
 use fedshard_training::train::neural::{
     CharWindows, Cpu, CpuTraining, Examples, LocalMethod, NeuralClient, NeuralEvaluator,
 };
@@ -192,11 +193,7 @@ fn trainers_of(
             config.data.clients()
         );
     }
-    let mut trainers: Trainers = loaded
-        .trainers(model, ids)?
-        .into_iter()
-        .map(|(id, trainer)| (id, Arc::new(OnACore(trainer)) as Arc<dyn LocalTrainer>))
-        .collect();
+    let mut trainers = loaded.trainers(model, ids, &Gatherer::of(config)?)?;
     if let Some(plan) = &config.faults {
         FaultyTrainer::wrap_all(
             &mut trainers,
@@ -428,26 +425,36 @@ impl Loaded {
     }
 
     /// The trainers of `model` for the clients `ids` (each below `self.sizes().len()`).
-    fn trainers(&self, model: &Model, ids: &[ClientId]) -> anyhow::Result<Trainers> {
+    /// The clients' trainers, each scheduled on the core pool: alone ([`OnACore`]) or, for
+    /// neural clients under `gatherer`, in cohorts that take the pool's cores themselves.
+    fn trainers(
+        &self,
+        model: &Model,
+        ids: &[ClientId],
+        gatherer: &Gatherer,
+    ) -> anyhow::Result<Trainers> {
         let mut trainers = Trainers::new();
+        let on_a_core = |trainer: Arc<dyn LocalTrainer>| -> Arc<dyn LocalTrainer> {
+            Arc::new(OnACore(trainer))
+        };
         for &id in ids {
             let c = id as usize;
             let trainer: Arc<dyn LocalTrainer> = match (self, model) {
                 (Loaded::Table { train, parts, .. }, Model::Masked(network)) => {
-                    Arc::new(FedpmClient::<CpuTraining> {
+                    on_a_core(Arc::new(FedpmClient::<CpuTraining> {
                         network: network.clone(),
                         examples: Box::new(train.subset(&parts[c])?),
                         device: Default::default(),
-                    })
+                    }))
                 }
                 (Loaded::Table { train, parts, .. }, Model::Network { .. }) => {
-                    neural_trainer(model, Box::new(train.subset(&parts[c])?))?
+                    neural_trainer(model, Box::new(train.subset(&parts[c])?), gatherer)?
                 }
                 (Loaded::Text { train, .. }, Model::Network { .. }) => {
-                    neural_trainer(model, Box::new(train[c].clone()))?
+                    neural_trainer(model, Box::new(train[c].clone()), gatherer)?
                 }
                 (Loaded::Linear { clients, .. }, Model::Ridge { .. }) => {
-                    Arc::new(clients[c].clone())
+                    on_a_core(Arc::new(clients[c].clone()))
                 }
                 (_, model) => return Err(mismatch(model)),
             };
@@ -520,9 +527,42 @@ fn shakespeare_windows(
 }
 
 /// A client training `net` on `examples` on the configured device.
+/// Where a process's neural clients gather into cohorts (`[training] cohorts`): one queue
+/// for all the clients a process hosts, on the configured device.
+pub(crate) enum Gatherer {
+    /// Each client trains alone on a core.
+    Off,
+    Cpu(Arc<Cohorts<CpuTraining>>),
+    Cuda(cuda::Queue),
+}
+
+impl Gatherer {
+    fn of(config: &Config) -> anyhow::Result<Self> {
+        let t = &config.training;
+        if !t.cohorts() {
+            return Ok(Gatherer::Off);
+        }
+        let gathering = |whole_queue| Gathering {
+            max_clients: t.cohort_size,
+            window: COHORT_WINDOW,
+            whole_queue,
+        };
+        Ok(match t.device {
+            Device::Cpu => Gatherer::Cpu(Cohorts::new(gathering(false))),
+            Device::Cuda => Gatherer::Cuda(cuda::queue(gathering(true))?),
+        })
+    }
+}
+
+/// How long the first task of a round waits for the round's other tasks before its cohort
+/// trains: the server sends a round's tasks at once, and their threads queue within
+/// microseconds of each other; a round's training takes tens of milliseconds at least.
+const COHORT_WINDOW: Duration = Duration::from_millis(2);
+
 fn neural_trainer(
     model: &Model,
     examples: Box<dyn Examples>,
+    gatherer: &Gatherer,
 ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
     let &Model::Network {
         ref architecture,
@@ -533,13 +573,22 @@ fn neural_trainer(
         return Err(mismatch(model));
     };
     Ok(match device {
-        Device::Cpu => Arc::new(NeuralClient::<CpuTraining> {
-            architecture: architecture.clone(),
-            examples,
-            device: Default::default(),
-            method,
-        }),
-        Device::Cuda => cuda::trainer(architecture, examples, method)?,
+        Device::Cpu => {
+            let client = Arc::new(NeuralClient::<CpuTraining> {
+                architecture: architecture.clone(),
+                examples,
+                device: Default::default(),
+                method,
+            });
+            match gatherer {
+                Gatherer::Cpu(cohorts) => Arc::new(InCohorts {
+                    client,
+                    cohorts: Arc::clone(cohorts),
+                }),
+                _ => Arc::new(OnACore(client)),
+            }
+        }
+        Device::Cuda => cuda::trainer(architecture, examples, method, gatherer)?,
     })
 }
 
@@ -609,17 +658,32 @@ mod cuda {
         )
     }
 
+    /// The cohort queue of the process's CUDA clients.
+    pub type Queue = Arc<Cohorts<Autodiff<Cuda>>>;
+
+    pub fn queue(gathering: Gathering) -> anyhow::Result<Queue> {
+        Ok(Cohorts::new(gathering))
+    }
+
     pub fn trainer(
         net: &Architecture,
         examples: Box<dyn Examples>,
         method: LocalMethod,
+        gatherer: &Gatherer,
     ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
-        Ok(Arc::new(NeuralClient::<Autodiff<Cuda>> {
+        let client = Arc::new(NeuralClient::<Autodiff<Cuda>> {
             architecture: net.clone(),
             examples,
             device: device()?,
             method,
-        }))
+        });
+        Ok(match gatherer {
+            Gatherer::Cuda(cohorts) => Arc::new(InCohorts {
+                client,
+                cohorts: Arc::clone(cohorts),
+            }),
+            _ => Arc::new(OnACore(client)),
+        })
     }
 
     pub fn evaluator(
@@ -640,10 +704,18 @@ mod cuda {
     use super::*;
     use crate::config::CUDA_NOT_BUILT as MISSING;
 
+    /// No CUDA queue can exist in this build.
+    pub type Queue = std::convert::Infallible;
+
+    pub fn queue(_: Gathering) -> anyhow::Result<Queue> {
+        anyhow::bail!(MISSING)
+    }
+
     pub fn trainer(
         _: &Architecture,
         _: Box<dyn Examples>,
         _: LocalMethod,
+        _: &Gatherer,
     ) -> anyhow::Result<Arc<dyn LocalTrainer>> {
         anyhow::bail!(MISSING)
     }

@@ -91,6 +91,20 @@ fn same_config_and_seed_give_the_same_model_bytes() {
     assert_ne!(a.to_bytes(), other.to_bytes());
 }
 
+#[test]
+fn cohorts_on_and_off_give_the_same_model_bytes() {
+    // The main job's CNN: a round's ten clients hold different sample counts and two sub-model
+    // shapes (keep ratios 1 and 0.5), so each process trains two kinds of cohort.
+    let mut c = Config::load(Path::new("config/digits-cnn.toml")).expect("the shipped config");
+    c.run.rounds = 3;
+    c.training.cohorts = Some(false);
+    let (alone, _) = run(&c);
+    c.training.cohorts = Some(true);
+    let (together, summary) = run(&c);
+    assert_eq!(summary.rounds_completed, 3);
+    assert_eq!(alone.to_bytes(), together.to_bytes());
+}
+
 fn with_faults(kinds: &str, rate: f64) -> Config {
     let text = format!("{DIGITS}\n[faults]\nrate = {rate}\nkinds = [{kinds}]\ndelay_ms = 1500\n")
         .replace("deadline_ms = 20000", "deadline_ms = 700")

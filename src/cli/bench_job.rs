@@ -23,6 +23,9 @@ pub struct JobBenchArgs {
     /// Where neural clients train, instead of the config's `training.device`.
     #[arg(long, value_enum)]
     pub device: Option<crate::config::Device>,
+    /// Whether neural clients train in cohorts, instead of the config's `training.cohorts`.
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub cohorts: Option<super::OnOff>,
     #[arg(long)]
     pub json: bool,
 }
@@ -54,6 +57,8 @@ pub struct JobReport {
     pub model_digest: String,
     pub threads: usize,
     pub device: crate::config::Device,
+    /// Whether the neural clients trained in cohorts.
+    pub cohorts: bool,
 }
 
 pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
@@ -63,6 +68,9 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
     }
     if let Some(device) = args.device {
         config.training.device = device;
+    }
+    if let Some(cohorts) = args.cohorts {
+        config.training.cohorts = Some(cohorts.is_on());
     }
     config.validate()?;
     let started = Instant::now();
@@ -92,6 +100,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
         model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         device: config.training.device,
+        cohorts: config.training.cohorts(),
     })
 }
 
@@ -107,13 +116,14 @@ pub fn describe(r: &JobReport) -> String {
     let s = &r.seconds;
     let per_round = |x: f64| x / r.rounds.max(1) as f64;
     let mut text = format!(
-        "job {}: {} {}s in {:.2} s wall on {} core(s), training on {:?}, final accuracy {:.4}, model digest {}\n",
+        "job {}: {} {}s in {:.2} s wall on {} core(s), training on {:?} (cohorts {}), final accuracy {:.4}, model digest {}\n",
         r.config.display(),
         r.rounds,
         r.step,
         s.wall,
         r.threads,
         r.device,
+        if r.cohorts { "on" } else { "off" },
         r.final_accuracy,
         r.model_digest
     );

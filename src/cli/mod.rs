@@ -91,6 +91,19 @@ fn init_logging_at(level: &str) {
         .try_init();
 }
 
+/// `--cohorts on|off`: whether neural clients train in cohorts, over `training.cohorts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string(value)?);
     Ok(())

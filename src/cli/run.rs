@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// `--features cuda` and a GPU).
     #[arg(long, value_enum)]
     pub device: Option<crate::config::Device>,
+    /// Whether neural clients that share a sub-model shape train as one computation;
+    /// overrides `training.cohorts` (default: on for CUDA, off on the CPU).
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub cohorts: Option<super::OnOff>,
 }
 
 pub(crate) const CONFIG_FILE: &str = "config.toml";
@@ -140,6 +144,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     }
     if let Some(rounds) = args.rounds {
         config.run.rounds = rounds;
+    }
+    if let Some(cohorts) = args.cohorts {
+        config.training.cohorts = Some(cohorts.is_on());
     }
     if args.device.is_some() || args.rounds.is_some() {
         // Once, after every override: the error says which flags changed the file's config.

@@ -277,11 +277,36 @@ pub struct TrainingSection {
     /// Backend of neural local training.
     #[serde(default)]
     pub device: Device,
+    /// Whether the clients a process trains at once that share a sub-model shape train as one
+    /// computation (cohorts, docs/design.md). Unset: on for CUDA (one launch per operation for
+    /// the cohort), off on the CPU (one client per core measured as fast; docs/performance.md).
+    /// A client's trained bytes on the CPU are the same either way.
+    #[serde(default)]
+    pub cohorts: Option<bool>,
+    /// The most clients one cohort trains at once (its activations and gradients grow with
+    /// it); a larger queue makes several cohorts.
+    #[serde(default = "default_cohort_size")]
+    pub cohort_size: usize,
+}
+
+fn default_cohort_size() -> usize {
+    16
 }
 
 impl TrainingSection {
+    /// Whether neural clients train in cohorts: the field, or the device's default.
+    pub fn cohorts(&self) -> bool {
+        self.cohorts.unwrap_or(self.device == Device::Cuda)
+    }
+
     /// The recipe's ranges, and a ClipLR threshold only under a `strategy` that clips.
     pub(super) fn validate(&self, strategy: StrategySpec) -> anyhow::Result<()> {
+        check(
+            "training.cohort_size",
+            self.cohort_size >= 1,
+            "at least 1",
+            self.cohort_size.to_string(),
+        )?;
         let t = &self.recipe;
         check(
             "training.learning_rate",

@@ -9,6 +9,7 @@
 mod batches;
 pub mod cohort;
 pub mod fedpm;
+pub mod gather;
 pub mod neural;
 pub mod ridge;
 pub mod sgld;

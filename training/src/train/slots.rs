@@ -58,6 +58,12 @@ pub fn take_held() -> Duration {
     HELD.with(|held| held.replace(Duration::ZERO))
 }
 
+/// Adds `held` to the calling thread's [`take_held`]: a cohort member's share of the time its
+/// cohort held a core ([`gather`](crate::train::gather)).
+pub fn add_held(held: Duration) {
+    HELD.with(|h| h.set(h.get() + held));
+}
+
 /// Runs `work` on one of the pool's threads (one per core) once one is free, blocking the
 /// calling thread until it is done, and adds the time it ran to the caller's [`take_held`].
 /// A panic in `work` resumes on the calling thread.
