@@ -13,9 +13,26 @@ Not part of the build or the tests: run it in a throwaway venv outside the repos
 
 and compare with `fedshard bench train --model M --batch B` run right after it on the same
 machine (docs/performance.md records both).
+
+`--round` measures a whole federated round instead, the way a Flower or pfl-research simulation
+worker runs one: `--clients` clients trained one after another in this one process, each
+starting from the same global model (its state dict copied into the client's network), each on
+its own `--samples` random rows (drawn as `setup()` draws them, fixed seed), with a fresh SGD
+optimiser (lr 0.05, momentum 0.5, the model's own weight decay), `--epochs` epochs shuffled
+afresh each epoch at batch `--batch` (the last partial batch included), cross-entropy loss; the
+clients' networks are then averaged into the next global model (FedAvg). One warm-up round is
+not timed; each of the `--repeats` timed rounds prints one JSON line with its seconds and
+samples per second (clients × samples × epochs / seconds):
+
+    ../torchref/bin/python scripts/torch_reference.py --round --model resnet18 \
+        --clients 10 --samples 500 --batch 8 [--epochs 2] [--device cuda] [--repeats 2]
+
+compared with `fedshard bench round --model M --clients C --batch B --samples N
+[--device cuda] [--cohorts on|off]` run right after it on the same machine.
 """
 
 import argparse
+import copy
 import json
 import time
 
@@ -208,6 +225,77 @@ def rate(model, batch, seconds, device):
     return samples / (time.perf_counter() - started)
 
 
+def client_data(model, x, y, samples, generator):
+    """One client's `samples` rows, drawn as `setup()` draws its inputs: fresh uniform images
+    for resnet18 and cct, fresh random characters for the char-transformer, and rows of the
+    digits (`x`, `y`, from setup()) picked at random for the digits models."""
+    if model == "char-transformer":
+        text = torch.randint(0, 81, (samples, 81), generator=generator)
+        return text[:, :80], text[:, 1:]
+    if model in ("resnet18", "cct"):
+        images = torch.rand(samples, 3072, generator=generator)
+        return images, torch.randint(0, 10, (samples,), generator=generator)
+    rows = torch.randint(0, len(x), (samples,), generator=generator)
+    return x[rows], y[rows]
+
+
+def round_seconds(model, clients, samples, batch, epochs, repeats, device):
+    """The wall-clock seconds of each of `repeats` federated rounds, after one warm-up round."""
+    torch.manual_seed(0)
+    net, x, y, decay, per_position = setup(model)
+    # The global model, and the one network every client trains in turn (a simulation worker
+    # keeps one model and overwrites its weights for each client it hosts).
+    global_net = net.to(device)
+    client_net = copy.deepcopy(global_net)
+    # Every client's rows, made once up front and kept on the device: data loading is not
+    # what the round measures.
+    generator = torch.Generator().manual_seed(1)
+    data = []
+    for _ in range(clients):
+        cx, cy = client_data(model, x, y, samples, generator)
+        data.append((cx.to(device), cy.to(device)))
+    shuffle = torch.Generator().manual_seed(2)
+    # CUDA runs asynchronously: a round is timed only once its kernels have finished.
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def one_round():
+        # The running sum of the clients' trained weights, for the FedAvg at the end.
+        sums = [torch.zeros_like(p) for p in global_net.parameters()]
+        for cx, cy in data:
+            # Each client starts from the global model, with a fresh optimiser.
+            client_net.load_state_dict(global_net.state_dict())
+            opt = torch.optim.SGD(
+                client_net.parameters(), lr=0.05, momentum=0.5, weight_decay=decay
+            )
+            for _ in range(epochs):
+                order = torch.randperm(samples, generator=shuffle).to(device)
+                for start in range(0, samples, batch):
+                    rows = order[start : start + batch]
+                    logits = client_net(cx[rows])
+                    target = cy[rows].reshape(-1) if per_position else cy[rows]
+                    loss = F.cross_entropy(logits, target)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+            with torch.no_grad():
+                for total, p in zip(sums, client_net.parameters()):
+                    total.add_(p)
+        # Every client has `samples` rows, so FedAvg is the plain mean.
+        with torch.no_grad():
+            for p, total in zip(global_net.parameters(), sums):
+                p.copy_(total / clients)
+
+    one_round()
+    sync()
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        one_round()
+        sync()
+        timings.append(time.perf_counter() - started)
+    return timings
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -219,8 +307,46 @@ def main():
         help="comma-separated model:batch pairs (also resnet18:8, cct:8)",
     )
     parser.add_argument("--params", action="store_true", help="print parameter counts, exit")
+    # The round mode (see the module docstring); --seconds and --runs do not apply to it.
+    parser.add_argument("--round", action="store_true", help="time whole federated rounds")
+    parser.add_argument(
+        "--model", choices=["digits-mlp", "digits-cnn", "char-transformer", "resnet18", "cct"]
+    )
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=500, help="rows per client")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="timed rounds")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.round:
+        if args.model is None:
+            parser.error("--round needs --model")
+        timings = round_seconds(
+            args.model,
+            args.clients,
+            args.samples,
+            args.batch,
+            args.epochs,
+            args.repeats,
+            args.device,
+        )
+        for seconds in timings:
+            record = {
+                "mode": "round",
+                "model": args.model,
+                "device": args.device,
+                "clients": args.clients,
+                "samples": args.samples,
+                "batch": args.batch,
+                "epochs": args.epochs,
+                "threads": args.threads,
+                "seconds": round(seconds, 4),
+                "samples_per_s": round(args.clients * args.samples * args.epochs / seconds, 1),
+                "torch": torch.__version__,
+            }
+            print(json.dumps(record), flush=True)
+        return
     if args.params:
         for model in dict.fromkeys(run.split(":")[0] for run in args.runs.split(",")):
             count = sum(p.numel() for p in setup(model)[0].parameters())

@@ -8,7 +8,8 @@
 //! the data loading, the trainers, the evaluator and the initial model all take that.
 
 use crate::config::{
-    Config, DataSection, Device, LabelSplit, Model, Schedule, default_test_fraction,
+    Config, DataSection, Device, LabelSplit, Model, Schedule, TrainingSection,
+    default_test_fraction,
 };
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
@@ -193,7 +194,7 @@ fn trainers_of(
             config.data.clients()
         );
     }
-    let mut trainers = loaded.trainers(model, ids, &Gatherer::of(config)?)?;
+    let mut trainers = loaded.trainers(model, ids, &Gatherer::of(&config.training)?)?;
     if let Some(plan) = &config.faults {
         FaultyTrainer::wrap_all(
             &mut trainers,
@@ -537,8 +538,7 @@ pub(crate) enum Gatherer {
 }
 
 impl Gatherer {
-    fn of(config: &Config) -> anyhow::Result<Self> {
-        let t = &config.training;
+    fn of(t: &TrainingSection) -> anyhow::Result<Self> {
         if !t.cohorts() {
             return Ok(Gatherer::Off);
         }
@@ -552,6 +552,26 @@ impl Gatherer {
             Device::Cuda => Gatherer::Cuda(cuda::queue(gathering(true))?),
         })
     }
+}
+
+/// The trainers of neural clients of `architecture`, one per example set, built as a
+/// federation builds them under `training` (its device, cohorts and cohort size): for
+/// measuring a round's local training without a server (`fedshard bench round`).
+pub fn neural_clients(
+    training: &TrainingSection,
+    architecture: &Architecture,
+    examples: Vec<Box<dyn Examples>>,
+) -> anyhow::Result<Vec<Arc<dyn LocalTrainer>>> {
+    let gatherer = Gatherer::of(training)?;
+    let model = Model::Network {
+        architecture: architecture.clone(),
+        device: training.device,
+        method: LocalMethod::Sgd,
+    };
+    examples
+        .into_iter()
+        .map(|e| neural_trainer(&model, e, &gatherer))
+        .collect()
 }
 
 /// How long the first task of a round waits for the round's other tasks before its cohort

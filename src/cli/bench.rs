@@ -31,6 +31,9 @@ pub enum BenchWhat {
     Train(super::bench_train::TrainBenchArgs),
     /// A config's federation end to end: wall clock, and seconds per round by phase.
     Job(super::bench_job::JobBenchArgs),
+    /// One round's local training as the runtime runs it (clients on their own threads, alone
+    /// or in cohorts): seconds per round and samples per second.
+    Round(super::bench_round::RoundBenchArgs),
     /// Per-round cost and bytes on the wire of the cluster transport against the in-process
     /// runtime (client nodes as child processes on loopback).
     Cluster(super::bench_cluster::ClusterBenchArgs),

@@ -76,13 +76,14 @@ pub struct TrainBenchReport {
     pub microseconds_per_step_at_batch_1: f64,
 }
 
-struct Setup {
-    architecture: Architecture,
-    examples: Box<dyn Examples>,
-    batch: usize,
+/// A benchmark model's network, example pool and default batch.
+pub(crate) struct Setup {
+    pub architecture: Architecture,
+    pub examples: Box<dyn Examples>,
+    pub batch: usize,
 }
 
-fn setup(model: BenchModel) -> anyhow::Result<Setup> {
+pub(crate) fn setup(model: BenchModel) -> anyhow::Result<Setup> {
     let digits = || -> anyhow::Result<Box<dyn Examples>> {
         Ok(Box::new(fedshard_training::data::digits::load()?))
     };

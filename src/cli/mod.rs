@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_cluster;
 pub mod bench_job;
+pub mod bench_round;
 pub mod bench_train;
 pub mod cert;
 pub mod compare;
@@ -156,6 +157,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 print_json(&report)
             } else {
                 print!("{}", bench_job::describe(&report));
+                Ok(())
+            }
+        }
+        Command::Bench(bench::BenchArgs {
+            what: bench::BenchWhat::Round(args),
+        }) => {
+            let report = bench_round::round(&args)?;
+            if args.json {
+                print_json(&report)
+            } else {
+                println!("{}", bench_round::describe(&report));
                 Ok(())
             }
         }

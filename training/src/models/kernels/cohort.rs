@@ -4,15 +4,20 @@
 //! another along dimension 0, client c owning the `rows[c]` rows that follow those of clients
 //! 0..c (clients hold different sample counts, so the last batch of an epoch differs).
 //!
-//! The default implementations run the one-client kernel of [`Kernels`] on each client's rows
-//! and parameters and join the results: a client's numbers are then exactly those it gets
-//! trained alone, which is what the CPU backend needs (a cohort and one-by-one training give the
-//! same model bytes). Under [`Autodiff`](burn::backend::autodiff::Autodiff) a cohort kernel is
-//! one graph node (`autodiff.rs`), so the graph does not grow with the cohort. A GPU backend
-//! overrides them with one batched launch per operation where the clients' rows are equal
-//! (`cuda.rs`).
+//! Two ways to run them. One client at a time ([`linear`], [`layer_norm`], …): the one-client
+//! kernel of [`Kernels`] on each client's rows and parameters, the results joined; a client's
+//! numbers are then exactly those it gets trained alone, which is what the CPU backend needs (a
+//! cohort and one-by-one training give the same model bytes), and its override uses only
+//! these. Batched ([`batched_linear`], …), the default of every other backend where the clients
+//! own equal rows: the clients' rows as a leading axis and one batched product or broadcast
+//! per operation, whatever the cohort's size (a GPU's launches do not grow with it); a
+//! convolution stays one client at a time. Under
+//! [`Autodiff`](burn::backend::autodiff::Autodiff) a cohort kernel is one graph node
+//! (`autodiff.rs`), so the graph does not grow with the cohort either.
 
-use super::{ConvGeometry, Kernels};
+use super::composite::{group_rows, normalise, restore, rows};
+use super::{ConvGeometry, Kernels, float, with_row_len};
+use burn::tensor::Tensor;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, Slice, TensorMetadata};
 use std::sync::Arc;
@@ -292,4 +297,197 @@ pub fn group_norm_backward<B: Kernels>(
         d_beta.push(db);
     }
     [join::<B>(d_x), stack::<B>(d_gamma), stack::<B>(d_beta)]
+}
+
+/// Whether a cohort runs batched: several clients owning equal rows.
+pub fn batches(cohort: &Cohort) -> bool {
+    cohort.clients() > 1 && cohort.uniform().is_some()
+}
+
+/// `x` (the clients' equal rows of dimension 0, any middle dimensions, last of length `k`) as
+/// `C × R × k`, and its shape.
+fn by_client<B: Kernels>(x: FloatTensor<B>, clients: usize) -> (Tensor<B, 3>, Shape) {
+    let shape = x.shape();
+    let cols = shape[shape.num_dims() - 1];
+    let per_client = shape.num_elements() / (clients * cols);
+    let t = B::float_reshape(x, Shape::new([clients, per_client, cols]));
+    (float(t), shape)
+}
+
+/// A stacked `C × k` parameter as `C × 1 × k`, to broadcast over each client's rows.
+fn per_client_row<B: Kernels>(p: FloatTensor<B>) -> Tensor<B, 3> {
+    let t: Tensor<B, 2> = float(p);
+    t.unsqueeze_dim(1)
+}
+
+/// [`Kernels::cohort_linear`] as one batched product.
+pub fn batched_linear<B: Kernels>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+    cohort: &Cohort,
+) -> FloatTensor<B> {
+    let (x, shape) = by_client::<B>(x, cohort.clients());
+    let w: Tensor<B, 3> = float(w);
+    let out = with_row_len(&shape, w.dims()[1]);
+    let y = x.matmul(w.swap_dims(1, 2));
+    let y = match bias {
+        Some(b) => y + per_client_row::<B>(b),
+        None => y,
+    };
+    B::float_reshape(y.into_primitive().tensor(), out)
+}
+
+/// [`Kernels::cohort_linear_backward`] as batched products.
+pub fn batched_linear_backward<B: Kernels>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    with_bias: bool,
+    cohort: &Cohort,
+) -> (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>) {
+    let clients = cohort.clients();
+    let (x, shape) = by_client::<B>(x, clients);
+    let (grad, _) = by_client::<B>(grad, clients);
+    let w: Tensor<B, 3> = float(w);
+    let outputs = w.dims()[1];
+    let d_x = B::float_reshape(grad.clone().matmul(w).into_primitive().tensor(), shape);
+    let d_w = grad.clone().swap_dims(1, 2).matmul(x);
+    let d_b = with_bias.then(|| {
+        let sums = grad.sum_dim(1).reshape([clients, outputs]);
+        sums.into_primitive().tensor()
+    });
+    (d_x, d_w.into_primitive().tensor(), d_b)
+}
+
+/// [`Kernels::cohort_layer_norm`] batched: every row normalised at once, then each client's
+/// scale and shift broadcast over its rows.
+pub fn batched_layer_norm<B: Kernels>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    cohort: &Cohort,
+) -> FloatTensor<B> {
+    let (x, shape) = rows::<B>(x);
+    let [all, cols] = x.dims();
+    let clients = cohort.clients();
+    let (normed, _) = normalise(x);
+    let normed = normed.reshape([clients, all / clients, cols]);
+    let y = normed * per_client_row::<B>(gamma) + per_client_row::<B>(beta);
+    B::float_reshape(y.into_primitive().tensor(), shape)
+}
+
+/// [`Kernels::cohort_layer_norm_backward`] batched.
+pub fn batched_layer_norm_backward<B: Kernels>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    cohort: &Cohort,
+) -> [FloatTensor<B>; 3] {
+    let (x, shape) = rows::<B>(x);
+    let (grad, _) = rows::<B>(grad);
+    let [all, cols] = x.dims();
+    let clients = cohort.clients();
+    let by_client = |t: Tensor<B, 2>| t.reshape([clients, all / clients, cols]);
+    let (normed, inv_std) = normalise(x);
+    let (grad3, normed3) = (by_client(grad), by_client(normed.clone()));
+    let d_gamma = (grad3.clone() * normed3)
+        .sum_dim(1)
+        .reshape([clients, cols]);
+    let d_beta = grad3.clone().sum_dim(1).reshape([clients, cols]);
+    let d_normed = (grad3 * per_client_row::<B>(gamma)).reshape([all, cols]);
+    let d_x = (d_normed.clone()
+        - d_normed.clone().mean_dim(1)
+        - normed.clone() * (d_normed * normed).mean_dim(1))
+        * inv_std;
+    [
+        restore(d_x, shape),
+        d_gamma.into_primitive().tensor(),
+        d_beta.into_primitive().tensor(),
+    ]
+}
+
+/// `N × ch × H × W` activations as `C × N/C × ch × H·W`.
+fn by_client_channels<B: Kernels>(t: Tensor<B, 4>, clients: usize) -> Tensor<B, 4> {
+    let [n, ch, h, w] = t.dims();
+    t.reshape([clients, n / clients, ch, h * w])
+}
+
+/// A stacked `C × ch` parameter as `C × 1 × ch × 1`.
+fn per_client_channel<B: Kernels>(p: FloatTensor<B>) -> Tensor<B, 4> {
+    let t: Tensor<B, 2> = float(p);
+    let [clients, ch] = t.dims();
+    t.reshape([clients, 1, ch, 1])
+}
+
+/// [`Kernels::cohort_group_norm`] batched: every sample normalised at once, then each client's
+/// scale and shift broadcast over its samples.
+pub fn batched_group_norm<B: Kernels>(
+    x: FloatTensor<B>,
+    [gamma, beta]: [FloatTensor<B>; 2],
+    groups: usize,
+    relu: bool,
+    cohort: &Cohort,
+) -> FloatTensor<B> {
+    let clients = cohort.clients();
+    let (x, shape) = group_rows::<B>(x, groups);
+    let (normed, _) = normalise(x);
+    let normed: Tensor<B, 4> = float(restore(normed, shape.clone()));
+    let y = by_client_channels(normed, clients) * per_client_channel::<B>(gamma)
+        + per_client_channel::<B>(beta);
+    let y: Tensor<B, 4> = float(B::float_reshape(y.into_primitive().tensor(), shape));
+    let y = if relu {
+        burn::tensor::activation::relu(y)
+    } else {
+        y
+    };
+    y.into_primitive().tensor()
+}
+
+/// [`Kernels::cohort_group_norm_backward`] batched.
+pub fn batched_group_norm_backward<B: Kernels>(
+    x: FloatTensor<B>,
+    [gamma, beta]: [FloatTensor<B>; 2],
+    grad: FloatTensor<B>,
+    groups: usize,
+    relu: bool,
+    cohort: &Cohort,
+) -> [FloatTensor<B>; 3] {
+    let clients = cohort.clients();
+    let channels = gamma.shape()[1];
+    let grad: Tensor<B, 4> = float(grad);
+    // Through the ReLU first: the gradient passes where the normalised output is positive.
+    let grad = if relu {
+        let params = [gamma.clone(), beta];
+        let y: Tensor<B, 4> = float(batched_group_norm::<B>(
+            x.clone(),
+            params,
+            groups,
+            false,
+            cohort,
+        ));
+        grad * y.greater_elem(0.0).float()
+    } else {
+        grad
+    };
+    let (x, shape) = group_rows::<B>(x, groups);
+    let (normed, inv_std) = normalise(x);
+    let normed4: Tensor<B, 4> = float(restore(normed.clone(), shape.clone()));
+    let grad_c = by_client_channels(grad, clients);
+    let channel_sum = |t: Tensor<B, 4>| t.sum_dim(1).sum_dim(3).reshape([clients, channels]);
+    let d_gamma = channel_sum(grad_c.clone() * by_client_channels(normed4, clients));
+    let d_beta = channel_sum(grad_c.clone());
+    let d_normed = (grad_c * per_client_channel::<B>(gamma))
+        .into_primitive()
+        .tensor();
+    let (d_normed, _) = group_rows::<B>(B::float_reshape(d_normed, shape.clone()), groups);
+    let d_x = (d_normed.clone()
+        - d_normed.clone().mean_dim(1)
+        - normed.clone() * (d_normed * normed).mean_dim(1))
+        * inv_std;
+    [
+        restore(d_x, shape),
+        d_gamma.into_primitive().tensor(),
+        d_beta.into_primitive().tensor(),
+    ]
 }

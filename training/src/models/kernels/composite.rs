@@ -11,14 +11,14 @@ use burn::tensor::ops::{ConvOptions, FloatTensor};
 use burn::tensor::{Shape, Tensor, TensorData, TensorMetadata};
 
 /// The tensor as `rows × last dimension`, and its shape to restore.
-fn rows<B: Backend>(x: FloatTensor<B>) -> (Tensor<B, 2>, Shape) {
+pub(super) fn rows<B: Backend>(x: FloatTensor<B>) -> (Tensor<B, 2>, Shape) {
     let shape = x.shape();
     let cols = shape[shape.num_dims() - 1];
     let flat = B::float_reshape(x, Shape::new([shape.num_elements() / cols, cols]));
     (float(flat), shape)
 }
 
-fn restore<B: Backend>(t: Tensor<B, 2>, shape: Shape) -> FloatTensor<B> {
+pub(super) fn restore<B: Backend>(t: Tensor<B, 2>, shape: Shape) -> FloatTensor<B> {
     B::float_reshape(t.into_primitive().tensor(), shape)
 }
 
@@ -84,7 +84,7 @@ pub fn softmax_backward<B: Backend>(y: FloatTensor<B>, grad: FloatTensor<B>) -> 
 }
 
 /// `(x − mean) / √(var + ε)` per row, and `1/√(var + ε)` as a column.
-fn normalise<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+pub(super) fn normalise<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
     let centred = x.clone() - x.mean_dim(1);
     let var = (centred.clone() * centred.clone()).mean_dim(1);
     let inv_std = var.add_scalar(f64::from(NORM_EPS)).sqrt().recip();
@@ -307,7 +307,7 @@ pub(super) fn conv_weight<B: Backend>(
 }
 
 /// `N × C × H × W` as `N·groups` rows of `(C/groups)·H·W` values.
-fn group_rows<B: Backend>(x: FloatTensor<B>, groups: usize) -> (Tensor<B, 2>, Shape) {
+pub(super) fn group_rows<B: Backend>(x: FloatTensor<B>, groups: usize) -> (Tensor<B, 2>, Shape) {
     let shape = x.shape();
     let rows = shape[0] * groups;
     let flat = B::float_reshape(x, Shape::new([rows, shape.num_elements() / rows]));

@@ -192,7 +192,11 @@ pub trait Kernels: Backend {
         bias: Option<FloatTensor<Self>>,
         cohort: &Cohort,
     ) -> FloatTensor<Self> {
-        cohort::linear::<Self>(x, w, bias, cohort)
+        if cohort::batches(cohort) {
+            cohort::batched_linear::<Self>(x, w, bias, cohort)
+        } else {
+            cohort::linear::<Self>(x, w, bias, cohort)
+        }
     }
 
     /// The gradients of [`Kernels::cohort_linear`] with respect to `x`, `w` and, where
@@ -208,7 +212,11 @@ pub trait Kernels: Backend {
         FloatTensor<Self>,
         Option<FloatTensor<Self>>,
     ) {
-        cohort::linear_backward::<Self>(x, w, grad, with_bias, cohort)
+        if cohort::batches(cohort) {
+            cohort::batched_linear_backward::<Self>(x, w, grad, with_bias, cohort)
+        } else {
+            cohort::linear_backward::<Self>(x, w, grad, with_bias, cohort)
+        }
     }
 
     /// [`Kernels::fused_layer_norm`] for a cohort: `gamma` and `beta` are `C × d`.
@@ -218,7 +226,11 @@ pub trait Kernels: Backend {
         beta: FloatTensor<Self>,
         cohort: &Cohort,
     ) -> FloatTensor<Self> {
-        cohort::layer_norm::<Self>(x, gamma, beta, cohort)
+        if cohort::batches(cohort) {
+            cohort::batched_layer_norm::<Self>(x, gamma, beta, cohort)
+        } else {
+            cohort::layer_norm::<Self>(x, gamma, beta, cohort)
+        }
     }
 
     /// The gradients of [`Kernels::cohort_layer_norm`] with respect to `x`, `gamma` and `beta`.
@@ -228,7 +240,11 @@ pub trait Kernels: Backend {
         grad: FloatTensor<Self>,
         cohort: &Cohort,
     ) -> [FloatTensor<Self>; 3] {
-        cohort::layer_norm_backward::<Self>(x, gamma, grad, cohort)
+        if cohort::batches(cohort) {
+            cohort::batched_layer_norm_backward::<Self>(x, gamma, grad, cohort)
+        } else {
+            cohort::layer_norm_backward::<Self>(x, gamma, grad, cohort)
+        }
     }
 
     /// [`Kernels::fused_conv2d`] for a cohort: `filters` is `C × c_out × (C_in·kh·kw)`, `bias`
@@ -264,7 +280,11 @@ pub trait Kernels: Backend {
         relu: bool,
         cohort: &Cohort,
     ) -> FloatTensor<Self> {
-        cohort::group_norm::<Self>(x, gamma_beta, groups, relu, cohort)
+        if cohort::batches(cohort) {
+            cohort::batched_group_norm::<Self>(x, gamma_beta, groups, relu, cohort)
+        } else {
+            cohort::group_norm::<Self>(x, gamma_beta, groups, relu, cohort)
+        }
     }
 
     /// The gradients of [`Kernels::cohort_group_norm`] with respect to `x`, `gamma` and `beta`.
@@ -276,7 +296,11 @@ pub trait Kernels: Backend {
         relu: bool,
         cohort: &Cohort,
     ) -> [FloatTensor<Self>; 3] {
-        cohort::group_norm_backward::<Self>(x, gamma_beta, grad, groups, relu, cohort)
+        if cohort::batches(cohort) {
+            cohort::batched_group_norm_backward::<Self>(x, gamma_beta, grad, groups, relu, cohort)
+        } else {
+            cohort::group_norm_backward::<Self>(x, gamma_beta, grad, groups, relu, cohort)
+        }
     }
 
     /// Non-overlapping `k × k` pooling of `N × C × H × W` activations (sides divisible by k).

@@ -433,3 +433,116 @@ fn gelu_is_gpt2s_tanh_form_with_finite_gradients_everywhere() {
         }
     }
 }
+
+/// The batched cohort kernels (every backend but the CPU's, where the clients own equal rows)
+/// against the one-client-at-a-time ones, forward and backward.
+mod batched_cohorts {
+    use super::super::cohort::{self, Cohort};
+    use super::*;
+    use burn::tensor::TensorMetadata;
+    use burn::tensor::ops::FloatTensorOps;
+
+    type C = NdArray;
+
+    fn prim<const D: usize>(shape: [usize; D], seed: u64) -> FloatTensor<C> {
+        random(shape, seed).inner().into_primitive().tensor()
+    }
+
+    fn values(t: FloatTensor<C>) -> Vec<f32> {
+        let t: Tensor<C, 1> = float(C::float_reshape(
+            t.clone(),
+            Shape::new([t.shape().num_elements()]),
+        ));
+        t.into_data().into_vec().expect("f32")
+    }
+
+    fn same(a: FloatTensor<C>, b: FloatTensor<C>, what: &str) {
+        assert_eq!(a.shape(), b.shape(), "{what}: shapes");
+        assert_close(&values(a), &values(b), what);
+    }
+
+    const CLIENTS: usize = 3;
+
+    fn cohort() -> Cohort {
+        Cohort::new(vec![2; CLIENTS])
+    }
+
+    #[test]
+    fn linear() {
+        let (x, w, b) = (
+            prim([6, 4, 5], 1),
+            prim([CLIENTS, 7, 5], 2),
+            prim([CLIENTS, 7], 3),
+        );
+        let c = cohort();
+        same(
+            cohort::batched_linear::<C>(x.clone(), w.clone(), Some(b.clone()), &c),
+            cohort::linear::<C>(x.clone(), w.clone(), Some(b), &c),
+            "linear",
+        );
+        let g = prim([6, 4, 7], 4);
+        let (bx, bw, bb) =
+            cohort::batched_linear_backward::<C>(x.clone(), w.clone(), g.clone(), true, &c);
+        let (ox, ow, ob) = cohort::linear_backward::<C>(x, w, g, true, &c);
+        same(bx, ox, "d_x");
+        same(bw, ow, "d_w");
+        same(bb.expect("bias"), ob.expect("bias"), "d_bias");
+    }
+
+    #[test]
+    fn layer_norm() {
+        let (x, gamma, beta) = (
+            prim([6, 3, 8], 5),
+            prim([CLIENTS, 8], 6),
+            prim([CLIENTS, 8], 7),
+        );
+        let c = cohort();
+        same(
+            cohort::batched_layer_norm::<C>(x.clone(), gamma.clone(), beta.clone(), &c),
+            cohort::layer_norm::<C>(x.clone(), gamma.clone(), beta, &c),
+            "layer norm",
+        );
+        let g = prim([6, 3, 8], 8);
+        let batched =
+            cohort::batched_layer_norm_backward::<C>(x.clone(), gamma.clone(), g.clone(), &c);
+        let alone = cohort::layer_norm_backward::<C>(x, gamma, g, &c);
+        for ((b, a), what) in batched
+            .into_iter()
+            .zip(alone)
+            .zip(["d_x", "d_gamma", "d_beta"])
+        {
+            same(b, a, what);
+        }
+    }
+
+    #[test]
+    fn group_norm() {
+        for relu in [false, true] {
+            let x = prim([6, 4, 3, 3], 9);
+            let params = [prim([CLIENTS, 4], 10), prim([CLIENTS, 4], 11)];
+            let c = cohort();
+            same(
+                cohort::batched_group_norm::<C>(x.clone(), params.clone(), 2, relu, &c),
+                cohort::group_norm::<C>(x.clone(), params.clone(), 2, relu, &c),
+                "group norm",
+            );
+            let g = prim([6, 4, 3, 3], 12);
+            let batched = cohort::batched_group_norm_backward::<C>(
+                x.clone(),
+                params.clone(),
+                g.clone(),
+                2,
+                relu,
+                &c,
+            );
+            let alone = cohort::group_norm_backward::<C>(x, params, g, 2, relu, &c);
+            for ((b, a), what) in batched
+                .into_iter()
+                .zip(alone)
+                .zip(["d_x", "d_gamma", "d_beta"])
+            {
+                same(b, a, what);
+            }
+        }
+    }
+}

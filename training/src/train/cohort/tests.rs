@@ -262,3 +262,67 @@ proptest! {
         same_alone_and_together(&arch, &tasks, &examples, &recipe(batch, epochs, true));
     }
 }
+
+/// On CUDA a cohort's clients train as they do alone within float rounding (the batched
+/// products and norms sum in another order, and the convolutions round to TF32 either way):
+/// equal sample counts (the batched kernels) and unequal ones (one client at a time).
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs an NVIDIA GPU: cargo test --release --features cuda -p fedshard-training cuda_cohorts -- --ignored"]
+fn cuda_cohorts_train_each_client_as_alone_within_rounding() {
+    use burn::backend::{Autodiff, Cuda};
+    type G = Autodiff<Cuda>;
+    let device = Default::default();
+    for (arch, width) in [
+        (Architecture::DigitsCnn { classes: 10 }, 64),
+        (Architecture::Resnet18 { classes: 10 }, 3 * 32 * 32),
+        (Architecture::Cct { classes: 10 }, 3 * 32 * 32),
+    ] {
+        for sizes in [[8usize, 8, 8], [8, 5, 7]] {
+            let data: Vec<Random> = sizes
+                .iter()
+                .enumerate()
+                .map(|(c, &len)| Random::new(len, width, 10, c as u64))
+                .collect();
+            let tasks = tasks(&arch, 3, 1.0);
+            let members: Vec<Member<'_>> = tasks
+                .iter()
+                .zip(&data)
+                .enumerate()
+                .map(|(c, ((dense, shards), examples))| Member {
+                    dense,
+                    shards,
+                    examples,
+                    seed: 3,
+                    round: 2,
+                    client: c as u64,
+                })
+                .collect();
+            let recipe = recipe(4, 1, false);
+            let together = train::<G>(&arch, &recipe, &members, &device);
+            for (c, (member, cohort)) in members.iter().zip(together).enumerate() {
+                let alone = train::<G>(&arch, &recipe, std::slice::from_ref(member), &device)
+                    .pop()
+                    .expect("one result")
+                    .expect("trains alone");
+                let cohort = cohort.expect("trains in the cohort");
+                let (mut diff, mut norm) = (0.0f64, 0.0f64);
+                for ((a, b), start) in cohort
+                    .dense
+                    .tensors
+                    .iter()
+                    .zip(&alone.dense.tensors)
+                    .zip(&member.dense.tensors)
+                {
+                    for ((x, y), s) in a.data.iter().zip(&b.data).zip(&start.data) {
+                        diff += f64::from(x - y).powi(2);
+                        norm += f64::from(y - s).powi(2);
+                    }
+                }
+                let relative = (diff / norm).sqrt();
+                eprintln!("{arch:?} sizes {sizes:?} client {c}: update differs by {relative:.2e}");
+                assert!(relative < 2e-2, "{arch:?} client {c}: {relative}");
+            }
+        }
+    }
+}
