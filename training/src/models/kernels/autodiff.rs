@@ -65,6 +65,8 @@ where
 
 /// One graph node per kernel; the backward pass runs the inner backend's backward kernel.
 impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
+    const BATCHED_COHORTS: bool = B::BATCHED_COHORTS;
+
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         let (y, saved) = (B::fused_gelu(x.primitive.clone()), x.primitive.clone());
         record::<B, C, _, 1>([x], y, saved, |x, g| [B::fused_gelu_backward(x, g)])

@@ -39,6 +39,11 @@ pub const NORM_EPS: f32 = 1e-5;
 /// A backend with the fused kernels. Every function works on the last dimension of a
 /// contiguous tensor of any rank (its "rows").
 pub trait Kernels: Backend {
+    /// Whether the cohort kernels batch clients of equal rows (every backend but the CPU's,
+    /// whose cohort kernels run one client at a time to stay bit-exact): the training loop then
+    /// pads a cohort's shorter batches to equal rows.
+    const BATCHED_COHORTS: bool = true;
+
     /// GPT-2's GELU, `x · ½(1 + tanh(√(2/π)(x + 0.044715 x³)))`.
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         composite::gelu::<Self>(x)
@@ -256,7 +261,12 @@ pub trait Kernels: Backend {
         geometry: ConvGeometry,
         cohort: &Cohort,
     ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
-        cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
+        if cohort::batches(cohort) {
+            let passes = cohort::ConvPasses::burn();
+            cohort::batched_conv2d::<Self>(x, filters, bias, geometry, cohort, &passes)
+        } else {
+            cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
+        }
     }
 
     /// The gradients of [`Kernels::cohort_conv2d`] with respect to its input (of shape
@@ -269,7 +279,12 @@ pub trait Kernels: Backend {
         geometry: ConvGeometry,
         cohort: &Cohort,
     ) -> [FloatTensor<Self>; 3] {
-        cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
+        if cohort::batches(cohort) {
+            let passes = cohort::ConvPasses::burn();
+            cohort::batched_conv2d_backward::<Self>(saved, filters, grad, geometry, cohort, &passes)
+        } else {
+            cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
+        }
     }
 
     /// [`Kernels::fused_group_norm`] for a cohort: `gamma` and `beta` are `C × channels`.

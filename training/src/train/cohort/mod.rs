@@ -203,9 +203,10 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
                 loss_sums = loss_sums.select(0, index::<B>(&keep, self.device));
                 (net, layout) = (rebuilt, new_layout);
             }
-            let (inputs, targets, cohort) = self.batch(&active, step);
+            let (inputs, targets, cohort, real) = self.batch(&active, step);
             let logits = net.forward(inputs, &cohort);
-            let losses = client_losses(logits, targets, &cohort.scaled(per_row));
+            let real: Vec<usize> = real.iter().map(|r| r * per_row).collect();
+            let losses = client_losses(logits, targets, &cohort.scaled(per_row), &real);
             let total = if active.len() == 1 {
                 losses.clone()
             } else {
@@ -239,23 +240,47 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
         net.export(layout, &tasks)
     }
 
-    /// Step `step`'s batch: every active client's rows one client after another.
-    fn batch(&self, active: &[Active], step: usize) -> (Tensor<B, 2>, Tensor<B, 1, Int>, Cohort) {
-        let (mut x, mut y, mut rows) = (Vec::new(), Vec::new(), Vec::with_capacity(active.len()));
-        let width = self.members[active[0].member].examples.width();
+    /// Step `step`'s batch: every active client's rows one client after another, and how many
+    /// of each client's rows are real. On a backend whose cohort kernels batch
+    /// ([`Kernels::BATCHED_COHORTS`]), clients with fewer rows (a last, partial batch) are padded
+    /// with zero rows to the most any client has, so every operation stays one batched launch;
+    /// the padding is left out of the loss, so its gradient is zero and it changes nothing.
+    ///
+    /// [`Kernels::BATCHED_COHORTS`]: crate::models::kernels::Kernels::BATCHED_COHORTS
+    fn batch(
+        &self,
+        active: &[Active],
+        step: usize,
+    ) -> (Tensor<B, 2>, Tensor<B, 1, Int>, Cohort, Vec<usize>) {
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        let examples = self.members[active[0].member].examples;
+        let (width, per_row) = (examples.width(), examples.targets_per_row());
+        let real: Vec<usize> = active.iter().map(|a| a.batches[step].len()).collect();
+        let most = real.iter().copied().max().unwrap_or(0);
+        let pad = B::BATCHED_COHORTS && active.len() > 1;
         for a in active {
             let samples = &a.batches[step];
             self.members[a.member]
                 .examples
                 .fill(samples, &mut x, &mut y);
-            rows.push(samples.len());
+            if pad {
+                let missing = most - samples.len();
+                x.resize(x.len() + missing * width, 0.0);
+                y.resize(y.len() + missing * per_row, 0);
+            }
         }
+        let rows = if pad {
+            vec![most; active.len()]
+        } else {
+            real.clone()
+        };
         let total: usize = rows.iter().sum();
         let targets = y.len();
         (
             Tensor::from_data(TensorData::new(x, [total, width]), self.device),
             Tensor::from_data(TensorData::new(y, [targets]), self.device),
             Cohort::new(rows),
+            real,
         )
     }
 }
@@ -270,7 +295,8 @@ impl Active {
     }
 }
 
-/// Each client's mean cross-entropy over its own rows of `logits` (`C` values).
+/// Each client's mean cross-entropy over the first `real[c]` of its rows of `logits` (`C`
+/// values; the rest is padding).
 ///
 /// The log-probabilities are taken over all rows at once and only their per-row values split
 /// by client: split first, a client's softmax ran over a view into the middle of the batch,
@@ -279,6 +305,7 @@ fn client_losses<B: Backend>(
     logits: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
     rows: &Cohort,
+    real: &[usize],
 ) -> Tensor<B, 1> {
     if rows.clients() == 1 {
         return cross_entropy(logits, targets);
@@ -289,8 +316,9 @@ fn client_losses<B: Backend>(
     let losses = rows
         .rows()
         .iter()
-        .map(|&r| {
-            let loss = picked.clone().narrow(0, start, r).mean().neg();
+        .zip(real)
+        .map(|(&r, &used)| {
+            let loss = picked.clone().narrow(0, start, used).mean().neg();
             start += r;
             loss
         })

@@ -92,6 +92,8 @@ fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// A cohort's kernels one client at a time (`cohort.rs`): bit-exact with each client alone.
 impl Kernels for NdArray<f32> {
+    const BATCHED_COHORTS: bool = false;
+
     fn cohort_linear(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
@@ -131,6 +133,27 @@ impl Kernels for NdArray<f32> {
         cohort: &Cohort,
     ) -> [FloatTensor<Self>; 3] {
         cohort::layer_norm_backward::<Self>(x, gamma, grad, cohort)
+    }
+
+    fn cohort_conv2d(
+        x: FloatTensor<Self>,
+        filters: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        geometry: ConvGeometry,
+        cohort: &Cohort,
+    ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
+        cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
+    }
+
+    fn cohort_conv2d_backward(
+        saved: Vec<FloatTensor<Self>>,
+        input: Shape,
+        filters: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        geometry: ConvGeometry,
+        cohort: &Cohort,
+    ) -> [FloatTensor<Self>; 3] {
+        cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
     }
 
     fn cohort_group_norm(
