@@ -19,8 +19,8 @@ worker runs one: `--clients` clients trained one after another in this one proce
 starting from the same global model (its state dict copied into the client's network), each on
 its own `--samples` random rows (drawn as `setup()` draws them, fixed seed), with a fresh SGD
 optimiser (lr 0.05, momentum 0.5, the model's own weight decay), `--epochs` epochs shuffled
-afresh each epoch at batch `--batch` (the last partial batch included), cross-entropy loss; the
-clients' networks are then averaged into the next global model (FedAvg). One warm-up round is
+afresh each epoch at batch `--batch` (the last partial batch included), cross-entropy loss; no
+aggregation, as `fedshard bench round` has none. One warm-up round is
 not timed; each of the `--repeats` timed rounds prints one JSON line with its seconds and
 samples per second (clients × samples × epochs / seconds):
 
@@ -259,8 +259,6 @@ def round_seconds(model, clients, samples, batch, epochs, repeats, device):
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def one_round():
-        # The running sum of the clients' trained weights, for the FedAvg at the end.
-        sums = [torch.zeros_like(p) for p in global_net.parameters()]
         for cx, cy in data:
             # Each client starts from the global model, with a fresh optimiser.
             client_net.load_state_dict(global_net.state_dict())
@@ -277,13 +275,6 @@ def round_seconds(model, clients, samples, batch, epochs, repeats, device):
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-            with torch.no_grad():
-                for total, p in zip(sums, client_net.parameters()):
-                    total.add_(p)
-        # Every client has `samples` rows, so FedAvg is the plain mean.
-        with torch.no_grad():
-            for p, total in zip(global_net.parameters(), sums):
-                p.copy_(total / clients)
 
     one_round()
     sync()

@@ -539,7 +539,7 @@ pub(crate) enum Gatherer {
 
 impl Gatherer {
     fn of(t: &TrainingSection) -> anyhow::Result<Self> {
-        if !t.cohorts() {
+        if !t.cohorts {
             return Ok(Gatherer::Off);
         }
         let gathering = |whole_queue| Gathering {

@@ -97,9 +97,9 @@ fn cohorts_on_and_off_give_the_same_model_bytes() {
     // shapes (keep ratios 1 and 0.5), so each process trains two kinds of cohort.
     let mut c = Config::load(Path::new("config/digits-cnn.toml")).expect("the shipped config");
     c.run.rounds = 3;
-    c.training.cohorts = Some(false);
+    c.training.cohorts = false;
     let (alone, _) = run(&c);
-    c.training.cohorts = Some(true);
+    c.training.cohorts = true;
     let (together, summary) = run(&c);
     assert_eq!(summary.rounds_completed, 3);
     assert_eq!(alone.to_bytes(), together.to_bytes());

@@ -70,7 +70,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
         config.training.device = device;
     }
     if let Some(cohorts) = args.cohorts {
-        config.training.cohorts = Some(cohorts.is_on());
+        config.training.cohorts = cohorts.is_on();
     }
     config.validate()?;
     let started = Instant::now();
@@ -100,7 +100,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
         model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         device: config.training.device,
-        cohorts: config.training.cohorts(),
+        cohorts: config.training.cohorts,
     })
 }
 

@@ -36,7 +36,7 @@ pub struct RoundBenchArgs {
     pub epochs: usize,
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
-    /// Cohorts on or off (default: the device's, as `training.cohorts`).
+    /// Cohorts on or off (default off, as `training.cohorts`).
     #[arg(long, value_enum, value_name = "on|off")]
     pub cohorts: Option<OnOff>,
     /// The most clients one cohort trains at once.
@@ -113,7 +113,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
         .collect();
     let training = TrainingSection {
         device: args.device,
-        cohorts: args.cohorts.map(OnOff::is_on),
+        cohorts: args.cohorts.is_some_and(OnOff::is_on),
         cohort_size: args.cohort_size,
         ..TrainingSection::default()
     };
@@ -165,7 +165,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
     Ok(RoundBenchReport {
         model: args.model,
         device: args.device,
-        cohorts: training.cohorts(),
+        cohorts: training.cohorts,
         clients: args.clients,
         samples: args.samples,
         batch,

@@ -51,7 +51,7 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub device: Option<crate::config::Device>,
     /// Whether neural clients that share a sub-model shape train as one computation;
-    /// overrides `training.cohorts` (default: on for CUDA, off on the CPU).
+    /// overrides `training.cohorts` (default off).
     #[arg(long, value_enum, value_name = "on|off")]
     pub cohorts: Option<super::OnOff>,
 }
@@ -146,7 +146,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         config.run.rounds = rounds;
     }
     if let Some(cohorts) = args.cohorts {
-        config.training.cohorts = Some(cohorts.is_on());
+        config.training.cohorts = cohorts.is_on();
     }
     if args.device.is_some() || args.rounds.is_some() {
         // Once, after every override: the error says which flags changed the file's config.

@@ -278,11 +278,11 @@ pub struct TrainingSection {
     #[serde(default)]
     pub device: Device,
     /// Whether the clients a process trains at once that share a sub-model shape train as one
-    /// computation (cohorts, docs/design.md). Unset: on for CUDA (one launch per operation for
-    /// the cohort), off on the CPU (one client per core measured as fast; docs/performance.md).
-    /// A client's trained bytes on the CPU are the same either way.
+    /// computation (cohorts, docs/design.md). Off by default: measured slower than one client
+    /// per core on the CPU and than concurrent clients on a GPU (docs/performance.md,
+    /// "Cohorts"). A client's trained bytes on the CPU are the same either way.
     #[serde(default)]
-    pub cohorts: Option<bool>,
+    pub cohorts: bool,
     /// The most clients one cohort trains at once (its activations and gradients grow with
     /// it); a larger queue makes several cohorts.
     #[serde(default = "default_cohort_size")]
@@ -294,11 +294,6 @@ fn default_cohort_size() -> usize {
 }
 
 impl TrainingSection {
-    /// Whether neural clients train in cohorts: the field, or the device's default.
-    pub fn cohorts(&self) -> bool {
-        self.cohorts.unwrap_or(self.device == Device::Cuda)
-    }
-
     /// The recipe's ranges, and a ClipLR threshold only under a `strategy` that clips.
     pub(super) fn validate(&self, strategy: StrategySpec) -> anyhow::Result<()> {
         check(

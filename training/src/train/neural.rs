@@ -193,7 +193,7 @@ pub fn single_client_task(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LocalMethod {
     /// Local training: `recipe.epochs` of SGD with momentum, Frobenius decay and ClipLR
-    /// ([`train`]).
+    /// ([`cohort::train`]).
     Sgd,
     /// Federated SGLD's client step (docs/algorithms.md §4.9): one step on the client's share
     /// of the potential ([`sgld::potential_step`]), not local training. The round's scaling

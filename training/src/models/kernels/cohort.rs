@@ -10,15 +10,15 @@
 //! cohort and one-by-one training give the same model bytes), and its override uses only
 //! these. Batched ([`batched_linear`], …), the default of every other backend where the clients
 //! own equal rows: the clients' rows as a leading axis and one batched product or broadcast
-//! per operation, whatever the cohort's size (a GPU's launches do not grow with it), a
-//! convolution as one grouped convolution with each client's channels a group. Under
+//! per operation, whatever the cohort's size (a GPU's launches do not grow with it); a
+//! convolution stays one client at a time (docs/performance.md, "Cohorts", says why). Under
 //! [`Autodiff`](burn::backend::autodiff::Autodiff) a cohort kernel is one graph node
 //! (`autodiff.rs`), so the graph does not grow with the cohort either.
 
 use super::composite::{group_rows, normalise, restore, rows};
 use super::{ConvGeometry, Kernels, float, with_row_len};
 use burn::tensor::Tensor;
-use burn::tensor::ops::{ConvOptions, FloatTensor};
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, Slice, TensorMetadata};
 use std::sync::Arc;
 
@@ -489,118 +489,5 @@ pub fn batched_group_norm_backward<B: Kernels>(
         restore(d_x, shape),
         d_gamma.into_primitive().tensor(),
         d_beta.into_primitive().tensor(),
-    ]
-}
-
-/// The three passes of a convolution a batched cohort convolution runs: the forward pass, the
-/// input's gradient and the weight's, each for a `c_out × C × kh × kw` weight and burn's
-/// options (which carry the groups). A backend with its own convolutions passes them.
-pub struct ConvPasses<B: Kernels> {
-    pub forward: fn(
-        FloatTensor<B>,
-        FloatTensor<B>,
-        Option<FloatTensor<B>>,
-        ConvOptions<2>,
-    ) -> FloatTensor<B>,
-    pub input_grad:
-        fn(&FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, ConvOptions<2>) -> FloatTensor<B>,
-    pub weight_grad:
-        fn(FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, ConvOptions<2>) -> FloatTensor<B>,
-}
-
-impl<B: Kernels> ConvPasses<B> {
-    /// burn's own convolutions.
-    pub fn burn() -> Self {
-        Self {
-            forward: |x, w, b, options| B::conv2d(x, w, b, options),
-            input_grad: |x, w, grad, options| B::conv2d_x_backward(x.clone(), w, grad, options),
-            weight_grad: |x, w, grad, options| B::conv2d_weight_backward(x, w, grad, options),
-        }
-    }
-}
-
-/// `N × ch × H × W` activations of a cohort's equal rows as `r × C·ch × H × W`: each client's
-/// channels one group of a grouped convolution.
-fn to_groups<B: Kernels>(x: FloatTensor<B>, clients: usize) -> FloatTensor<B> {
-    let s = x.shape();
-    let (rows, ch, h, w) = (s[0] / clients, s[1], s[2], s[3]);
-    let t: Tensor<B, 5> = float(B::float_reshape(x, Shape::new([clients, rows, ch, h, w])));
-    let t = t.swap_dims(0, 1).reshape([rows, clients * ch, h, w]);
-    t.into_primitive().tensor()
-}
-
-/// The inverse of [`to_groups`]: `r × C·ch × H × W` → `C·r × ch × H × W`.
-fn from_groups<B: Kernels>(y: FloatTensor<B>, clients: usize) -> FloatTensor<B> {
-    let s = y.shape();
-    let (rows, ch, h, w) = (s[0], s[1] / clients, s[2], s[3]);
-    let t: Tensor<B, 5> = float(B::float_reshape(y, Shape::new([rows, clients, ch, h, w])));
-    let t = t.swap_dims(0, 1).reshape([clients * rows, ch, h, w]);
-    t.into_primitive().tensor()
-}
-
-/// Stacked filters `C × c_out × (ch·kh·kw)` as the grouped weight `C·c_out × ch × kh × kw`, and
-/// the options of the grouped convolution.
-fn grouped_weight<B: Kernels>(
-    filters: FloatTensor<B>,
-    channels: usize,
-    geometry: ConvGeometry,
-) -> (FloatTensor<B>, ConvOptions<2>) {
-    let s = filters.shape();
-    let [kh, kw] = geometry.kernel;
-    let weight = B::float_reshape(filters, Shape::new([s[0] * s[1], channels, kh, kw]));
-    let mut options = geometry.options();
-    options.groups = s[0];
-    (weight, options)
-}
-
-/// [`Kernels::cohort_conv2d`] as one grouped convolution; keeps the grouped input.
-pub fn batched_conv2d<B: Kernels>(
-    x: FloatTensor<B>,
-    filters: FloatTensor<B>,
-    bias: Option<FloatTensor<B>>,
-    geometry: ConvGeometry,
-    cohort: &Cohort,
-    passes: &ConvPasses<B>,
-) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
-    let clients = cohort.clients();
-    let channels = x.shape()[1];
-    let grouped = to_groups::<B>(x, clients);
-    let (weight, options) = grouped_weight::<B>(filters, channels, geometry);
-    let bias = bias.map(|b| {
-        let n = b.shape().num_elements();
-        B::float_reshape(b, Shape::new([n]))
-    });
-    let y = (passes.forward)(grouped.clone(), weight, bias, options);
-    (from_groups::<B>(y, clients), vec![grouped])
-}
-
-/// [`Kernels::cohort_conv2d_backward`] of [`batched_conv2d`].
-pub fn batched_conv2d_backward<B: Kernels>(
-    saved: Vec<FloatTensor<B>>,
-    filters: FloatTensor<B>,
-    grad: FloatTensor<B>,
-    geometry: ConvGeometry,
-    cohort: &Cohort,
-    passes: &ConvPasses<B>,
-) -> [FloatTensor<B>; 3] {
-    let clients = cohort.clients();
-    let grouped = saved.into_iter().next().expect("the grouped input");
-    let channels = grouped.shape()[1] / clients;
-    let filters_shape = filters.shape();
-    let (weight, options) = grouped_weight::<B>(filters, channels, geometry);
-    let g = to_groups::<B>(grad, clients);
-    let d_x = (passes.input_grad)(&grouped, weight.clone(), g.clone(), options.clone());
-    let d_w = (passes.weight_grad)(grouped, weight, g.clone(), options);
-    let g: Tensor<B, 4> = float(g);
-    let outputs = filters_shape[1];
-    let d_b = g
-        .sum_dim(0)
-        .sum_dim(2)
-        .sum_dim(3)
-        .reshape([clients, outputs]);
-    [
-        from_groups::<B>(d_x, clients),
-        B::float_reshape(d_w, filters_shape),
-        d_b.into_primitive().tensor(),
     ]
 }

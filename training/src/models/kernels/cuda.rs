@@ -15,7 +15,6 @@
 //! A shape the implicit GEMM cannot take is refused when the kernel is set up, before anything
 //! runs, and that pass takes burn's direct kernel: a choice per shape, as an autotuner's.
 
-use super::cohort::{self, Cohort, ConvPasses};
 use super::{ConvGeometry, Kernels, composite};
 use burn::backend::Cuda;
 use burn::tensor::ops::{ConvOptions, FloatTensor, FloatTensorOps, ModuleOps};
@@ -55,82 +54,29 @@ fn filter_grad(
         .unwrap_or_else(|_| <Cuda>::conv2d_weight_backward(x, weight, grad, options))
 }
 
-/// The gradient with respect to `x` of the convolution of `x` by `weight` under `options`
-/// (any stride and groups), from the output's `grad`.
+/// The gradient with respect to `x` of the convolution of `x` by `weight`, from the output's
+/// `grad`.
 fn input_grad(
     x: &FloatTensor<Cuda>,
     weight: FloatTensor<Cuda>,
     grad: FloatTensor<Cuda>,
-    options: ConvOptions<2>,
+    geometry: ConvGeometry,
 ) -> FloatTensor<Cuda> {
     let input = x.shape();
-    let w = weight.shape();
-    let geometry = ConvGeometry {
-        kernel: [w[2], w[3]],
-        stride: options.stride,
-        padding: options.padding,
-    };
-    let groups = options.groups;
-    let stride_one = |grad: FloatTensor<Cuda>, unit: ConvOptions<2>| {
-        let options = ConvOptions { groups, ..unit };
+    let stride_one = |grad: FloatTensor<Cuda>, options: ConvOptions<2>| {
         let gemm = ConvStrategy::ImplicitGemm;
         let shape = input.clone();
         conv_data_backward::<_, 2>(grad.clone(), weight.clone(), shape, options.clone(), gemm)
             .unwrap_or_else(|_| <Cuda>::conv2d_x_backward(x.clone(), weight.clone(), grad, options))
     };
     if geometry.stride == [1, 1] {
-        stride_one(grad, options)
+        stride_one(grad, geometry.options())
     } else {
         composite::strided_input_grad::<Cuda>(grad, &input, geometry, stride_one)
     }
 }
 
-/// The convolution passes of a batched cohort (one grouped convolution), on the implicit GEMM.
-fn passes() -> ConvPasses<Cuda> {
-    ConvPasses {
-        forward,
-        input_grad,
-        weight_grad: filter_grad,
-    }
-}
-
 impl Kernels for Cuda {
-    fn cohort_conv2d(
-        x: FloatTensor<Self>,
-        filters: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        geometry: ConvGeometry,
-        cohort: &Cohort,
-    ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
-        if cohort::batches(cohort) {
-            cohort::batched_conv2d::<Self>(x, filters, bias, geometry, cohort, &passes())
-        } else {
-            cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
-        }
-    }
-
-    fn cohort_conv2d_backward(
-        saved: Vec<FloatTensor<Self>>,
-        input: Shape,
-        filters: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        geometry: ConvGeometry,
-        cohort: &Cohort,
-    ) -> [FloatTensor<Self>; 3] {
-        if cohort::batches(cohort) {
-            cohort::batched_conv2d_backward::<Self>(
-                saved,
-                filters,
-                grad,
-                geometry,
-                cohort,
-                &passes(),
-            )
-        } else {
-            cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
-        }
-    }
-
     fn fused_conv2d(
         x: FloatTensor<Self>,
         filters: FloatTensor<Self>,
@@ -150,7 +96,7 @@ impl Kernels for Cuda {
     ) -> [FloatTensor<Self>; 3] {
         let filters_shape = filters.shape();
         let (weight, options) = composite::conv_weight::<Self>(&saved, filters, geometry);
-        let d_x = input_grad(&saved, weight.clone(), grad.clone(), options.clone());
+        let d_x = input_grad(&saved, weight.clone(), grad.clone(), geometry);
         let d_weight = filter_grad(saved, weight, grad.clone(), options);
         [
             d_x,
@@ -346,7 +292,7 @@ mod tests {
             let ours = [
                 micros(&|| forward(x.clone(), weight.clone(), None, options.clone())),
                 micros(&|| filter_grad(x.clone(), weight.clone(), grad.clone(), options.clone())),
-                micros(&|| input_grad(x, weight.clone(), grad.clone(), geometry.options())),
+                micros(&|| input_grad(x, weight.clone(), grad.clone(), geometry)),
             ];
             println!(
                 "{name} {shape:?} → {c_out}, {kernel}×{kernel} stride {stride}: forward {:.0} → {:.0}, \

@@ -261,12 +261,7 @@ pub trait Kernels: Backend {
         geometry: ConvGeometry,
         cohort: &Cohort,
     ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
-        if cohort::batches(cohort) {
-            let passes = cohort::ConvPasses::burn();
-            cohort::batched_conv2d::<Self>(x, filters, bias, geometry, cohort, &passes)
-        } else {
-            cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
-        }
+        cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
     }
 
     /// The gradients of [`Kernels::cohort_conv2d`] with respect to its input (of shape
@@ -279,12 +274,7 @@ pub trait Kernels: Backend {
         geometry: ConvGeometry,
         cohort: &Cohort,
     ) -> [FloatTensor<Self>; 3] {
-        if cohort::batches(cohort) {
-            let passes = cohort::ConvPasses::burn();
-            cohort::batched_conv2d_backward::<Self>(saved, filters, grad, geometry, cohort, &passes)
-        } else {
-            cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
-        }
+        cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
     }
 
     /// [`Kernels::fused_group_norm`] for a cohort: `gamma` and `beta` are `C × channels`.

@@ -545,46 +545,4 @@ mod batched_cohorts {
             }
         }
     }
-
-    #[test]
-    fn conv2d_as_one_grouped_convolution() {
-        for (k, stride, padding) in [(3, 1, 1), (3, 2, 1), (1, 2, 0), (1, 1, 0)] {
-            let geometry = ConvGeometry {
-                kernel: [k, k],
-                stride: [stride, stride],
-                padding: [padding, padding],
-            };
-            let (ch, out, side) = (3, 4, 6);
-            let x = prim([6, ch, side, side], 13);
-            let filters = prim([CLIENTS, out, ch * k * k], 14);
-            let bias = prim([CLIENTS, out], 15);
-            let c = cohort();
-            let passes = cohort::ConvPasses::burn();
-            let (batched, saved) = cohort::batched_conv2d::<C>(
-                x.clone(),
-                filters.clone(),
-                Some(bias.clone()),
-                geometry,
-                &c,
-                &passes,
-            );
-            let (alone, alone_saved) =
-                cohort::conv2d::<C>(x.clone(), filters.clone(), Some(bias), geometry, &c);
-            let what = format!("conv k {k} stride {stride}");
-            let g = prim(batched.shape().dims::<4>(), 16);
-            same(batched, alone, &what);
-            let b = cohort::batched_conv2d_backward::<C>(
-                saved,
-                filters.clone(),
-                g.clone(),
-                geometry,
-                &c,
-                &passes,
-            );
-            let a = cohort::conv2d_backward::<C>(alone_saved, x.shape(), filters, g, geometry, &c);
-            for ((b, a), part) in b.into_iter().zip(a).zip(["d_x", "d_filters", "d_bias"]) {
-                same(b, a, &format!("{what}: {part}"));
-            }
-        }
-    }
 }

@@ -263,16 +263,35 @@ proptest! {
     }
 }
 
-/// On CUDA a cohort's clients train as they do alone within float rounding (the batched
-/// products and norms sum in another order, and the convolutions round to TF32 either way):
-/// equal sample counts (the batched kernels) and unequal ones (one client at a time).
+/// On CUDA a cohort's clients train as they do alone, up to CUDA's own run-to-run noise: two
+/// trainings of one client alone already differ there (about 1e-2 of the update after two steps
+/// on an H200, 2026-11-27; see docs/performance.md, "Cohorts"), so the cohort's distance to the
+/// client alone is held to that noise floor. Equal sample counts and unequal ones (padded to
+/// equal rows).
 #[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs an NVIDIA GPU: cargo test --release --features cuda -p fedshard-training cuda_cohorts -- --ignored"]
-fn cuda_cohorts_train_each_client_as_alone_within_rounding() {
+fn cuda_cohorts_train_each_client_as_alone_within_its_noise() {
     use burn::backend::{Autodiff, Cuda};
     type G = Autodiff<Cuda>;
     let device = Default::default();
+    // ‖a − b‖ / ‖b − start‖ over every dense tensor.
+    let distance = |a: &Trained, b: &Trained, start: &ModelState| {
+        let (mut diff, mut norm) = (0.0f64, 0.0f64);
+        for ((a, b), s) in a
+            .dense
+            .tensors
+            .iter()
+            .zip(&b.dense.tensors)
+            .zip(&start.tensors)
+        {
+            for ((x, y), s) in a.data.iter().zip(&b.data).zip(&s.data) {
+                diff += f64::from(x - y).powi(2);
+                norm += f64::from(y - s).powi(2);
+            }
+        }
+        (diff / norm).sqrt()
+    };
     for (arch, width) in [
         (Architecture::DigitsCnn { classes: 10 }, 64),
         (Architecture::Resnet18 { classes: 10 }, 3 * 32 * 32),
@@ -301,27 +320,23 @@ fn cuda_cohorts_train_each_client_as_alone_within_rounding() {
             let recipe = recipe(4, 1, false);
             let together = train::<G>(&arch, &recipe, &members, &device);
             for (c, (member, cohort)) in members.iter().zip(together).enumerate() {
-                let alone = train::<G>(&arch, &recipe, std::slice::from_ref(member), &device)
-                    .pop()
-                    .expect("one result")
-                    .expect("trains alone");
+                let alone = || {
+                    train::<G>(&arch, &recipe, std::slice::from_ref(member), &device)
+                        .pop()
+                        .expect("one result")
+                        .expect("trains alone")
+                };
+                let (first, second) = (alone(), alone());
                 let cohort = cohort.expect("trains in the cohort");
-                let (mut diff, mut norm) = (0.0f64, 0.0f64);
-                for ((a, b), start) in cohort
-                    .dense
-                    .tensors
-                    .iter()
-                    .zip(&alone.dense.tensors)
-                    .zip(&member.dense.tensors)
-                {
-                    for ((x, y), s) in a.data.iter().zip(&b.data).zip(&start.data) {
-                        diff += f64::from(x - y).powi(2);
-                        norm += f64::from(y - s).powi(2);
-                    }
-                }
-                let relative = (diff / norm).sqrt();
-                eprintln!("{arch:?} sizes {sizes:?} client {c}: update differs by {relative:.2e}");
-                assert!(relative < 2e-2, "{arch:?} client {c}: {relative}");
+                let noise = distance(&second, &first, member.dense);
+                let apart = distance(&cohort, &first, member.dense);
+                eprintln!(
+                    "{arch:?} sizes {sizes:?} client {c}: cohort vs alone {apart:.2e}, alone vs alone {noise:.2e}"
+                );
+                assert!(
+                    apart <= 2.0 * noise.max(1e-3),
+                    "{arch:?} client {c}: {apart} vs {noise}"
+                );
             }
         }
     }

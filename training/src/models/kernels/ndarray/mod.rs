@@ -135,27 +135,6 @@ impl Kernels for NdArray<f32> {
         cohort::layer_norm_backward::<Self>(x, gamma, grad, cohort)
     }
 
-    fn cohort_conv2d(
-        x: FloatTensor<Self>,
-        filters: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        geometry: ConvGeometry,
-        cohort: &Cohort,
-    ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
-        cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
-    }
-
-    fn cohort_conv2d_backward(
-        saved: Vec<FloatTensor<Self>>,
-        input: Shape,
-        filters: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        geometry: ConvGeometry,
-        cohort: &Cohort,
-    ) -> [FloatTensor<Self>; 3] {
-        cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
-    }
-
     fn cohort_group_norm(
         x: FloatTensor<Self>,
         gamma_beta: [FloatTensor<Self>; 2],
