@@ -53,6 +53,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("bench job", "fedshard bench job config/digits-cnn.toml"),
     (
+        "bench round",
+        "fedshard bench round --model digits-cnn --clients 10 --samples 200 --batch 8",
+    ),
+    (
         "bench cluster",
         "fedshard bench cluster --nodes 3 --clients-per-node 100 --rounds 5",
     ),
