@@ -59,6 +59,10 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
+    # `he`: fedshard's initialisation (weights U(±√(6/fan_in)), biases U(±1/√fan_in)) instead of
+    # PyTorch's default (weights U(±1/√fan_in)): to tell the initialisation's share of the two
+    # programs' accuracy gap (docs/performance.md).
+    parser.add_argument("--init", choices=["torch", "he"], default="torch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -80,6 +84,12 @@ def main():
 
     started = time.perf_counter()
     model = DigitsCnn()
+    if args.init == "he":
+        with torch.no_grad():
+            for layer in model.modules():
+                if isinstance(layer, (torch.nn.Conv2d, torch.nn.Linear)):
+                    fan_in = layer.weight[0].numel()
+                    layer.weight.uniform_(-((6.0 / fan_in) ** 0.5), (6.0 / fan_in) ** 0.5)
     train_seconds = 0.0
     for _ in range(args.rounds):
         chosen = rng.choice(len(parts), 10, replace=False)
