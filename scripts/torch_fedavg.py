@@ -63,6 +63,9 @@ def main():
     # PyTorch's default (weights U(±1/√fan_in)): to tell the initialisation's share of the two
     # programs' accuracy gap (docs/performance.md).
     parser.add_argument("--init", choices=["torch", "he"], default="torch")
+    # `weights`: weight decay on the conv and linear weights only, as fedshard's Frobenius decay,
+    # instead of on every parameter (biases and norm scales too).
+    parser.add_argument("--decay", choices=["all", "weights"], default="all")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -98,7 +101,20 @@ def main():
         t0 = time.perf_counter()
         for c in chosen:
             model.load_state_dict(global_state)
-            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5, weight_decay=1e-4)
+            if args.decay == "all":
+                groups = [{"params": list(model.parameters()), "weight_decay": 1e-4}]
+            else:
+                weights = [
+                    m.weight
+                    for m in model.modules()
+                    if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+                ]
+                others = [p for p in model.parameters() if all(p is not w for w in weights)]
+                groups = [
+                    {"params": weights, "weight_decay": 1e-4},
+                    {"params": others, "weight_decay": 0.0},
+                ]
+            opt = torch.optim.SGD(groups, lr=0.05, momentum=0.5)
             idx = parts[c]
             for _ in range(2):
                 order = idx[rng.permutation(len(idx))]
