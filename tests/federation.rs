@@ -105,6 +105,39 @@ fn cohorts_on_and_off_give_the_same_model_bytes() {
     assert_eq!(alone.to_bytes(), together.to_bytes());
 }
 
+#[test]
+fn the_partition_names_the_rows_each_client_trains_on() {
+    let c = Config::load(Path::new("config/digits-cnn-dense.toml")).expect("the shipped config");
+    let p = federation::partition(&c).expect("digits are a labelled table");
+    assert_eq!(p.seed, c.run.seed);
+    let test = p
+        .test
+        .as_ref()
+        .expect("the digits' test set is drawn from them");
+    // 20% of each class of the 1 797 digits.
+    assert_eq!(test.len(), 359);
+    let ids: Vec<u64> = (0..p.clients.len() as u64).collect();
+    let trainers = federation::clients(&c, &ids).expect("the clients");
+    let mut seen = std::collections::BTreeSet::new();
+    for (id, rows) in p.clients.iter().enumerate() {
+        assert_eq!(
+            rows.len() as u64,
+            trainers[&(id as u64)].samples(),
+            "client {id}"
+        );
+        for &row in rows {
+            assert!(row < 1797 && !test.contains(&row), "client {id}: row {row}");
+            assert!(seen.insert(row), "row {row} twice");
+        }
+    }
+    let mut other = c.clone();
+    other.run.seed += 1;
+    assert_ne!(
+        federation::partition(&other).expect("another seed").clients,
+        p.clients
+    );
+}
+
 fn with_faults(kinds: &str, rate: f64) -> Config {
     let text = format!("{DIGITS}\n[faults]\nrate = {rate}\nkinds = [{kinds}]\ndelay_ms = 1500\n")
         .replace("deadline_ms = 20000", "deadline_ms = 700")

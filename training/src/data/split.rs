@@ -10,6 +10,16 @@ use super::{DataError, DataStream, Dataset, Result, data_stream, shuffle};
 /// who goes where. `test_fraction` must be in `[0, 1]`; it comes from a config, so a bad value
 /// is an error rather than a panic.
 pub fn train_test(data: &Dataset, test_fraction: f64, seed: u64) -> Result<(Dataset, Dataset)> {
+    let (train, test) = train_test_indices(data, test_fraction, seed)?;
+    Ok((data.subset(&train)?, data.subset(&test)?))
+}
+
+/// The row indices of [`train_test`]'s two halves, ascending.
+pub fn train_test_indices(
+    data: &Dataset,
+    test_fraction: f64,
+    seed: u64,
+) -> Result<(Vec<usize>, Vec<usize>)> {
     if !(0.0..=1.0).contains(&test_fraction) {
         return Err(DataError::InvalidParameter {
             name: "test_fraction",
@@ -36,7 +46,7 @@ pub fn train_test(data: &Dataset, test_fraction: f64, seed: u64) -> Result<(Data
     }
     train.sort_unstable();
     test.sort_unstable();
-    Ok((data.subset(&train)?, data.subset(&test)?))
+    Ok((train, test))
 }
 
 #[cfg(test)]
