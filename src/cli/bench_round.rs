@@ -14,7 +14,7 @@ use crate::config::{Device, TrainingSection};
 use clap::Args;
 use fedshard_protocol::task::{Recipe, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
-use fedshard_training::train::neural::Examples;
+use fedshard_training::train::neural::{Examples, Rows};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -67,28 +67,6 @@ pub struct RoundBenchReport {
     pub peak_rss_bytes: u64,
 }
 
-/// `rows` of another example set.
-struct Picked {
-    inner: Arc<dyn Examples>,
-    rows: Vec<usize>,
-}
-
-impl Examples for Picked {
-    fn len(&self) -> usize {
-        self.rows.len()
-    }
-    fn width(&self) -> usize {
-        self.inner.width()
-    }
-    fn targets_per_row(&self) -> usize {
-        self.inner.targets_per_row()
-    }
-    fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
-        let rows: Vec<usize> = samples.iter().map(|&k| self.rows[k]).collect();
-        self.inner.fill(&rows, x, y);
-    }
-}
-
 pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
     anyhow::ensure!(
         args.clients >= 1 && args.samples >= 1 && args.epochs >= 1 && args.rounds >= 1,
@@ -105,8 +83,8 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
             let rows = (0..args.samples)
                 .map(|_| ((uniform(&mut rng) * pool.len() as f64) as usize).min(pool.len() - 1))
                 .collect();
-            Box::new(Picked {
-                inner: Arc::clone(&pool),
+            Box::new(Rows {
+                examples: Arc::clone(&pool),
                 rows,
             }) as Box<dyn Examples>
         })

@@ -15,7 +15,9 @@ use fedshard_training::models::char_transformer::CharShape;
 use fedshard_training::models::kernels::TrainingBackend;
 use fedshard_training::models::net::Architecture;
 use fedshard_training::train::cohort::{self, Member};
-use fedshard_training::train::neural::{CharWindows, CpuTraining, Examples, single_client_task};
+use fedshard_training::train::neural::{
+    CharWindows, CpuTraining, Examples, Rows, single_client_task,
+};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -258,9 +260,9 @@ fn client_rate<B: TrainingBackend>(
     // One pass over a slice of the data per call; the first call is the warm-up. Each call
     // starts from the tensors the last one trained, as a client's next round would.
     let per_call = s.examples.len().min(s.batch * 20);
-    let slice = Slice {
-        inner: s.examples.as_ref(),
-        len: per_call,
+    let slice = Rows {
+        examples: s.examples.as_ref(),
+        rows: (0..per_call).collect(),
     };
     let (mut dense, mut shards) = (dense.clone(), shards.clone());
     let mut samples = 0usize;
@@ -288,27 +290,6 @@ fn client_rate<B: TrainingBackend>(
         round += 1;
     }
     Ok(samples as f64 / elapsed)
-}
-
-/// The first `len` examples of another set.
-struct Slice<'a> {
-    inner: &'a dyn Examples,
-    len: usize,
-}
-
-impl Examples for Slice<'_> {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn width(&self) -> usize {
-        self.inner.width()
-    }
-    fn targets_per_row(&self) -> usize {
-        self.inner.targets_per_row()
-    }
-    fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
-        self.inner.fill(samples, x, y)
-    }
 }
 
 /// The human-readable line of a report.

@@ -147,49 +147,50 @@ impl<B: TrainingBackend> Cohorts<B> {
             jobs
         };
         let started = Instant::now();
-        let results = train_jobs(&jobs);
+        let trained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| train_jobs(&jobs)));
         let share = started.elapsed() / jobs.len() as u32;
         let mut queue = self.lock();
-        for (job, result) in jobs.iter().zip(results) {
-            queue.results.insert(job.id, (result, share));
+        match trained {
+            Ok(results) => {
+                for (job, result) in jobs.iter().zip(results) {
+                    queue.results.insert(job.id, (result, share));
+                }
+            }
+            // The other members fail with an error; the panic goes on in this client's own
+            // thread, as a panic in a client's local training does without cohorts.
+            Err(panic) => {
+                for job in &jobs[1..] {
+                    let cause = format!(
+                        "the cohort it trained in panicked (in client {}'s thread)",
+                        jobs[0].task.client
+                    );
+                    queue
+                        .results
+                        .insert(job.id, (Err(TrainError::Model(cause.into())), share));
+                }
+                drop(queue);
+                self.finished.notify_all();
+                std::panic::resume_unwind(panic);
+            }
         }
         drop(queue);
         self.finished.notify_all();
     }
 }
 
-/// Trains `jobs` (one key) as one cohort; a panic fails every job of it.
+/// Trains `jobs` (one key) as one cohort.
 fn train_jobs<B: TrainingBackend>(jobs: &[Job<B>]) -> Vec<Result<TrainOutput, TrainError>> {
-    let run = || {
-        let members: Vec<Member<'_>> = jobs.iter().map(|j| j.client.member(&j.task)).collect();
-        let first = &jobs[0].client;
-        cohort::train::<B>(
-            &first.architecture,
-            &jobs[0].task.recipe,
-            &members,
-            &first.device,
-        )
-    };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
-        Ok(results) => results
-            .into_iter()
-            .map(|r| r.map(TrainOutput::from))
-            .collect(),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a panic".into());
-            jobs.iter()
-                .map(|_| {
-                    Err(TrainError::Model(
-                        format!("the cohort's training panicked: {what}").into(),
-                    ))
-                })
-                .collect()
-        }
-    }
+    let members: Vec<Member<'_>> = jobs.iter().map(|j| j.client.member(&j.task)).collect();
+    let first = &jobs[0].client;
+    cohort::train::<B>(
+        &first.architecture,
+        &jobs[0].task.recipe,
+        &members,
+        &first.device,
+    )
+    .into_iter()
+    .map(|r| r.map(TrainOutput::from))
+    .collect()
 }
 
 /// A neural client that trains in its process's cohorts; it schedules its work on the core

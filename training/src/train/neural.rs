@@ -52,6 +52,33 @@ impl Examples for crate::data::Dataset {
     }
 }
 
+/// Some samples of another example set, in the order given: a minibatch, a benchmark's slice,
+/// a client drawn from a pool. `E` is how the set is held (a reference, an `Arc`).
+pub struct Rows<E> {
+    pub examples: E,
+    pub rows: Vec<usize>,
+}
+
+impl<E, T> Examples for Rows<E>
+where
+    E: std::ops::Deref<Target = T> + Send + Sync,
+    T: Examples + ?Sized,
+{
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+    fn width(&self) -> usize {
+        self.examples.width()
+    }
+    fn targets_per_row(&self) -> usize {
+        self.examples.targets_per_row()
+    }
+    fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
+        let rows: Vec<usize> = samples.iter().map(|&k| self.rows[k]).collect();
+        self.examples.fill(&rows, x, y);
+    }
+}
+
 /// Next-character prediction windows over an encoded text: sample k starts at `starts[k]` and
 /// is `text[s..s+context]` with targets `text[s+1..s+context+1]` (every position predicts the
 /// character after it). Explicit starts let a test set sample windows of many clients' texts,

@@ -19,31 +19,9 @@
 use crate::models::kernels::TrainingBackend;
 use crate::models::net::Architecture;
 use crate::train::cohort::{self, Member, Trained};
-use crate::train::neural::Examples;
+use crate::train::neural::{Examples, Rows};
 use fedshard_protocol::task::{Recipe, TrainError, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream};
-
-/// Some of a client's examples.
-struct Minibatch<'a> {
-    examples: &'a dyn Examples,
-    samples: Vec<usize>,
-}
-
-impl Examples for Minibatch<'_> {
-    fn len(&self) -> usize {
-        self.samples.len()
-    }
-    fn width(&self) -> usize {
-        self.examples.width()
-    }
-    fn targets_per_row(&self) -> usize {
-        self.examples.targets_per_row()
-    }
-    fn fill(&self, samples: &[usize], x: &mut Vec<f32>, y: &mut Vec<i64>) {
-        let rows: Vec<usize> = samples.iter().map(|&k| self.samples[k]).collect();
-        self.examples.fill(&rows, x, y);
-    }
-}
 
 /// The recipe of the single step: learning rate `|D_c|`, weight decay `λ/(N |D_c|)`, one
 /// epoch over the minibatch in one batch, no momentum, no ClipLR.
@@ -82,9 +60,9 @@ pub fn potential_step<B: TrainingBackend>(
         &mut stream(task.seed, task.round, task.client, Purpose::Training),
     );
     order.truncate(recipe.batch_size);
-    let batch = Minibatch {
+    let batch = Rows {
         examples,
-        samples: order,
+        rows: order,
     };
     let member = Member {
         dense: &task.dense,

@@ -15,7 +15,7 @@
 //! [`Autodiff`](burn::backend::autodiff::Autodiff) a cohort kernel is one graph node
 //! (`autodiff.rs`), so the graph does not grow with the cohort either.
 
-use super::composite::{group_rows, normalise, restore, rows};
+use super::composite::{group_rows, normalise, normalise_backward, restore, rows};
 use super::{ConvGeometry, Kernels, float, with_row_len};
 use burn::tensor::Tensor;
 use burn::tensor::ops::FloatTensor;
@@ -396,10 +396,7 @@ pub fn batched_layer_norm_backward<B: Kernels>(
         .reshape([clients, cols]);
     let d_beta = grad3.clone().sum_dim(1).reshape([clients, cols]);
     let d_normed = (grad3 * per_client_row::<B>(gamma)).reshape([all, cols]);
-    let d_x = (d_normed.clone()
-        - d_normed.clone().mean_dim(1)
-        - normed.clone() * (d_normed * normed).mean_dim(1))
-        * inv_std;
+    let d_x = normalise_backward(d_normed, normed, inv_std);
     [
         restore(d_x, shape),
         d_gamma.into_primitive().tensor(),
@@ -481,10 +478,7 @@ pub fn batched_group_norm_backward<B: Kernels>(
         .into_primitive()
         .tensor();
     let (d_normed, _) = group_rows::<B>(B::float_reshape(d_normed, shape.clone()), groups);
-    let d_x = (d_normed.clone()
-        - d_normed.clone().mean_dim(1)
-        - normed.clone() * (d_normed * normed).mean_dim(1))
-        * inv_std;
+    let d_x = normalise_backward(d_normed, normed, inv_std);
     [
         restore(d_x, shape),
         d_gamma.into_primitive().tensor(),

@@ -91,6 +91,19 @@ pub(super) fn normalise<B: Backend>(x: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B,
     (centred * inv_std.clone(), inv_std)
 }
 
+/// The gradient with respect to the rows `x` of [`normalise`], from the gradient `d_normed` of
+/// its output `normed` and its `inv_std`.
+pub(super) fn normalise_backward<B: Backend>(
+    d_normed: Tensor<B, 2>,
+    normed: Tensor<B, 2>,
+    inv_std: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    (d_normed.clone()
+        - d_normed.clone().mean_dim(1)
+        - normed.clone() * (d_normed * normed).mean_dim(1))
+        * inv_std
+}
+
 pub fn layer_norm<B: Backend>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
@@ -113,10 +126,7 @@ pub fn layer_norm_backward<B: Backend>(
     let d_gamma = (grad.clone() * normed.clone()).sum_dim(0).reshape([cols]);
     let d_beta = grad.clone().sum_dim(0).reshape([cols]);
     let d_normed = grad * row_vector(gamma);
-    let d_x = (d_normed.clone()
-        - d_normed.clone().mean_dim(1)
-        - normed.clone() * (d_normed * normed).mean_dim(1))
-        * inv_std;
+    let d_x = normalise_backward(d_normed, normed, inv_std);
     [
         restore(d_x, shape),
         d_gamma.into_primitive().tensor(),
@@ -365,10 +375,7 @@ pub fn group_norm_backward<B: Backend>(
         (grad * per_channel(gamma)).into_primitive().tensor(),
         groups,
     );
-    let d_x = (d_normed.clone()
-        - d_normed.clone().mean_dim(1)
-        - normed.clone() * (d_normed * normed).mean_dim(1))
-        * inv_std;
+    let d_x = normalise_backward(d_normed, normed, inv_std);
     [
         restore(d_x, shape),
         d_gamma.into_primitive().tensor(),

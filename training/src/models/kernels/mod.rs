@@ -197,7 +197,7 @@ pub trait Kernels: Backend {
         bias: Option<FloatTensor<Self>>,
         cohort: &Cohort,
     ) -> FloatTensor<Self> {
-        if cohort::batches(cohort) {
+        if Self::BATCHED_COHORTS && cohort::batches(cohort) {
             cohort::batched_linear::<Self>(x, w, bias, cohort)
         } else {
             cohort::linear::<Self>(x, w, bias, cohort)
@@ -217,7 +217,7 @@ pub trait Kernels: Backend {
         FloatTensor<Self>,
         Option<FloatTensor<Self>>,
     ) {
-        if cohort::batches(cohort) {
+        if Self::BATCHED_COHORTS && cohort::batches(cohort) {
             cohort::batched_linear_backward::<Self>(x, w, grad, with_bias, cohort)
         } else {
             cohort::linear_backward::<Self>(x, w, grad, with_bias, cohort)
@@ -231,7 +231,7 @@ pub trait Kernels: Backend {
         beta: FloatTensor<Self>,
         cohort: &Cohort,
     ) -> FloatTensor<Self> {
-        if cohort::batches(cohort) {
+        if Self::BATCHED_COHORTS && cohort::batches(cohort) {
             cohort::batched_layer_norm::<Self>(x, gamma, beta, cohort)
         } else {
             cohort::layer_norm::<Self>(x, gamma, beta, cohort)
@@ -245,7 +245,7 @@ pub trait Kernels: Backend {
         grad: FloatTensor<Self>,
         cohort: &Cohort,
     ) -> [FloatTensor<Self>; 3] {
-        if cohort::batches(cohort) {
+        if Self::BATCHED_COHORTS && cohort::batches(cohort) {
             cohort::batched_layer_norm_backward::<Self>(x, gamma, grad, cohort)
         } else {
             cohort::layer_norm_backward::<Self>(x, gamma, grad, cohort)
@@ -285,7 +285,7 @@ pub trait Kernels: Backend {
         relu: bool,
         cohort: &Cohort,
     ) -> FloatTensor<Self> {
-        if cohort::batches(cohort) {
+        if Self::BATCHED_COHORTS && cohort::batches(cohort) {
             cohort::batched_group_norm::<Self>(x, gamma_beta, groups, relu, cohort)
         } else {
             cohort::group_norm::<Self>(x, gamma_beta, groups, relu, cohort)
@@ -301,7 +301,7 @@ pub trait Kernels: Backend {
         relu: bool,
         cohort: &Cohort,
     ) -> [FloatTensor<Self>; 3] {
-        if cohort::batches(cohort) {
+        if Self::BATCHED_COHORTS && cohort::batches(cohort) {
             cohort::batched_group_norm_backward::<Self>(x, gamma_beta, grad, groups, relu, cohort)
         } else {
             cohort::group_norm_backward::<Self>(x, gamma_beta, grad, groups, relu, cohort)

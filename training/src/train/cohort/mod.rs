@@ -136,25 +136,19 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
             if active.iter().any(|a| a.batches.len() == step) {
                 let exported = match self.export(&net, &layout, &active) {
                     Ok(exported) => exported,
-                    Err(e) => {
-                        // Reading the model back failed: every client still training fails.
-                        let cause = e.to_string();
-                        done.extend(
-                            active
-                                .iter()
-                                .map(|a| (a.member, Err(TrainError::Model(cause.clone().into())))),
-                        );
-                        return done;
-                    }
+                    Err(e) => return fail_all(done, &active, &e),
                 };
                 let sums: Vec<f32> = loss_sums
                     .clone()
                     .into_data()
                     .into_vec()
                     .unwrap_or_else(|_| vec![f32::NAN; active.len()]);
-                let mut keep = Vec::new();
-                for (c, ((a, state), sum)) in active.iter_mut().zip(exported).zip(sums).enumerate()
-                {
+                let (mut keep, mut staying) = (Vec::new(), Vec::new());
+                let leaving = std::mem::take(&mut active)
+                    .into_iter()
+                    .zip(exported)
+                    .zip(sums);
+                for (c, ((mut a, state), sum)) in leaving.enumerate() {
                     if a.batches.len() == step {
                         let mean = f64::from(sum) / step.max(1) as f64;
                         let result = if mean.is_finite() {
@@ -170,12 +164,10 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
                     } else {
                         a.state = Some(state);
                         keep.push(c);
+                        staying.push(a);
                     }
                 }
-                active = keep
-                    .iter()
-                    .map(|&c| std::mem::replace(&mut active[c], Active::empty()))
-                    .collect();
+                active = staying;
                 if active.is_empty() {
                     break;
                 }
@@ -189,15 +181,7 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
                 let (rebuilt, new_layout) =
                     match self.architecture.load_cohort::<B>(&tasks, self.device) {
                         Ok(loaded) => loaded,
-                        Err(e) => {
-                            let cause = e.to_string();
-                            done.extend(
-                                active.iter().map(|a| {
-                                    (a.member, Err(TrainError::Model(cause.clone().into())))
-                                }),
-                            );
-                            return done;
-                        }
+                        Err(e) => return fail_all(done, &active, &e),
                     };
                 optimizer.keep(&layout, &new_layout, &keep, self.device);
                 loss_sums = loss_sums.select(0, index::<B>(&keep, self.device));
@@ -285,14 +269,20 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
     }
 }
 
-impl Active {
-    fn empty() -> Self {
-        Self {
-            member: usize::MAX,
-            batches: Vec::new(),
-            state: None,
-        }
-    }
+/// `done` with every client still training failed by `e` (the model could not be read back or
+/// rebuilt).
+fn fail_all(
+    mut done: Vec<(usize, Result<Trained, TrainError>)>,
+    active: &[Active],
+    e: &NetError,
+) -> Vec<(usize, Result<Trained, TrainError>)> {
+    let cause = e.to_string();
+    done.extend(
+        active
+            .iter()
+            .map(|a| (a.member, Err(TrainError::Model(cause.clone().into())))),
+    );
+    done
 }
 
 /// Each client's mean cross-entropy over the first `real[c]` of its rows of `logits` (`C`

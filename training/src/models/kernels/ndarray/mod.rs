@@ -19,7 +19,7 @@ mod products;
 pub(super) use activations::{softmax_backward_rows, softmax_rows};
 pub(super) use products::gemm_into;
 
-use super::{Cohort, ConvGeometry, Kernels, Pool, cohort};
+use super::{ConvGeometry, Kernels, Pool};
 use burn::backend::NdArray;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, TensorData, TensorMetadata};
@@ -90,71 +90,10 @@ fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// A cohort's kernels one client at a time (`cohort.rs`): bit-exact with each client alone.
 impl Kernels for NdArray<f32> {
+    /// A cohort's kernels run one client at a time (`cohort.rs`): bit-exact with each client
+    /// alone.
     const BATCHED_COHORTS: bool = false;
-
-    fn cohort_linear(
-        x: FloatTensor<Self>,
-        w: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        cohort: &Cohort,
-    ) -> FloatTensor<Self> {
-        cohort::linear::<Self>(x, w, bias, cohort)
-    }
-
-    fn cohort_linear_backward(
-        x: FloatTensor<Self>,
-        w: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        with_bias: bool,
-        cohort: &Cohort,
-    ) -> (
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        Option<FloatTensor<Self>>,
-    ) {
-        cohort::linear_backward::<Self>(x, w, grad, with_bias, cohort)
-    }
-
-    fn cohort_layer_norm(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        cohort: &Cohort,
-    ) -> FloatTensor<Self> {
-        cohort::layer_norm::<Self>(x, gamma, beta, cohort)
-    }
-
-    fn cohort_layer_norm_backward(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        cohort: &Cohort,
-    ) -> [FloatTensor<Self>; 3] {
-        cohort::layer_norm_backward::<Self>(x, gamma, grad, cohort)
-    }
-
-    fn cohort_group_norm(
-        x: FloatTensor<Self>,
-        gamma_beta: [FloatTensor<Self>; 2],
-        groups: usize,
-        relu: bool,
-        cohort: &Cohort,
-    ) -> FloatTensor<Self> {
-        cohort::group_norm::<Self>(x, gamma_beta, groups, relu, cohort)
-    }
-
-    fn cohort_group_norm_backward(
-        x: FloatTensor<Self>,
-        gamma_beta: [FloatTensor<Self>; 2],
-        grad: FloatTensor<Self>,
-        groups: usize,
-        relu: bool,
-        cohort: &Cohort,
-    ) -> [FloatTensor<Self>; 3] {
-        cohort::group_norm_backward::<Self>(x, gamma_beta, grad, groups, relu, cohort)
-    }
 
     fn cohort_client(stacked: FloatTensor<Self>, c: usize) -> FloatTensor<Self> {
         let NdArrayTensor::F32(storage) = stacked else {
