@@ -1,8 +1,11 @@
 //! `cargo xtask`: fedshard's project tasks, chiefly `cargo xtask test`, the README's test command,
 //! which installs what the end-to-end tests need when it is missing and then runs every test.
+//! `cargo xtask wan` runs a federation over network namespaces with rate-limited links.
 //! Depends on no crate of the workspace and on nothing outside std, so it builds in seconds.
 
 mod deps;
+mod netns;
+mod wan;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -11,6 +14,7 @@ use std::process::{Command, ExitCode};
 const USAGE: &str = "\
 usage: cargo xtask test [ARGS...]   set up, then `cargo test --workspace ARGS...`
        cargo xtask deps             only the set-up
+       cargo xtask wan …            a federation over network namespaces (`cargo xtask wan --help`)
 
 The set-up installs what the end-to-end tests need when it is missing: the system packages
 prometheus, chromium, nodejs and npm (with apt-get, as root or with sudo without a password)
@@ -31,6 +35,11 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(message) => fail(&message),
         },
+        Some("wan") if args[1..].iter().any(|a| a == "-h" || a == "--help") => {
+            println!("{}", wan::USAGE);
+            ExitCode::SUCCESS
+        }
+        Some("wan") => wan::main(&repo, &args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS

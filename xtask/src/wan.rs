@@ -1,0 +1,453 @@
+//! `cargo xtask wan`: one federation over a network in a box ([`crate::netns`]). A server host
+//! runs `fedshard serve`, N client hosts run `fedshard join` (the config's clients split evenly
+//! over them), every host's uplink limited to a rate; one line per round with its seconds and
+//! the bytes each way as the run counted them; last, the bytes the links carried and the final
+//! model's digest beside `fedshard bench job`'s in-process one, which it must equal.
+//!
+//! Why a task and not a test: it is the figure a user asks before deploying — what a round
+//! costs on links like theirs — and the proof that the transport changes nothing.
+
+use crate::netns::{self, Network};
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+pub const USAGE: &str = "\
+usage: cargo xtask wan --nodes N --uplink-mbit R --config CONFIG [--server-mbit R] [--rounds N]
+                       [--bin PATH] [--out DIR] [--json]
+
+Makes a bridge and N+1 network namespaces (a server host 10.77.0.1 and client hosts 10.77.0.2…,
+each uplink limited to R Mbit/s with tbf; the server's to --server-mbit, default R), runs
+`fedshard serve CONFIG` on the server host and `fedshard join CONFIG` on each client host (the
+config's clients split evenly), prints one line per round (seconds, accuracy, bytes up and down
+as the run counted them) and last the links' byte counts and the final model's digest beside
+`fedshard bench job CONFIG`'s in-process digest; exits 1 if they differ. Removes every
+namespace at the end, also on failure. Needs root and iproute2 (`ip`, `tc`).
+--bin: the fedshard binary (default: `cargo build --release`, then target/release/fedshard).
+--out: keep the served run folder there (default: a temporary folder, removed).
+
+example: cargo xtask wan --nodes 3 --uplink-mbit 10 --config config/digits-linear.toml --json";
+
+/// What `cargo xtask wan` was asked.
+struct Options {
+    nodes: usize,
+    uplink_mbit: f64,
+    server_mbit: f64,
+    config: PathBuf,
+    rounds: Option<u64>,
+    bin: Option<PathBuf>,
+    out: Option<PathBuf>,
+    json: bool,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut nodes = None;
+    let mut uplink = None;
+    let mut server = None;
+    let mut config = None;
+    let mut rounds = None;
+    let mut bin = None;
+    let mut out = None;
+    let mut json = false;
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--nodes" => nodes = Some(number::<usize>(flag, &value()?, "a count such as 3")?),
+            "--uplink-mbit" => uplink = Some(rate(flag, &value()?)?),
+            "--server-mbit" => server = Some(rate(flag, &value()?)?),
+            "--config" => config = Some(PathBuf::from(value()?)),
+            "--rounds" => rounds = Some(number::<u64>(flag, &value()?, "a count such as 5")?),
+            "--bin" => bin = Some(PathBuf::from(value()?)),
+            "--out" => out = Some(PathBuf::from(value()?)),
+            "--json" => json = true,
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    let nodes = nodes.ok_or("--nodes is required")?;
+    if !(1..=253).contains(&nodes) {
+        return Err(format!(
+            "--nodes: expected 1 to 253 client hosts, got {nodes}"
+        ));
+    }
+    let uplink_mbit = uplink.ok_or("--uplink-mbit is required")?;
+    Ok(Options {
+        nodes,
+        uplink_mbit,
+        server_mbit: server.unwrap_or(uplink_mbit),
+        config: config.ok_or("--config is required")?,
+        rounds,
+        bin,
+        out,
+        json,
+    })
+}
+
+fn number<T: std::str::FromStr>(flag: &str, text: &str, expected: &str) -> Result<T, String> {
+    text.parse()
+        .map_err(|_| format!("{flag}: expected {expected}, got `{text}`"))
+}
+
+fn rate(flag: &str, text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 100_000.0 => Ok(r),
+        _ => Err(format!(
+            "{flag}: expected a rate in Mbit/s, more than 0 and at most 100000, such as 10; got `{text}`"
+        )),
+    }
+}
+
+pub fn main(repo: &Path, args: &[String]) -> ExitCode {
+    let options = match parse(args) {
+        Ok(options) => options,
+        Err(e) => return crate::fail(&format!("wan: {e}\n\n{USAGE}")),
+    };
+    match run(repo, &options) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => crate::fail(&format!("wan: {e}")),
+    }
+}
+
+/// A child process, killed if still running when dropped; its stderr goes to `log`.
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(name: &str, mut command: Command, dir: &Path) -> Result<Self, String> {
+        let log = dir.join(format!("{name}.log"));
+        let file = fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .map_err(|e| format!("cannot start {name}: {e}"))?;
+        Ok(Self {
+            name: name.into(),
+            child,
+            log,
+        })
+    }
+
+    /// The last lines of its log, for an error message.
+    fn tail(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A folder removed when dropped, unless kept.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(repo: &Path, options: &Options) -> Result<bool, String> {
+    let config = fs::canonicalize(&options.config)
+        .map_err(|e| format!("--config {}: {e}", options.config.display()))?;
+    let clients = data_clients(&config)?;
+    if clients < options.nodes {
+        return Err(format!(
+            "{}: [data] clients = {clients}, fewer than --nodes {}",
+            config.display(),
+            options.nodes
+        ));
+    }
+    let bin = match &options.bin {
+        Some(bin) => bin.clone(),
+        None => build(repo)?,
+    };
+    let scratch =
+        Scratch(std::env::temp_dir().join(format!("fedshard-wan-{}", std::process::id())));
+    fs::create_dir_all(&scratch.0).map_err(|e| format!("{}: {e}", scratch.0.display()))?;
+    let secret = write_secret(&scratch.0)?;
+    let run_dir = match &options.out {
+        Some(out) => out.clone(),
+        None => scratch.0.join("run"),
+    };
+
+    let rates: Vec<Option<f64>> = std::iter::once(Some(options.server_mbit))
+        .chain(std::iter::repeat_n(
+            Some(options.uplink_mbit),
+            options.nodes,
+        ))
+        .collect();
+    let network = Network::create("wan", &rates)?;
+    let listen = format!("{}:7000", netns::address(0));
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+
+    let mut serve = network.command(0, &path(&bin));
+    serve.args([
+        "serve",
+        &path(&config),
+        "--listen",
+        &listen,
+        "--out",
+        &path(&run_dir),
+    ]);
+    serve.args(["--secret-file", &path(&secret), "--metrics-addr", "off"]);
+    if let Some(rounds) = options.rounds {
+        serve.args(["--rounds", &rounds.to_string()]);
+    }
+    let mut processes = vec![Proc::spawn("serve", serve, &scratch.0)?];
+    for node in 0..options.nodes {
+        let first = clients * node / options.nodes;
+        let last = clients * (node + 1) / options.nodes - 1;
+        let mut join = network.command(node + 1, &path(&bin));
+        join.args(["join", &path(&config), "--server", &listen]);
+        join.args([
+            "--clients",
+            &format!("{first}-{last}"),
+            "--name",
+            &format!("host{}", node + 1),
+        ]);
+        join.args(["--secret-file", &path(&secret)]);
+        processes.push(Proc::spawn(
+            &format!("join-{}", node + 1),
+            join,
+            &scratch.0,
+        )?);
+    }
+    if !options.json {
+        println!(
+            "wan: server 10.77.0.1 ({} Mbit/s up), {} client hosts ({} Mbit/s up each), {clients} clients of {}",
+            options.server_mbit,
+            options.nodes,
+            options.uplink_mbit,
+            config.display()
+        );
+    }
+
+    let started = Instant::now();
+    let mut printed = 0usize;
+    let records = run_dir.join("metrics.jsonl");
+    let mut report_new_rounds = || {
+        let lines = fs::read_to_string(&records).unwrap_or_default();
+        let complete: Vec<&str> = lines
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .collect();
+        for line in &complete[printed.min(complete.len())..] {
+            report_round(line, options.json);
+        }
+        printed = printed.max(complete.len());
+    };
+    let outcome = loop {
+        report_new_rounds();
+        if let Some(failed) = exited(&mut processes)? {
+            // The rounds recorded between the last reading and the exit.
+            report_new_rounds();
+            break failed;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if let Some((name, tail)) = outcome {
+        return Err(format!("{name} failed; the end of its log:\n{tail}"));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let model = run_dir.join("model.bin");
+    let bytes = fs::read(&model).map_err(|e| format!("{}: {e}", model.display()))?;
+    let digest = format!("{:016x}", fnv1a(&bytes));
+    let in_process = bench_job_digest(&bin, &config, options.rounds)?;
+    let equal = digest == in_process;
+    let wire = wire_totals(&network)?;
+    drop(network);
+    if options.json {
+        println!(
+            "{{\"model_digest\":\"{digest}\",\"in_process_digest\":\"{in_process}\",\"equal\":{equal},\"seconds\":{seconds:.3},\"wire_up_bytes\":{},\"wire_down_bytes\":{}}}",
+            wire.0, wire.1
+        );
+    } else {
+        println!(
+            "wan: {seconds:.1} s, {} bytes up and {} down on the links; model digest {digest}, in process {in_process}: {}",
+            wire.0,
+            wire.1,
+            if equal { "equal" } else { "DIFFERENT" }
+        );
+    }
+    Ok(equal)
+}
+
+/// Waits on nothing: `Some(None)` once every process exited 0, `Some(Some((name, log)))` as soon
+/// as one failed, `None` while they run.
+fn exited(processes: &mut [Proc]) -> Result<Option<Option<(String, String)>>, String> {
+    let mut running = 0;
+    for p in processes.iter_mut() {
+        match p.child.try_wait().map_err(|e| format!("{}: {e}", p.name))? {
+            Some(status) if !status.success() => {
+                return Ok(Some(Some((format!("{} ({status})", p.name), p.tail()))));
+            }
+            Some(_) => {}
+            None => running += 1,
+        }
+    }
+    Ok((running == 0).then_some(None))
+}
+
+/// Bytes all client hosts sent (up) and the server host sent (down), so far.
+fn wire_totals(network: &Network) -> Result<(u64, u64), String> {
+    let mut up = 0;
+    for host in 1..network.len() {
+        up += network.wire_bytes(host)?.0;
+    }
+    Ok((up, network.wire_bytes(0)?.0))
+}
+
+/// One round's line, from its record in metrics.jsonl: the bytes the run counted (the links'
+/// own counts are read at the end; a round is often shorter than a reading of them).
+fn report_round(record: &str, json: bool) {
+    let field = |key: &str| json_number(record, key).unwrap_or(f64::NAN);
+    let (round, seconds, accuracy) = (field("round"), field("seconds"), field("accuracy"));
+    let up = field("uplink_bits") / 8.0;
+    let down = field("downlink_bits") / 8.0;
+    if json {
+        println!(
+            "{{\"round\":{round},\"seconds\":{seconds:.3},\"accuracy\":{accuracy:.4},\"uplink_bytes\":{up:.0},\"downlink_bytes\":{down:.0}}}"
+        );
+    } else {
+        println!(
+            "round {round}: {seconds:.2} s, accuracy {accuracy:.4}, {up:.0} bytes up, {down:.0} down"
+        );
+    }
+}
+
+/// A number at the top level of a one-line JSON object: the value after `"key":`.
+fn json_number(line: &str, key: &str) -> Option<f64> {
+    let start = line.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let rest = line[start..].trim_start();
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// `[data] clients` of a config: how many clients to split over the hosts.
+fn data_clients(config: &Path) -> Result<usize, String> {
+    let text = fs::read_to_string(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let mut section = "";
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.starts_with('[') {
+            section = line;
+        } else if section == "[data]"
+            && let Some((key, value)) = line.split_once('=')
+            && key.trim() == "clients"
+        {
+            return value.trim().parse().map_err(|_| {
+                format!(
+                    "{}: [data] clients: expected a count, got `{}`",
+                    config.display(),
+                    value.trim()
+                )
+            });
+        }
+    }
+    Err(format!(
+        "{}: no `clients = N` in its [data] section",
+        config.display()
+    ))
+}
+
+/// `cargo build --release --bin fedshard`, quietly; the binary's path.
+fn build(repo: &Path) -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(repo)
+        .args(["build", "--quiet", "--release", "--bin", "fedshard"])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "`cargo build --release --bin fedshard` failed ({status})"
+        ));
+    }
+    Ok(crate::target_dir(repo).join("release/fedshard"))
+}
+
+/// A fresh random secret in a file only its owner reads.
+fn write_secret(dir: &Path) -> Result<PathBuf, String> {
+    let mut bytes = [0u8; 32];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join("secret");
+    fs::write(&path, hex + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// The in-process digest: `fedshard bench job CONFIG --json`'s `model_digest`.
+fn bench_job_digest(bin: &Path, config: &Path, rounds: Option<u64>) -> Result<String, String> {
+    let mut command = Command::new(bin);
+    command.args(["bench", "job"]).arg(config).arg("--json");
+    if let Some(rounds) = rounds {
+        command.args(["--rounds", &rounds.to_string()]);
+    }
+    let output = command
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let key = "\"model_digest\":\"";
+    text.find(key)
+        .map(|at| &text[at + key.len()..])
+        .and_then(|rest| rest.split('"').next())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            format!(
+                "`fedshard bench job` gave no model_digest ({})",
+                output.status
+            )
+        })
+}
+
+/// FNV-1a 64 of the model's bytes, the digest `fedshard bench job` prints.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_has_its_published_test_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn a_record_s_numbers_are_read_at_the_top_level_only() {
+        let line = r#"{"round":3,"client_train_seconds":[9.0],"seconds":0.25,"accuracy":9.1e-1}"#;
+        assert_eq!(json_number(line, "round"), Some(3.0));
+        assert_eq!(json_number(line, "seconds"), Some(0.25));
+        assert_eq!(json_number(line, "accuracy"), Some(0.91));
+        assert_eq!(json_number(line, "loss"), None);
+    }
+}
