@@ -437,9 +437,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fnv1a_has_its_published_test_vectors() {
-        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    fn the_digest_is_fnv1a_64_as_bench_job_prints_it() {
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]
