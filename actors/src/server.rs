@@ -192,10 +192,25 @@ pub enum ServerMsg {
         clients: Vec<ClientId>,
         host: ActorRef<HostMsg>,
     },
-    /// Start the first round.
+    /// Clients can be reached: start the first round, or go on after a [`ServerMsg::Hold`].
     Start,
+    /// No client can be reached (a server node that lost every client node): finish the round
+    /// in flight, then wait for the next `Start` instead of running rounds that nobody answers.
+    Hold,
     /// Run the next round.
     NextRound,
+}
+
+/// Whether rounds may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// Before the first `Start`.
+    Waiting,
+    Running,
+    /// A `Hold` came; the next round has not asked to run yet.
+    Held,
+    /// A `Hold` came and the next round waits for `Start`.
+    Parked,
 }
 
 pub struct ServerState {
@@ -208,6 +223,7 @@ pub struct ServerState {
     pub(crate) engine: Engine,
     /// Async mode: the work in flight, kept between model versions.
     pub(crate) asynchronous: Option<AsyncRun>,
+    flow: Flow,
 }
 
 /// Where the run's result goes: the final model and summary, or why it stopped.
@@ -240,6 +256,7 @@ impl Actor for Server {
             done: Some(done),
             engine,
             asynchronous: None,
+            flow: Flow::Waiting,
         })
     }
 
@@ -266,11 +283,27 @@ impl Actor for Server {
                     state.clients.insert(client, ClientHandle { host, client });
                 }
             }
-            ServerMsg::Start => myself.send_message(ServerMsg::NextRound)?,
+            ServerMsg::Start => {
+                let parked = matches!(state.flow, Flow::Waiting | Flow::Parked);
+                state.flow = Flow::Running;
+                if parked {
+                    myself.send_message(ServerMsg::NextRound)?;
+                }
+            }
+            ServerMsg::Hold => {
+                if state.flow == Flow::Running {
+                    state.flow = Flow::Held;
+                }
+            }
             ServerMsg::NextRound => {
                 let round = state.fed.history.len() as u64 + 1;
                 if round > state.fed.config.rounds {
                     state.finish(Ok(()));
+                    return Ok(());
+                }
+                if state.flow != Flow::Running {
+                    tracing::warn!("round {round} waits until a client can be reached");
+                    state.flow = Flow::Parked;
                     return Ok(());
                 }
                 match state.step(round).await {

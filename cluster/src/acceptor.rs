@@ -203,6 +203,11 @@ impl Front {
     async fn open(&self, stream: TcpStream, peer: SocketAddr, slot: Slot) {
         let deadline = Instant::now() + self.limits.handshake_timeout;
         let _ = stream.set_nodelay(true);
+        if let Err(e) = crate::keepalive::watch(&stream) {
+            tracing::warn!(
+                "{peer}: no keepalive on the connection ({e}); a dead link to it goes unnoticed"
+            );
+        }
         let local = stream
             .local_addr()
             .map_or_else(|_| "?".into(), |a| a.to_string());

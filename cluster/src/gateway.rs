@@ -106,6 +106,9 @@ pub struct GatewayState {
     started: bool,
     /// The run is over: nodes leaving is expected.
     finished: bool,
+    /// Every client node was lost mid-run and the server holds its rounds
+    /// ([`ServerMsg::Hold`]) until one registers again.
+    holding: bool,
     log: RejectionLog,
 }
 
@@ -133,6 +136,7 @@ impl Actor for Gateway {
             sessions: HashMap::new(),
             started: false,
             finished: false,
+            holding: false,
             log: RejectionLog::default(),
         })
     }
@@ -462,6 +466,11 @@ impl GatewayState {
             self.owners.len(),
             self.args.expected.len()
         );
+        if self.holding {
+            self.holding = false;
+            tracing::info!("a client node is back; the rounds go on");
+            let _ = self.args.server.send_message(ServerMsg::Start);
+        }
         if !self.started && self.owners.len() == self.args.expected.len() {
             self.started = true;
             tracing::info!("every client is registered; starting the run");
@@ -526,6 +535,14 @@ impl GatewayState {
                     }
                 }
                 self.args.metrics.set_clients(self.owners.len());
+                if self.started && !self.finished && !self.holding && self.owners.is_empty() {
+                    // Rounds that no client can answer would only burn the run's rounds.
+                    self.holding = true;
+                    tracing::warn!(
+                        "every client node is gone; the rounds wait until one registers again"
+                    );
+                    let _ = self.args.server.send_message(ServerMsg::Hold);
+                }
             }
         }
     }

@@ -32,6 +32,7 @@ pub mod error;
 pub mod gateway;
 pub(crate) mod guard;
 pub mod join;
+pub mod keepalive;
 pub mod message;
 pub mod metrics;
 pub mod node;

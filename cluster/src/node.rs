@@ -189,37 +189,68 @@ pub enum ConnectError {
     Fatal(Error),
 }
 
-/// Opens a connection from `node` to the node at `addr`. `Ok` means only that the connection
-/// is open: the handshake follows, and its outcome arrives as a [`SessionEvent`].
+/// How long one attempt to open a TCP connection may take.
+const CONNECT_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Opens a connection from `node` to the node at `addr`, watched for a dead link
+/// ([`crate::keepalive`]). `Ok` means only that the connection is open: the handshake follows,
+/// and its outcome arrives as a [`SessionEvent`]. (ractor_cluster's own `client_connect` is
+/// this without the watch.)
 pub async fn connect(
     node: &ActorRef<NodeServerMessage>,
     addr: &str,
     tls: Option<&TlsClient>,
 ) -> Result<(), ConnectError> {
-    use ractor_cluster::ClientConnectErr as E;
-    let result = match tls {
+    let unreachable = |e: std::io::Error| ConnectError::Unreachable(format!("{addr}: {e}"));
+    // An attempt ends after a while: over a link that is down, the kernel would retry the SYN
+    // for two minutes and the node would come back long after the link.
+    let stream = tokio::time::timeout(CONNECT_ATTEMPT, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| {
+            ConnectError::Unreachable(format!(
+                "{addr}: no answer in {} s",
+                CONNECT_ATTEMPT.as_secs()
+            ))
+        })?
+        .map_err(unreachable)?;
+    let _ = stream.set_nodelay(true);
+    crate::keepalive::watch(&stream).map_err(unreachable)?;
+    let peer_addr = stream.peer_addr().map_err(unreachable)?;
+    let local_addr = stream.local_addr().map_err(unreachable)?;
+    let stream = match tls {
+        None => ractor_cluster::NetworkStream::Raw {
+            peer_addr,
+            local_addr,
+            stream,
+        },
         Some(tls) => {
-            ractor_cluster::client_connect_enc(
-                node,
-                addr,
-                tls.connector.clone(),
-                tls.server_name.clone(),
-            )
-            .await
+            let stream = tls
+                .connector
+                .connect(tls.server_name.clone(), stream)
+                .await
+                .map_err(|e| {
+                    ConnectError::Fatal(Error::TlsHandshake {
+                        address: addr.to_string(),
+                        reason: e.to_string(),
+                        hint: tls_failure_hint(&e),
+                    })
+                })?;
+            ractor_cluster::NetworkStream::TlsClient {
+                peer_addr,
+                local_addr,
+                stream,
+            }
         }
-        None => ractor_cluster::client_connect(node, addr).await,
     };
-    result.map_err(|e| match e {
-        E::Socket(e) => ConnectError::Unreachable(format!("{addr}: {e}")),
-        E::Encryption(e) => ConnectError::Fatal(Error::TlsHandshake {
-            address: addr.to_string(),
-            reason: e.to_string(),
-            hint: tls_failure_hint(&e),
-        }),
-        E::Messaging(e) => ConnectError::Fatal(Error::NodeStopped {
+    node.cast(NodeServerMessage::ConnectionOpened {
+        stream: Box::new(stream),
+        is_server: false,
+    })
+    .map_err(|e| {
+        ConnectError::Fatal(Error::NodeStopped {
             when: "while connecting",
             reason: e.to_string(),
-        }),
+        })
     })
 }
 

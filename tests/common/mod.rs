@@ -3,6 +3,8 @@
 //! determinism check of a federation. Each test crate uses only some of it.
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::process::{Command, Output};
 
 pub fn fedshard(args: &[&str]) -> Output {

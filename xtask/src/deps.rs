@@ -2,7 +2,8 @@
 //!
 //! `tests/prometheus.rs` starts a real `prometheus` and drives headless `chromium`;
 //! `tests/dashboards.rs` runs `scripts/dashboard-schema/check.sh`, which needs `node` and `npm`
-//! and the pinned npm packages. Those tests fail (never skip) without them, so a newcomer's
+//! and the pinned npm packages; `tests/netns.rs` makes network namespaces with iproute2's `ip`
+//! and `tc` (and needs root). Those tests fail (never skip) without them, so a newcomer's
 //! `cargo xtask test` installs them first, or stops before testing and says what to run.
 
 use std::env;
@@ -19,7 +20,7 @@ pub struct Tool {
     pub package: &'static str,
 }
 
-pub const TOOLS: [Tool; 4] = [
+pub const TOOLS: [Tool; 5] = [
     Tool {
         command: "prometheus",
         package: "prometheus",
@@ -35,6 +36,10 @@ pub const TOOLS: [Tool; 4] = [
     Tool {
         command: "npm",
         package: "npm",
+    },
+    Tool {
+        command: "ip",
+        package: "iproute2",
     },
 ];
 
@@ -99,7 +104,7 @@ pub fn ensure(repo: &Path, target: &Path) -> Result<(), String> {
     let missing = missing(&TOOLS, &path);
     let packages: Vec<&str> = missing.iter().map(|t| t.package).collect();
     if packages.is_empty() {
-        println!("cargo xtask test: prometheus, chromium, node and npm are installed");
+        println!("cargo xtask test: prometheus, chromium, node, npm and iproute2 are installed");
     } else {
         let rights = rights();
         let line = install_line(&packages, rights);
@@ -107,8 +112,8 @@ pub fn ensure(repo: &Path, target: &Path) -> Result<(), String> {
             return Err(format!(
                 "the end-to-end tests need {} (not on PATH), and this user cannot install them \
                  (it needs root or sudo without a password, and apt-get); install them with \
-                 `{line}` (elsewhere: your package manager's prometheus, chromium, Node.js >= 18 \
-                 and npm), then run `cargo xtask test` again",
+                 `{line}` (elsewhere: your package manager's prometheus, chromium, Node.js >= 18, \
+                 npm and iproute2), then run `cargo xtask test` again",
                 packages.join(", "),
                 line = install_line(&packages, Rights::Sudo),
             ));
@@ -219,7 +224,7 @@ mod tests {
         );
         assert!(!on_path("prometheus", &path));
         let gone: Vec<&str> = missing(&TOOLS, &path).iter().map(|t| t.package).collect();
-        assert_eq!(gone, ["prometheus", "chromium", "npm"]);
+        assert_eq!(gone, ["prometheus", "chromium", "npm", "iproute2"]);
         fs::remove_dir_all(dir).expect("clean up");
     }
 
