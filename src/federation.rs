@@ -143,11 +143,27 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
                 staleness,
             }),
         },
-        arrival_clock: arrival_clock(config, sizes.len()),
+        clock: None,
+    };
+    let initial = model.initial_state(seed)?;
+    let simulated = crate::config::SimulatedRun {
+        clock: config.run.clock,
+        seed,
+        samples: &sizes,
+        parameters: initial.num_parameters() as u64,
+        faults: config.faults.as_ref(),
+    };
+    let runtime = RuntimeConfig {
+        clock: crate::config::simulated_clock(
+            &simulated,
+            config.devices.as_ref(),
+            config.network.as_ref(),
+        )?,
+        ..runtime
     };
     Ok(Federation {
         config: runtime,
-        model: model.initial_state(seed)?,
+        model: initial,
         registry: Registry {
             clients,
             selector: f.selector,
@@ -160,25 +176,6 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         events: None,
         uplink: Default::default(),
     })
-}
-
-/// The virtual clock of the fault injector's stragglers when they simulate a training time
-/// (`base_delay_ms` > 0): each client's f_c × base delay in µs. Answers are then taken in that
-/// order, so over-commitment's cut-off and async arrival order depend on the seed alone.
-fn arrival_clock(config: &Config, clients: usize) -> Option<BTreeMap<ClientId, u64>> {
-    let stragglers = config.faults.as_ref()?.stragglers.as_ref()?;
-    let base = stragglers.base_delay();
-    if base.is_zero() {
-        return None;
-    }
-    let factors = stragglers.factors(config.run.seed, clients);
-    Some(
-        factors
-            .iter()
-            .enumerate()
-            .map(|(c, f)| (c as ClientId, base.mul_f64(*f).as_micros() as u64))
-            .collect(),
-    )
 }
 
 fn trainers_of(
@@ -202,6 +199,7 @@ fn trainers_of(
             config.run.seed,
             count,
             fedshard_training::train::slots::take_held,
+            config.run.clock == fedshard_actors::clock::ClockKind::Wall,
         );
     }
     Ok(trainers)

@@ -8,15 +8,18 @@
 //! factor columns and its uplink settings, which a KLMS decoder needs as side information), is
 //! kept with it until it answers: at most `concurrency` versions' worth, never the whole history.
 
+use crate::clock::VirtualClock;
 use crate::error::{Error, Result};
+use crate::record::SimulatedTime;
 use crate::record::{PhaseSeconds, RoundRecord};
 use crate::round::{Buffered, Tally, check, classify};
-use crate::schedule::{Arrivals, AsyncConfig};
+use crate::schedule::{Arrival, Arrivals, AsyncConfig};
 use crate::server::{ServerState, call_client};
 use fedshard_protocol::shard_plan::Participant;
 use fedshard_protocol::task::{ClientId, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A task given out and not answered yet.
@@ -39,9 +42,9 @@ pub struct AsyncRun {
 impl AsyncRun {
     /// A run continuing after `history` (empty for a fresh one): the work outstanding at a
     /// checkpoint is not in it and is handed out afresh, numbered after every task answered.
-    fn new(clock: Option<BTreeMap<ClientId, u64>>, history: &[RoundRecord]) -> Self {
+    fn new(clock: Option<Arc<VirtualClock>>, now: f64, history: &[RoundRecord]) -> Self {
         Self {
-            arrivals: Arrivals::new(clock),
+            arrivals: Arrivals::new(clock, now),
             outstanding: BTreeMap::new(),
             dispatched: history.iter().map(|r| r.participants as u64).sum(),
         }
@@ -60,7 +63,7 @@ impl ServerState {
     ) -> Result<Vec<Buffered>> {
         let mut run = match self.asynchronous.take() {
             Some(run) => run,
-            None => AsyncRun::new(self.fed.config.arrival_clock.clone(), &self.fed.history),
+            None => AsyncRun::new(self.clock.clone(), self.simulated_now(), &self.fed.history),
         };
         let result = self
             .fill_buffer(&mut run, version, settings, tally, phases)
@@ -79,6 +82,10 @@ impl ServerState {
     ) -> Result<Vec<Buffered>> {
         let max_update_norm = self.fed.config.max_update_norm;
         let mut buffer = Vec::new();
+        let mut time = SimulatedTime {
+            start: run.arrivals.now(),
+            ..SimulatedTime::default()
+        };
         while buffer.len() < settings.buffer {
             let handing = Instant::now();
             self.hand_out(run, version, settings.concurrency, tally)
@@ -87,9 +94,17 @@ impl ServerState {
             phases.plan += (waiting - handing).as_secs_f64();
             let next = run.arrivals.next().await;
             phases.train += waiting.elapsed().as_secs_f64();
-            let Some((id, outcome)) = next else {
+            let Some(Arrival {
+                client: id,
+                outcome,
+                time: spent,
+            }) = next
+            else {
                 return Err(Error::NoClient);
             };
+            if let Some(spent) = spent {
+                time.clients.insert(id, spent);
+            }
             let Some(out) = run.outstanding.remove(&id) else {
                 continue;
             };
@@ -108,6 +123,8 @@ impl ServerState {
             }
             self.count_failures(version, 1, &answer.failures);
         }
+        time.end = run.arrivals.now();
+        tally.time = self.clock.is_some().then_some(time);
         Ok(buffer)
     }
 
@@ -152,9 +169,16 @@ impl ServerState {
             let Some(actor) = self.clients.get(&pick).cloned() else {
                 continue;
             };
-            let deadline = self.fed.config.deadline;
-            let work = call_client(actor, Some(Box::new(task.clone())), true, n, deadline);
-            run.arrivals.push(pick, work);
+            let cost = run.arrivals.cost(pick, Some(&task));
+            let work = call_client(
+                actor,
+                Some(Box::new(task.clone())),
+                true,
+                n,
+                self.wall_deadline(),
+            );
+            run.arrivals
+                .push(pick, cost, self.fed.config.deadline, work);
             run.outstanding.insert(
                 pick,
                 Outstanding {

@@ -392,7 +392,7 @@ mod tests {
                 buffer: 2,
                 staleness: Staleness::Constant,
             }),
-            arrival_clock: None,
+            clock: None,
         }
     }
 

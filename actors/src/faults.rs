@@ -194,6 +194,9 @@ pub struct FaultyTrainer {
     /// stretches computation, not the time a client waited for one of this machine's cores,
     /// which a slow device of its own would not have waited.
     pub computed: fn() -> Duration,
+    /// Whether slow-downs and `timeout` faults really sleep; under simulated time
+    /// ([`crate::clock`]) they cost simulated time instead.
+    pub sleeps: bool,
 }
 
 impl FaultyTrainer {
@@ -205,6 +208,7 @@ impl FaultyTrainer {
         seed: u64,
         clients: usize,
         computed: fn() -> Duration,
+        sleeps: bool,
     ) {
         let factors = plan
             .stragglers
@@ -217,6 +221,7 @@ impl FaultyTrainer {
                 plan: plan.clone(),
                 slowdown: factors.get(*id as usize).copied().unwrap_or(1.0),
                 computed,
+                sleeps,
             });
         }
     }
@@ -258,7 +263,7 @@ impl LocalTrainer for FaultyTrainer {
         match fault {
             Some(FaultKind::Error) => return Err(TrainError::Injected),
             Some(FaultKind::Panic) => panic!("injected panic in client {}", task.client),
-            Some(FaultKind::Timeout) => std::thread::sleep(self.plan.delay),
+            Some(FaultKind::Timeout) if self.sleeps => std::thread::sleep(self.plan.delay),
             _ => {}
         }
         let _ = (self.computed)();
@@ -272,7 +277,9 @@ impl LocalTrainer for FaultyTrainer {
         let computed = Some((self.computed)())
             .filter(|held| !held.is_zero())
             .unwrap_or_else(|| started.elapsed());
-        self.straggle(computed);
+        if self.sleeps {
+            self.straggle(computed);
+        }
         done
     }
 }
@@ -351,6 +358,7 @@ mod tests {
             },
             slowdown: 3.0,
             computed: || Duration::ZERO,
+            sleeps: true,
         };
         let task = TrainTask {
             round: 1,

@@ -21,6 +21,7 @@
 pub mod asynchronous;
 pub mod checkpoint;
 pub mod client;
+pub mod clock;
 pub mod coordinator;
 pub mod engine;
 pub mod error;

@@ -469,6 +469,7 @@ mod tests {
                 block_kl_bits: Some(2.5),
                 drift_ratio: Some(0.75),
             }),
+            time: None,
         }
     }
 

@@ -73,6 +73,22 @@ pub struct RoundRecord {
     /// fields.
     #[serde(default)]
     pub klms: Option<KlmsStats>,
+    /// Simulated time (`--clock virtual`, or stragglers with a `base_delay_ms`): the round's
+    /// start and end and each answering client's download, compute and upload; `None` on the
+    /// wall clock. Always written, as `klms`.
+    #[serde(default)]
+    pub time: Option<SimulatedTime>,
+}
+
+/// Where a round's (or an async version's) simulated time went, in seconds since the run began.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SimulatedTime {
+    /// When its first task was sent (a round), or when the previous version was applied.
+    pub start: f64,
+    /// When its last answer was taken: the model version is applied then.
+    pub end: f64,
+    /// Each answering client's task.
+    pub clients: BTreeMap<ClientId, crate::clock::TaskTime>,
 }
 
 /// A round's KLMS reports (docs/algorithms.md §4.4; `[compression] rescale_drift`, `report_drift`), so
@@ -418,6 +434,7 @@ mod tests {
             update_cosine: Some(0.5),
             late: 0,
             klms: None,
+            time: None,
             staleness: vec![],
             phases: PhaseSeconds {
                 plan: 0.001,

@@ -2,13 +2,18 @@
 //! ones (`[federation] over_commit`), buffered asynchronous aggregation (`mode = "async"`,
 //! FedBuff) and its staleness weights, and the order in which answers are taken ([`Arrivals`]).
 
+use crate::client::ClientReply;
+use crate::clock::{TaskTime, VirtualClock};
 use crate::error::Error;
 use crate::round::Outcome;
 use crate::server::RuntimeConfig;
 use fedshard_protocol::task::ClientId;
+use fedshard_protocol::task::TrainTask;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
-use tokio::task::JoinSet;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::{AbortHandle, JoinSet};
 
 /// What the round engine ([`crate::engine`]) hands out, when an aggregate closes and how an
 /// update is weighted; resolved once from the run's configuration.
@@ -107,75 +112,174 @@ pub struct AsyncConfig {
 
 /// Answers of dispatched clients in the order the server takes them.
 ///
-/// Without a clock, in the order they come. With one (each client's simulated task duration,
-/// from the fault injector's stragglers), in the order of their virtual finish times
-/// (dispatch time + duration, ties by client id): the server waits for the earliest one even
-/// when another answered first in real time, so which updates a round or a buffer holds, and
-/// the order in which they are folded, depend on the seed alone.
+/// Without a clock, in the order they come. With one ([`VirtualClock`]), in the order of their
+/// simulated arrival (send time + download + compute + upload of the bits the answer really
+/// has, ties by client id): the server waits for the earliest one even when another answered
+/// first in real time, so which updates a round or a buffer holds, and the order in which they
+/// are folded, depend on the seed alone. A simulated clock ([`VirtualClock::is_virtual`]) also
+/// applies the deadline in simulated time: an answer that arrives after it is a `timeout`,
+/// taken at the deadline, and a client that cannot make it is given up on without waiting for
+/// its real answer.
 pub struct Arrivals {
     set: JoinSet<(ClientId, Outcome)>,
-    clock: Option<BTreeMap<ClientId, u64>>,
-    /// Virtual finish time of each pending client (with a clock).
-    pending: BTreeSet<(u64, ClientId)>,
+    clock: Option<Arc<VirtualClock>>,
+    pending: BTreeMap<ClientId, Sent>,
     /// Answers that came before their turn.
     early: BTreeMap<ClientId, Outcome>,
-    /// The virtual time of the last answer taken.
-    now: u64,
+    /// The simulated time of the last answer taken (or of the start).
+    now: f64,
+}
+
+/// A task in flight under a clock.
+#[derive(Debug)]
+struct Sent {
+    start: f64,
+    /// Its time without the upload of the answer.
+    before: TaskTime,
+    /// When the server stops waiting for it, in simulated time (infinite on the wall clock).
+    deadline: f64,
+    work: AbortHandle,
+}
+
+/// An answer as the server takes it.
+#[derive(Debug)]
+pub struct Arrival {
+    pub client: ClientId,
+    pub outcome: Outcome,
+    /// Where the task spent its simulated time (with a clock).
+    pub time: Option<TaskTime>,
 }
 
 impl Arrivals {
-    /// `clock`: each client's simulated duration in microseconds, or `None` for real order.
-    pub fn new(clock: Option<BTreeMap<ClientId, u64>>) -> Self {
+    /// `clock`: the cost model, or `None` for real order; `now`: the simulated time the tasks
+    /// pushed next are sent at.
+    pub fn new(clock: Option<Arc<VirtualClock>>, now: f64) -> Self {
         Self {
             set: JoinSet::new(),
             clock,
-            pending: BTreeSet::new(),
+            pending: BTreeMap::new(),
             early: BTreeMap::new(),
-            now: 0,
+            now,
         }
     }
 
-    /// Starts waiting for `client`'s answer, which `work` produces.
+    /// The simulated time of the last answer taken.
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    /// The simulated time `client` needs for `task` (`None`: an upload request) before its
+    /// answer's upload, with a clock.
+    pub fn cost(&self, client: ClientId, task: Option<&TrainTask>) -> Option<TaskTime> {
+        self.clock
+            .as_ref()
+            .map(|clock| clock.before_upload(client, task))
+    }
+
+    /// Starts waiting for `client`'s answer, which `work` produces, the task having cost
+    /// [`Arrivals::cost`]; under a simulated clock the server gives up after `deadline`.
     pub fn push(
         &mut self,
         client: ClientId,
+        cost: Option<TaskTime>,
+        deadline: Duration,
         work: impl std::future::Future<Output = Outcome> + Send + 'static,
     ) {
-        if let Some(clock) = &self.clock {
-            let finish = self.now + clock.get(&client).copied().unwrap_or(0);
-            self.pending.insert((finish, client));
+        let work = self.set.spawn(async move { (client, work.await) });
+        if let (Some(clock), Some(before)) = (&self.clock, cost) {
+            let sent = Sent {
+                start: self.now,
+                before,
+                deadline: if clock.is_virtual() {
+                    self.now + deadline.as_secs_f64()
+                } else {
+                    f64::INFINITY
+                },
+                work,
+            };
+            self.pending.insert(client, sent);
         }
-        self.set.spawn(async move { (client, work.await) });
     }
 
     /// The next answer, `None` when nothing is pending.
-    pub async fn next(&mut self) -> Option<(ClientId, Outcome)> {
-        if self.clock.is_none() {
+    pub async fn next(&mut self) -> Option<Arrival> {
+        let Some(clock) = self.clock.clone() else {
             return loop {
                 match self.set.join_next().await? {
-                    Ok(answer) => break Some(answer),
+                    Ok((client, outcome)) => {
+                        break Some(Arrival {
+                            client,
+                            outcome,
+                            time: None,
+                        });
+                    }
                     // A waiting task only ends by being aborted: skip it.
                     Err(_) => continue,
                 }
             };
-        }
-        let &(finish, client) = self.pending.first()?;
-        while !self.early.contains_key(&client) {
-            match self.set.join_next().await {
-                Some(Ok((id, outcome))) => {
-                    self.early.insert(id, outcome);
+        };
+        loop {
+            // Each pending task's arrival: exact once its answer is in, else a lower bound
+            // (its upload takes at least the latency); capped by its deadline.
+            let (client, at, resolved) = self
+                .pending
+                .iter()
+                .map(|(client, sent)| {
+                    let ready = sent.start + sent.before.total();
+                    match self.early.get(client) {
+                        Some(outcome) => {
+                            let up = clock.upload(*client, answer_bits(outcome));
+                            (*client, (ready + up).min(sent.deadline), true)
+                        }
+                        None => {
+                            let lower = ready + clock.latency;
+                            (*client, lower.min(sent.deadline), lower >= sent.deadline)
+                        }
+                    }
+                })
+                .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))?;
+            if !resolved {
+                match self.set.join_next().await {
+                    Some(Ok((id, outcome))) => {
+                        self.early.insert(id, outcome);
+                    }
+                    Some(Err(_)) => {}
+                    None => {
+                        // Every real answer is in: what is missing was lost.
+                        self.early
+                            .insert(client, Outcome::Unreachable("the answer was lost".into()));
+                    }
                 }
-                Some(Err(_)) => continue,
-                None => break,
+                continue;
             }
+            let sent = self.pending.remove(&client)?;
+            self.now = self.now.max(at);
+            let answered = self.early.remove(&client);
+            if answered.is_none() {
+                // Given up on in simulated time: its real answer must not be taken for the
+                // answer to a later task of the same client.
+                sent.work.abort();
+            }
+            let late = at >= sent.deadline && sent.deadline.is_finite();
+            let upload = match &answered {
+                Some(outcome) if !late => clock.upload(client, answer_bits(outcome)),
+                _ => 0.0,
+            };
+            let outcome = match answered {
+                Some(_) if late => Outcome::Timeout,
+                Some(outcome) => outcome,
+                None => Outcome::Timeout,
+            };
+            let time = TaskTime {
+                upload,
+                ..sent.before
+            };
+            return Some(Arrival {
+                client,
+                outcome,
+                time: Some(time),
+            });
         }
-        self.pending.remove(&(finish, client));
-        self.now = self.now.max(finish);
-        let outcome = self
-            .early
-            .remove(&client)
-            .unwrap_or_else(|| Outcome::Unreachable("the answer was lost".into()));
-        Some((client, outcome))
     }
 
     /// Stops waiting for every pending answer: the clients may still be training, and what
@@ -187,11 +291,18 @@ impl Arrivals {
     }
 }
 
+/// The bits of an answer on the uplink: an update's payload; any other answer is a few bytes.
+fn answer_bits(outcome: &Outcome) -> u64 {
+    match outcome {
+        Outcome::Reply(ClientReply::Update(envelope)) => envelope.payload.bits,
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ClientReply;
-    use std::time::Duration;
+    use crate::clock::{ClientCost, ClockKind};
 
     #[test]
     fn staleness_weights_match_hand_computed_values() {
@@ -230,31 +341,93 @@ mod tests {
         })
     }
 
+    /// A clock whose clients take `fixed` seconds each, on links that take no time.
+    fn clock(kind: ClockKind, fixed: &[(ClientId, f64)]) -> Arc<VirtualClock> {
+        let clients = fixed
+            .iter()
+            .map(|&(id, seconds)| {
+                let cost = ClientCost {
+                    samples: 1,
+                    fixed_seconds: seconds,
+                    seconds_per_sample: 0.0,
+                    uplink_bps: f64::INFINITY,
+                    downlink_bps: f64::INFINITY,
+                };
+                (id, cost)
+            })
+            .collect();
+        Arc::new(VirtualClock {
+            kind,
+            clients,
+            latency: 0.0,
+            parameters: 1,
+            faults: None,
+        })
+    }
+
+    fn push(arrivals: &mut Arrivals, id: ClientId, wait_ms: u64, deadline: Duration) {
+        let cost = arrivals.cost(id, Some(&task(id)));
+        arrivals.push(id, cost, deadline, async move {
+            tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+            reply(id)
+        });
+    }
+
+    fn task(client: ClientId) -> TrainTask {
+        TrainTask {
+            round: 1,
+            client,
+            seed: 1,
+            dense: Default::default(),
+            shards: vec![],
+            recipe: Default::default(),
+            uplink: Default::default(),
+        }
+    }
+
     /// Client 1 answers first in real time, but its simulated duration is the longest: with the
     /// clock it is taken last, then ties go by client id.
     #[tokio::test]
     async fn with_a_clock_answers_come_in_virtual_time_order() {
-        let clock = BTreeMap::from([(1, 900), (2, 100), (3, 100)]);
-        let mut arrivals = Arrivals::new(Some(clock));
+        let clock = clock(ClockKind::Wall, &[(1, 0.9), (2, 0.1), (3, 0.1)]);
+        let mut arrivals = Arrivals::new(Some(clock), 0.0);
         for (id, wait) in [(1, 0), (2, 30), (3, 10)] {
-            arrivals.push(id, async move {
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-                reply(id)
-            });
+            push(&mut arrivals, id, wait, Duration::from_millis(1));
         }
         let mut order = vec![];
-        while let Some((id, _)) = arrivals.next().await {
-            order.push(id);
+        while let Some(arrival) = arrivals.next().await {
+            order.push(arrival.client);
+            assert!(
+                matches!(arrival.outcome, Outcome::Reply(_)),
+                "no deadline on the wall clock's order"
+            );
         }
         assert_eq!(order, vec![2, 3, 1]);
+        assert_eq!(arrivals.now(), 0.9);
 
-        let mut real = Arrivals::new(None);
+        let mut real = Arrivals::new(None, 0.0);
         for (id, wait) in [(1, 0), (2, 60)] {
-            real.push(id, async move {
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-                reply(id)
-            });
+            push(&mut real, id, wait, Duration::from_secs(1));
         }
-        assert_eq!(real.next().await.map(|a| a.0), Some(1));
+        assert_eq!(real.next().await.map(|a| a.client), Some(1));
+    }
+
+    /// Under simulated time the deadline is simulated: client 1 (5 s) misses a 2 s deadline and
+    /// is a timeout taken at 2 s, without waiting for its real answer, which never comes.
+    #[tokio::test]
+    async fn a_simulated_deadline_gives_up_without_waiting_for_the_real_answer() {
+        let clock = clock(ClockKind::Virtual, &[(1, 5.0), (2, 1.0)]);
+        let mut arrivals = Arrivals::new(Some(clock), 10.0);
+        let cost = arrivals.cost(1, Some(&task(1)));
+        arrivals.push(1, cost, Duration::from_secs(2), std::future::pending());
+        push(&mut arrivals, 2, 50, Duration::from_secs(2));
+        let first = arrivals.next().await.unwrap();
+        assert_eq!((first.client, arrivals.now()), (2, 11.0));
+        let second = arrivals.next().await.unwrap();
+        assert_eq!(second.client, 1);
+        assert!(matches!(second.outcome, Outcome::Timeout));
+        assert_eq!(arrivals.now(), 12.0);
+        assert_eq!(second.time.unwrap().compute, 5.0);
+        assert!(arrivals.next().await.is_none());
     }
 }

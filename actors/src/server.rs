@@ -11,12 +11,14 @@
 use crate::asynchronous::AsyncRun;
 use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
 use crate::client::{ClientMsg, ClientReply};
+use crate::clock::{TaskTime, VirtualClock};
 use crate::coordinator::{
     Coordinator, CoordinatorMsg, Registry, RoundSelection, averaged, over_committed,
 };
 use crate::engine::{Engine, RoundUpdates};
 use crate::error::Error;
 use crate::host::{ClientHandle, ClientHost, HostMsg, stopped_actor};
+use crate::record::SimulatedTime;
 use crate::record::{PhaseSeconds, RoundRecord, Summary};
 use crate::round::{Outcome, Tally, check, classify, validate};
 use crate::schedule::{Arrivals, AsyncConfig};
@@ -66,11 +68,13 @@ pub struct RuntimeConfig {
     /// `[federation] mode = "async"` and its settings; `None`: synchronous rounds.
     #[serde(default)]
     pub asynchronous: Option<AsyncConfig>,
-    /// Each client's simulated task duration in µs, from the fault injector's stragglers
-    /// (`base_delay_ms` × factor); when set, answers are taken in this virtual clock's order
-    /// ([`Arrivals`]), so over-commitment's cut-off and async arrivals depend on the seed alone.
+    /// The cost model of simulated time ([`VirtualClock`]): with `--clock virtual`, deadlines,
+    /// over-commitment and async arrivals go by it and nothing sleeps; on the wall clock it is
+    /// there only when the stragglers simulate a training time (`base_delay_ms`), and orders
+    /// the answers ([`Arrivals`]) so that over-commitment's cut-off and async arrivals depend
+    /// on the seed alone.
     #[serde(default)]
-    pub arrival_clock: Option<BTreeMap<ClientId, u64>>,
+    pub clock: Option<VirtualClock>,
 }
 
 impl RuntimeConfig {
@@ -224,6 +228,8 @@ pub struct ServerState {
     /// Async mode: the work in flight, kept between model versions.
     pub(crate) asynchronous: Option<AsyncRun>,
     flow: Flow,
+    /// [`RuntimeConfig::clock`], shared with each round's [`Arrivals`].
+    pub(crate) clock: Option<Arc<VirtualClock>>,
 }
 
 /// Where the run's result goes: the final model and summary, or why it stopped.
@@ -250,13 +256,14 @@ impl Actor for Server {
         let (coordinator, _) =
             Actor::spawn_linked(None, Coordinator, fed.registry.clone(), myself.get_cell()).await?;
         Ok(ServerState {
-            fed,
             coordinator,
             clients: BTreeMap::new(),
             done: Some(done),
             engine,
             asynchronous: None,
             flow: Flow::Waiting,
+            clock: fed.config.clock.clone().map(Arc::new),
+            fed,
         })
     }
 
@@ -356,45 +363,78 @@ impl ServerState {
         .map_err(|e| Error::CoordinatorUnreachable(e.to_string()))?
     }
 
-    /// Sends every task and waits for the replies until the deadline. With `close = (n,
-    /// counts)`, stops at the n-th answer that `counts` and returns the clients still training
-    /// as late (their answers are dropped).
+    /// Sends every task at simulated time `start` and waits for the replies until the
+    /// deadline. With `close = (n, counts)`, stops at the n-th answer that `counts` and returns
+    /// the clients still training as late (their answers are dropped).
     async fn dispatch(
         &self,
         messages: Vec<(ClientId, Option<Box<TrainTask>>)>,
         upload: bool,
-        round: u64,
+        (round, start): (u64, f64),
         close: Option<(usize, &Counts<'_>)>,
-    ) -> (BTreeMap<ClientId, Outcome>, Vec<ClientId>) {
+    ) -> Dispatched {
         let deadline = self.fed.config.deadline;
-        let mut arrivals = Arrivals::new(self.fed.config.arrival_clock.clone());
+        let mut arrivals = Arrivals::new(self.clock.clone(), start);
         let mut asked = Vec::new();
         for (id, task) in messages {
             let Some(client) = self.clients.get(&id).cloned() else {
                 continue;
             };
             asked.push(id);
-            arrivals.push(id, call_client(client, task, upload, round, deadline));
+            let cost = arrivals.cost(id, task.as_deref());
+            let work = call_client(client, task, upload, round, self.wall_deadline());
+            arrivals.push(id, cost, deadline, work);
         }
         let mut outcomes = BTreeMap::new();
+        let mut times = BTreeMap::new();
         let mut counted = 0;
-        while let Some((id, outcome)) = arrivals.next().await {
+        while let Some(arrival) = arrivals.next().await {
+            let id = arrival.client;
+            if let Some(time) = arrival.time {
+                times.insert(id, time);
+            }
             if let Some((n, counts)) = close {
-                counted += usize::from(counts(id, &outcome));
-                outcomes.insert(id, outcome);
+                counted += usize::from(counts(id, &arrival.outcome));
+                outcomes.insert(id, arrival.outcome);
                 if counted >= n {
                     break;
                 }
             } else {
-                outcomes.insert(id, outcome);
+                outcomes.insert(id, arrival.outcome);
             }
         }
+        let end = arrivals.now();
         arrivals.abandon();
         let late = asked
             .into_iter()
             .filter(|id| !outcomes.contains_key(id))
             .collect();
-        (outcomes, late)
+        Dispatched {
+            outcomes,
+            late,
+            times,
+            end,
+        }
+    }
+
+    /// How long the wall clock waits for a client: the deadline, or under simulated time (whose
+    /// deadline is simulated) an hour at least, a guard against a client that hangs for real.
+    pub(crate) fn wall_deadline(&self) -> Duration {
+        let deadline = self.fed.config.deadline;
+        match &self.clock {
+            Some(clock) if clock.is_virtual() => deadline.max(Duration::from_secs(3600)),
+            _ => deadline,
+        }
+    }
+
+    /// The simulated time the next round starts at: the end of the last one recorded.
+    pub(crate) fn simulated_now(&self) -> f64 {
+        self.fed
+            .history
+            .iter()
+            .rev()
+            .find_map(|r| r.time.as_ref().map(|t| t.end))
+            .unwrap_or(0.0)
     }
 
     /// The synchronous schedule's collection (plain and over-committed rounds): asks the
@@ -445,7 +485,16 @@ impl ServerState {
             (n, &counts as &Counts<'_>)
         });
         phases.plan = started.elapsed().as_secs_f64();
-        let (outcomes, late) = self.dispatch(messages, !two_phase, round, close).await;
+        let start = self.simulated_now();
+        let first_phase = self
+            .dispatch(messages, !two_phase, (round, start), close)
+            .await;
+        let (outcomes, late) = (first_phase.outcomes, first_phase.late);
+        let mut time = SimulatedTime {
+            start,
+            end: first_phase.end,
+            clients: first_phase.times,
+        };
         if !late.is_empty() {
             tracing::info!(
                 round,
@@ -461,8 +510,17 @@ impl ServerState {
                 .await?;
             probabilities = selection_probabilities(&second);
             let uploads = second.participants.iter().map(|p| (p.0, None)).collect();
-            let (outcomes, _) = self.dispatch(uploads, true, round, None).await;
-            let uploaded = classify(second.participants.iter().map(|p| p.0), outcomes, false);
+            let second_phase = self.dispatch(uploads, true, (round, time.end), None).await;
+            for (id, t) in second_phase.times {
+                let phase_one = time.clients.entry(id).or_default();
+                phase_one.upload += t.total();
+            }
+            time.end = second_phase.end;
+            let uploaded = classify(
+                second.participants.iter().map(|p| p.0),
+                second_phase.outcomes,
+                false,
+            );
             answers.envelopes.extend(uploaded.envelopes);
             answers.failures.extend(uploaded.failures);
         }
@@ -472,6 +530,7 @@ impl ServerState {
         // Nothing touches the model before it is opened and checked against its task.
         let validated = validate(&answers.envelopes, &tasks.tasks, config.max_update_norm);
         tally.participants = tasks.tasks.len();
+        tally.time = self.clock.is_some().then_some(time);
         tally.hand_out(&tasks);
         tally.answers(&answers);
         tally.rejected(&validated);
@@ -523,6 +582,17 @@ impl ServerState {
         .await
         .map_err(|e| Error::panicked("checkpoint writer", e))?
     }
+}
+
+/// What a dispatch came back with.
+struct Dispatched {
+    outcomes: BTreeMap<ClientId, Outcome>,
+    /// Asked and not waited for (an over-committed phase closed first).
+    late: Vec<ClientId>,
+    /// Where each answer's simulated time went (with a clock).
+    times: BTreeMap<ClientId, TaskTime>,
+    /// The simulated time of the last answer taken.
+    end: f64,
 }
 
 /// Which answers count towards closing an over-committed phase.

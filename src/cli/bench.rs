@@ -164,7 +164,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             max_update_norm: None,
             over_commit: None,
             asynchronous: None,
-            arrival_clock: None,
+            clock: None,
         },
         model: ModelState::new(vec![NamedTensor::zeros("weight", vec![10])])
             .map_err(anyhow::Error::msg)?,

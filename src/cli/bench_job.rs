@@ -26,6 +26,9 @@ pub struct JobBenchArgs {
     /// Whether neural clients train in cohorts, instead of the config's `training.cohorts`.
     #[arg(long, value_enum, value_name = "on|off")]
     pub cohorts: Option<super::OnOff>,
+    /// Real or simulated time, instead of the config's `run.clock`.
+    #[arg(long, value_enum)]
+    pub clock: Option<super::Clock>,
     #[arg(long)]
     pub json: bool,
 }
@@ -59,6 +62,10 @@ pub struct JobReport {
     pub device: crate::config::Device,
     /// Whether the neural clients trained in cohorts.
     pub cohorts: bool,
+    /// The clock the run was timed by, and under simulated time the run's simulated seconds
+    /// (the end of its last round).
+    pub clock: fedshard_actors::clock::ClockKind,
+    pub simulated_seconds: Option<f64>,
 }
 
 pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
@@ -71,6 +78,9 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
     }
     if let Some(cohorts) = args.cohorts {
         config.training.cohorts = cohorts.is_on();
+    }
+    if let Some(clock) = args.clock {
+        config.run.clock = clock.into();
     }
     config.validate()?;
     let started = Instant::now();
@@ -101,6 +111,8 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         device: config.training.device,
         cohorts: config.training.cohorts,
+        clock: config.run.clock,
+        simulated_seconds: history.last().and_then(|r| r.time.as_ref()).map(|t| t.end),
     })
 }
 
@@ -127,6 +139,9 @@ pub fn describe(r: &JobReport) -> String {
         r.final_accuracy,
         r.model_digest
     );
+    if let Some(simulated) = r.simulated_seconds {
+        text += &format!("  simulated time: {simulated:.1} s\n");
+    }
     text += &format!(
         "  {:<14} {:>9} {:>10} {:>6}\n",
         "phase",

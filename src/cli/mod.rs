@@ -92,6 +92,25 @@ fn init_logging_at(level: &str) {
         .try_init();
 }
 
+/// `--clock wall|virtual`: real time, or simulated time (`[devices]`, `[network]`), over
+/// `run.clock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Clock {
+    /// Real time: deadlines on the wall clock, stragglers sleep.
+    Wall,
+    /// Simulated time from the cost model: reproducible, nothing sleeps.
+    Virtual,
+}
+
+impl From<Clock> for fedshard_actors::clock::ClockKind {
+    fn from(clock: Clock) -> Self {
+        match clock {
+            Clock::Wall => Self::Wall,
+            Clock::Virtual => Self::Virtual,
+        }
+    }
+}
+
 /// `--cohorts on|off`: whether neural clients train in cohorts, over `training.cohorts`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {

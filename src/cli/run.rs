@@ -54,6 +54,11 @@ pub struct RunArgs {
     /// overrides `training.cohorts` (default off).
     #[arg(long, value_enum, value_name = "on|off")]
     pub cohorts: Option<super::OnOff>,
+    /// Real or simulated time; overrides `run.clock` (default wall). Simulated time takes each
+    /// client's time from `[devices]` and `[network]`: deadlines, over-commitment and async
+    /// go by it, nothing sleeps, and a seed fixes the model.
+    #[arg(long, value_enum)]
+    pub clock: Option<super::Clock>,
 }
 
 pub(crate) const CONFIG_FILE: &str = "config.toml";
@@ -148,11 +153,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     if let Some(cohorts) = args.cohorts {
         config.training.cohorts = cohorts.is_on();
     }
-    if args.device.is_some() || args.rounds.is_some() {
+    if let Some(clock) = args.clock {
+        config.run.clock = clock.into();
+    }
+    if args.device.is_some() || args.rounds.is_some() || args.clock.is_some() {
         // Once, after every override: the error says which flags changed the file's config.
         let flags: Vec<&str> = [
             args.device.map(|_| "--device"),
             args.rounds.map(|_| "--rounds"),
+            args.clock.map(|_| "--clock"),
         ]
         .into_iter()
         .flatten()

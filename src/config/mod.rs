@@ -9,14 +9,18 @@
 mod data;
 mod federation;
 mod model;
+mod simulation;
 mod uplink;
 
 pub(crate) use data::default_test_fraction;
 pub use data::{DataSection, LabelSplit};
 pub use federation::{FederationSection, KeepRatioShare, Mode, Schedule};
 pub use model::{CUDA_NOT_BUILT, Device, Model, ModelSection, TrainingSection};
+pub use simulation::{DevicesSection, DrawnRate, NetworkSection, Rate};
+pub(crate) use simulation::{Run as SimulatedRun, clock as simulated_clock};
 
 use anyhow::{Context, bail};
+use fedshard_actors::clock::ClockKind;
 use fedshard_actors::faults::FaultPlan;
 use fedshard_protocol::uplink::{CompressionConfig, Host};
 use fedshard_training::train::neural::LocalMethod;
@@ -38,6 +42,10 @@ pub struct Config {
     pub metrics: Option<MetricsSection>,
     /// Settings of the compressor named by `federation.compressor`.
     pub compression: Option<CompressionConfig>,
+    /// Simulated time: the clients' devices (`[run] clock = "virtual"`).
+    pub devices: Option<DevicesSection>,
+    /// Simulated time: the clients' links (`[run] clock = "virtual"`).
+    pub network: Option<NetworkSection>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +73,10 @@ pub struct RunSection {
     #[serde(default)]
     pub seed: u64,
     pub rounds: u64,
+    /// `wall` (default): real time; `virtual`: simulated time (`[devices]`, `[network]`,
+    /// docs/async.md), reproducible whatever the machine's load.
+    #[serde(default)]
+    pub clock: ClockKind,
 }
 
 /// Fails with "field `name`: expected …, found …" unless `ok`.
@@ -189,6 +201,7 @@ impl Config {
             self.run.rounds.to_string(),
         )?;
         self.data.validate()?;
+        simulation::validate(self.run.clock, self.devices.as_ref(), self.network.as_ref())?;
         self.training.validate(self.federation.strategy)?;
         uplink::validate(self)?;
         self.federation.validate(self.data.clients())?;

@@ -54,6 +54,9 @@ pub enum Purpose {
     /// probabilities (its drift ratio); the ChaCha stream id is the block index. Apart from the
     /// selection stream, so that measuring the ratio does not change the candidate chosen.
     KlmsDriftEstimate = 19,
+    /// Simulated time's draws of each client's device speed and link rates (the client slot is
+    /// the client's index, the round slot which draw).
+    SimulatedTime = 20,
 }
 
 /// The stream for `(seed, round, client, purpose)`: the 32-byte ChaCha key is the four numbers in

@@ -2,7 +2,7 @@
 //! counted into a [`Tally`] as it happens and summed up by [`record`].
 
 use super::{Accepted, Classified, Folded, Tasks, Validated};
-use crate::record::{KlmsStats, PhaseSeconds, RoundRecord};
+use crate::record::{KlmsStats, PhaseSeconds, RoundRecord, SimulatedTime};
 use fedshard_protocol::payload::RejectionKind;
 use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, Evaluation};
@@ -21,6 +21,8 @@ pub struct Tally {
     pub client_uplink_bits: BTreeMap<ClientId, u64>,
     /// Envelopes received.
     pub envelopes: usize,
+    /// Where the simulated time went (with a clock).
+    pub time: Option<SimulatedTime>,
 }
 
 impl Tally {
@@ -121,5 +123,6 @@ pub fn record(s: RoundSummary<'_>) -> RoundRecord {
         staleness: s.staleness,
         phases: s.phases,
         klms: KlmsStats::of(accepted.iter().filter_map(|a| a.update.side.as_ref())),
+        time: s.tally.time.clone(),
     }
 }

@@ -66,7 +66,8 @@ impl Tasks {
     }
 }
 
-fn task_bits(task: &TrainTask) -> u64 {
+/// Bits of a task as sent: its bincode encoding.
+pub(crate) fn task_bits(task: &TrainTask) -> u64 {
     8 * bincode::serde::encode_to_vec(task, bincode::config::standard())
         .map_or(0, |b| b.len() as u64)
 }

@@ -1,0 +1,198 @@
+//! Simulated time: how long a client's task takes, from a deterministic cost model instead of
+//! a stopwatch, so that which answers a deadline, an over-committed round or an async buffer
+//! takes depends on the seed alone (docs/async.md, "Simulated time").
+//!
+//! A task sent at virtual time t₀ reaches the client after the latency and its download
+//! (`bits down / downlink rate`), trains for
+//!
+//! ```text
+//!     compute = f_c · (base + epochs · samples · φ · seconds_per_sample_c)   (+ a `timeout` fault's delay)
+//! ```
+//!
+//! where f_c is the client's straggler factor, base the stragglers' `base_delay_ms`, φ the share
+//! of the full model's parameters the task trains (1 for a dense client, less for a spectral
+//! shard: a proxy for its FLOPs) and seconds_per_sample_c the client's device (the config's
+//! `[devices]`), and its answer reaches the server after the latency and its upload (`bits up /
+//! uplink rate`, with the bits its compressor really produced). Nothing sleeps.
+
+use crate::faults::{FaultKind, FaultPlan};
+use fedshard_protocol::task::{ClientId, TrainTask};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Whether rounds are timed by the wall clock or by the cost model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockKind {
+    /// Real time: deadlines on the wall clock, stragglers sleep (real deployments).
+    #[default]
+    Wall,
+    /// Simulated time from the cost model: deadlines, over-commitment and async decide by it,
+    /// nothing sleeps, and a seed fixes the model bytes.
+    Virtual,
+}
+
+/// One client's device and links.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientCost {
+    /// Samples in its data.
+    pub samples: u64,
+    /// f_c · base: a fixed time added to every task (the stragglers' `base_delay_ms`).
+    pub fixed_seconds: f64,
+    /// f_c / throughput: seconds per sample and epoch of the full model.
+    pub seconds_per_sample: f64,
+    /// Bits per second; `f64::INFINITY` for a link that takes no time.
+    pub uplink_bps: f64,
+    pub downlink_bps: f64,
+}
+
+/// The cost model of a run's clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VirtualClock {
+    pub kind: ClockKind,
+    pub clients: BTreeMap<ClientId, ClientCost>,
+    /// One-way latency of every message, seconds.
+    pub latency: f64,
+    /// Parameters of the full model (φ's denominator).
+    pub parameters: u64,
+    /// The fault plan: a `timeout` fault costs its delay in simulated time.
+    pub faults: Option<FaultPlan>,
+}
+
+/// Where a client's task spent its simulated time, seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskTime {
+    /// Latency and download of the task.
+    pub download: f64,
+    pub compute: f64,
+    /// Latency and upload of the answer.
+    pub upload: f64,
+}
+
+impl TaskTime {
+    pub fn total(&self) -> f64 {
+        self.download + self.compute + self.upload
+    }
+}
+
+impl VirtualClock {
+    /// Whether deadlines are simulated too (else only the order of answers is).
+    pub fn is_virtual(&self) -> bool {
+        self.kind == ClockKind::Virtual
+    }
+
+    /// The time before `client` can answer `task` (`None`: only an upload of phase one's
+    /// update), without the upload of the answer, which depends on its bits.
+    pub fn before_upload(&self, client: ClientId, task: Option<&TrainTask>) -> TaskTime {
+        let Some(cost) = self.clients.get(&client) else {
+            return TaskTime::default();
+        };
+        let Some(task) = task else {
+            return TaskTime {
+                download: self.latency,
+                ..TaskTime::default()
+            };
+        };
+        let bits = crate::round::task_bits(task) as f64;
+        let share = (task_parameters(task) as f64 / self.parameters.max(1) as f64).min(1.0);
+        let work = task.recipe.epochs as f64 * cost.samples as f64 * share;
+        let mut compute = cost.fixed_seconds + work * cost.seconds_per_sample;
+        if let Some(plan) = &self.faults
+            && plan.fault(task.seed, task.round, client) == Some(FaultKind::Timeout)
+        {
+            compute += plan.delay.as_secs_f64();
+        }
+        TaskTime {
+            download: self.latency + bits / cost.downlink_bps,
+            compute,
+            upload: 0.0,
+        }
+    }
+
+    /// The time to send an answer of `bits` from `client`.
+    pub fn upload(&self, client: ClientId, bits: u64) -> f64 {
+        let rate = self
+            .clients
+            .get(&client)
+            .map_or(f64::INFINITY, |c| c.uplink_bps);
+        self.latency + bits as f64 / rate
+    }
+}
+
+/// The values a task trains: its dense tensors and its shards' factor columns.
+fn task_parameters(task: &TrainTask) -> u64 {
+    let dense: usize = task.dense.tensors.iter().map(|t| t.data.len()).sum();
+    let shards: usize = task
+        .shards
+        .iter()
+        .map(|s| s.left.len() + s.right.len())
+        .sum();
+    (dense + shards) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fedshard_protocol::model::{ModelState, NamedTensor};
+    use fedshard_protocol::task::Recipe;
+
+    fn task(values: usize, epochs: usize) -> TrainTask {
+        TrainTask {
+            round: 1,
+            client: 0,
+            seed: 1,
+            dense: ModelState::new(vec![NamedTensor::zeros("w", vec![values])]).unwrap(),
+            shards: vec![],
+            recipe: Recipe {
+                epochs,
+                ..Recipe::default()
+            },
+            uplink: Default::default(),
+        }
+    }
+
+    fn clock() -> VirtualClock {
+        let cost = ClientCost {
+            samples: 50,
+            fixed_seconds: 0.5,
+            seconds_per_sample: 0.01,
+            uplink_bps: 1e6,
+            downlink_bps: 4e6,
+        };
+        VirtualClock {
+            kind: ClockKind::Virtual,
+            clients: BTreeMap::from([(0, cost)]),
+            latency: 0.02,
+            parameters: 1000,
+            faults: None,
+        }
+    }
+
+    /// A half-size task of 2 epochs on 50 samples at 10 ms a sample: 0.5 + 2·50·½·0.01 s.
+    #[test]
+    fn a_task_costs_its_latency_transfer_and_share_of_the_compute() {
+        let clock = clock();
+        let t = task(500, 2);
+        let time = clock.before_upload(0, Some(&t));
+        let bits = crate::round::task_bits(&t) as f64;
+        assert!((time.download - (0.02 + bits / 4e6)).abs() < 1e-12);
+        assert!((time.compute - (0.5 + 2.0 * 50.0 * 0.5 * 0.01)).abs() < 1e-12);
+        assert_eq!(clock.upload(0, 1_000_000), 0.02 + 1.0);
+        // An upload-only request (phase two) costs only the latency down.
+        assert_eq!(clock.before_upload(0, None).total(), 0.02);
+    }
+
+    #[test]
+    fn a_timeout_fault_costs_its_delay_in_simulated_time() {
+        let mut clock = clock();
+        let plan = FaultPlan {
+            rate: 1.0,
+            kinds: vec![FaultKind::Timeout],
+            delay: std::time::Duration::from_secs(30),
+            stragglers: None,
+        };
+        clock.faults = Some(plan);
+        let t = task(1000, 1);
+        assert!((clock.before_upload(0, Some(&t)).compute - (0.5 + 0.5 + 30.0)).abs() < 1e-12);
+    }
+}
