@@ -28,12 +28,15 @@
 pub mod acceptor;
 pub(crate) mod admission;
 pub mod agent;
+pub(crate) mod busy;
+pub mod descriptors;
 pub mod error;
 pub mod gateway;
 pub(crate) mod guard;
 pub mod join;
 pub mod message;
 pub mod metrics;
+pub mod model_spec;
 pub mod node;
 pub mod refusal;
 pub mod request;

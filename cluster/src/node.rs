@@ -7,14 +7,19 @@
 //! authenticated was refused. And ractor_cluster never reconnects by itself: the same events
 //! tell a client node its server is gone, and it reconnects ([`crate::join`]).
 
+use crate::busy::Sniffed;
 use crate::error::Error;
 use crate::secret::Secret;
 use ractor::{Actor, ActorRef};
 use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
 use ractor_cluster::{
-    IncomingEncryptionMode, NodeEventSubscription, NodeId, NodeServer, NodeServerMessage,
+    BoxRead, BoxWrite, ClusterBidiStream, IncomingEncryptionMode, NodeEventSubscription, NodeId,
+    NodeServer, NodeServerMessage,
 };
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -185,42 +190,94 @@ pub struct TlsClient {
 pub enum ConnectError {
     /// Nothing answered at the address (yet): worth retrying.
     Unreachable(String),
+    /// The server turned the connection away for its flood limits: worth retrying.
+    Busy,
     /// Something answered but the connection cannot work (TLS refused, node stopped).
     Fatal(Error),
 }
 
 /// Opens a connection from `node` to the node at `addr`. `Ok` means only that the connection
-/// is open: the handshake follows, and its outcome arrives as a [`SessionEvent`].
+/// is open: the handshake follows, and its outcome arrives as a [`SessionEvent`]; the flag
+/// returned is set if the server turned the connection away for its flood limits
+/// ([`crate::busy`]), which then ends as a session closed before authenticating.
+///
+/// The connection is opened here, not by ractor_cluster's `client_connect`, so that its reads
+/// pass through [`Sniffed`] (below TLS, where the server's marker arrives).
 pub async fn connect(
     node: &ActorRef<NodeServerMessage>,
     addr: &str,
     tls: Option<&TlsClient>,
-) -> Result<(), ConnectError> {
-    use ractor_cluster::ClientConnectErr as E;
-    let result = match tls {
+) -> Result<Arc<AtomicBool>, ConnectError> {
+    let unreachable = |e: std::io::Error| ConnectError::Unreachable(format!("{addr}: {e}"));
+    let tcp = TcpStream::connect(addr).await.map_err(unreachable)?;
+    let _ = tcp.set_nodelay(true);
+    let peer = tcp.peer_addr().map_err(unreachable)?.to_string();
+    let local = tcp.local_addr().map_err(unreachable)?.to_string();
+    let busy = Arc::new(AtomicBool::new(false));
+    let sniffed = Sniffed::new(tcp, busy.clone());
+    let (read, write): (BoxRead, BoxWrite) = match tls {
         Some(tls) => {
-            ractor_cluster::client_connect_enc(
-                node,
-                addr,
-                tls.connector.clone(),
-                tls.server_name.clone(),
-            )
-            .await
+            match tls
+                .connector
+                .connect(tls.server_name.clone(), sniffed)
+                .await
+            {
+                Ok(stream) => {
+                    let (read, write) = tokio::io::split(stream);
+                    (Box::new(read), Box::new(write))
+                }
+                Err(_) if busy.load(Ordering::Acquire) => return Err(ConnectError::Busy),
+                Err(e) => {
+                    return Err(ConnectError::Fatal(Error::TlsHandshake {
+                        address: addr.to_string(),
+                        reason: e.to_string(),
+                        hint: tls_failure_hint(&e),
+                    }));
+                }
+            }
         }
-        None => ractor_cluster::client_connect(node, addr).await,
+        None => {
+            let (read, write) = tokio::io::split(sniffed);
+            (Box::new(read), Box::new(write))
+        }
     };
-    result.map_err(|e| match e {
-        E::Socket(e) => ConnectError::Unreachable(format!("{addr}: {e}")),
-        E::Encryption(e) => ConnectError::Fatal(Error::TlsHandshake {
-            address: addr.to_string(),
-            reason: e.to_string(),
-            hint: tls_failure_hint(&e),
-        }),
-        E::Messaging(e) => ConnectError::Fatal(Error::NodeStopped {
-            when: "while connecting",
-            reason: e.to_string(),
-        }),
-    })
+    let stream = Outgoing {
+        read,
+        write,
+        peer,
+        local,
+    };
+    ractor_cluster::client_connect_external(node, Box::new(stream))
+        .await
+        .map_err(|e| {
+            ConnectError::Fatal(Error::NodeStopped {
+                when: "while connecting",
+                reason: e.to_string(),
+            })
+        })?;
+    Ok(busy)
+}
+
+/// A client node's connection, handed to ractor_cluster as an external stream.
+struct Outgoing {
+    read: BoxRead,
+    write: BoxWrite,
+    peer: String,
+    local: String,
+}
+
+impl ClusterBidiStream for Outgoing {
+    fn split(self: Box<Self>) -> (BoxRead, BoxWrite) {
+        (self.read, self.write)
+    }
+
+    fn peer_label(&self) -> Option<String> {
+        Some(self.peer.clone())
+    }
+
+    fn local_label(&self) -> Option<String> {
+        Some(self.local.clone())
+    }
 }
 
 #[cfg(test)]
@@ -244,7 +301,7 @@ mod tests {
         let listen = held.local_addr().unwrap();
         let settings = NodeSettings {
             name: "port-in-use".into(),
-            secret: Secret::new("a-secret-of-enough-length").unwrap(),
+            secret: Secret::new("0f4c9a7e2b81d6350f4c9a7e2b81d635e1a2b3c4d5e6f708").unwrap(),
             listen,
             tls: None,
             max_frame: 1 << 20,
