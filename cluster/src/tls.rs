@@ -264,7 +264,7 @@ fn check_certificate_name(name: &str) -> Result<(), Error> {
     if name.len() > 253 {
         return refuse("a DNS name has at most 253 characters");
     }
-    let labels = name.strip_prefix("*.").unwrap_or(name).split('.');
+    let mut labels = name.strip_prefix("*.").unwrap_or(name).split('.');
     for label in labels.clone() {
         if label.is_empty() || label.len() > 63 {
             return refuse("each dot-separated part of a DNS name has 1 to 63 characters");
@@ -279,7 +279,7 @@ fn check_certificate_name(name: &str) -> Result<(), Error> {
         }
     }
     if labels
-        .last()
+        .next_back()
         .is_some_and(|top| top.chars().all(|c| c.is_ascii_digit()))
     {
         return refuse("the last part of a DNS name is not all digits");
