@@ -1205,7 +1205,8 @@ fn a_node_whose_config_has_another_model_is_refused_naming_both() {
 }
 
 /// Issue 43: a node frozen (SIGSTOP) across the end of the run reconnected for 600 s and
-/// exited 2. The end of the run now reaches it: it exits 0, saying the run finished.
+/// exited 2. The server now waits (`--finish-grace`) for its nodes to hear that the run is
+/// over: the node woken then exits 0, saying the run finished.
 #[test]
 fn a_node_frozen_across_the_end_of_the_run_exits_0_when_it_wakes() {
     let _serial = serial();
@@ -1219,12 +1220,16 @@ fn a_node_frozen_across_the_end_of_the_run_exits_0_when_it_wakes() {
     .unwrap();
     let cluster = Cluster::new(tmp.path(), config);
     let run = tmp.path().join("run");
-    let mut server = cluster.serve("serve", &run, &["--finish-grace", "1"]);
+    let mut server = cluster.serve("serve", &run, &["--finish-grace", "100"]);
     let mut nodes = cluster.join_all(&[]);
     wait_for("a round", || !records(&run).is_empty());
     nodes[2].signal("STOP");
-    server.expect_success();
+    // The run ends while the node is frozen; the server waits for it to hear so.
+    wait_for("the end of the run", || {
+        records(&run).len() == 4 && server.log().contains("waiting up to")
+    });
     nodes[2].signal("CONT");
+    server.expect_success();
     for node in &mut nodes {
         node.expect_success();
     }
