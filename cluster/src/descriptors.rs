@@ -3,7 +3,7 @@
 //! start a process with (1024, or 256), a flood of connections used to leave none for the
 //! checkpoint and the run died. So [`raise`] lifts the soft limit to the hard one at start, and
 //! the number of connections that may wait to authenticate is sized from what it leaves after
-//! a [reserve](reserve).
+//! a [`reserve`].
 
 use crate::error::Error;
 

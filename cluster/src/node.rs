@@ -199,10 +199,10 @@ pub enum ConnectError {
 /// Opens a connection from `node` to the node at `addr`. `Ok` means only that the connection
 /// is open: the handshake follows, and its outcome arrives as a [`SessionEvent`]; the flag
 /// returned is set if the server turned the connection away for its flood limits
-/// ([`crate::busy`]), which then ends as a session closed before authenticating.
+/// (`busy.rs`), which then ends as a session closed before authenticating.
 ///
 /// The connection is opened here, not by ractor_cluster's `client_connect`, so that its reads
-/// pass through [`Sniffed`] (below TLS, where the server's marker arrives).
+/// pass through a check for the server's "turned away" marker (below TLS, where it arrives).
 pub async fn connect(
     node: &ActorRef<NodeServerMessage>,
     addr: &str,

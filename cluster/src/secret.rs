@@ -60,7 +60,7 @@ impl Secret {
     }
 
     /// A secret from its text (trimmed); empty, shorter than 16 bytes or with less than 128
-    /// bits of entropy ([`entropy_bits`]) is an error.
+    /// bits of entropy (length times the Shannon entropy of its bytes) is an error.
     pub fn new(text: &str) -> Result<Self, Error> {
         let text = text.trim();
         if text.is_empty() {
