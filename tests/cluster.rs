@@ -8,17 +8,18 @@
 //! inside a round by the config's `timeout` fault at rate 1 with a delay far below the
 //! deadline (every client sleeps, then trains normally and succeeds).
 
+mod common;
+
+use common::process::{PATIENCE, Proc, wait_for};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fedshard");
 const SECRET: &str = "cluster-test-secret-0123456789abcdef";
-/// Every wait in these tests; far above what a test needs, so a slow CI machine only slows it.
-const PATIENCE: Duration = Duration::from_secs(120);
 /// The clients of each client node.
 const NODES: [&str; 3] = ["0-1", "2-3", "4-5"];
 
@@ -96,76 +97,34 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A child process killed when the test ends, whatever happened; its stderr goes to a file.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-    name: String,
+/// `fedshard ARGS` as a child process of the test, without the caller's secret or log
+/// settings (`secret_env`, when given, is its `$FEDSHARD_SECRET`).
+fn spawn(dir: &Path, name: &str, args: &[&str], secret_env: Option<&str>) -> Proc {
+    let mut command = Command::new(BIN);
+    command.args(args);
+    start(dir, name, command, secret_env)
 }
 
-impl Proc {
-    fn spawn(dir: &Path, name: &str, args: &[&str], secret_env: Option<&str>) -> Self {
-        let log = dir.join(format!("{name}.log"));
-        let mut command = Command::new(BIN);
-        command
-            .args(args)
-            .env_remove("FEDSHARD_SECRET")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        if let Some(secret) = secret_env {
-            command.env("FEDSHARD_SECRET", secret);
-        }
-        let child = command.spawn().unwrap();
-        Self {
-            child,
-            log,
-            name: name.into(),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for the exit, failing with the process's log after [`PATIENCE`].
-    fn wait(&mut self) -> ExitStatus {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "{} did not exit in {PATIENCE:?}; its log:\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn expect_success(&mut self) {
-        let status = self.wait();
-        assert!(
-            status.success(),
-            "{} exited with {status}; its log:\n{}",
-            self.name,
-            self.log()
-        );
-    }
-
-    fn sigkill(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
+/// `fedshard ARGS` under the soft open-file limit `files` (set by the shell, as an operator's
+/// `ulimit -Sn` would).
+fn spawn_with_file_limit(dir: &Path, name: &str, files: u32, args: &[&str]) -> Proc {
+    let mut command = Command::new("sh");
+    command
+        .args([
+            "-c",
+            &format!("ulimit -Sn {files} && exec \"$0\" \"$@\""),
+            BIN,
+        ])
+        .args(args);
+    start(dir, name, command, None)
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+fn start(dir: &Path, name: &str, mut command: Command, secret_env: Option<&str>) -> Proc {
+    command.env_remove("FEDSHARD_SECRET").env_remove("RUST_LOG");
+    if let Some(secret) = secret_env {
+        command.env("FEDSHARD_SECRET", secret);
     }
+    Proc::spawn(command, dir, name)
 }
 
 struct Cluster {
@@ -187,6 +146,11 @@ impl Cluster {
 
     /// A server node; `extra` may set `--metrics-addr` (default: off).
     fn serve(&self, name: &str, out: &Path, extra: &[&str]) -> Proc {
+        spawn(&self.dir, name, &self.serve_args(out, extra), None)
+    }
+
+    /// The arguments of [`Cluster::serve`] after `fedshard`.
+    fn serve_args<'a>(&'a self, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec![
             "serve",
             self.config.to_str().unwrap(),
@@ -201,7 +165,7 @@ impl Cluster {
             args.extend_from_slice(&["--metrics-addr", "off"]);
         }
         args.extend_from_slice(extra);
-        Proc::spawn(&self.dir, name, &args, None)
+        args
     }
 
     fn join(&self, clients: &str, extra: &[&str]) -> Proc {
@@ -221,7 +185,7 @@ impl Cluster {
             self.secret.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        Proc::spawn(&self.dir, &format!("join-{clients}"), &args, None)
+        spawn(&self.dir, &format!("join-{clients}"), &args, None)
     }
 
     fn join_all(&self, extra: &[&str]) -> Vec<Proc> {
@@ -271,14 +235,6 @@ fn records(run: &Path) -> Vec<serde_json::Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < PATIENCE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn failures(record: &serde_json::Value, kind: &str) -> u64 {
@@ -435,7 +391,7 @@ fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
     let cluster = Cluster::new(tmp.path(), config.clone());
 
     // No secret at all: a clear error before anything starts.
-    let mut bare = Proc::spawn(
+    let mut bare = spawn(
         tmp.path(),
         "no-secret",
         &[
@@ -455,7 +411,7 @@ fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
     let metrics_addr = format!("127.0.0.1:{metrics}");
     let run = tmp.path().join("run");
     // The server takes its secret from the environment this time.
-    let mut server = Proc::spawn(
+    let mut server = spawn(
         tmp.path(),
         "serve",
         &[
@@ -471,8 +427,8 @@ fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
         Some(SECRET),
     );
     let wrong = tmp.path().join("wrong");
-    write_private(&wrong, "not-the-federation-secret-at-all");
-    let mut intruder = Proc::spawn(
+    write_private(&wrong, "wrong-secret-0123456789abcdefghijkl");
+    let mut intruder = spawn(
         tmp.path(),
         "intruder",
         &[
@@ -579,7 +535,7 @@ fn a_killed_server_resumes_from_its_checkpoint_and_ends_with_the_uninterrupted_m
         !run.join("model.bin").exists(),
         "the run ended before the kill"
     );
-    let mut resumed = Proc::spawn(
+    let mut resumed = spawn(
         tmp.path(),
         "resumed",
         &[
@@ -715,6 +671,7 @@ mod bad_frames {
                 node: "fuzzer".into(),
                 key: (k ^ key) | 1,
                 clients: vec![(c, 1)],
+                model: fedshard_cluster::model_spec::ModelSpec { description: "fuzzer".into(), digest: 0 },
             }))),
             // Frames only a server sends: unexpected.
             5 => any::<u128>().prop_map(|k| wire::encode(&Body::Welcome { key: k, recipe: Default::default() })),
@@ -753,9 +710,9 @@ fn ten_thousand_bad_frames_to_a_live_server_are_rejected_counted_and_change_noth
     let sent_by_us = runtime.block_on(async {
         let parsed = fedshard::config::Config::load(&config).unwrap();
         let trainers = fedshard::federation::clients(&parsed, &[0, 1]).unwrap();
-        let model_bytes = fedshard::federation::initial_model(&parsed, parsed.run.seed)
-            .to_bytes()
-            .len();
+        let initial = fedshard::federation::initial_model(&parsed, parsed.run.seed);
+        let model_bytes = initial.to_bytes().len();
+        let model = fedshard_cluster::model_spec::ModelSpec::of(parsed.model.kind(), &initial);
         let key: u128 = rand::random::<u128>() | 1;
         let (tap, mut tapped) = tokio::sync::mpsc::unbounded_channel();
         let options = JoinOptions {
@@ -771,6 +728,7 @@ fn ten_thousand_bad_frames_to_a_live_server_are_rejected_counted_and_change_noth
             key: Some(key),
             tap: Some(tap),
             recipe: fedshard::federation::recipe(&parsed),
+            model,
         };
         let node = tokio::spawn(join(options, trainers));
         let started = std::time::Instant::now();
@@ -899,13 +857,17 @@ mod attackers {
 
     /// A connection to `server` from 127.0.0.(2 + i / 10).
     pub fn connect(i: usize, server: &str) -> TcpStream {
+        try_connect(i, server).unwrap()
+    }
+
+    /// [`connect`], or the reason it failed.
+    pub fn try_connect(i: usize, server: &str) -> std::io::Result<TcpStream> {
         let source = Ipv4Addr::new(127, 0, 0, 2 + (i / 10) as u8);
-        let socket =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        socket.bind(&SocketAddr::from((source, 0)).into())?;
         let server: SocketAddr = server.parse().unwrap();
-        socket.connect(&server.into()).unwrap();
-        socket.into()
+        socket.connect(&server.into())?;
+        Ok(socket.into())
     }
 
     /// The server's resident memory high-water mark (VmHWM), in bytes.
@@ -1129,4 +1091,129 @@ fn tls_mismatches_are_counted_by_reason_and_name_the_flag_to_fix() {
         "{}",
         plaintext.log()
     );
+}
+
+/// Issue 43: a node started from a config with another model (a 64→32→10 MLP beside the
+/// server's softmax) registered, and every round counted its clients' failures. The hello now
+/// carries the model's digest: the server refuses it, and the node exits non-zero naming both.
+#[test]
+fn a_node_whose_config_has_another_model_is_refused_naming_both() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path(), "arch", 2, 0);
+    let mlp = tmp.path().join("mlp.toml");
+    let softmax = "[model]\nkind = \"softmax\"\nsharded_layers = [\"fc0.weight\"]\n";
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains(softmax));
+    let neural = "[model]\nkind = \"neural\"\nsharded_layers = []\n\n[model.network]\n\
+                  architecture = \"mlp\"\ninputs = 64\nhidden = [32]\nclasses = 10\n";
+    // Nothing of a 64→32→10 MLP is shardable (its first and last layers never are).
+    let keep = "keep_ratios = [{ ratio = 1.0, share = 0.5 }, { ratio = 0.4, share = 0.5 }]";
+    assert!(text.contains(keep));
+    let text = text
+        .replace(softmax, neural)
+        .replace(keep, "keep_ratios = [{ ratio = 1.0, share = 1.0 }]");
+    std::fs::write(&mlp, text).unwrap();
+    let cluster = Cluster::new(tmp.path(), config);
+    let _server = cluster.serve("serve", &tmp.path().join("run"), &[]);
+    let mut node = cluster.join_from(&mlp, "0-5", &[]);
+    let status = node.wait();
+    let log = node.log();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("the server trains softmax: 650 parameters")
+            && log.contains("this node's config has neural: 2410 parameters")
+            && log.contains("digest"),
+        "{log}"
+    );
+}
+
+/// Issue 43: a node frozen (SIGSTOP) across the end of the run reconnected for 600 s and
+/// exited 2. The server now waits (`--finish-grace`) for its nodes to hear that the run is
+/// over: the node woken then exits 0, saying the run finished.
+#[test]
+fn a_node_frozen_across_the_end_of_the_run_exits_0_when_it_wakes() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = config(tmp.path(), "frozen", 4, 200);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("deadline_ms = 20000", "deadline_ms = 1000"),
+    )
+    .unwrap();
+    let cluster = Cluster::new(tmp.path(), config);
+    let run = tmp.path().join("run");
+    let mut server = cluster.serve("serve", &run, &["--finish-grace", "100"]);
+    let mut nodes = cluster.join_all(&[]);
+    wait_for("a round", || !records(&run).is_empty());
+    nodes[2].signal("STOP");
+    // The run ends while the node is frozen; the server waits for it to hear so.
+    wait_for("the end of the run", || {
+        records(&run).len() == 4 && server.log().contains("waiting up to")
+    });
+    nodes[2].signal("CONT");
+    server.expect_success();
+    for node in &mut nodes {
+        node.expect_success();
+    }
+    let log = nodes[2].log();
+    assert!(log.contains("finished the run"), "{log}");
+}
+
+/// Issue 43: with a soft limit of 256 open files, a flood of connections took every
+/// descriptor and the run died writing its checkpoint (`Too many open files`). The server
+/// raises its limit at start and sizes `--max-unauthenticated` from it, keeping a reserve.
+#[test]
+fn a_server_under_a_low_open_file_limit_survives_a_connection_flood() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::new(tmp.path(), config(tmp.path(), "files", 12, 300));
+    let run = tmp.path().join("run");
+    let args = cluster.serve_args(&run, &[]);
+    let mut server = spawn_with_file_limit(tmp.path(), "serve", 256, &args);
+    let mut nodes = cluster.join_all(&[]);
+    wait_for("a round", || !records(&run).is_empty());
+    // 600 idle connections from 60 source addresses, held through the rest of the run (the
+    // flood stops early if the server is gone: its exit status then says why).
+    let flood: Vec<TcpStream> = (0..600)
+        .map_while(|i| attackers::try_connect(i, &cluster.server).ok())
+        .collect();
+    assert!(
+        flood.len() > 256,
+        "{} connections; server log:\n{}",
+        flood.len(),
+        server.log()
+    );
+    server.expect_success();
+    for node in &mut nodes {
+        node.expect_success();
+    }
+    drop(flood);
+    assert_eq!(records(&run).len(), 12, "{}", server.log());
+}
+
+/// Issue 43: a `join` turned away by the flood limit (every place to authenticate taken)
+/// exited at once, as for a wrong secret. The server now tells it so, and it retries until its
+/// connect timeout: here until the idle connection holding the one place is cut.
+#[test]
+fn a_node_turned_away_by_the_flood_limit_retries_and_joins() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::new(tmp.path(), config(tmp.path(), "busy", 1, 0));
+    let (mut server, metrics) = cluster.serve_metrics(
+        "serve",
+        &tmp.path().join("run"),
+        &["--max-unauthenticated", "1", "--handshake-timeout", "3"],
+    );
+    wait_for("the server to listen", || {
+        server.log().contains("listening for client nodes")
+    });
+    let idle = attackers::connect(0, &cluster.server);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut node = cluster.join("0-5", &["--connect-timeout", "60"]);
+    wait_refused(metrics, "too_many_unauthenticated", 1);
+    node.expect_success();
+    server.expect_success();
+    drop(idle);
 }

@@ -19,11 +19,10 @@ mod common;
 #[allow(dead_code, reason = "the harness also serves `cargo xtask wan`")]
 mod netns;
 
-use common::process::{PATIENCE, Proc};
+use common::process::{Proc, wait_for};
 use netns::Network;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fedshard");
 /// Host 0 is the server; hosts 1–3 hold two clients each.
@@ -100,7 +99,11 @@ struct Federation<'a> {
 impl<'a> Federation<'a> {
     fn new(network: &'a Network, dir: &Path, config: PathBuf) -> Self {
         let secret = dir.join("secret");
-        std::fs::write(&secret, "netns-test-secret-f3a9c1d07b2e4c58a6\n").unwrap();
+        std::fs::write(
+            &secret,
+            "9f2c4e7a1b8d03f6a5c9e2d7b4f1a8c3e6d0b5f2a9c7e4d1b8f3a6c0e5d2b7f4\n",
+        )
+        .unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
         Self {
@@ -180,14 +183,6 @@ impl<'a> Federation<'a> {
 
 fn path(p: &Path) -> String {
     p.to_string_lossy().into_owned()
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < PATIENCE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn count(record: &serde_json::Value, field: &str) -> u64 {
@@ -282,12 +277,12 @@ fn a_frozen_node_misses_rounds_at_their_deadline_and_its_late_answers_are_not_co
     let mut nodes = fed.join_all();
     fed.wait_rounds(2);
 
-    nodes[1].signal("-STOP");
+    nodes[1].signal("STOP");
     let frozen_at = fed.records().len();
     wait_for("two rounds without the frozen node", || {
         fed.records().len() >= frozen_at + 3
     });
-    nodes[1].signal("-CONT");
+    nodes[1].signal("CONT");
     let thawed_at = fed.records().len();
 
     server.expect_success();

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod record;
 pub mod round;
 pub mod schedule;
+pub(crate) mod scrape_listener;
 pub mod server;
 
 pub use error::Error;

@@ -11,6 +11,8 @@
 use crate::error::Error;
 use crate::record::RoundRecord;
 use crate::round::FailureKind;
+use crate::scrape_listener::CappedListener;
+pub use crate::scrape_listener::ScrapeLimits;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -340,8 +342,18 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Binds `addr` and starts serving; must be called inside a Tokio runtime.
+    /// Binds `addr` and starts serving with the default [`ScrapeLimits`]; must be called
+    /// inside a Tokio runtime.
     pub async fn start(addr: SocketAddr, run: &str) -> Result<Self, Error> {
+        Self::start_with(addr, run, ScrapeLimits::default()).await
+    }
+
+    /// [`Exporter::start`] with its connections capped and idle-timed by `limits`.
+    pub async fn start_with(
+        addr: SocketAddr,
+        run: &str,
+        limits: ScrapeLimits,
+    ) -> Result<Self, Error> {
         let metrics = Arc::new(Metrics::new(run)?);
         let serve = |source| Error::Serve { addr, source };
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(serve)?;
@@ -352,7 +364,7 @@ impl Exporter {
             .with_state(Arc::clone(&metrics));
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
-            axum::serve(listener, app)
+            axum::serve(CappedListener::new(listener, limits), app)
                 .with_graceful_shutdown(async move {
                     let _ = stopped.await;
                 })
@@ -548,6 +560,49 @@ mod tests {
             err.to_string().contains(&exporter.addr().to_string()),
             "{err}"
         );
+        exporter.shutdown().await;
+    }
+
+    /// Idle connections to the metrics port are cut after the idle limit, and those over the
+    /// cap at once, so they cannot hold the process's file descriptors; a scrape still works.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_and_excess_metrics_connections_are_cut() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limits = ScrapeLimits {
+            max_connections: 4,
+            idle: std::time::Duration::from_millis(300),
+        };
+        let exporter = Exporter::start_with("127.0.0.1:0".parse().unwrap(), "demo", limits)
+            .await
+            .unwrap();
+        let mut idle = Vec::new();
+        for _ in 0..10 {
+            idle.push(
+                tokio::net::TcpStream::connect(exporter.addr())
+                    .await
+                    .unwrap(),
+            );
+        }
+        // Every one of them is closed by the server: the six over the cap at once, the four
+        // under it once idle. A read returns end of file (or a reset), never hangs.
+        for stream in &mut idle {
+            let mut byte = [0u8; 1];
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(60), stream.read(&mut byte))
+                    .await
+                    .expect("an idle metrics connection stayed open");
+            assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        }
+        drop(idle);
+        let mut s = tokio::net::TcpStream::connect(exporter.addr())
+            .await
+            .unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
         exporter.shutdown().await;
     }
 }

@@ -15,7 +15,7 @@ use crate::admission::{Admission, Slot};
 use crate::error::Error;
 use crate::guard::{GuardedStream, Pending};
 use crate::node::{self, NodeSettings, SessionEvent};
-use crate::refusal::{Refusal, Refusals};
+use crate::refusal::{Refusal, Refusals, Throttle};
 use ractor::ActorRef;
 use ractor_cluster::NodeServerMessage;
 use std::collections::HashMap;
@@ -129,6 +129,9 @@ pub(crate) struct Front {
     /// Connections handed to ractor_cluster, by the peer address its session events carry.
     pending: Mutex<HashMap<String, Arc<Pending>>>,
     refusals: Refusals,
+    /// Connections being turned away at once ([`crate::busy::turn_away`]), each holding a
+    /// file descriptor for a moment.
+    turning_away: Arc<tokio::sync::Semaphore>,
 }
 
 impl Front {
@@ -148,6 +151,7 @@ impl Front {
             )),
             pending: Mutex::new(HashMap::new()),
             refusals,
+            turning_away: Arc::new(tokio::sync::Semaphore::new(64)),
         }
     }
 
@@ -180,6 +184,7 @@ impl Front {
 
     /// Accepts connections until the task is aborted.
     pub(crate) async fn run(self: Arc<Self>, listener: TcpListener) {
+        let mut errors = Throttle::default();
         loop {
             match listener.accept().await {
                 Ok((stream, peer)) => match self.admission.admit(peer.ip()) {
@@ -187,11 +192,29 @@ impl Front {
                         let front = self.clone();
                         tokio::spawn(async move { front.open(stream, peer, slot).await });
                     }
-                    Err(why) => self.refusals.refuse(peer, why),
+                    Err(why) => {
+                        self.refusals.refuse(peer, why);
+                        // Told so, the node retries rather than taking this for a wrong
+                        // secret; a bounded number at once, the rest are simply closed.
+                        if let Ok(permit) = self.turning_away.clone().try_acquire_owned() {
+                            tokio::spawn(async move {
+                                crate::busy::turn_away(stream).await;
+                                drop(permit);
+                            });
+                        }
+                    }
                 },
                 Err(e) => {
-                    // Out of file descriptors, typically: wait for some to close.
-                    tracing::warn!("cannot accept a node connection: {e}");
+                    // Out of file descriptors, typically: wait for some to close, and say so
+                    // once a second, not ten times.
+                    match errors.admit(std::time::Instant::now(), Duration::from_secs(1)) {
+                        Some(0) => tracing::warn!("cannot accept a node connection: {e}"),
+                        Some(missed) => tracing::warn!(
+                            "cannot accept a node connection: {e} ({missed} more failed accepts \
+                             in the last second)"
+                        ),
+                        None => {}
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
@@ -272,7 +295,7 @@ mod tests {
         let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let settings = NodeSettings {
             name: "port-in-use".into(),
-            secret: Secret::new("a-secret-of-enough-length").unwrap(),
+            secret: Secret::new("0f4c9a7e2b81d6350f4c9a7e2b81d635e1a2b3c4d5e6f708").unwrap(),
             listen: held.local_addr().unwrap(),
             tls: None,
             max_frame: 1 << 20,
@@ -294,7 +317,7 @@ mod tests {
     #[tokio::test]
     async fn no_tls_handshake_completes_with_the_sealed_listener() {
         let dir = tempfile::tempdir().unwrap();
-        let files = crate::tls::generate(dir.path(), &["127.0.0.1".into()], 1).unwrap();
+        let files = crate::tls::generate(dir.path(), &["127.0.0.1".into()], 1, false).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let sealed = sealed_acceptor().unwrap();

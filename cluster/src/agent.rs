@@ -11,6 +11,7 @@
 use crate::error::Error;
 use crate::message::frame_message;
 use crate::metrics::{ClusterMetrics, RejectionLog};
+use crate::model_spec::ModelSpec;
 use crate::request::Request;
 use crate::wire::{self, Body, Hello, Rejection, RejectionKind as K, SessionKey};
 use fedshard_actors::host::HostMsg;
@@ -53,6 +54,8 @@ pub struct AgentArgs {
     pub tap: Option<mpsc::UnboundedSender<Vec<u8>>>,
     /// This node's training recipe, compared with the server's when it welcomes the node.
     pub recipe: Recipe,
+    /// The model this node's config builds, which the server checks against its own.
+    pub model: ModelSpec,
 }
 
 pub struct AgentState {
@@ -63,6 +66,7 @@ pub struct AgentState {
     metrics: ClusterMetrics,
     tap: Option<mpsc::UnboundedSender<Vec<u8>>>,
     recipe: Recipe,
+    model: ModelSpec,
     done: Option<oneshot::Sender<Result<(), Error>>>,
     host: Option<ActorRef<HostMsg>>,
     gateway: Option<ActorRef<crate::gateway::GatewayMsg>>,
@@ -91,6 +95,7 @@ impl Actor for Agent {
             metrics: args.metrics,
             tap: args.tap,
             recipe: args.recipe,
+            model: args.model,
             done: Some(args.done),
             host: None,
             gateway: None,
@@ -178,6 +183,7 @@ impl AgentState {
             node: self.node.clone(),
             key: self.key,
             clients: self.clients.iter().map(|(&c, &s)| (c, s)).collect(),
+            model: self.model.clone(),
         };
         self.send(&Body::Hello(hello));
     }
@@ -222,7 +228,25 @@ impl AgentState {
                 self.finish(Err(Error::Refused(reason)));
                 Ok(())
             }
-            Body::Welcome { .. } | Body::Refused { .. } => Err(Rejection::new(
+            Body::Over {
+                key: k,
+                rounds,
+                error,
+            } if k == key => {
+                match &error {
+                    None => tracing::info!(
+                        "the run finished without this node: the server had ended it after {rounds} \
+                         round(s) when this node said hello again"
+                    ),
+                    Some(e) => tracing::warn!(
+                        "the run had failed on the server after {rounds} round(s) when this node \
+                         said hello again: {e}"
+                    ),
+                }
+                self.finish(error.map_or(Ok(()), |e| Err(Error::ServerFailed(e))));
+                Ok(())
+            }
+            Body::Welcome { .. } | Body::Refused { .. } | Body::Over { .. } => Err(Rejection::new(
                 K::Forged,
                 "an answer to another node's hello",
             )),

@@ -16,6 +16,25 @@ pub enum Error {
         reason: String,
         hint: &'static str,
     },
+    /// The open-file limit leaves nothing for connections once the run's own are kept.
+    #[error(
+        "the open-file limit is {limit}, and a server of this federation keeps {reserve} \
+         descriptors for its own files and sessions: raise it (`ulimit -n 4096` before \
+         `fedshard serve`)"
+    )]
+    TooFewDescriptors { limit: u64, reserve: u64 },
+    /// `--max-unauthenticated` above what the open-file limit leaves.
+    #[error(
+        "--max-unauthenticated {requested}: the open-file limit is {limit} and {reserve} \
+         descriptors are kept for the run's own files and sessions, so at most {room} \
+         connections may wait; lower it, or raise the limit (`ulimit -n`)"
+    )]
+    MaxUnauthenticatedOverLimit {
+        requested: usize,
+        limit: u64,
+        reserve: u64,
+        room: usize,
+    },
     /// This node's own ractor_cluster node stopped.
     #[error("this node stopped {when}: {reason}")]
     NodeStopped { when: &'static str, reason: String },
@@ -39,6 +58,13 @@ pub enum Error {
         make_one = MAKE_ONE
     )]
     ShortSecret(usize),
+    /// Long enough, but a pattern (`a` × 32) rather than random bytes.
+    #[error(
+        "the secret ({length} bytes) has only about {bits} bits of entropy, expected at least \
+         128 bits (it repeats a few characters); make a random one: `{make_one}`",
+        make_one = MAKE_ONE
+    )]
+    WeakSecret { bits: u32, length: usize },
     /// The secret file cannot be read, or what it holds is not a secret.
     #[error("secret file {}: {reason}", .path.display())]
     SecretFile { path: PathBuf, reason: String },
@@ -74,8 +100,20 @@ pub enum Error {
     ServerName { name: String, reason: String },
     #[error("--days: a certificate must be valid for at least one day")]
     NoValidity,
+    #[error("--days {0}: at most {max} days (ten years); a shorter life limits a stolen key's", max = crate::tls::MAX_DAYS)]
+    ValidityTooLong(u32),
     #[error("give at least one name (IP address or DNS name) for the certificate")]
     NoCertificateNames,
+    /// A `--names` entry that is neither an IP address nor a DNS name.
+    #[error("--names: `{name}` is not an IP address or a DNS name: {reason}")]
+    CertificateName { name: String, reason: &'static str },
+    /// `fedshard cert` into a folder that already holds certificates.
+    #[error(
+        "{} already holds {}: a new CA would replace the one every node trusts; give --force to \
+         replace them, or another --out",
+        .dir.display(), .files.join(", ")
+    )]
+    CertificatesExist { dir: PathBuf, files: Vec<String> },
     /// rcgen could not make a part (`what`) of the certificates.
     #[error("{what}: {reason}")]
     Certificate { what: &'static str, reason: String },
@@ -93,6 +131,12 @@ pub enum Error {
     #[error("client {client} appears twice in `{text}`")]
     ClientTwice { client: u64, text: String },
 
+    /// The server turned this node away for its flood limits (retried until the timeout).
+    #[error(
+        "the server at {0} turned this node away: too many connections were waiting to \
+         authenticate there (its --max-unauthenticated or --max-unauthenticated-per-ip)"
+    )]
+    Busy(String),
     /// Nothing answers at the server's address.
     #[error("cannot reach the server at {0}")]
     Unreachable(String),

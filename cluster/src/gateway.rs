@@ -19,6 +19,7 @@
 
 use crate::message::frame_message;
 use crate::metrics::{ClusterMetrics, RejectionLog};
+use crate::model_spec::ModelSpec;
 use crate::node::SessionEvent;
 use crate::request::{Request, reply_client};
 use crate::wire::{self, Body, Hello, Rejection, RejectionKind as K, SessionKey};
@@ -45,13 +46,16 @@ pub enum GatewayMsg {
     },
     /// A session of this node opened, authenticated or closed.
     Session(SessionEvent),
-    /// The run is over: tell every node, and answer how many were told.
+    /// The run is over after `rounds` rounds: tell every node, and answer how many were told.
+    /// From now on every hello is answered [`Body::Over`].
     Finish {
+        rounds: u64,
         error: Option<String>,
         told: RpcReplyPort<usize>,
     },
-    /// How many client nodes are registered now.
-    Nodes(RpcReplyPort<usize>),
+    /// How many nodes the end of the run has still to reach: registered nodes that have not
+    /// left, and nodes lost during the run that have not come back to hear it is over.
+    Waiting(RpcReplyPort<usize>),
 }
 
 frame_message!(GatewayMsg);
@@ -71,6 +75,8 @@ pub struct GatewayArgs {
     pub metrics: ClusterMetrics,
     /// The server's training recipe (base learning rate), told to every node it welcomes.
     pub recipe: Recipe,
+    /// The server's model; a hello with another is refused.
+    pub model: ModelSpec,
 }
 
 /// A registered client node.
@@ -104,13 +110,24 @@ pub struct GatewayState {
     /// Sessions by id: whether each authenticated, and its peer address.
     sessions: HashMap<NodeId, (bool, String)>,
     started: bool,
-    /// The run is over: nodes leaving is expected.
-    finished: bool,
+    /// The run is over (its rounds, and its error if it failed): nodes leaving is expected,
+    /// and a hello is answered [`Body::Over`].
+    ended: Option<(u64, Option<String>)>,
+    /// Names of nodes lost during the run that have not registered again: the end of the run
+    /// waits a while for them to come back and hear it is over.
+    absent: BTreeSet<String>,
+    /// Agents of nodes whose every client another node of the same name took over, still
+    /// connected: told when the run ends, as registered nodes are (at most [`MAX_DISPLACED`]).
+    displaced: Vec<ActorRef<crate::agent::AgentMsg>>,
     /// Every client node was lost mid-run and the server holds its rounds
     /// ([`ServerMsg::Hold`]) until one registers again.
     holding: bool,
     log: RejectionLog,
 }
+
+/// Displaced agents remembered at most: a node displaced over and over (a restart loop)
+/// must not grow the gateway's memory.
+const MAX_DISPLACED: usize = 64;
 
 impl Actor for Gateway {
     type Msg = GatewayMsg;
@@ -135,7 +152,9 @@ impl Actor for Gateway {
             sweep_at: 64,
             sessions: HashMap::new(),
             started: false,
-            finished: false,
+            ended: None,
+            absent: BTreeSet::new(),
+            displaced: Vec::new(),
             holding: false,
             log: RejectionLog::default(),
         })
@@ -171,19 +190,25 @@ impl Actor for Gateway {
             }
             GatewayMsg::Dispatch { request, reply } => state.dispatch(request, reply),
             GatewayMsg::Session(event) => state.session(event),
-            GatewayMsg::Finish { error, told } => {
-                state.finished = true;
-                let frame = wire::encode(&Body::Finished { error });
-                for node in state.nodes.values() {
+            GatewayMsg::Finish {
+                rounds,
+                error,
+                told,
+            } => {
+                let frame = wire::encode(&Body::Finished {
+                    error: error.clone(),
+                });
+                state.ended = Some((rounds, error));
+                let displaced = std::mem::take(&mut state.displaced);
+                let agents = state.nodes.values().map(|n| &n.agent).chain(&displaced);
+                for agent in agents {
                     state.args.metrics.bytes_out(frame.len());
-                    let _ = node
-                        .agent
-                        .cast(crate::agent::AgentMsg::Frame(frame.clone()));
+                    let _ = agent.cast(crate::agent::AgentMsg::Frame(frame.clone()));
                 }
                 let _ = told.send(state.nodes.len());
             }
-            GatewayMsg::Nodes(reply) => {
-                let _ = reply.send(state.nodes.len());
+            GatewayMsg::Waiting(reply) => {
+                let _ = reply.send(state.nodes.len() + state.absent.len());
             }
         }
         Ok(())
@@ -351,6 +376,21 @@ impl GatewayState {
     /// Registers a node's clients, or refuses the hello and tells the node why.
     fn hello(&mut self, hello: Hello) -> Result<(), Rejection> {
         let agent = find_agent(hello.key)?;
+        if let Some((rounds, error)) = &self.ended {
+            check_name(&hello.node)?;
+            self.absent.remove(&hello.node);
+            tracing::info!(
+                "node '{}' said hello after the run ended; told it so",
+                hello.node
+            );
+            let over = Body::Over {
+                key: hello.key,
+                rounds: *rounds,
+                error: error.clone(),
+            };
+            self.send(&agent, &over);
+            return Ok(());
+        }
         match self.accept(&hello, agent.clone()) {
             Ok(()) => {
                 self.register(&hello);
@@ -387,6 +427,9 @@ impl GatewayState {
             }
         };
         check_name(&hello.node)?;
+        if let Some(reason) = self.args.model.refusal(&hello.model) {
+            return Err(Rejection::new(K::Refused, reason));
+        }
         if hello.clients.is_empty() {
             return Err(Rejection::new(K::Malformed, "a hello with no clients"));
         }
@@ -457,6 +500,7 @@ impl GatewayState {
             clients: ids.clone(),
             host: self.remote_hosts.clone(),
         });
+        self.absent.remove(&hello.node);
         self.args.metrics.set_clients(self.owners.len());
         tracing::info!(
             node = %hello.node,
@@ -483,8 +527,11 @@ impl GatewayState {
     fn release(&mut self, key: SessionKey, client: ClientId) {
         if let Some(node) = self.nodes.get_mut(&key) {
             node.clients.remove(&client);
-            if node.clients.is_empty() {
-                self.nodes.remove(&key);
+            if node.clients.is_empty()
+                && let Some(gone) = self.nodes.remove(&key)
+                && self.displaced.len() < MAX_DISPLACED
+            {
+                self.displaced.push(gone.agent);
             }
         }
         self.pending
@@ -523,9 +570,10 @@ impl GatewayState {
                             }
                         }
                         self.pending.retain(|_, p| p.key != key);
-                        if self.finished {
+                        if self.ended.is_some() {
                             tracing::info!("node '{}' ({peer}) left", gone.name);
                         } else {
+                            self.absent.insert(gone.name.clone());
                             tracing::warn!(
                                 "lost node '{}' ({peer}); its clients {} are unreachable until it registers again",
                                 gone.name,
@@ -535,7 +583,7 @@ impl GatewayState {
                     }
                 }
                 self.args.metrics.set_clients(self.owners.len());
-                if self.started && !self.finished && !self.holding && self.owners.is_empty() {
+                if self.started && self.ended.is_none() && !self.holding && self.owners.is_empty() {
                     // Rounds that no client can answer would only burn the run's rounds.
                     self.holding = true;
                     tracing::warn!(

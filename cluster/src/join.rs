@@ -5,6 +5,7 @@
 use crate::agent::{Agent, AgentArgs, Relay};
 use crate::error::Error;
 use crate::metrics::ClusterMetrics;
+use crate::model_spec::ModelSpec;
 use crate::node::{self, ConnectError, NodeSettings, SessionEvent, TlsClient};
 use crate::secret::Secret;
 use crate::wire::{self, SessionKey};
@@ -15,6 +16,7 @@ use ractor_cluster::NodeId;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -45,6 +47,8 @@ pub struct JoinOptions {
     /// This node's own training recipe, as its config gives it: the server's overrules it, and
     /// every field in which they differ is warned about.
     pub recipe: Recipe,
+    /// The model this node's config builds; the server refuses the node if it trains another.
+    pub model: ModelSpec,
 }
 
 /// Hosts `trainers`' clients for the server at `options.server` until the server says the run
@@ -81,6 +85,7 @@ pub async fn join(
                 done,
                 tap: options.tap.clone(),
                 recipe: options.recipe.clone(),
+                model: options.model.clone(),
             },
         )
         .await
@@ -104,7 +109,15 @@ pub async fn join(
     let mut budget = options.connect_timeout;
     let mut reconnecting = false;
     let result = loop {
-        let session = match connect(&node, &options, budget, reconnecting, &mut events).await {
+        // The end of the run may arrive while this node reconnects: a frame read before the
+        // session closed (the server ended while this machine was frozen), or the server's
+        // answer to the new hello. Either ends the attempt.
+        let connected = tokio::select! {
+            biased;
+            result = &mut finished => break result.unwrap_or(Err(Error::AgentStopped)),
+            connected = connect(&node, &options, budget, reconnecting, &mut events) => connected,
+        };
+        let session = match connected {
             Ok(session) => session,
             Err(e) => break Err(e),
         };
@@ -114,6 +127,7 @@ pub async fn join(
             options.node
         );
         tokio::select! {
+            biased;
             result = &mut finished => {
                 break result.unwrap_or(Err(Error::AgentStopped));
             }
@@ -137,7 +151,8 @@ pub async fn join(
 
 /// Connects to the server, retrying while nothing answers, until a session authenticates.
 ///
-/// A connection closed before authenticating is a refusal (a wrong secret, TLS at one end
+/// A connection the server turned away for its flood limits is retried within the budget. Any
+/// other connection closed before authenticating is a refusal (a wrong secret, TLS at one end
 /// only) and ends the attempt at once, except while reconnecting: then it may also be the old
 /// server process still tearing down its sockets, or the new one starting, so it is retried
 /// within the budget like an unreachable server.
@@ -151,12 +166,15 @@ async fn connect(
     let started = Instant::now();
     let mut pause = Duration::from_millis(100);
     loop {
+        let busy = || Error::Busy(options.server.clone());
         let retry = match node::connect(node, &options.server, options.tls.as_ref()).await {
-            Ok(()) => match handshake(options, events).await? {
+            Ok(turned_away) => match handshake(options, events).await? {
                 Handshake::Authenticated(session) => return Ok(session),
+                Handshake::Refused(_) if turned_away.load(Ordering::Acquire) => busy(),
                 Handshake::Refused(why) if reconnecting => why,
                 Handshake::Refused(why) => return Err(why),
             },
+            Err(ConnectError::Busy) => busy(),
             Err(ConnectError::Fatal(e)) => return Err(e),
             Err(ConnectError::Unreachable(e)) => Error::Unreachable(e),
         };

@@ -28,6 +28,8 @@
 pub mod acceptor;
 pub(crate) mod admission;
 pub mod agent;
+pub(crate) mod busy;
+pub mod descriptors;
 pub mod error;
 pub mod gateway;
 pub(crate) mod guard;
@@ -35,6 +37,7 @@ pub mod join;
 pub mod keepalive;
 pub mod message;
 pub mod metrics;
+pub mod model_spec;
 pub mod node;
 pub mod refusal;
 pub mod request;

@@ -7,14 +7,19 @@
 //! authenticated was refused. And ractor_cluster never reconnects by itself: the same events
 //! tell a client node its server is gone, and it reconnects ([`crate::join`]).
 
+use crate::busy::Sniffed;
 use crate::error::Error;
 use crate::secret::Secret;
 use ractor::{Actor, ActorRef};
 use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
 use ractor_cluster::{
-    IncomingEncryptionMode, NodeEventSubscription, NodeId, NodeServer, NodeServerMessage,
+    BoxRead, BoxWrite, ClusterBidiStream, IncomingEncryptionMode, NodeEventSubscription, NodeId,
+    NodeServer, NodeServerMessage,
 };
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -185,6 +190,8 @@ pub struct TlsClient {
 pub enum ConnectError {
     /// Nothing answered at the address (yet): worth retrying.
     Unreachable(String),
+    /// The server turned the connection away for its flood limits: worth retrying.
+    Busy,
     /// Something answered but the connection cannot work (TLS refused, node stopped).
     Fatal(Error),
 }
@@ -193,18 +200,22 @@ pub enum ConnectError {
 const CONNECT_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Opens a connection from `node` to the node at `addr`, watched for a dead link
-/// ([`crate::keepalive`]). `Ok` means only that the connection is open: the handshake follows,
-/// and its outcome arrives as a [`SessionEvent`]. (ractor_cluster's own `client_connect` is
-/// this without the watch.)
+/// ([`crate::keepalive`]). `Ok` means only that the connection
+/// is open: the handshake follows, and its outcome arrives as a [`SessionEvent`]; the flag
+/// returned is set if the server turned the connection away for its flood limits
+/// (`busy.rs`), which then ends as a session closed before authenticating.
+///
+/// The connection is opened here, not by ractor_cluster's `client_connect`, so that its reads
+/// pass through a check for the server's "turned away" marker (below TLS, where it arrives).
 pub async fn connect(
     node: &ActorRef<NodeServerMessage>,
     addr: &str,
     tls: Option<&TlsClient>,
-) -> Result<(), ConnectError> {
+) -> Result<Arc<AtomicBool>, ConnectError> {
     let unreachable = |e: std::io::Error| ConnectError::Unreachable(format!("{addr}: {e}"));
     // An attempt ends after a while: over a link that is down, the kernel would retry the SYN
     // for two minutes and the node would come back long after the link.
-    let stream = tokio::time::timeout(CONNECT_ATTEMPT, tokio::net::TcpStream::connect(addr))
+    let tcp = tokio::time::timeout(CONNECT_ATTEMPT, TcpStream::connect(addr))
         .await
         .map_err(|_| {
             ConnectError::Unreachable(format!(
@@ -213,45 +224,75 @@ pub async fn connect(
             ))
         })?
         .map_err(unreachable)?;
-    let _ = stream.set_nodelay(true);
-    crate::keepalive::watch(&stream).map_err(unreachable)?;
-    let peer_addr = stream.peer_addr().map_err(unreachable)?;
-    let local_addr = stream.local_addr().map_err(unreachable)?;
-    let stream = match tls {
-        None => ractor_cluster::NetworkStream::Raw {
-            peer_addr,
-            local_addr,
-            stream,
-        },
+    let _ = tcp.set_nodelay(true);
+    crate::keepalive::watch(&tcp).map_err(unreachable)?;
+    let peer = tcp.peer_addr().map_err(unreachable)?.to_string();
+    let local = tcp.local_addr().map_err(unreachable)?.to_string();
+    let busy = Arc::new(AtomicBool::new(false));
+    let sniffed = Sniffed::new(tcp, busy.clone());
+    let (read, write): (BoxRead, BoxWrite) = match tls {
         Some(tls) => {
-            let stream = tls
+            match tls
                 .connector
-                .connect(tls.server_name.clone(), stream)
+                .connect(tls.server_name.clone(), sniffed)
                 .await
-                .map_err(|e| {
-                    ConnectError::Fatal(Error::TlsHandshake {
+            {
+                Ok(stream) => {
+                    let (read, write) = tokio::io::split(stream);
+                    (Box::new(read), Box::new(write))
+                }
+                Err(_) if busy.load(Ordering::Acquire) => return Err(ConnectError::Busy),
+                Err(e) => {
+                    return Err(ConnectError::Fatal(Error::TlsHandshake {
                         address: addr.to_string(),
                         reason: e.to_string(),
                         hint: tls_failure_hint(&e),
-                    })
-                })?;
-            ractor_cluster::NetworkStream::TlsClient {
-                peer_addr,
-                local_addr,
-                stream,
+                    }));
+                }
             }
         }
+        None => {
+            let (read, write) = tokio::io::split(sniffed);
+            (Box::new(read), Box::new(write))
+        }
     };
-    node.cast(NodeServerMessage::ConnectionOpened {
-        stream: Box::new(stream),
-        is_server: false,
-    })
-    .map_err(|e| {
-        ConnectError::Fatal(Error::NodeStopped {
-            when: "while connecting",
-            reason: e.to_string(),
-        })
-    })
+    let stream = Outgoing {
+        read,
+        write,
+        peer,
+        local,
+    };
+    ractor_cluster::client_connect_external(node, Box::new(stream))
+        .await
+        .map_err(|e| {
+            ConnectError::Fatal(Error::NodeStopped {
+                when: "while connecting",
+                reason: e.to_string(),
+            })
+        })?;
+    Ok(busy)
+}
+
+/// A client node's connection, handed to ractor_cluster as an external stream.
+struct Outgoing {
+    read: BoxRead,
+    write: BoxWrite,
+    peer: String,
+    local: String,
+}
+
+impl ClusterBidiStream for Outgoing {
+    fn split(self: Box<Self>) -> (BoxRead, BoxWrite) {
+        (self.read, self.write)
+    }
+
+    fn peer_label(&self) -> Option<String> {
+        Some(self.peer.clone())
+    }
+
+    fn local_label(&self) -> Option<String> {
+        Some(self.local.clone())
+    }
 }
 
 #[cfg(test)]
@@ -275,7 +316,7 @@ mod tests {
         let listen = held.local_addr().unwrap();
         let settings = NodeSettings {
             name: "port-in-use".into(),
-            secret: Secret::new("a-secret-of-enough-length").unwrap(),
+            secret: Secret::new("0f4c9a7e2b81d6350f4c9a7e2b81d635e1a2b3c4d5e6f708").unwrap(),
             listen,
             tls: None,
             max_frame: 1 << 20,

@@ -149,6 +149,31 @@ impl RateLimit {
     }
 }
 
+/// At most one log line per interval for an event that can repeat in a tight loop (an accept
+/// failing for want of file descriptors), each line saying how many were not logged.
+#[derive(Debug, Default)]
+pub(crate) struct Throttle {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl Throttle {
+    /// `Some(n)` when the event at `now` is to be logged, `n` being how many were not logged
+    /// since the previous line; `None` when it is only counted.
+    pub(crate) fn admit(&mut self, now: Instant, interval: Duration) -> Option<u64> {
+        match self.last {
+            Some(last) if now.duration_since(last) < interval => {
+                self.unlogged += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.unlogged))
+            }
+        }
+    }
+}
+
 /// Counts every refusal by reason and logs it, at most one line per source address and
 /// interval. Cloning shares the counters and the rate limit.
 #[derive(Clone)]
@@ -238,6 +263,20 @@ mod tests {
         let late = ("192.168.1.1".parse().unwrap(), Refusal::FrameTooLarge);
         assert_eq!(limit.admit(late, t0 + interval, interval), Some(0));
         assert_eq!(limit.sources.len(), 1);
+    }
+
+    #[test]
+    fn a_repeated_event_is_logged_once_per_interval_with_the_count_it_missed() {
+        let mut throttle = Throttle::default();
+        let second = Duration::from_secs(1);
+        let t0 = Instant::now();
+        assert_eq!(throttle.admit(t0, second), Some(0));
+        // An accept failing every 100 ms: nine silent ones, then a line that counts them.
+        for i in 1..10 {
+            assert_eq!(throttle.admit(t0 + i * second / 10, second), None);
+        }
+        assert_eq!(throttle.admit(t0 + second, second), Some(9));
+        assert_eq!(throttle.admit(t0 + 3 * second, second), Some(0));
     }
 
     #[test]

@@ -17,6 +17,14 @@ pub const ENV_VAR: &str = "FEDSHARD_SECRET";
 /// the listener.
 pub(crate) const SHORT: usize = 16;
 
+/// Bits of entropy a secret must show at least, by [`entropy_bits`]: 32 times the same letter
+/// is 32 bytes and no secret.
+pub(crate) const MIN_BITS: f64 = 128.0;
+
+/// The largest secret file read: a secret is tens of bytes, and a path such as `/dev/zero`
+/// must not be read until memory runs out.
+pub(crate) const MAX_FILE: u64 = 4096;
+
 /// The command that makes a good secret file, quoted in the refusals.
 pub(crate) const MAKE_ONE: &str =
     "openssl rand -hex 32 > fedshard.secret && chmod 600 fedshard.secret";
@@ -41,9 +49,7 @@ impl Secret {
         };
         match file {
             Some(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|e| in_file(path, e.to_string()))?;
-                refuse_if_readable_by_others(path)?;
+                let text = read_small_file(path)?;
                 Self::new(&text).map_err(|e| in_file(path, e.to_string()))
             }
             None => match std::env::var(ENV_VAR) {
@@ -53,7 +59,8 @@ impl Secret {
         }
     }
 
-    /// A secret from its text (trimmed); empty or shorter than 16 bytes is an error.
+    /// A secret from its text (trimmed); empty, shorter than 16 bytes or with less than 128
+    /// bits of entropy (length times the Shannon entropy of its bytes) is an error.
     pub fn new(text: &str) -> Result<Self, Error> {
         let text = text.trim();
         if text.is_empty() {
@@ -61,6 +68,13 @@ impl Secret {
         }
         if text.len() < SHORT {
             return Err(Error::ShortSecret(text.len()));
+        }
+        let bits = entropy_bits(text);
+        if bits < MIN_BITS {
+            return Err(Error::WeakSecret {
+                bits: bits.floor() as u32,
+                length: text.len(),
+            });
         }
         Ok(Self(text.to_string()))
     }
@@ -71,14 +85,65 @@ impl Secret {
     }
 }
 
+/// An estimate of the entropy of `text` in bits: its length times the Shannon entropy of its
+/// bytes' frequencies. It underrates a short random string a little (64 hex digits score about
+/// 240) and gives a repeated pattern what it deserves (`a` × 32: 0; `hunter2-` × 4: 96).
+pub(crate) fn entropy_bits(text: &str) -> f64 {
+    let mut counts = [0usize; 256];
+    for &byte in text.as_bytes() {
+        counts[usize::from(byte)] += 1;
+    }
+    let n = text.len() as f64;
+    let per_byte: f64 = counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.log2()
+        })
+        .sum();
+    per_byte * n
+}
+
+/// The text of the secret file `path`, checked before it is opened: a regular file (a FIFO
+/// would block the read forever, a device such as `/dev/zero` never end it), of at most
+/// [`MAX_FILE`] bytes, that other users cannot read.
+fn read_small_file(path: &Path) -> Result<String, Error> {
+    use std::io::Read;
+    let in_file = |reason: String| Error::SecretFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| in_file(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(in_file(
+            "not a regular file (a FIFO, a device or a folder); give a file holding the secret"
+                .into(),
+        ));
+    }
+    let too_big = |size: u64| {
+        in_file(format!(
+            "{size} bytes or more, and a secret file holds at most {MAX_FILE}; make one: `{MAKE_ONE}`"
+        ))
+    };
+    if meta.len() > MAX_FILE {
+        return Err(too_big(meta.len()));
+    }
+    refuse_if_readable_by_others(path, &meta)?;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE + 1).read_to_string(&mut text))
+        .map_err(|e| in_file(e.to_string()))?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(too_big(text.len() as u64));
+    }
+    Ok(text)
+}
+
 /// A secret other users can read is no secret: refused, with the command that fixes it.
 #[cfg(unix)]
-fn refuse_if_readable_by_others(path: &Path) -> Result<(), Error> {
+fn refuse_if_readable_by_others(path: &Path, meta: &std::fs::Metadata) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(path).map_err(|e| Error::SecretFile {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
     let mode = meta.permissions().mode();
     if mode & 0o077 != 0 {
         return Err(Error::SecretExposed {
@@ -90,7 +155,7 @@ fn refuse_if_readable_by_others(path: &Path) -> Result<(), Error> {
 }
 
 #[cfg(not(unix))]
-fn refuse_if_readable_by_others(_: &Path) -> Result<(), Error> {
+fn refuse_if_readable_by_others(_: &Path, _: &std::fs::Metadata) -> Result<(), Error> {
     Ok(())
 }
 
@@ -98,10 +163,57 @@ fn refuse_if_readable_by_others(_: &Path) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    /// What `openssl rand -hex 32` makes.
+    const GOOD: &str = "2d1e2381f9d3c1d56fccc3b0b2da32b4c659fca9468823bac64879f1e5b69e50";
+
+    #[test]
+    fn a_long_secret_without_entropy_is_refused_and_told_how_to_make_one() {
+        for weak in ["a".repeat(32), "hunter2-".repeat(4), "ab".repeat(40)] {
+            let error = Secret::new(&weak).unwrap_err();
+            assert!(
+                matches!(error, Error::WeakSecret { .. }),
+                "{weak}: {error:?}"
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains("128 bits") && text.contains("openssl rand -hex 32"),
+                "{text}"
+            );
+        }
+        assert!(entropy_bits(GOOD) > 200.0);
+        assert_eq!(entropy_bits(&"a".repeat(32)), 0.0);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_file_is_a_small_regular_file_checked_before_it_is_read() {
+        use std::os::unix::fs::PermissionsExt;
+        // /dev/zero never ends: refused from its metadata, not read.
+        let error = Secret::load(Some(Path::new("/dev/zero")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("/dev/zero") && error.contains("not a regular file"),
+            "{error}"
+        );
+        // A folder (a FIFO is refused the same way, before it could block the read).
+        let dir = tempfile::tempdir().unwrap();
+        let error = Secret::load(Some(dir.path())).unwrap_err().to_string();
+        assert!(error.contains("not a regular file"), "{error}");
+        let big = dir.path().join("big");
+        std::fs::write(&big, "x".repeat(1 << 20)).unwrap();
+        std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let error = Secret::load(Some(&big)).unwrap_err().to_string();
+        assert!(
+            error.contains("big") && error.contains("at most 4096"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn a_secret_is_trimmed_never_empty_and_never_printed() {
-        let s = Secret::new("  hunter2-hunter2-hunter2\n").unwrap();
-        assert_eq!(s.cookie(), "hunter2-hunter2-hunter2");
+        let s = Secret::new(&format!("  {GOOD}\n")).unwrap();
+        assert_eq!(s.cookie(), GOOD);
         assert_eq!(format!("{s:?}"), "Secret(…)");
         assert!(Secret::new(" \n").is_err());
         let dir = tempfile::tempdir().unwrap();
@@ -110,7 +222,7 @@ mod tests {
             .to_string();
         assert!(missing.contains("none"), "{missing}");
         let file = dir.path().join("s");
-        std::fs::write(&file, "abcdefghijklmnop\n").unwrap();
+        std::fs::write(&file, format!("{GOOD}\n")).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -118,10 +230,7 @@ mod tests {
             assert!(readable.contains("chmod 600"), "{readable}");
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         }
-        assert_eq!(
-            Secret::load(Some(&file)).unwrap().cookie(),
-            "abcdefghijklmnop"
-        );
+        assert_eq!(Secret::load(Some(&file)).unwrap().cookie(), GOOD);
         let short = Secret::new("hunter2").unwrap_err();
         assert_eq!(short, Error::ShortSecret(7));
         let short = short.to_string();

@@ -6,6 +6,7 @@ use crate::error::Error;
 use crate::gateway::{Gateway, GatewayArgs, GatewayMsg};
 use crate::join::started;
 use crate::metrics::ClusterMetrics;
+use crate::model_spec::ModelSpec;
 use crate::node::NodeSettings;
 use crate::refusal::Refusals;
 use crate::secret::Secret;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 
-/// How long a finished server waits for its client nodes to hear so and leave.
+/// The longest wait for one answer of the gateway while the server finishes.
 const FAREWELL: Duration = Duration::from_secs(5);
 
 pub struct ServeOptions {
@@ -32,6 +33,12 @@ pub struct ServeOptions {
     pub limits: Limits,
     /// Length of the model's `ModelState::to_bytes`, which sizes the frame limits.
     pub model_bytes: usize,
+    /// The server's model, which every node's hello must match.
+    pub model: ModelSpec,
+    /// After the last round, how long the server waits at most for its nodes to hear that the
+    /// run is over and leave, and for nodes lost during the run (a frozen or cut-off machine)
+    /// to come back and hear it, rather than reconnect in vain until their own timeout.
+    pub finish_grace: Duration,
     pub metrics: ClusterMetrics,
 }
 
@@ -65,6 +72,7 @@ pub async fn serve(
             frame_limit: wire::frame_limit(options.model_bytes),
             metrics: options.metrics.clone(),
             recipe,
+            model: options.model.clone(),
         },
     )
     .await;
@@ -103,18 +111,36 @@ pub async fn serve(
         Err(_) => Err(Error::NoResult),
     };
     let error = result.as_ref().err().map(ToString::to_string);
+    let rounds = result
+        .as_ref()
+        .map_or(0, |(_, summary)| summary.rounds_completed);
     let told = gateway
-        .call(|told| GatewayMsg::Finish { error, told }, Some(FAREWELL))
+        .call(
+            |told| GatewayMsg::Finish {
+                rounds,
+                error,
+                told,
+            },
+            Some(FAREWELL),
+        )
         .await;
-    if let Ok(CallResult::Success(n)) = told
-        && n > 0
-    {
+    if let Ok(CallResult::Success(_)) = told {
         let started = Instant::now();
-        while started.elapsed() < FAREWELL {
-            match gateway.call(GatewayMsg::Nodes, Some(FAREWELL)).await {
+        let mut said = false;
+        while started.elapsed() < options.finish_grace {
+            match gateway.call(GatewayMsg::Waiting, Some(FAREWELL)).await {
                 Ok(CallResult::Success(0)) | Err(_) => break,
-                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                Ok(CallResult::Success(n)) if !said => {
+                    said = true;
+                    tracing::info!(
+                        "the run is over; waiting up to {} s for {n} node(s) to hear it \
+                         (--finish-grace)",
+                        options.finish_grace.as_secs_f64()
+                    );
+                }
+                _ => {}
             }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     node.stop();

@@ -124,10 +124,16 @@ pub struct Generated {
     pub node_key: PathBuf,
 }
 
+/// The longest validity `generate` gives (ten years).
+pub const MAX_DAYS: u32 = 3650;
+
 /// From a day before now to `days` days after now.
 fn validity(days: u32) -> Result<(OffsetDateTime, OffsetDateTime), Error> {
     if days == 0 {
         return Err(Error::NoValidity);
+    }
+    if days > MAX_DAYS {
+        return Err(Error::ValidityTooLong(days));
     }
     let now = OffsetDateTime::now_utc();
     Ok((
@@ -145,11 +151,44 @@ fn validity(days: u32) -> Result<(OffsetDateTime, OffsetDateTime), Error> {
 ///
 /// Both certificates are valid from a day before now (nodes' clocks may disagree) until `days`
 /// days after now: rcgen's default was the year 4096, a certificate that never expires.
-pub fn generate(dir: &Path, names: &[String], days: u32) -> Result<Generated, Error> {
+///
+/// Files already in `dir` are replaced only if `replace`: a new CA silently replacing the one
+/// every node trusts would cut them all off.
+pub fn generate(
+    dir: &Path,
+    names: &[String],
+    days: u32,
+    replace: bool,
+) -> Result<Generated, Error> {
     if names.is_empty() {
         return Err(Error::NoCertificateNames);
     }
+    for name in names {
+        check_certificate_name(name)?;
+    }
     let (not_before, not_after) = validity(days)?;
+    let files = Generated {
+        ca_cert: dir.join("ca.pem"),
+        ca_key: dir.join("ca-key.pem"),
+        node_cert: dir.join("node.pem"),
+        node_key: dir.join("node-key.pem"),
+    };
+    let existing: Vec<String> = [
+        &files.ca_cert,
+        &files.ca_key,
+        &files.node_cert,
+        &files.node_key,
+    ]
+    .into_iter()
+    .filter(|path| path.exists())
+    .filter_map(|path| Some(path.file_name()?.to_string_lossy().into_owned()))
+    .collect();
+    if !replace && !existing.is_empty() {
+        return Err(Error::CertificatesExist {
+            dir: dir.to_path_buf(),
+            files: existing,
+        });
+    }
     let err = |what: &'static str, e: rcgen::Error| Error::Certificate {
         what,
         reason: e.to_string(),
@@ -194,17 +233,58 @@ pub fn generate(dir: &Path, names: &[String], days: u32) -> Result<Generated, Er
         path: dir.to_path_buf(),
         reason: e.to_string(),
     })?;
-    let files = Generated {
-        ca_cert: dir.join("ca.pem"),
-        ca_key: dir.join("ca-key.pem"),
-        node_cert: dir.join("node.pem"),
-        node_key: dir.join("node-key.pem"),
-    };
     write(&files.ca_cert, &ca_cert.pem(), false)?;
     write(&files.ca_key, &ca_key_pem, true)?;
     write(&files.node_cert, &cert.pem(), false)?;
     write(&files.node_key, &key.serialize_pem(), true)?;
     Ok(files)
+}
+
+/// A certificate name is an IP address or a DNS name (letters, digits and hyphens in labels of
+/// at most 63, a leading `*.` allowed); `300.1.1.1` is neither, though rcgen would take it as a
+/// DNS name no client could ever match.
+fn check_certificate_name(name: &str) -> Result<(), Error> {
+    let refuse = |reason| {
+        Err(Error::CertificateName {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    if name.is_empty() {
+        return refuse("it is empty");
+    }
+    if name.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return refuse(
+            "it looks like an IPv4 address, but each of its four parts must be 0 to 255",
+        );
+    }
+    if name.len() > 253 {
+        return refuse("a DNS name has at most 253 characters");
+    }
+    let mut labels = name.strip_prefix("*.").unwrap_or(name).split('.');
+    for label in labels.clone() {
+        if label.is_empty() || label.len() > 63 {
+            return refuse("each dot-separated part of a DNS name has 1 to 63 characters");
+        }
+        if !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            || label.starts_with('-')
+            || label.ends_with('-')
+        {
+            return refuse(
+                "a DNS name has letters, digits and inner hyphens only (or is an IP address)",
+            );
+        }
+    }
+    if labels
+        .next_back()
+        .is_some_and(|top| top.chars().all(|c| c.is_ascii_digit()))
+    {
+        return refuse("the last part of a DNS name is not all digits");
+    }
+    Ok(())
 }
 
 fn write(path: &Path, text: &str, private: bool) -> Result<(), Error> {
@@ -238,16 +318,79 @@ mod tests {
         assert_eq!((until - from).whole_days(), 31);
         assert!(from < OffsetDateTime::now_utc() && until > OffsetDateTime::now_utc());
         let dir = tempfile::tempdir().unwrap();
-        let refused = generate(dir.path(), &["127.0.0.1".into()], 0).unwrap_err();
+        let refused = generate(dir.path(), &["127.0.0.1".into()], 0, false).unwrap_err();
         assert_eq!(refused, Error::NoValidity);
         let refused = refused.to_string();
         assert!(refused.contains("at least one day"), "{refused}");
+        let refused = generate(dir.path(), &["127.0.0.1".into()], 1_000_000, false).unwrap_err();
+        assert_eq!(refused, Error::ValidityTooLong(1_000_000));
+        assert!(refused.to_string().contains("at most 3650"), "{refused}");
+        generate(dir.path(), &["127.0.0.1".into()], MAX_DAYS, false).unwrap();
+    }
+
+    #[test]
+    fn every_name_is_an_ip_address_or_a_dns_name() {
+        for good in [
+            "127.0.0.1",
+            "::1",
+            "localhost",
+            "node-1.example.org",
+            "*.example.org",
+        ] {
+            check_certificate_name(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for bad in [
+            "",
+            "300.1.1.1",
+            "1.2.3",
+            "a..b",
+            "-a.org",
+            "a_b.org",
+            "exa mple",
+            "a.123",
+        ] {
+            let error = check_certificate_name(bad).unwrap_err();
+            assert!(
+                error.to_string().contains(&format!("`{bad}`")),
+                "{bad}: {error}"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let error = generate(dir.path(), &["127.0.0.1".into(), "".into()], 30, false).unwrap_err();
+        assert!(matches!(error, Error::CertificateName { .. }), "{error:?}");
+    }
+
+    #[test]
+    fn an_existing_ca_is_replaced_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = ["127.0.0.1".to_string()];
+        let first = generate(dir.path(), &names, 30, false).unwrap();
+        let ca = std::fs::read(&first.ca_cert).unwrap();
+        let error = generate(dir.path(), &names, 30, false).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("ca.pem") && text.contains("--force"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read(&first.ca_cert).unwrap(),
+            ca,
+            "the CA was touched"
+        );
+        generate(dir.path(), &names, 30, true).unwrap();
+        assert_ne!(std::fs::read(&first.ca_cert).unwrap(), ca);
     }
 
     #[test]
     fn generated_files_make_a_server_and_a_client_configuration() {
         let dir = tempfile::tempdir().unwrap();
-        let files = generate(dir.path(), &["127.0.0.1".into(), "localhost".into()], 365).unwrap();
+        let files = generate(
+            dir.path(),
+            &["127.0.0.1".into(), "localhost".into()],
+            365,
+            false,
+        )
+        .unwrap();
         acceptor(&files.node_cert, &files.node_key, None).unwrap();
         acceptor(&files.node_cert, &files.node_key, Some(&files.ca_cert)).unwrap();
         connector(&files.ca_cert, None).unwrap();
@@ -266,7 +409,7 @@ mod tests {
     async fn a_client_trusting_the_ca_completes_a_handshake() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let files = generate(dir.path(), &["127.0.0.1".into()], 365).unwrap();
+        let files = generate(dir.path(), &["127.0.0.1".into()], 365, false).unwrap();
         let acceptor = acceptor(&files.node_cert, &files.node_key, None).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -289,7 +432,7 @@ mod tests {
 
         // Another CA's client refuses the server.
         let other = tempfile::tempdir().unwrap();
-        let other = generate(other.path(), &["127.0.0.1".into()], 365).unwrap();
+        let other = generate(other.path(), &["127.0.0.1".into()], 365, false).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let acceptor2 = super::acceptor(&files.node_cert, &files.node_key, None).unwrap();
@@ -313,7 +456,7 @@ mod tests {
     async fn a_server_with_a_client_ca_needs_a_client_certificate() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let files = generate(dir.path(), &["127.0.0.1".into()], 365).unwrap();
+        let files = generate(dir.path(), &["127.0.0.1".into()], 365, false).unwrap();
         for with_identity in [true, false] {
             let acceptor =
                 acceptor(&files.node_cert, &files.node_key, Some(&files.ca_cert)).unwrap();

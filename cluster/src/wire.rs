@@ -11,6 +11,7 @@
 //! config) of a [`Body`]. The header comes first so that a peer speaking another version is
 //! told apart from garbage before anything is decoded.
 
+use crate::model_spec::ModelSpec;
 use fedshard_actors::client::ClientReply;
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use serde::{Deserialize, Serialize};
@@ -20,7 +21,7 @@ use std::fmt;
 pub const MAGIC: [u8; 2] = *b"FS";
 /// The version of [`Body`]'s layout; bumped whenever it changes, so mismatched nodes are told
 /// so rather than fed misread fields.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 const HEADER: usize = 4;
 
 /// A random secret a client node draws at start-up. It names the node's agent
@@ -66,6 +67,14 @@ pub enum Body {
     },
     /// Server → client node: the run is over (`None`) or failed (`Some(why)`).
     Finished { error: Option<String> },
+    /// Server → client node: the hello with this key came after the run had ended, after
+    /// `rounds` rounds (`error`: as in [`Body::Finished`]). A node that missed the end (frozen,
+    /// displaced, or cut off when it came) learns it here instead of reconnecting in vain.
+    Over {
+        key: SessionKey,
+        rounds: u64,
+        error: Option<String>,
+    },
 }
 
 /// A client node introducing itself.
@@ -77,6 +86,9 @@ pub struct Hello {
     /// Each hosted client with the number of samples it trains on here; the server compares
     /// them with its own partition, so nodes started from different configs are refused.
     pub clients: Vec<(ClientId, u64)>,
+    /// The model this node's config builds; the server refuses a node whose model is not its
+    /// own.
+    pub model: ModelSpec,
 }
 
 /// What a `ClientMsg::Train` carries besides its reply port, as serde data: the transport
@@ -99,6 +111,7 @@ impl Body {
             Body::Reply { .. } => "reply",
             Body::Unreachable { .. } => "unreachable",
             Body::Finished { .. } => "finished",
+            Body::Over { .. } => "over",
         }
     }
 }
@@ -283,6 +296,10 @@ mod tests {
                 node: "node-a".into(),
                 key: 42,
                 clients: vec![(0, 10), (1, 12)],
+                model: ModelSpec {
+                    description: "softmax: 650 parameters in 2 tensors".into(),
+                    digest: 7,
+                },
             }),
             Body::Welcome {
                 key: 42,
@@ -306,6 +323,11 @@ mod tests {
                 },
             },
             Body::Finished { error: None },
+            Body::Over {
+                key: 42,
+                rounds: 5,
+                error: None,
+            },
         ]
     }
 
@@ -401,7 +423,7 @@ mod tests {
 
         /// Valid frames with one byte changed or cut short: decoded or rejected, never a panic.
         #[test]
-        fn mutated_frames_never_panic(which in 0usize..5, at in any::<prop::sample::Index>(), value in any::<u8>(), cut in any::<bool>()) {
+        fn mutated_frames_never_panic(which in 0usize..6, at in any::<prop::sample::Index>(), value in any::<u8>(), cut in any::<bool>()) {
             let mut bytes = encode(&frames()[which]);
             let i = at.index(bytes.len());
             if cut {

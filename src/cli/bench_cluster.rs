@@ -17,6 +17,7 @@ use fedshard_actors::server::Federation;
 use fedshard_cluster::acceptor::Limits;
 use fedshard_cluster::join::{JoinOptions, format_ids, join, parse_ids};
 use fedshard_cluster::metrics::ClusterMetrics;
+use fedshard_cluster::model_spec::ModelSpec;
 use fedshard_cluster::secret::{ENV_VAR, Secret};
 use fedshard_cluster::serve::{ServeOptions, serve};
 use fedshard_protocol::model::{ModelState, NamedTensor};
@@ -210,7 +211,12 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
     let in_process = mean(summary.per_round.iter().map(|r| r.seconds));
 
     // Across processes.
-    let secret = format!("{:032x}", rand::random::<u128>());
+    // 64 hex digits, as `openssl rand -hex 32` makes (a secret needs 128 bits of entropy).
+    let secret = format!(
+        "{:032x}{:032x}",
+        rand::random::<u128>(),
+        rand::random::<u128>()
+    );
     let listen: SocketAddr = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
         probe.local_addr()?
@@ -248,6 +254,8 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
         tls: None,
         limits: Limits::default(),
         model_bytes,
+        model: ModelSpec::of("bench", &model(args.params)?),
+        finish_grace: Duration::from_secs(5),
         metrics: metrics.clone(),
     };
     let watched = Arc::clone(&wire);
@@ -310,6 +318,7 @@ pub fn cluster_node(args: &ClusterNodeArgs) -> anyhow::Result<()> {
         key: None,
         tap: None,
         recipe: Recipe::default(),
+        model: ModelSpec::of("bench", &model(args.params)?),
     };
     let runtime = crate::runtime::build()?;
     runtime

@@ -15,10 +15,13 @@ pub struct CertArgs {
     /// Days the CA and the node certificate stay valid (from a day before now, for clock skew).
     #[arg(long, default_value_t = 365)]
     pub days: u32,
+    /// Replace certificates already in `--out` (a new CA: every node must get the new `ca.pem`).
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(args: &CertArgs) -> anyhow::Result<()> {
-    let files = fedshard_cluster::tls::generate(&args.out, &args.names, args.days)
+    let files = fedshard_cluster::tls::generate(&args.out, &args.names, args.days, args.force)
         .map_err(anyhow::Error::msg)?;
     eprintln!(
         "wrote {} (give it to every node: --tls-ca), {} and {} (the server: --tls-cert, \

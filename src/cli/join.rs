@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use fedshard_cluster::join::{JoinOptions, join, parse_ids};
 use fedshard_cluster::metrics::ClusterMetrics;
+use fedshard_cluster::model_spec::ModelSpec;
 use fedshard_cluster::node::TlsClient;
 use fedshard_cluster::secret::Secret;
 use std::net::SocketAddr;
@@ -87,11 +88,9 @@ pub fn run(args: &JoinArgs) -> anyhow::Result<()> {
         None => None,
     };
     let trainers = federation::clients(&config, &ids)?;
-    let model_bytes = config
-        .model()?
-        .initial_state(config.run.seed)?
-        .to_bytes()
-        .len();
+    let initial = config.model()?.initial_state(config.run.seed)?;
+    let model_bytes = initial.to_bytes().len();
+    let model = ModelSpec::of(config.model.kind(), &initial);
     let name = args.name.clone().unwrap_or_else(|| {
         format!(
             "{}:{}",
@@ -112,6 +111,7 @@ pub fn run(args: &JoinArgs) -> anyhow::Result<()> {
         key: None,
         tap: None,
         recipe: federation::recipe(&config),
+        model,
     };
     let runtime = crate::runtime::build().context("starting the tokio runtime")?;
     runtime

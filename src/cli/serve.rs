@@ -12,6 +12,7 @@ use fedshard_actors::metrics::Exporter;
 use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_cluster::acceptor::Limits;
 use fedshard_cluster::metrics::ClusterMetrics;
+use fedshard_cluster::model_spec::ModelSpec;
 use fedshard_cluster::secret::Secret;
 use fedshard_cluster::serve::{ServeOptions, serve};
 use std::net::SocketAddr;
@@ -55,6 +56,11 @@ pub struct ServeArgs {
     /// Keep serving /metrics this many seconds after the last round.
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pub linger: u64,
+    /// After the last round, wait up to this many seconds for client nodes to hear that the
+    /// run is over, and for nodes lost during the run (frozen, cut off, displaced) to come back
+    /// and hear it: they then exit 0 instead of reconnecting in vain until their timeout.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub finish_grace: u64,
     /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
@@ -63,40 +69,56 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS", value_parser = positive_seconds,
           default_value_t = Limits::default().handshake_timeout.as_secs_f64())]
     pub handshake_timeout: f64,
-    /// Connections that may wait to authenticate at once; more are refused at accept.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
-          default_value_t = Limits::default().max_unauthenticated as u32)]
-    pub max_unauthenticated: u32,
+    /// Connections that may wait to authenticate at once; more are refused at accept. Default:
+    /// 512, or fewer if the open-file limit (raised to its hard limit at start) leaves less
+    /// once descriptors are kept for the run's own files and sessions; a larger value is refused.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_unauthenticated: Option<u32>,
     /// Connections from one source that may wait to authenticate at once: an IPv4 address, or an
     /// IPv6 /64 (a host can pick any address in its /64).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
           default_value_t = Limits::default().max_unauthenticated_per_ip as u32)]
     pub max_unauthenticated_per_ip: u32,
-    /// The largest frame a node may send before it authenticates, in bytes (the handshake's
-    /// frames are under 1 KiB; the model-sized cap applies after).
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(4096..),
+    /// The largest frame a node may send before it authenticates, in bytes, from 4096 to 16 MiB
+    /// (the handshake's frames are under 1 KiB; the model-sized cap applies after).
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(4096..=MAX_PREAUTH_FRAME_CAP),
           default_value_t = Limits::default().preauth_frame_cap)]
     pub preauth_frame_cap: u64,
 }
 
-/// A duration in seconds for `--handshake-timeout`: more than 0, at most an hour.
+/// ractor_cluster's own frame cap (16 MiB): a pre-authentication cap above it would never
+/// apply.
+const MAX_PREAUTH_FRAME_CAP: u64 = 16 << 20;
+
+/// A duration in seconds for `--handshake-timeout`: from 0.05 (a TLS handshake and the
+/// secret's challenge take a few round trips; less cuts every node) to an hour.
 fn positive_seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(s) if s > 0.0 && s.is_finite() && s <= 3600.0 => Ok(s),
+        Ok(s) if (0.05..=3600.0).contains(&s) => Ok(s),
         _ => Err(format!(
-            "expected seconds, more than 0 and at most 3600, such as 5 or 0.5; got `{text}`"
+            "expected seconds, from 0.05 to 3600, such as 5 or 0.5; got `{text}`"
         )),
     }
 }
 
 impl ServeArgs {
-    fn limits(&self) -> Limits {
-        Limits {
+    /// The limits on unauthenticated peers, `--max-unauthenticated` sized from the open-file
+    /// limit (raised here to its hard limit) for a federation of `clients` clients.
+    fn limits(&self, clients: usize) -> anyhow::Result<Limits> {
+        let files = fedshard_cluster::descriptors::raise();
+        let max_unauthenticated = fedshard_cluster::descriptors::max_unauthenticated(
+            self.max_unauthenticated.map(|n| n as usize),
+            files,
+            clients,
+        )
+        .map_err(anyhow::Error::msg)?;
+        Ok(Limits {
             handshake_timeout: std::time::Duration::from_secs_f64(self.handshake_timeout),
-            max_unauthenticated: self.max_unauthenticated as usize,
+            max_unauthenticated,
             max_unauthenticated_per_ip: self.max_unauthenticated_per_ip as usize,
             preauth_frame_cap: self.preauth_frame_cap,
-        }
+        })
     }
 }
 
@@ -131,6 +153,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
         _ => None,
     };
     let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
+    let limits = args.limits(config.data.clients())?;
     config.log_warnings();
     save_config(&dir, &config)?;
 
@@ -154,8 +177,10 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
         listen: args.listen,
         secret,
         tls,
-        limits: args.limits(),
+        limits,
         model_bytes: fed.model.to_bytes().len(),
+        model: ModelSpec::of(config.model.kind(), &fed.model),
+        finish_grace: std::time::Duration::from_secs(args.finish_grace),
         metrics: cluster.clone(),
     };
     let runtime = crate::runtime::build()?;
@@ -248,10 +273,31 @@ mod tests {
     use super::positive_seconds;
 
     #[test]
+    fn a_preauth_frame_cap_above_ractor_clusters_frame_cap_is_refused_naming_the_option() {
+        use clap::Parser;
+        let parse = |cap: &str| {
+            crate::cli::Cli::try_parse_from([
+                "fedshard",
+                "serve",
+                "c.toml",
+                "--listen",
+                "127.0.0.1:1",
+                "--preauth-frame-cap",
+                cap,
+            ])
+        };
+        let error = parse("99999999999999").err().unwrap().to_string();
+        assert!(error.contains("--preauth-frame-cap"), "{error}");
+        assert!(parse("16777216").is_ok() && parse("4096").is_ok());
+        assert!(parse("16777217").is_err() && parse("4095").is_err());
+    }
+
+    #[test]
     fn a_handshake_timeout_is_positive_finite_and_at_most_an_hour() {
         assert_eq!(positive_seconds("5"), Ok(5.0));
         assert_eq!(positive_seconds("0.5"), Ok(0.5));
-        for bad in ["0", "-1", "inf", "NaN", "3601", "five"] {
+        assert_eq!(positive_seconds("0.05"), Ok(0.05));
+        for bad in ["0", "0.001", "-1", "inf", "NaN", "3601", "five"] {
             let error = positive_seconds(bad).unwrap_err();
             assert!(error.contains(bad), "{error}");
         }

@@ -66,13 +66,13 @@ impl Proc {
         );
     }
 
-    /// Sends a signal such as `-STOP` with kill(1).
+    /// Sends `signal` (`STOP`, `CONT`) with kill(1).
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
             .status()
             .unwrap();
-        assert!(status.success(), "kill {signal} {}", self.name);
+        assert!(status.success(), "kill -{signal} {}", self.name);
     }
 
     pub fn sigkill(&mut self) {
@@ -85,5 +85,14 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Polls `done` until it holds, failing after [`PATIENCE`].
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < PATIENCE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
