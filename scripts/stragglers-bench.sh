@@ -3,15 +3,19 @@
 # (config/stragglers/*.toml): for each mode and seed, the wall-clock seconds until the test
 # accuracy first reaches 0.9 (summed record `seconds`), the accuracy after the same number of
 # accepted client updates (400: 40 rounds of 10, or 80 async versions of 5), and the run's
-# wall time. Usage: scripts/stragglers-bench.sh [--cluster] [SEEDS...] (default 1 2 3); needs
-# a release build (cargo build --release) and python3. Prints one line per run.
+# wall time. Usage: scripts/stragglers-bench.sh [--cluster | --virtual] [SEEDS...] (default
+# 1 2 3); needs a release build (cargo build --release) and python3. Prints one line per run.
+# --virtual: simulated time (`--clock virtual`, docs/async.md): the time to 0.9 is the record's
+# simulated `time.end`, the same on every machine.
 # --cluster: each run is a `serve` node and two `join` nodes of 10 clients each on loopback
 # (the seed goes into a copy of the config, which every node reads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${FEDSHARD:-${CARGO_TARGET_DIR:-target}/release/fedshard}
 cluster=false
+clock=wall
 if [ "${1:-}" = "--cluster" ]; then cluster=true; shift; fi
+if [ "${1:-}" = "--virtual" ]; then clock=virtual; shift; fi
 if [ $# -gt 0 ]; then seeds=("$@"); else seeds=(1 2 3); fi
 out=$(mktemp -d)
 head -c 32 /dev/urandom | base64 >"$out/secret"
@@ -21,7 +25,8 @@ chmod 600 "$out/secret"
 run_once() {
   local config=$1 seed=$2 dir=$3
   if ! $cluster; then
-    "$bin" run "$config" --seed "$seed" --out "$dir" --quiet --metrics-addr off >/dev/null 2>"$dir.log"
+    "$bin" run "$config" --seed "$seed" --out "$dir" --clock "$clock" --quiet --metrics-addr off \
+      >/dev/null 2>"$dir.log"
     return
   fi
   local seeded="$dir.toml" port
@@ -53,8 +58,10 @@ records = [json.loads(line) for line in open(path)]
 elapsed, hit = 0.0, None
 for r in records:
     elapsed += r["seconds"]
+    # Simulated time when the run had a clock, else the wall clock's seconds.
+    at = r["time"]["end"] if r.get("time") else elapsed
     if hit is None and r["accuracy"] >= 0.9:
-        hit = elapsed
+        hit = at
 reached = "never" if hit is None else f"{hit:.1f}"
 late = sum(r["late"] for r in records)
 wall = float(end) - float(start)

@@ -450,3 +450,118 @@ fn schedule_settings_are_validated_with_the_field_named() {
         Some(Stragglers::Lognormal { .. })
     ));
 }
+
+/// The ridge clients of [`RIDGE`] under simulated time with a 100 ms deadline: the fast three
+/// take 10 ms, the slow three 20 × 10 ms, so every slow client selected times out in simulated
+/// time, and is given up on at the deadline without its real answer being waited for.
+#[test]
+fn a_simulated_deadline_times_out_exactly_the_slow_clients() {
+    let text = RIDGE
+        .replace(
+            "over_commit = 2.0\ndeadline_ms = 20000",
+            "deadline_ms = 100",
+        )
+        .replace("rounds = 4", "rounds = 4\nclock = \"virtual\"")
+        + "\n[devices]\nsamples_per_second = 1e12\n";
+    let config = config(&text);
+    let (model, summary) = run(&config);
+    let mut timeouts = 0;
+    for r in &summary.per_round {
+        let time = r.time.as_ref().expect("simulated time in every record");
+        let slow = time.clients.values().filter(|t| t.compute > 0.1).count();
+        for t in time.clients.values() {
+            let fast = (t.compute - 0.01).abs() < 1e-9;
+            assert!(fast || (t.compute - 0.2).abs() < 1e-9, "{t:?}");
+        }
+        let timed_out = r.failures.values().sum::<usize>();
+        assert_eq!(timed_out, slow, "round {}: {:?}", r.round, r.failures);
+        assert_eq!(r.successes + timed_out, r.participants);
+        let expected_end = time.start + if slow > 0 { 0.1 } else { 0.01 };
+        assert!(
+            (time.end - expected_end).abs() < 1e-9,
+            "round {}: {time:?}",
+            r.round
+        );
+        timeouts += timed_out;
+    }
+    assert!(timeouts > 0, "no slow client was ever selected");
+    assert_eq!(run(&config).0.to_bytes(), model.to_bytes());
+}
+
+/// Spins `threads` threads until dropped: a loaded machine.
+struct Busy(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Vec<std::thread::JoinHandle<()>>,
+);
+
+impl Busy {
+    fn start(threads: usize) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handles = (0..threads)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Self(stop, handles)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        for handle in self.1.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// `fedshard bench job … --json`'s model digest, from the command given.
+fn digest_of(command: &mut std::process::Command) -> String {
+    let output = command.output().expect("fedshard runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON report");
+    report["model_digest"]
+        .as_str()
+        .expect("a digest")
+        .to_string()
+}
+
+/// Under simulated time a seed fixes the model of every schedule whatever the machine does:
+/// each straggler config (synchronous, over-committed, async; 30% of the clients 5× slower)
+/// gives the same model on two cores at rest and on one core (taskset) beside two busy loops.
+/// On the wall clock the async and over-commit configs give a different model from run to run.
+#[test]
+fn simulated_time_fixes_the_model_of_each_schedule_whatever_the_load_and_cores() {
+    let bin = env!("CARGO_BIN_EXE_fedshard");
+    for name in [
+        "digits-cnn-sync",
+        "digits-cnn-over-commit",
+        "digits-cnn-async",
+    ] {
+        let config = format!(
+            "{}/config/stragglers/{name}.toml",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let args = [
+            "bench", "job", &config, "--clock", "virtual", "--rounds", "6", "--json",
+        ];
+        let at_rest = digest_of(std::process::Command::new(bin).args(args));
+        let busy = Busy::start(2);
+        let loaded = digest_of(
+            std::process::Command::new("taskset")
+                .args(["-c", "0", bin])
+                .args(args),
+        );
+        drop(busy);
+        assert_eq!(at_rest, loaded, "{name}");
+    }
+}
