@@ -66,6 +66,33 @@ pub struct UplinkRun {
     pub seconds: f64,
     #[serde(skip)]
     pub accuracy_per_round: Vec<f64>,
+    /// The time at the end of each round, seconds since the run began: simulated under
+    /// `--clock virtual`, else the wall clock's (the rounds' `seconds` summed).
+    #[serde(default)]
+    pub time_per_round: Vec<f64>,
+}
+
+impl UplinkRun {
+    /// When the test accuracy first reached `target` ([`UplinkRun::time_per_round`]).
+    pub fn time_to(&self, target: f64) -> Option<f64> {
+        self.accuracy_per_round
+            .iter()
+            .zip(&self.time_per_round)
+            .find(|(accuracy, _)| **accuracy >= target)
+            .map(|(_, time)| *time)
+    }
+}
+
+/// Each round's end in simulated time when the run had a clock, else in summed wall seconds.
+pub fn time_per_round(rounds: &[RoundRecord]) -> Vec<f64> {
+    let mut wall = 0.0;
+    rounds
+        .iter()
+        .map(|r| {
+            wall += r.seconds;
+            r.time.as_ref().map_or(wall, |t| t.end)
+        })
+        .collect()
 }
 
 /// The config of one run: `base` with the arm's compressor and `D_target`, and `seed`.
@@ -129,6 +156,7 @@ impl GridArm for UplinkArm {
             error: outcome.as_ref().err().map(|e| format!("{e:#}")),
             seconds,
             accuracy_per_round: rounds.iter().map(|r| r.accuracy).collect(),
+            time_per_round: time_per_round(rounds),
         }
     }
 }
@@ -148,19 +176,31 @@ impl JournalRow for UplinkRun {
 /// that host paired by seed ([`paired_difference`]). QSGD-KLMS rows are also set against QSGD as
 /// the KLMS paper counts it ([`qsgd::reference_bound_bits`] for one update of `parameters` values),
 /// since the paper's ratios are against that count and not against a real code.
+///
+/// With `target = Some((accuracy, clock))`, a last column gives the mean time to that test
+/// accuracy over the seeds that reached it, in `clock`'s seconds (`simulated` or `wall`).
 pub fn markdown(
     runs: &[UplinkRun],
-    compressors: &[Compressor],
-    d_targets: &[u32],
-    blocks: BlockMode,
+    (compressors, d_targets, blocks): (&[Compressor], &[u32], BlockMode),
     parameters: usize,
+    target: Option<(f64, &str)>,
 ) -> String {
     let mut out = String::new();
+    let time_header = target.map_or_else(String::new, |(accuracy, clock)| {
+        format!(
+            " time to {:.0}% ({clock} s, seeds reaching it) |",
+            100.0 * accuracy
+        )
+    });
     let _ = writeln!(
         out,
-        "| compressor | accuracy % | bits / parameter | vs. host without KLMS | vs. f32 | accuracy vs. host, paired by seed (points, 95% CI) | failed runs |"
+        "| compressor | accuracy % | bits / parameter | vs. host without KLMS | vs. f32 | accuracy vs. host, paired by seed (points, 95% CI) | failed runs |{time_header}"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "|---|---|---|---|---|---|---|{}",
+        if target.is_some() { "---|" } else { "" }
+    );
     let row_runs = |arm: &UplinkArm| -> Vec<&UplinkRun> {
         runs.iter()
             .filter(|r| r.compressor == arm.compressor && r.d_target == arm.d_target)
@@ -243,9 +283,18 @@ pub fn markdown(
             Compressor::Identity | Compressor::Sgld => "—".to_string(),
             _ => format!("{:.0}× fewer", 32.0 / bits),
         };
+        let time = target.map_or_else(String::new, |(accuracy, _)| {
+            let times: Vec<f64> = rs.iter().filter_map(|r| r.time_to(accuracy)).collect();
+            if times.is_empty() {
+                format!(" never (0/{}) |", rs.len())
+            } else {
+                let (mean, _) = mean_and_sample_std(&times);
+                format!(" {mean:.1} ({}/{}) |", times.len(), rs.len())
+            }
+        });
         let _ = writeln!(
             out,
-            "| {} | {mean:.2} ± {std:.2} | {bits:.4} | {versus_host} | {versus_f32} | {paired} | {failed} |",
+            "| {} | {mean:.2} ± {std:.2} | {bits:.4} | {versus_host} | {versus_f32} | {paired} | {failed} |{time}",
             arm.label(),
         );
     }
@@ -316,6 +365,7 @@ mod tests {
             error: None,
             seconds: 0.0,
             accuracy_per_round: vec![],
+            time_per_round: vec![],
         }
     }
 
@@ -367,7 +417,7 @@ mod tests {
             with(Compressor::QsgdKlms, Some(8), 0.0253),
         ];
         let compressors = [Compressor::QsgdElias, Compressor::QsgdKlms];
-        let table = markdown(&runs, &compressors, &[8], BlockMode::Adaptive, 7850);
+        let table = markdown(&runs, (&compressors, &[8], BlockMode::Adaptive), 7850, None);
         // 0.0685 / 0.0253 = 2.71; the bound for 7 850 values is 1 302.5 bits, 0.1659 a value,
         // 6.56 times 0.0253.
         assert!(
@@ -381,5 +431,53 @@ mod tests {
             1,
             "{table}"
         );
+    }
+
+    /// The time to a target is the end of the first round at or above it, averaged over the
+    /// seeds that reached it; a row that never did says so.
+    #[test]
+    fn the_time_to_a_target_is_the_first_round_that_reaches_it() {
+        let curve = |seed, accuracy: &[f64]| UplinkRun {
+            accuracy_per_round: accuracy.to_vec(),
+            time_per_round: vec![10.0, 20.0, 30.0],
+            ..run(seed, accuracy.last().copied())
+        };
+        let reached = [curve(1, &[0.5, 0.91, 0.95]), curve(2, &[0.9, 0.8, 0.95])];
+        assert_eq!(reached[0].time_to(0.9), Some(20.0));
+        assert_eq!(reached[1].time_to(0.9), Some(10.0));
+        let table = markdown(
+            &reached,
+            (&[Compressor::Signsgd], &[], BlockMode::Fixed),
+            10,
+            Some((0.9, "simulated")),
+        );
+        assert!(table.contains("time to 90% (simulated s"), "{table}");
+        assert!(table.contains("| 15.0 (2/2) |"), "{table}");
+        let never = markdown(
+            &[curve(1, &[0.1, 0.2, 0.3])],
+            (&[Compressor::Signsgd], &[], BlockMode::Fixed),
+            10,
+            Some((0.9, "simulated")),
+        );
+        assert!(never.contains("| never (0/1) |"), "{never}");
+    }
+
+    #[test]
+    fn rounds_are_timed_by_the_simulated_clock_when_there_is_one() {
+        let record = |seconds, time: Option<f64>| {
+            RoundRecord {
+            seconds,
+            time: time.map(|end| fedshard_actors::record::SimulatedTime {
+                end,
+                ..Default::default()
+            }),
+            ..serde_json::from_str(r#"{"round":1,"participants":0,"successes":0,"failures":{},"rejected":{},"model_updated":false,"accuracy":0,"loss":0,"train_loss":0,"uplink_bits":0,"client_uplink_bits":{},"downlink_bits":0,"bits_per_parameter":0,"anme":0,"groups":[],"learning_rate":0,"client_train_seconds":[],"seconds":0}"#).unwrap()
+        }
+        };
+        assert_eq!(
+            time_per_round(&[record(1.0, None), record(2.0, None)]),
+            vec![1.0, 3.0]
+        );
+        assert_eq!(time_per_round(&[record(1.0, Some(40.0))]), vec![40.0]);
     }
 }

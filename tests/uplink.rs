@@ -355,7 +355,12 @@ fn the_compressor_grid_has_a_row_per_compressor_and_d_target() {
         ("[4/4] signsgd-klms (D = 3) seed 1".to_string(), 2)
     );
     assert!(runs.iter().all(|r| r.error.is_none()));
-    let table = markdown(&runs, &compressors, &d_targets, BlockMode::Adaptive, 650);
+    let table = markdown(
+        &runs,
+        (&compressors, &d_targets, BlockMode::Adaptive),
+        650,
+        None,
+    );
     for row in [
         "| identity |",
         "| signsgd |",

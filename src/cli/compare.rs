@@ -57,6 +57,34 @@ pub struct CompareArgs {
     /// With --compressors: the adaptive KLMS `D_target` values, one row each.
     #[arg(long, value_name = "LIST", default_value = "2")]
     pub d_targets: String,
+    /// With --compressors: also the mean time to this test accuracy per row (a fraction such as
+    /// 0.9), in simulated seconds under `--clock virtual` or `[run] clock = "virtual"`, else in
+    /// the wall clock's.
+    #[arg(long, value_name = "ACCURACY", requires = "compressors", value_parser = accuracy_target)]
+    pub target: Option<f64>,
+    /// Real or simulated time for every run, over the config's `run.clock`.
+    #[arg(long, value_enum)]
+    pub clock: Option<super::Clock>,
+}
+
+/// The flags beyond the grid's own that a Reproduce line must repeat.
+fn extra_flags(args: &CompareArgs) -> String {
+    let clock = args.clock.map(|c| match c {
+        super::Clock::Virtual => " --clock virtual".to_string(),
+        super::Clock::Wall => " --clock wall".to_string(),
+    });
+    let target = args.target.map(|t| format!(" --target {t}"));
+    clock.into_iter().chain(target).collect()
+}
+
+/// `--target`: a test accuracy in (0, 1].
+fn accuracy_target(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(a) if a > 0.0 && a <= 1.0 => Ok(a),
+        _ => Err(format!(
+            "expected a test accuracy in (0, 1], such as 0.9; got `{text}`"
+        )),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -111,12 +139,13 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     );
     let _ = writeln!(
         markdown,
-        "Reproduce: `fedshard compare {} --strategies {} --keep-ratios {} --seeds {} --rounds {}`",
+        "Reproduce: `fedshard compare {} --strategies {} --keep-ratios {} --seeds {} --rounds {}{}`",
         args.config.display(),
         names(strategies.iter().map(ToString::to_string).collect()),
         names(setups.iter().map(|s| s.name.clone()).collect()),
         args.seeds,
-        config.run.rounds
+        config.run.rounds,
+        extra_flags(args)
     );
     markdown.push('\n');
     markdown.push_str(&compare::table(&runs, &strategies, &setups));
@@ -158,6 +187,10 @@ fn config_and_seeds(args: &CompareArgs) -> anyhow::Result<(Config, Vec<u64>)> {
     if let Some(rounds) = args.rounds {
         config.run.rounds = rounds;
         config.validate().context("--rounds")?;
+    }
+    if let Some(clock) = args.clock {
+        config.run.clock = clock.into();
+        config.validate().context("--clock")?;
     }
     let seeds = compare::seeds(config.run.seed, args.seeds);
     config.log_warnings();
@@ -219,18 +252,28 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
     }
     let blocks = config.compression.clone().unwrap_or_default().blocks;
     let parameters = federation::initial_model(&config, config.run.seed).num_parameters();
-    let table = compare_uplink::markdown(&runs, &compressors, &d_targets, blocks, parameters);
+    let clock = match config.run.clock {
+        fedshard_actors::clock::ClockKind::Virtual => "simulated",
+        fedshard_actors::clock::ClockKind::Wall => "wall",
+    };
+    let table = compare_uplink::markdown(
+        &runs,
+        (&compressors, &d_targets, blocks),
+        parameters,
+        args.target.map(|t| (t, clock)),
+    );
     println!(
         "Final test accuracy in % (mean ± std over {} seeds) and uplink bits per parameter per \
          update (mean over rounds) on {}: {}.\n\n{table}\n\
-         Reproduce: `fedshard compare {} --compressors {list} --d-targets {} --seeds {} --rounds {}`",
+         Reproduce: `fedshard compare {} --compressors {list} --d-targets {} --seeds {} --rounds {}{}`",
         args.seeds,
         args.config.display(),
         config.schedule_caption(),
         args.config.display(),
         args.d_targets,
         args.seeds,
-        config.run.rounds
+        config.run.rounds,
+        extra_flags(args)
     );
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
