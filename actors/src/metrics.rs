@@ -60,6 +60,7 @@ pub struct Metrics {
     klms_drift_ratio: GaugeVec,
     staleness: HistogramVec,
     late: IntCounterVec,
+    simulated_seconds: GaugeVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -218,6 +219,11 @@ impl Metrics {
                 "Clients cut off by over-commitment: still training when their round had its updates.",
                 none,
             )?,
+            simulated_seconds: gauge(
+                "fedshard_simulated_seconds",
+                "Simulated time at the end of the last round or version, under --clock virtual (docs/async.md); absent on the wall clock.",
+                none,
+            )?,
             registry,
         };
         // Series that exist from the start, so dashboards show zeros rather than "no data".
@@ -276,6 +282,9 @@ impl Metrics {
             self.model_version.with_label_values(none).inc();
         }
         self.late.with_label_values(none).inc_by(r.late as u64);
+        if let Some(time) = &r.time {
+            self.simulated_seconds.with_label_values(none).set(time.end);
+        }
         let staleness = self.staleness.with_label_values(none);
         for tau in &r.staleness {
             staleness.observe(*tau as f64);
@@ -481,7 +490,11 @@ mod tests {
                 block_kl_bits: Some(2.5),
                 drift_ratio: Some(0.75),
             }),
-            time: None,
+            time: Some(crate::record::SimulatedTime {
+                start: 10.0 * (round - 1) as f64,
+                end: 10.0 * round as f64,
+                clients: Default::default(),
+            }),
         }
     }
 
@@ -515,6 +528,7 @@ mod tests {
             "fedshard_update_staleness_bucket{run=\"demo\",le=\"1\"} 4",
             "fedshard_klms_block_kl_bits{run=\"demo\"} 2.5",
             "fedshard_klms_drift_ratio{run=\"demo\"} 0.75",
+            "fedshard_simulated_seconds{run=\"demo\"} 20",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

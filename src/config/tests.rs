@@ -1,10 +1,14 @@
 use super::*;
 
-/// Every shipped config, the straggler ones included.
+/// Every shipped config, the straggler and simulated-time ones included.
 fn shipped() -> Vec<(std::path::PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
     let mut files = Vec::new();
-    for dir in [root.clone(), root.join("stragglers")] {
+    for dir in [
+        root.clone(),
+        root.join("stragglers"),
+        root.join("simulated"),
+    ] {
         for entry in std::fs::read_dir(&dir).expect("config folder") {
             let path = entry.expect("entry").path();
             if path.extension().is_some_and(|e| e == "toml") {
