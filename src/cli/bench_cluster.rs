@@ -45,12 +45,21 @@ pub struct ClusterBenchArgs {
     /// f32 parameters of the model each participant receives and returns.
     #[arg(long, default_value_t = 10_000)]
     pub params: usize,
+    /// Where the client nodes connect (the byte-counting relay in front of the server node).
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Start no client node: wait for `--nodes` nodes started elsewhere, each
+    /// `fedshard bench cluster-node --server LISTEN --clients LIST --params P` with the same
+    /// `$FEDSHARD_SECRET` (node k hosting clients k·C to k·C + C − 1); `cargo xtask wan
+    /// --bench-cluster C` starts them on hosts of their own.
+    #[arg(long)]
+    pub external_nodes: bool,
     #[arg(long)]
     pub json: bool,
 }
 
 /// One client node of the benchmark (started by `bench cluster`; the secret comes in
-/// `$FEDSHARD_SECRET`).
+/// `$FEDSHARD_SECRET`). It prints `{"peak_rss_bytes": N}` when the run ends.
 #[derive(Debug, Args)]
 pub struct ClusterNodeArgs {
     #[arg(long)]
@@ -212,22 +221,35 @@ pub fn cluster(args: &ClusterBenchArgs) -> anyhow::Result<ClusterReport> {
 
     // Across processes.
     // 64 hex digits, as `openssl rand -hex 32` makes (a secret needs 128 bits of entropy).
-    let secret = format!(
-        "{:032x}{:032x}",
-        rand::random::<u128>(),
-        rand::random::<u128>()
-    );
+    let secret = if args.external_nodes {
+        std::env::var(ENV_VAR)
+            .with_context(|| format!("--external-nodes: the nodes' secret must be in ${ENV_VAR}"))?
+    } else {
+        format!(
+            "{:032x}{:032x}",
+            rand::random::<u128>(),
+            rand::random::<u128>()
+        )
+    };
     let listen: SocketAddr = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
         probe.local_addr()?
     };
     let wire = Arc::new(AtomicU64::new(0));
-    let relay_listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
+    let relay_listener = runtime
+        .block_on(TcpListener::bind(args.listen))
+        .with_context(|| format!("--listen {}", args.listen))?;
     let relay_addr = relay_listener.local_addr()?;
     runtime.spawn(relay(relay_listener, listen, Arc::clone(&wire)));
     let exe = std::env::current_exe().context("locating this executable")?;
     let mut children = Children(Vec::new());
-    for node in 0..args.nodes {
+    if args.external_nodes {
+        eprintln!(
+            "bench cluster: waiting for {} client nodes at {relay_addr}",
+            args.nodes
+        );
+    }
+    for node in (0..args.nodes).filter(|_| !args.external_nodes) {
         let first = node * args.clients_per_node;
         let list = format_ids(&ids[first..first + args.clients_per_node]);
         let child = Command::new(&exe)
@@ -323,7 +345,9 @@ pub fn cluster_node(args: &ClusterNodeArgs) -> anyhow::Result<()> {
     let runtime = crate::runtime::build()?;
     runtime
         .block_on(join(options, trainers(&ids)))
-        .map_err(anyhow::Error::msg)
+        .map_err(anyhow::Error::msg)?;
+    println!("{{\"peak_rss_bytes\":{}}}", peak_rss_bytes());
+    Ok(())
 }
 
 pub fn describe(r: &ClusterReport) -> String {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 pub const USAGE: &str = "\
 usage: cargo xtask wan --nodes N --uplink-mbit R --config CONFIG [--server-mbit R] [--rounds N]
                        [--bin PATH] [--out DIR] [--json]
+       cargo xtask wan --nodes N --uplink-mbit R --bench-cluster C [--params P] [--rounds N] [--bin PATH]
 
 Makes a bridge and N+1 network namespaces (a server host 10.77.0.1 and client hosts 10.77.0.2…,
 each uplink limited to R Mbit/s with tbf; the server's to --server-mbit, default R), runs
@@ -27,6 +28,9 @@ as the run counted them) and last the links' byte counts and the final model's d
 namespace at the end, also on failure. Needs root and iproute2 (`ip`, `tc`).
 --bin: the fedshard binary (default: `cargo build --release`, then target/release/fedshard).
 --out: keep the served run folder there (default: a temporary folder, removed).
+--bench-cluster C: instead of a config, `fedshard bench cluster` (echo clients, a model of --params
+f32 values, default 100; --rounds default 3) with C clients on each client host: its report (µs
+per client per round against the same federation in one process) and each host's peak memory.
 
 example: cargo xtask wan --nodes 3 --uplink-mbit 10 --config config/digits-linear.toml --json";
 
@@ -35,11 +39,21 @@ struct Options {
     nodes: usize,
     uplink_mbit: f64,
     server_mbit: f64,
-    config: PathBuf,
+    work: Work,
     rounds: Option<u64>,
     bin: Option<PathBuf>,
     out: Option<PathBuf>,
     json: bool,
+}
+
+/// What the federation runs.
+enum Work {
+    Config(PathBuf),
+    /// `fedshard bench cluster` with this many echo clients per host and a model of `params`.
+    Bench {
+        clients_per_node: usize,
+        params: usize,
+    },
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -51,6 +65,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
     let mut bin = None;
     let mut out = None;
     let mut json = false;
+    let mut bench = None;
+    let mut params = 100;
     let mut args = args.iter();
     while let Some(flag) = args.next() {
         let mut value = || {
@@ -67,6 +83,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--bin" => bin = Some(PathBuf::from(value()?)),
             "--out" => out = Some(PathBuf::from(value()?)),
             "--json" => json = true,
+            "--bench-cluster" => {
+                bench = Some(number::<usize>(
+                    flag,
+                    &value()?,
+                    "clients per host such as 12500",
+                )?)
+            }
+            "--params" => params = number::<usize>(flag, &value()?, "a count such as 100")?,
             other => return Err(format!("unknown option `{other}`")),
         }
     }
@@ -77,11 +101,21 @@ fn parse(args: &[String]) -> Result<Options, String> {
         ));
     }
     let uplink_mbit = uplink.ok_or("--uplink-mbit is required")?;
+    let work = match (config, bench) {
+        (Some(config), None) => Work::Config(config),
+        (None, Some(clients_per_node)) if clients_per_node >= 1 && params >= 1 => Work::Bench {
+            clients_per_node,
+            params,
+        },
+        (None, Some(_)) => return Err("--bench-cluster and --params must be at least 1".into()),
+        (Some(_), Some(_)) => return Err("give --config or --bench-cluster, not both".into()),
+        (None, None) => return Err("--config (or --bench-cluster) is required".into()),
+    };
     Ok(Options {
         nodes,
         uplink_mbit,
         server_mbit: server.unwrap_or(uplink_mbit),
-        config: config.ok_or("--config is required")?,
+        work,
         rounds,
         bin,
         out,
@@ -123,12 +157,22 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(name: &str, mut command: Command, dir: &Path) -> Result<Self, String> {
+    fn spawn(name: &str, command: Command, dir: &Path) -> Result<Self, String> {
+        Self::spawn_to(name, command, dir, Stdio::null())
+    }
+
+    /// [`Proc::spawn`] with its stdout going to `stdout`.
+    fn spawn_to(
+        name: &str,
+        mut command: Command,
+        dir: &Path,
+        stdout: impl Into<Stdio>,
+    ) -> Result<Self, String> {
         let log = dir.join(format!("{name}.log"));
         let file = fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let child = command
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(file)
             .spawn()
             .map_err(|e| format!("cannot start {name}: {e}"))?;
@@ -154,8 +198,137 @@ impl Drop for Proc {
     }
 }
 
-/// A folder removed when dropped, unless kept.
+/// A folder removed when dropped.
 struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Self, String> {
+        let dir = std::env::temp_dir().join(format!("fedshard-wan-{}", std::process::id()));
+        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+/// The fedshard binary: `--bin`, or a fresh release build.
+fn binary(repo: &Path, options: &Options) -> Result<PathBuf, String> {
+    match &options.bin {
+        Some(bin) => Ok(bin.clone()),
+        None => build(repo),
+    }
+}
+
+/// The server host and the client hosts, each uplink limited.
+fn network(options: &Options) -> Result<Network, String> {
+    let rates: Vec<Option<f64>> = std::iter::once(Some(options.server_mbit))
+        .chain(std::iter::repeat_n(
+            Some(options.uplink_mbit),
+            options.nodes,
+        ))
+        .collect();
+    Network::create("wan", &rates)
+}
+
+/// `fedshard bench cluster --external-nodes` on the server host and a `bench cluster-node` of
+/// `clients_per_node` echo clients on each client host; prints the bench's report and each
+/// host's peak memory.
+fn bench(
+    repo: &Path,
+    options: &Options,
+    clients_per_node: usize,
+    params: usize,
+) -> Result<bool, String> {
+    let bin = binary(repo, options)?;
+    let scratch = Scratch::new()?;
+    let mut secret = [0u8; 32];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut secret))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let network = network(options)?;
+    let listen = format!("{}:7000", netns::address(0));
+    let bin = bin.to_string_lossy().into_owned();
+    let rounds = options.rounds.unwrap_or(3).to_string();
+    let (nodes, params) = (options.nodes.to_string(), params.to_string());
+    let mut server = network.command(0, &bin);
+    server.args([
+        "bench",
+        "cluster",
+        "--external-nodes",
+        "--json",
+        "--listen",
+        &listen,
+    ]);
+    server.args([
+        "--nodes",
+        &nodes,
+        "--clients-per-node",
+        &clients_per_node.to_string(),
+    ]);
+    server.args(["--params", &params, "--rounds", &rounds]);
+    server.env("FEDSHARD_SECRET", &secret);
+    let report = scratch.0.join("report.json");
+    let out = fs::File::create(&report).map_err(|e| format!("{}: {e}", report.display()))?;
+    let mut processes = vec![Proc::spawn_to("bench-cluster", server, &scratch.0, out)?];
+    // The nodes start once the server has run the federation in one process and listens.
+    let started = Instant::now();
+    while !fs::read_to_string(&processes[0].log)
+        .unwrap_or_default()
+        .contains("waiting for")
+    {
+        if let Some(Some((name, tail))) = exited(&mut processes)? {
+            return Err(format!("{name} failed; the end of its log:\n{tail}"));
+        }
+        if started.elapsed() > Duration::from_secs(3600) {
+            return Err("bench cluster did not start listening within an hour".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for node in 0..options.nodes {
+        let first = node * clients_per_node;
+        let list = format!("{first}-{}", first + clients_per_node - 1);
+        let mut join = network.command(node + 1, &bin);
+        join.args([
+            "bench",
+            "cluster-node",
+            "--server",
+            &listen,
+            "--clients",
+            &list,
+        ]);
+        join.args(["--params", &params]);
+        join.env("FEDSHARD_SECRET", &secret);
+        let path = scratch.0.join(format!("node-{}.json", node + 1));
+        let out = fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        processes.push(Proc::spawn_to(
+            &format!("node-{}", node + 1),
+            join,
+            &scratch.0,
+            out,
+        )?);
+    }
+    let outcome = loop {
+        if let Some(outcome) = exited(&mut processes)? {
+            break outcome;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if let Some((name, tail)) = outcome {
+        return Err(format!("{name} failed; the end of its log:\n{tail}"));
+    }
+    drop(network);
+    let text = fs::read_to_string(&report).map_err(|e| format!("{}: {e}", report.display()))?;
+    println!("{}", text.trim());
+    for node in 0..options.nodes {
+        let path = scratch.0.join(format!("node-{}.json", node + 1));
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let rss = json_number(&text, "peak_rss_bytes").unwrap_or(f64::NAN);
+        println!(
+            "{{\"host\":{},\"clients\":{clients_per_node},\"peak_rss_bytes\":{rss:.0}}}",
+            node + 1
+        );
+    }
+    Ok(true)
+}
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -164,8 +337,15 @@ impl Drop for Scratch {
 }
 
 fn run(repo: &Path, options: &Options) -> Result<bool, String> {
-    let config = fs::canonicalize(&options.config)
-        .map_err(|e| format!("--config {}: {e}", options.config.display()))?;
+    let config = match &options.work {
+        Work::Config(config) => config,
+        Work::Bench {
+            clients_per_node,
+            params,
+        } => return bench(repo, options, *clients_per_node, *params),
+    };
+    let config =
+        fs::canonicalize(config).map_err(|e| format!("--config {}: {e}", config.display()))?;
     let clients = data_clients(&config)?;
     if clients < options.nodes {
         return Err(format!(
