@@ -188,7 +188,7 @@ pub fn markdown(
     let mut out = String::new();
     let time_header = target.map_or_else(String::new, |(accuracy, clock)| {
         format!(
-            " time to {:.0}% ({clock} s, seeds reaching it) |",
+            " {clock} s per round | time to {:.0}% ({clock} s, seeds reaching it) |",
             100.0 * accuracy
         )
     });
@@ -199,7 +199,7 @@ pub fn markdown(
     let _ = writeln!(
         out,
         "|---|---|---|---|---|---|---|{}",
-        if target.is_some() { "---|" } else { "" }
+        if target.is_some() { "---|---|" } else { "" }
     );
     let row_runs = |arm: &UplinkArm| -> Vec<&UplinkRun> {
         runs.iter()
@@ -284,12 +284,21 @@ pub fn markdown(
             _ => format!("{:.0}× fewer", 32.0 / bits),
         };
         let time = target.map_or_else(String::new, |(accuracy, _)| {
+            let per_round: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| Some(r.time_per_round.last()? / r.time_per_round.len() as f64))
+                .collect();
+            let per_round = if per_round.is_empty() {
+                "—".to_string()
+            } else {
+                format!("{:.2}", mean_and_sample_std(&per_round).0)
+            };
             let times: Vec<f64> = rs.iter().filter_map(|r| r.time_to(accuracy)).collect();
             if times.is_empty() {
-                format!(" never (0/{}) |", rs.len())
+                format!(" {per_round} | never (0/{}) |", rs.len())
             } else {
                 let (mean, _) = mean_and_sample_std(&times);
-                format!(" {mean:.1} ({}/{}) |", times.len(), rs.len())
+                format!(" {per_round} | {mean:.1} ({}/{}) |", times.len(), rs.len())
             }
         });
         let _ = writeln!(
@@ -452,14 +461,14 @@ mod tests {
             Some((0.9, "simulated")),
         );
         assert!(table.contains("time to 90% (simulated s"), "{table}");
-        assert!(table.contains("| 15.0 (2/2) |"), "{table}");
+        assert!(table.contains("| 10.00 | 15.0 (2/2) |"), "{table}");
         let never = markdown(
             &[curve(1, &[0.1, 0.2, 0.3])],
             (&[Compressor::Signsgd], &[], BlockMode::Fixed),
             10,
             Some((0.9, "simulated")),
         );
-        assert!(never.contains("| never (0/1) |"), "{never}");
+        assert!(never.contains("| 10.00 | never (0/1) |"), "{never}");
     }
 
     #[test]

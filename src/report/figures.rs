@@ -119,9 +119,48 @@ fn per(title: &str, step: &str) -> String {
     title.replace("per round", &format!("per {step}"))
 }
 
-/// One figure per [`METRICS`] entry, a line per run, each labelled with the run's label.
+/// The horizontal axis of the figures against simulated time.
+const SIMULATED: &str = "simulated seconds";
+
+/// Test accuracy at the simulated end of each round or version; `None` unless every record
+/// has simulated time (`--clock virtual`).
+fn accuracy_in_time(label: impl Into<String>, rounds: &[RoundPoint]) -> Option<Series> {
+    let points = rounds
+        .iter()
+        .map(|r| Some((r.time.as_ref()?.end, r.accuracy)))
+        .collect::<Option<Vec<_>>>()?;
+    (!points.is_empty()).then(|| Series {
+        label: label.into(),
+        points,
+    })
+}
+
+/// The figure of test accuracy against simulated time.
+fn accuracy_in_time_figure(series: Vec<Series>, legend: Legend) -> Figure {
+    Figure {
+        title: "Test accuracy against simulated time".into(),
+        step: SIMULATED,
+        value_label: "accuracy".into(),
+        value_axis: ValueAxis::Fixed(0.0, 1.0),
+        legend,
+        series,
+    }
+}
+
+/// One figure per [`METRICS`] entry, a line per run, each labelled with the run's label; and
+/// when every run kept simulated time, test accuracy against it.
 pub fn overlay(runs: &[Run]) -> Vec<(&'static str, Figure)> {
     let step = step_of(runs);
+    let in_time: Option<Vec<Series>> = runs
+        .iter()
+        .map(|run| accuracy_in_time(run.label.clone(), &run.rounds))
+        .collect();
+    let timed = in_time.map(|series| {
+        (
+            "accuracy-time",
+            accuracy_in_time_figure(series, Legend::LowerRight),
+        )
+    });
     METRICS
         .iter()
         .map(|m| {
@@ -138,6 +177,7 @@ pub fn overlay(runs: &[Run]) -> Vec<(&'static str, Figure)> {
             };
             (m.stem, figure)
         })
+        .chain(timed)
         .collect()
 }
 
@@ -242,6 +282,12 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
             ),
         ),
     ];
+    if let Some(series) = accuracy_in_time("test accuracy", rounds) {
+        figures.push((
+            "accuracy-time",
+            accuracy_in_time_figure(vec![series], Legend::None),
+        ));
+    }
     if asynchronous(rounds) {
         let mean = |r: &RoundPoint| {
             r.staleness.iter().sum::<u64>() as f64 / r.staleness.len().max(1) as f64
@@ -317,6 +363,7 @@ fn anme_series(rounds: &[RoundPoint]) -> Vec<Series> {
 mod tests {
     use super::*;
     use crate::report::rounds::{GroupPoint, RunLabels};
+    use fedshard_actors::record::SimulatedTime;
 
     fn round(round: u64, groups: &[(&str, f64, f64)]) -> RoundPoint {
         RoundPoint {
@@ -343,7 +390,53 @@ mod tests {
             late: 0,
             staleness: Vec::new(),
             klms: None,
+            time: None,
         }
+    }
+
+    /// A run with simulated time gets accuracy against it, its points at each round's end; a
+    /// run on the wall clock does not, nor does an overlay with one such run.
+    #[test]
+    fn simulated_time_gets_a_figure_of_accuracy_against_it() {
+        let timed: Vec<RoundPoint> = (1..=3)
+            .map(|i| RoundPoint {
+                time: Some(SimulatedTime {
+                    start: 10.0 * (i - 1) as f64,
+                    end: 10.0 * i as f64,
+                    clients: Default::default(),
+                }),
+                ..round(i, &[])
+            })
+            .collect();
+        let figures = run_figures(&timed);
+        let (_, figure) = figures
+            .iter()
+            .find(|(stem, _)| *stem == "accuracy-time")
+            .expect("a figure against time");
+        assert_eq!(figure.step, SIMULATED);
+        assert_eq!(figure.series[0].points[2], (30.0, 0.1 * 3.0));
+        let wall = vec![round(1, &[])];
+        assert!(
+            run_figures(&wall)
+                .iter()
+                .all(|(s, _)| *s != "accuracy-time")
+        );
+        let run = |rounds: Vec<RoundPoint>| Run {
+            dir: "r".into(),
+            label: "r".into(),
+            config: RunLabels::default(),
+            rounds,
+        };
+        assert!(
+            overlay(&[run(timed.clone())])
+                .iter()
+                .any(|(s, _)| *s == "accuracy-time")
+        );
+        assert!(
+            overlay(&[run(timed), run(wall)])
+                .iter()
+                .all(|(s, _)| *s != "accuracy-time")
+        );
     }
 
     /// A run's figures count rounds, an asynchronous run's (whose records carry staleness)

@@ -7,7 +7,7 @@
 //! ignored, so a folder from a run with more fields still reads.
 
 use anyhow::{Context, bail};
-use fedshard_actors::record::{KlmsStats, RoundRecord};
+use fedshard_actors::record::{KlmsStats, RoundRecord, SimulatedTime};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,6 +53,9 @@ pub struct RoundPoint {
     /// What the KLMS coders reported (absent without KLMS and in older records).
     #[serde(default)]
     pub klms: Option<KlmsStats>,
+    /// Simulated time (`--clock virtual`); absent on the wall clock.
+    #[serde(default)]
+    pub time: Option<SimulatedTime>,
 }
 
 /// The ANME of one keep-ratio cluster on one sharded layer.
@@ -109,6 +112,7 @@ impl From<&RoundRecord> for RoundPoint {
             late: r.late,
             staleness: r.staleness.clone(),
             klms: r.klms,
+            time: r.time.clone(),
         }
     }
 }
