@@ -7,6 +7,8 @@
 # final accuracy, the bytes the uplinks carried and whether the model equals the in-process one.
 # Usage: scripts/wan-compression.sh [TARGET] [COMPRESSORS...] (default 0.8, identity qsgd-elias
 # signsgd signsgd-klms); needs root, iproute2, python3 and `fedshard data mnist` once.
+# BASE=CONFIG replaces the base config (e.g. config/klms-mnist-fedpm-cnn.toml for fedpm and
+# fedpm-klms), ROUNDS=N its rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:-0.8}
@@ -21,12 +23,12 @@ for compressor in "${compressors[@]}"; do
   config="$out/$compressor.toml"
   # The wall clock, this compressor; identity takes no [compression] table.
   sed -e '/^clock = /d' -e '/^\[devices\]/,$d' \
-    -e "s/^compressor = .*/compressor = \"$compressor\"/" config/simulated/mnist-cnn-10mbit.toml >"$config"
+    -e "s/^compressor = .*/compressor = \"$compressor\"/" "${BASE:-config/simulated/mnist-cnn-10mbit.toml}" >"$config"
   if [ "$compressor" = identity ]; then
     sed -i '/^\[compression\]/,/^$/d; /^# The compressors.*/,/^# `identity`)/d' "$config"
   fi
   cargo xtask wan --nodes 10 --uplink-mbit 10 --server-mbit 100 --config "$config" \
-    --bin target/release/fedshard --json >"$out/$compressor.jsonl"
+    ${ROUNDS:+--rounds "$ROUNDS"} --bin target/release/fedshard --json >"$out/$compressor.jsonl"
   python3 - "$compressor" "$target" "$out/$compressor.jsonl" <<'PY'
 import json, sys
 compressor, target, path = sys.argv[1], float(sys.argv[2]), sys.argv[3]

@@ -206,6 +206,47 @@ pub struct RunResult {
     /// the run failed. Not in the JSON, whose shape stays one number per run.
     #[serde(skip)]
     pub accuracy_per_round: Vec<f64>,
+    /// The time at the end of each round ([`time_per_round`]); kept, like the accuracies, in
+    /// the journal and not in the JSON.
+    #[serde(skip)]
+    pub time_per_round: Vec<f64>,
+}
+
+/// Each round's end, seconds since the run began: in simulated time when the run had a clock
+/// (`--clock virtual`), else the rounds' wall-clock `seconds` summed.
+pub fn time_per_round(rounds: &[RoundRecord]) -> Vec<f64> {
+    let mut wall = 0.0;
+    rounds
+        .iter()
+        .map(|r| {
+            wall += r.seconds;
+            r.time.as_ref().map_or(wall, |t| t.end)
+        })
+        .collect()
+}
+
+/// When the test accuracy first reached `target`, from a run's accuracies and times per round.
+pub fn time_to(accuracy: &[f64], time: &[f64], target: f64) -> Option<f64> {
+    accuracy
+        .iter()
+        .zip(time)
+        .find(|(a, _)| **a >= target)
+        .map(|(_, t)| *t)
+}
+
+/// A table cell of the time to a target over a cell's runs: the mean over the runs that reached
+/// it, and how many did (`never (0/n)` when none).
+pub fn time_to_cell(runs: &[(&[f64], &[f64])], target: f64) -> String {
+    let times: Vec<f64> = runs
+        .iter()
+        .filter_map(|(accuracy, time)| time_to(accuracy, time, target))
+        .collect();
+    if times.is_empty() {
+        format!("never (0/{})", runs.len())
+    } else {
+        let (mean, _) = mean_and_sample_std(&times);
+        format!("{mean:.1} ({}/{})", times.len(), runs.len())
+    }
 }
 
 /// The grid: the reference arm first (a quick sanity check of the data and training), then
@@ -355,19 +396,65 @@ impl GridArm for Arm {
             mean_update_cosine: mean(rounds.iter().filter_map(|r| r.update_cosine).collect()),
             seconds,
             accuracy_per_round: rounds.iter().map(|r| r.accuracy).collect(),
+            time_per_round: time_per_round(rounds),
             error: outcome.err().map(|e| format!("{e:#}")),
         }
     }
 }
 
 impl JournalRow for RunResult {
-    fn accuracy_per_round(&self) -> &[f64] {
-        &self.accuracy_per_round
+    fn per_round(&self) -> (&[f64], &[f64]) {
+        (&self.accuracy_per_round, &self.time_per_round)
     }
 
-    fn set_accuracy_per_round(&mut self, accuracy: Vec<f64>) {
+    fn set_per_round(&mut self, accuracy: Vec<f64>, time: Vec<f64>) {
         self.accuracy_per_round = accuracy;
+        self.time_per_round = time;
     }
+}
+
+/// The time to `target` test accuracy per strategy and setup, laid out as [`table`]: the mean
+/// over the seeds that reached it, in `clock`'s seconds (`simulated` or `wall`).
+pub fn time_table(
+    results: &[RunResult],
+    (strategies, setups): (&[StrategySpec], &[Setup]),
+    target: f64,
+    clock: &str,
+) -> String {
+    let mut out = format!(
+        "Time to {:.0}% test accuracy ({clock} seconds; mean over the seeds that reached it, and how many did):\n\n| strategy |",
+        100.0 * target
+    );
+    let mut rule = String::from("|---|");
+    for setup in setups {
+        let _ = write!(out, " {} |", setup.describe());
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(out, "\n{rule}");
+    let rows = strategies
+        .iter()
+        .map(ToString::to_string)
+        .chain(std::iter::once(NO_SHARDING.to_string()));
+    for strategy in rows {
+        let _ = write!(out, "| {strategy} |");
+        for setup in setups {
+            let runs: Vec<(&[f64], &[f64])> = results
+                .iter()
+                .filter(|r| {
+                    r.strategy == strategy && (r.setup == setup.name || strategy == NO_SHARDING)
+                })
+                .map(|r| (&r.accuracy_per_round[..], &r.time_per_round[..]))
+                .collect();
+            let text = if runs.is_empty() {
+                "–".to_string()
+            } else {
+                time_to_cell(&runs, target)
+            };
+            let _ = write!(out, " {text} |");
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// One cell of the table: the runs of one (strategy, setup) over the seeds.
@@ -577,6 +664,7 @@ mod tests {
             error: None,
             seconds: 0.0,
             accuracy_per_round: Vec::new(),
+            time_per_round: Vec::new(),
         };
         let results = [run(1, 0.8), run(2, 0.9), run(3, 1.0)];
         let c = cell(&results, "unbiased", "0.1").unwrap();
@@ -624,6 +712,7 @@ mod tests {
             error: None,
             seconds: 0.0,
             accuracy_per_round: Vec::new(),
+            time_per_round: Vec::new(),
         };
         let results = [
             run("top-n", 1, 0.40),
@@ -644,6 +733,47 @@ mod tests {
         );
     }
 
+    /// The time-to-target table: per strategy and setup the mean time of the seeds that reached
+    /// the target, the reference in every column, `never` for a cell none reached.
+    #[test]
+    fn the_time_table_averages_the_seeds_that_reached_the_target() {
+        let run = |strategy: &str, setup: &str, accuracy: [f64; 3]| RunResult {
+            strategy: strategy.into(),
+            setup: setup.into(),
+            seed: 1,
+            final_accuracy: Some(accuracy[2]),
+            mean_anme: Some(0.0),
+            mean_update_cosine: None,
+            error: None,
+            seconds: 0.0,
+            accuracy_per_round: accuracy.to_vec(),
+            time_per_round: vec![5.0, 10.0, 15.0],
+        };
+        let results = [
+            run("prism", "0.2", [0.5, 0.9, 0.95]),
+            run("prism", "0.2", [0.9, 0.9, 0.95]),
+            run("top-n", "0.2", [0.1, 0.2, 0.3]),
+            run(NO_SHARDING, FULL_MODEL, [0.95, 0.96, 0.97]),
+        ];
+        let strategies = parse_strategies("prism,top-n").unwrap();
+        let text = time_table(
+            &results,
+            (&strategies, &[Setup::uniform(0.2)]),
+            0.9,
+            "simulated",
+        );
+        assert!(
+            text.contains("Time to 90% test accuracy (simulated seconds"),
+            "{text}"
+        );
+        assert!(text.contains("| prism | 7.5 (2/2) |"), "{text}");
+        assert!(text.contains("| top-n | never (0/1) |"), "{text}");
+        assert!(
+            text.contains(&format!("| {NO_SHARDING} | 5.0 (1/1) |")),
+            "{text}"
+        );
+    }
+
     /// A failed run is counted in its cell, left out of the statistics and listed with its error.
     #[test]
     fn failed_runs_are_counted_and_listed() {
@@ -657,6 +787,7 @@ mod tests {
             error: outcome.err().map(String::from),
             seconds: 0.0,
             accuracy_per_round: Vec::new(),
+            time_per_round: Vec::new(),
         };
         let strategies = parse_strategies("unbiased").unwrap();
         let setups = [Setup::uniform(0.1)];

@@ -23,10 +23,11 @@ pub const FILE: &str = "runs.jsonl";
 
 /// A grid's result of one run, as the journal keeps it.
 pub trait JournalRow: Serialize + DeserializeOwned + Clone {
-    /// The test accuracy after each round: left out of the result's own JSON (one number per
-    /// run), but needed to redraw the figures of a resumed grid.
-    fn accuracy_per_round(&self) -> &[f64];
-    fn set_accuracy_per_round(&mut self, accuracy: Vec<f64>);
+    /// The test accuracy after each round and the time at its end: left out of the result's
+    /// own JSON (one number per run), but needed to redraw the figures and the times to a
+    /// target of a resumed grid.
+    fn per_round(&self) -> (&[f64], &[f64]);
+    fn set_per_round(&mut self, accuracy: Vec<f64>, time: Vec<f64>);
 }
 
 /// One line of the journal.
@@ -38,6 +39,9 @@ struct Line<R> {
     /// Not part of [`RunResult`]'s JSON (whose shape stays one number per run), but needed to
     /// redraw the accuracy figures of a resumed grid.
     accuracy_per_round: Vec<f64>,
+    /// The time at each round's end (absent in journals written before it was kept).
+    #[serde(default)]
+    time_per_round: Vec<f64>,
 }
 
 /// The runs recorded so far and the file that new ones are appended to.
@@ -86,7 +90,7 @@ impl<R: JournalRow> Journal<R> {
                 )
             })?;
             let mut result = entry.result;
-            result.set_accuracy_per_round(entry.accuracy_per_round);
+            result.set_per_round(entry.accuracy_per_round, entry.time_per_round);
             recorded.push((entry.config, result));
         }
         let file = OpenOptions::new()
@@ -127,7 +131,8 @@ impl<R: JournalRow> Journal<R> {
         let line = Line {
             config: serde_json::to_value(config)?,
             result: result.clone(),
-            accuracy_per_round: result.accuracy_per_round().to_vec(),
+            accuracy_per_round: result.per_round().0.to_vec(),
+            time_per_round: result.per_round().1.to_vec(),
         };
         let mut text = serde_json::to_string(&line)?;
         text.push('\n');
@@ -174,6 +179,7 @@ mod tests {
             error: None,
             seconds: 1.5,
             accuracy_per_round: vec![0.125, 0.5],
+            time_per_round: vec![1.0, 2.0],
         }
     }
 

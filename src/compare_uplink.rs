@@ -6,7 +6,10 @@
 //! bits are those of the payload bytes the clients sent (`RoundRecord::uplink_bits`), not a
 //! formula.
 
-use crate::compare::{GridArm, OnRun, mean_and_sample_std, parse_list, run_grid, t_interval_95};
+use crate::compare::{
+    GridArm, OnRun, mean_and_sample_std, parse_list, run_grid, t_interval_95, time_per_round,
+    time_to, time_to_cell,
+};
 use crate::compare_journal::{Journal, JournalRow};
 use crate::config::Config;
 use anyhow::{Context, ensure};
@@ -66,33 +69,17 @@ pub struct UplinkRun {
     pub seconds: f64,
     #[serde(skip)]
     pub accuracy_per_round: Vec<f64>,
-    /// The time at the end of each round, seconds since the run began: simulated under
-    /// `--clock virtual`, else the wall clock's (the rounds' `seconds` summed).
-    #[serde(default)]
+    /// The time at the end of each round ([`time_per_round`]); kept, like the accuracies, in
+    /// the journal and not in the JSON.
+    #[serde(skip)]
     pub time_per_round: Vec<f64>,
 }
 
 impl UplinkRun {
-    /// When the test accuracy first reached `target` ([`UplinkRun::time_per_round`]).
+    /// When the test accuracy first reached `target`.
     pub fn time_to(&self, target: f64) -> Option<f64> {
-        self.accuracy_per_round
-            .iter()
-            .zip(&self.time_per_round)
-            .find(|(accuracy, _)| **accuracy >= target)
-            .map(|(_, time)| *time)
+        time_to(&self.accuracy_per_round, &self.time_per_round, target)
     }
-}
-
-/// Each round's end in simulated time when the run had a clock, else in summed wall seconds.
-pub fn time_per_round(rounds: &[RoundRecord]) -> Vec<f64> {
-    let mut wall = 0.0;
-    rounds
-        .iter()
-        .map(|r| {
-            wall += r.seconds;
-            r.time.as_ref().map_or(wall, |t| t.end)
-        })
-        .collect()
 }
 
 /// The config of one run: `base` with the arm's compressor and `D_target`, and `seed`.
@@ -162,12 +149,13 @@ impl GridArm for UplinkArm {
 }
 
 impl JournalRow for UplinkRun {
-    fn accuracy_per_round(&self) -> &[f64] {
-        &self.accuracy_per_round
+    fn per_round(&self) -> (&[f64], &[f64]) {
+        (&self.accuracy_per_round, &self.time_per_round)
     }
 
-    fn set_accuracy_per_round(&mut self, accuracy: Vec<f64>) {
+    fn set_per_round(&mut self, accuracy: Vec<f64>, time: Vec<f64>) {
         self.accuracy_per_round = accuracy;
+        self.time_per_round = time;
     }
 }
 
@@ -293,13 +281,11 @@ pub fn markdown(
             } else {
                 format!("{:.2}", mean_and_sample_std(&per_round).0)
             };
-            let times: Vec<f64> = rs.iter().filter_map(|r| r.time_to(accuracy)).collect();
-            if times.is_empty() {
-                format!(" {per_round} | never (0/{}) |", rs.len())
-            } else {
-                let (mean, _) = mean_and_sample_std(&times);
-                format!(" {per_round} | {mean:.1} ({}/{}) |", times.len(), rs.len())
-            }
+            let runs: Vec<(&[f64], &[f64])> = rs
+                .iter()
+                .map(|r| (&r.accuracy_per_round[..], &r.time_per_round[..]))
+                .collect();
+            format!(" {per_round} | {} |", time_to_cell(&runs, accuracy))
         });
         let _ = writeln!(
             out,

@@ -57,14 +57,22 @@ pub struct CompareArgs {
     /// With --compressors: the adaptive KLMS `D_target` values, one row each.
     #[arg(long, value_name = "LIST", default_value = "2")]
     pub d_targets: String,
-    /// With --compressors: also the mean time to this test accuracy per row (a fraction such as
-    /// 0.9), in simulated seconds under `--clock virtual` or `[run] clock = "virtual"`, else in
-    /// the wall clock's.
-    #[arg(long, value_name = "ACCURACY", requires = "compressors", value_parser = accuracy_target)]
+    /// Also the mean time to this test accuracy (a fraction such as 0.9) per row, or per
+    /// strategy and setup in a table of its own, in simulated seconds under `--clock virtual` or
+    /// `[run] clock = "virtual"`, else in the wall clock's.
+    #[arg(long, value_name = "ACCURACY", value_parser = accuracy_target)]
     pub target: Option<f64>,
     /// Real or simulated time for every run, over the config's `run.clock`.
     #[arg(long, value_enum)]
     pub clock: Option<super::Clock>,
+}
+
+/// What the times of `config`'s runs count: `simulated` or `wall` seconds.
+fn clock_name(config: &Config) -> &'static str {
+    match config.run.clock {
+        fedshard_actors::clock::ClockKind::Virtual => "simulated",
+        fedshard_actors::clock::ClockKind::Wall => "wall",
+    }
 }
 
 /// The flags beyond the grid's own that a Reproduce line must repeat.
@@ -151,6 +159,15 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     markdown.push_str(&compare::table(&runs, &strategies, &setups));
     markdown.push('\n');
     markdown.push_str(&compare::ranking(&runs, &strategies, &setups));
+    if let Some(target) = args.target {
+        markdown.push('\n');
+        markdown.push_str(&compare::time_table(
+            &runs,
+            (&strategies, &setups),
+            target,
+            clock_name(&config),
+        ));
+    }
     if let Some(out) = &args.out {
         let step = config.federation.schedule.step();
         crate::report::compare::write(out, &markdown, &runs, &strategies, &setups, step)?;
@@ -252,15 +269,11 @@ fn run_uplink(args: &CompareArgs, list: &str) -> anyhow::Result<()> {
     }
     let blocks = config.compression.clone().unwrap_or_default().blocks;
     let parameters = federation::initial_model(&config, config.run.seed).num_parameters();
-    let clock = match config.run.clock {
-        fedshard_actors::clock::ClockKind::Virtual => "simulated",
-        fedshard_actors::clock::ClockKind::Wall => "wall",
-    };
     let table = compare_uplink::markdown(
         &runs,
         (&compressors, &d_targets, blocks),
         parameters,
-        args.target.map(|t| (t, clock)),
+        args.target.map(|t| (t, clock_name(&config))),
     );
     println!(
         "Final test accuracy in % (mean ± std over {} seeds) and uplink bits per parameter per \

@@ -226,6 +226,7 @@ mod tests {
             error: None,
             seconds: 1.0,
             accuracy_per_round: curve.to_vec(),
+            time_per_round: Vec::new(),
         }
     }
 
