@@ -235,8 +235,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
             write_summary(&dir, &summary)?;
             crate::report::write_run_plots(&dir, &summary.per_round)?;
             if !args.quiet {
+                let simulated = summary
+                    .per_round
+                    .last()
+                    .and_then(|r| r.time.as_ref())
+                    .map_or_else(String::new, |t| format!(", {:.1} simulated s", t.end));
                 eprintln!(
-                    "{} {step}s, final accuracy {:.4}, loss {:.4}, {:.3} Mbit uplink",
+                    "{} {step}s, final accuracy {:.4}, loss {:.4}, {:.3} Mbit uplink{simulated}",
                     summary.rounds_completed,
                     summary.final_accuracy,
                     summary.final_loss,
@@ -357,10 +362,15 @@ impl Progress {
     }
 }
 
-/// One round in a few words: accuracy, loss, clients that answered and bits sent.
+/// One round in a few words: accuracy, loss, clients that answered and bits sent, and under
+/// simulated time the simulated clock at the round's end.
 pub(crate) fn progress_message(r: &RoundRecord) -> String {
+    let simulated = r
+        .time
+        .as_ref()
+        .map_or_else(String::new, |t| format!(" | simulated {:.1} s", t.end));
     format!(
-        "acc {:.4} loss {:.4} | {} ok, {} failed | {:.2} Mbit up",
+        "acc {:.4} loss {:.4} | {} ok, {} failed | {:.2} Mbit up{simulated}",
         r.accuracy,
         r.loss,
         r.successes,
