@@ -169,7 +169,8 @@ impl ServerState {
             let Some(actor) = self.clients.get(&pick).cloned() else {
                 continue;
             };
-            let cost = run.arrivals.cost(pick, Some(&task));
+            let bits = tasks.bits.get(&pick).copied().unwrap_or(0);
+            let cost = run.arrivals.cost(pick, Some((&task, bits)));
             let work = call_client(
                 actor,
                 Some(Box::new(task.clone())),

@@ -81,19 +81,20 @@ impl VirtualClock {
         self.kind == ClockKind::Virtual
     }
 
-    /// The time before `client` can answer `task` (`None`: only an upload of phase one's
-    /// update), without the upload of the answer, which depends on its bits.
-    pub fn before_upload(&self, client: ClientId, task: Option<&TrainTask>) -> TaskTime {
+    /// The time before `client` can answer `task` of `bits` on the downlink (`None`: only an
+    /// upload of phase one's update), without the upload of the answer, which depends on its
+    /// bits.
+    pub fn before_upload(&self, client: ClientId, task: Option<(&TrainTask, u64)>) -> TaskTime {
         let Some(cost) = self.clients.get(&client) else {
             return TaskTime::default();
         };
-        let Some(task) = task else {
+        let Some((task, bits)) = task else {
             return TaskTime {
                 download: self.latency,
                 ..TaskTime::default()
             };
         };
-        let bits = crate::round::task_bits(task) as f64;
+        let bits = bits as f64;
         let share = (task_parameters(task) as f64 / self.parameters.max(1) as f64).min(1.0);
         let work = task.recipe.epochs as f64 * cost.samples as f64 * share;
         let mut compute = cost.fixed_seconds + work * cost.seconds_per_sample;
@@ -173,8 +174,9 @@ mod tests {
     fn a_task_costs_its_latency_transfer_and_share_of_the_compute() {
         let clock = clock();
         let t = task(500, 2);
-        let time = clock.before_upload(0, Some(&t));
-        let bits = crate::round::task_bits(&t) as f64;
+        let bits = crate::round::task_bits(&t);
+        let time = clock.before_upload(0, Some((&t, bits)));
+        let bits = bits as f64;
         assert!((time.download - (0.02 + bits / 4e6)).abs() < 1e-12);
         assert!((time.compute - (0.5 + 2.0 * 50.0 * 0.5 * 0.01)).abs() < 1e-12);
         assert_eq!(clock.upload(0, 1_000_000), 0.02 + 1.0);
@@ -193,6 +195,6 @@ mod tests {
         };
         clock.faults = Some(plan);
         let t = task(1000, 1);
-        assert!((clock.before_upload(0, Some(&t)).compute - (0.5 + 0.5 + 30.0)).abs() < 1e-12);
+        assert!((clock.before_upload(0, Some((&t, 0))).compute - (0.5 + 0.5 + 30.0)).abs() < 1e-12);
     }
 }

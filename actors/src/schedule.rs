@@ -121,13 +121,17 @@ pub struct AsyncConfig {
 /// taken at the deadline, and a client that cannot make it is given up on without waiting for
 /// its real answer.
 pub struct Arrivals {
-    set: JoinSet<(ClientId, Outcome)>,
+    /// Each task's answer with the number it was pushed under.
+    set: JoinSet<(ClientId, u64, Outcome)>,
     clock: Option<Arc<VirtualClock>>,
     pending: BTreeMap<ClientId, Sent>,
     /// Answers that came before their turn.
     early: BTreeMap<ClientId, Outcome>,
     /// The simulated time of the last answer taken (or of the start).
     now: f64,
+    /// Tasks pushed so far: a client given up on and handed a new task (async mode) must not
+    /// have its old task's answer taken for the new one's.
+    pushed: u64,
 }
 
 /// A task in flight under a clock.
@@ -138,6 +142,8 @@ struct Sent {
     before: TaskTime,
     /// When the server stops waiting for it, in simulated time (infinite on the wall clock).
     deadline: f64,
+    /// Its number among the tasks pushed.
+    number: u64,
     work: AbortHandle,
 }
 
@@ -160,6 +166,7 @@ impl Arrivals {
             pending: BTreeMap::new(),
             early: BTreeMap::new(),
             now,
+            pushed: 0,
         }
     }
 
@@ -168,9 +175,9 @@ impl Arrivals {
         self.now
     }
 
-    /// The simulated time `client` needs for `task` (`None`: an upload request) before its
-    /// answer's upload, with a clock.
-    pub fn cost(&self, client: ClientId, task: Option<&TrainTask>) -> Option<TaskTime> {
+    /// The simulated time `client` needs for `task` of `bits` on the downlink (`None`: an
+    /// upload request) before its answer's upload, with a clock.
+    pub fn cost(&self, client: ClientId, task: Option<(&TrainTask, u64)>) -> Option<TaskTime> {
         self.clock
             .as_ref()
             .map(|clock| clock.before_upload(client, task))
@@ -185,9 +192,12 @@ impl Arrivals {
         deadline: Duration,
         work: impl std::future::Future<Output = Outcome> + Send + 'static,
     ) {
-        let work = self.set.spawn(async move { (client, work.await) });
+        self.pushed += 1;
+        let number = self.pushed;
+        let work = self.set.spawn(async move { (client, number, work.await) });
         if let (Some(clock), Some(before)) = (&self.clock, cost) {
             let sent = Sent {
+                number,
                 start: self.now,
                 before,
                 deadline: if clock.is_virtual() {
@@ -206,7 +216,7 @@ impl Arrivals {
         let Some(clock) = self.clock.clone() else {
             return loop {
                 match self.set.join_next().await? {
-                    Ok((client, outcome)) => {
+                    Ok((client, _, outcome)) => {
                         break Some(Arrival {
                             client,
                             outcome,
@@ -240,8 +250,11 @@ impl Arrivals {
                 .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))?;
             if !resolved {
                 match self.set.join_next().await {
-                    Some(Ok((id, outcome))) => {
-                        self.early.insert(id, outcome);
+                    Some(Ok((id, number, outcome))) => {
+                        // Only the answer to the task pending for that client.
+                        if self.pending.get(&id).is_some_and(|p| p.number == number) {
+                            self.early.insert(id, outcome);
+                        }
                     }
                     Some(Err(_)) => {}
                     None => {
@@ -260,15 +273,18 @@ impl Arrivals {
                 // answer to a later task of the same client.
                 sent.work.abort();
             }
-            let late = at >= sent.deadline && sent.deadline.is_finite();
-            let upload = match &answered {
-                Some(outcome) if !late => clock.upload(client, answer_bits(outcome)),
-                _ => 0.0,
-            };
-            let outcome = match answered {
-                Some(_) if late => Outcome::Timeout,
-                Some(outcome) => outcome,
-                None => Outcome::Timeout,
+            // In time when the answer arrives by the deadline; given up on (no answer yet, its
+            // arrival's lower bound past the deadline) is a timeout.
+            let upload = answered
+                .as_ref()
+                .map(|outcome| clock.upload(client, answer_bits(outcome)));
+            let (outcome, upload) = match (answered, upload) {
+                (Some(outcome), Some(up))
+                    if sent.start + sent.before.total() + up <= sent.deadline =>
+                {
+                    (outcome, up)
+                }
+                _ => (Outcome::Timeout, 0.0),
             };
             let time = TaskTime {
                 upload,
@@ -366,7 +382,7 @@ mod tests {
     }
 
     fn push(arrivals: &mut Arrivals, id: ClientId, wait_ms: u64, deadline: Duration) {
-        let cost = arrivals.cost(id, Some(&task(id)));
+        let cost = arrivals.cost(id, Some((&task(id), 0)));
         arrivals.push(id, cost, deadline, async move {
             tokio::time::sleep(Duration::from_millis(wait_ms)).await;
             reply(id)
@@ -418,7 +434,7 @@ mod tests {
     async fn a_simulated_deadline_gives_up_without_waiting_for_the_real_answer() {
         let clock = clock(ClockKind::Virtual, &[(1, 5.0), (2, 1.0)]);
         let mut arrivals = Arrivals::new(Some(clock), 10.0);
-        let cost = arrivals.cost(1, Some(&task(1)));
+        let cost = arrivals.cost(1, Some((&task(1), 0)));
         arrivals.push(1, cost, Duration::from_secs(2), std::future::pending());
         push(&mut arrivals, 2, 50, Duration::from_secs(2));
         let first = arrivals.next().await.unwrap();

@@ -369,6 +369,7 @@ impl ServerState {
     async fn dispatch(
         &self,
         messages: Vec<(ClientId, Option<Box<TrainTask>>)>,
+        bits: &BTreeMap<ClientId, u64>,
         upload: bool,
         (round, start): (u64, f64),
         close: Option<(usize, &Counts<'_>)>,
@@ -381,7 +382,10 @@ impl ServerState {
                 continue;
             };
             asked.push(id);
-            let cost = arrivals.cost(id, task.as_deref());
+            let sent = task
+                .as_deref()
+                .map(|t| (t, bits.get(&id).copied().unwrap_or(0)));
+            let cost = arrivals.cost(id, sent);
             let work = call_client(client, task, upload, round, self.wall_deadline());
             arrivals.push(id, cost, deadline, work);
         }
@@ -487,7 +491,7 @@ impl ServerState {
         phases.plan = started.elapsed().as_secs_f64();
         let start = self.simulated_now();
         let first_phase = self
-            .dispatch(messages, !two_phase, (round, start), close)
+            .dispatch(messages, &tasks.bits, !two_phase, (round, start), close)
             .await;
         let (outcomes, late) = (first_phase.outcomes, first_phase.late);
         let mut time = SimulatedTime {
@@ -510,7 +514,9 @@ impl ServerState {
                 .await?;
             probabilities = selection_probabilities(&second);
             let uploads = second.participants.iter().map(|p| (p.0, None)).collect();
-            let second_phase = self.dispatch(uploads, true, (round, time.end), None).await;
+            let second_phase = self
+                .dispatch(uploads, &BTreeMap::new(), true, (round, time.end), None)
+                .await;
             for (id, t) in second_phase.times {
                 let phase_one = time.clients.entry(id).or_default();
                 phase_one.upload += t.total();

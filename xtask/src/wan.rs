@@ -239,11 +239,7 @@ fn bench(
 ) -> Result<bool, String> {
     let bin = binary(repo, options)?;
     let scratch = Scratch::new()?;
-    let mut secret = [0u8; 32];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut secret))
-        .map_err(|e| format!("/dev/urandom: {e}"))?;
-    let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let secret = random_secret()?;
     let network = network(options)?;
     let listen = format!("{}:7000", netns::address(0));
     let bin = bin.to_string_lossy().into_owned();
@@ -565,15 +561,19 @@ fn build(repo: &Path) -> Result<PathBuf, String> {
     Ok(crate::target_dir(repo).join("release/fedshard"))
 }
 
-/// A fresh random secret in a file only its owner reads.
-fn write_secret(dir: &Path) -> Result<PathBuf, String> {
+/// 32 random bytes in hex, as `openssl rand -hex 32` makes a federation's secret.
+fn random_secret() -> Result<String, String> {
     let mut bytes = [0u8; 32];
     fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(|e| format!("/dev/urandom: {e}"))?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A fresh random secret in a file only its owner reads.
+fn write_secret(dir: &Path) -> Result<PathBuf, String> {
     let path = dir.join("secret");
-    fs::write(&path, hex + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    fs::write(&path, random_secret()? + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("{}: {e}", path.display()))?;

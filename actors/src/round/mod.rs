@@ -18,6 +18,7 @@ pub use classify::{Classified, classify};
 pub use cosine::update_cosine;
 pub use fold::{Buffered, FoldContext, Folded, fold, fold_buffered, weight_change};
 pub use record::{RoundSummary, Tally, record};
+#[cfg(test)]
 pub(crate) use tasks::task_bits;
 pub use tasks::{Tasks, build_tasks};
 pub use validate::{Accepted, Validated, check, update_norm, validate};

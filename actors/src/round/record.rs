@@ -28,7 +28,7 @@ pub struct Tally {
 impl Tally {
     /// Counts the tasks of a round as handed out.
     pub fn hand_out(&mut self, tasks: &Tasks) {
-        self.downlink_bits += tasks.downlink_bits;
+        self.downlink_bits += tasks.downlink_bits();
     }
 
     /// Counts a phase's sorted answers: each envelope's bits and each failure's kind.

@@ -7,12 +7,12 @@ use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Uplink;
 use std::collections::BTreeMap;
 
-/// The tasks of a round and the bits they take on the downlink.
+/// The tasks of a round and the bits each takes on the downlink.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tasks {
     pub tasks: BTreeMap<ClientId, TrainTask>,
-    /// 8 × the bincode length of every task.
-    pub downlink_bits: u64,
+    /// 8 × the bincode length of each task.
+    pub bits: BTreeMap<ClientId, u64>,
 }
 
 /// Every participant's task: the dense part of the model, its shards of the plan (none without
@@ -27,7 +27,7 @@ pub fn build_tasks(
 ) -> Tasks {
     let dense = dense_part(global, policy);
     let mut tasks = BTreeMap::new();
-    let mut downlink_bits = 0u64;
+    let mut bits = BTreeMap::new();
     for p in participants {
         let shards = plan
             .and_then(|pl| pl.shards.get(&p.client).cloned())
@@ -41,13 +41,10 @@ pub fn build_tasks(
             recipe: recipe.clone(),
             uplink: Uplink::default(),
         };
-        downlink_bits += task_bits(&task);
+        bits.insert(p.client, task_bits(&task));
         tasks.insert(p.client, task);
     }
-    Tasks {
-        tasks,
-        downlink_bits,
-    }
+    Tasks { tasks, bits }
 }
 
 impl Tasks {
@@ -57,12 +54,16 @@ impl Tasks {
         &mut self,
         uplink: impl Fn(&TrainTask) -> Result<Uplink, fedshard_protocol::Error>,
     ) -> Result<(), Error> {
-        self.downlink_bits = 0;
-        for task in self.tasks.values_mut() {
+        for (id, task) in self.tasks.iter_mut() {
             task.uplink = uplink(task).map_err(Error::Uplink)?;
-            self.downlink_bits += task_bits(task);
+            self.bits.insert(*id, task_bits(task));
         }
         Ok(())
+    }
+
+    /// Bits of every task on the downlink.
+    pub fn downlink_bits(&self) -> u64 {
+        self.bits.values().sum()
     }
 }
 

@@ -185,7 +185,7 @@ fn tasks_carry_the_dense_part_and_each_clients_shards() {
             .unwrap()
             .len() as u64;
     }
-    assert_eq!(tasks.downlink_bits, bits);
+    assert_eq!(tasks.downlink_bits(), bits);
     let dense = build_tasks(
         &global(),
         None,
@@ -635,7 +635,7 @@ fn the_record_counts_by_kind_and_bits_by_envelope() {
         r.client_uplink_bits.keys().collect::<Vec<_>>(),
         envelopes.keys().collect::<Vec<_>>()
     );
-    assert_eq!(r.downlink_bits, tasks.downlink_bits);
+    assert_eq!(r.downlink_bits, tasks.downlink_bits());
     assert_eq!(r.bits_per_parameter, uplink as f64 / 8.0 / 2.0);
     assert_eq!(r.failures, BTreeMap::from([(FailureKind::Timeout, 1)]));
     assert_eq!(
