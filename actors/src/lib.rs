@@ -27,6 +27,7 @@ pub mod engine;
 pub mod error;
 pub mod faults;
 pub mod host;
+pub mod live;
 pub mod metrics;
 pub mod record;
 pub mod round;

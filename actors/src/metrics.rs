@@ -1,5 +1,6 @@
 //! The Prometheus exporter: a task fed by the same [`RoundRecord`]s that go to `metrics.jsonl`,
-//! owning a [`prometheus::Registry`] served as text at `GET /metrics` (and `GET /healthz`).
+//! owning a [`prometheus::Registry`] served as text at `GET /metrics` (and `GET /healthz`), and
+//! the live page at `GET /` drawn from the same records ([`crate::live`]).
 //!
 //! The round loop only sends records into an unbounded channel; one updater task applies them to
 //! the registry, and scrapes only read the registry. A slow or stuck scraper therefore never
@@ -9,9 +10,11 @@
 //! `_bits`), `_total` for counters, and a constant `run` label (the run name) on every series.
 
 use crate::error::Error;
+use crate::live::Live;
+use crate::live::{LivePage, RunState};
 use crate::record::RoundRecord;
 use crate::round::FailureKind;
-use crate::scrape_listener::CappedListener;
+use crate::scrape_listener::HttpServer;
 pub use crate::scrape_listener::ScrapeLimits;
 use axum::Router;
 use axum::extract::State;
@@ -26,7 +29,7 @@ use prometheus::{
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// The default listen address of `fedshard run`.
@@ -341,13 +344,12 @@ pub fn cluster_label(keep_ratio: f64) -> String {
 
 /// A running exporter: send records with [`Exporter::sender`], stop with [`Exporter::shutdown`].
 pub struct Exporter {
-    addr: SocketAddr,
     /// The served registry, so other parts of a node can add their series.
     registry: Registry,
     sender: Option<mpsc::UnboundedSender<RoundRecord>>,
     updater: JoinHandle<()>,
-    stop: oneshot::Sender<()>,
-    server: JoinHandle<std::io::Result<()>>,
+    live: Arc<Live>,
+    server: HttpServer,
 }
 
 impl Exporter {
@@ -364,36 +366,40 @@ impl Exporter {
         limits: ScrapeLimits,
     ) -> Result<Self, Error> {
         let metrics = Arc::new(Metrics::new(run)?);
-        let serve = |source| Error::Serve { addr, source };
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(serve)?;
-        let addr = listener.local_addr().map_err(serve)?;
+        let live = Arc::new(Live::new());
         let app = Router::new()
             .route("/metrics", get(scrape))
             .route("/healthz", get(|| async { "ok\n" }))
-            .with_state(Arc::clone(&metrics));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            axum::serve(CappedListener::new(listener, limits), app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+            .with_state(Arc::clone(&metrics))
+            .merge(Live::routes(&live));
+        let server = HttpServer::start(addr, app, limits).await?;
         let registry = metrics.registry.clone();
         let (sender, mut receiver) = mpsc::unbounded_channel::<RoundRecord>();
+        let records = Arc::clone(&live);
         let updater = tokio::spawn(async move {
             while let Some(record) = receiver.recv().await {
                 metrics.observe(&record);
+                records.push(record);
             }
         });
         Ok(Self {
-            addr,
             registry,
             sender: Some(sender),
             updater,
-            stop,
+            live,
             server,
         })
+    }
+
+    /// Serves `page` at `GET /` (and its changing part at `GET /live`), drawn from the records
+    /// sent so far; without one, `/` answers 404.
+    pub fn serve_page(&self, page: Arc<dyn LivePage>) {
+        self.live.serve(page);
+    }
+
+    /// Tells the page how the run stands (it starts [`RunState::Running`]).
+    pub fn set_state(&self, state: RunState) {
+        self.live.set_state(state);
     }
 
     /// Serves `collector`'s series beside the run's (with the same `run` label): the cluster
@@ -407,7 +413,7 @@ impl Exporter {
 
     /// The bound address (the real port when started on port 0).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr
     }
 
     /// Where to send the run's records.
@@ -428,12 +434,7 @@ impl Exporter {
     /// Stops serving.
     pub async fn shutdown(mut self) {
         self.flush().await;
-        let _ = self.stop.send(());
-        match self.server.await {
-            Ok(Err(e)) => tracing::warn!("metrics server: {e}"),
-            Err(e) => tracing::warn!("metrics server panicked: {e}"),
-            Ok(Ok(())) => {}
-        }
+        self.server.shutdown().await;
     }
 }
 

@@ -1,4 +1,4 @@
-//! The `/metrics` listener: at most [`ScrapeLimits::max_connections`] connections at once, each
+//! The `/metrics` listener (and the live page's, [`HttpServer`]): at most [`ScrapeLimits::max_connections`] connections at once, each
 //! cut after [`ScrapeLimits::idle`] without a byte either way. Without them, idle connections
 //! to the metrics port held one file descriptor each for ever, and enough of them starved the
 //! rest of the process (a server node then could not accept its client nodes).
@@ -31,6 +31,46 @@ impl Default for ScrapeLimits {
         Self {
             max_connections: 64,
             idle: Duration::from_secs(10),
+        }
+    }
+}
+
+/// An HTTP server on a capped listener, stopped gracefully by [`HttpServer::shutdown`]: the
+/// metrics address, or `fedshard report --serve`'s page.
+pub(crate) struct HttpServer {
+    pub(crate) addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<io::Result<()>>,
+}
+
+impl HttpServer {
+    /// Binds `addr` and serves `app` on it; must be called inside a Tokio runtime.
+    pub(crate) async fn start(
+        addr: SocketAddr,
+        app: axum::Router,
+        limits: ScrapeLimits,
+    ) -> Result<Self, crate::error::Error> {
+        let serve = |source| crate::error::Error::Serve { addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(serve)?;
+        let addr = listener.local_addr().map_err(serve)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(CappedListener::new(listener, limits), app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Ok(Self { addr, stop, task })
+    }
+
+    /// Stops serving once the connections in flight are answered.
+    pub(crate) async fn shutdown(self) {
+        let _ = self.stop.send(());
+        match self.task.await {
+            Ok(Err(e)) => tracing::warn!("http server on {}: {e}", self.addr),
+            Err(e) => tracing::warn!("http server on {} panicked: {e}", self.addr),
+            Ok(Ok(())) => {}
         }
     }
 }

@@ -125,6 +125,19 @@ impl ClusterMetrics {
             .inc_by(n as u64);
     }
 
+    /// Every reason with a count so far, as `(what, reason, count)`: connections refused before
+    /// they authenticated (`session`), then frames rejected after (`frame`), as `/metrics`
+    /// labels them.
+    pub fn refusals(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let sessions = Refusal::ALL
+            .iter()
+            .map(|&why| ("session", why.label(), self.sessions_refused(why)));
+        let frames = RejectionKind::ALL
+            .iter()
+            .map(|&kind| ("frame", kind.label(), self.rejected(kind)));
+        sessions.chain(frames).filter(|&(_, _, n)| n > 0).collect()
+    }
+
     /// Frame bytes received and sent so far.
     pub fn frame_bytes(&self) -> (u64, u64) {
         (

@@ -2,15 +2,19 @@
 
 use crate::config::{Config, parse_metrics_addr};
 use crate::federation;
+use crate::report::live::RunPage;
+use crate::report::rounds::read_labels;
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use fedshard_actors::checkpoint::{self, write_atomically};
+use fedshard_actors::live::RunState;
 use fedshard_actors::metrics::{self, Exporter};
 use fedshard_actors::record::{RoundRecord, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Debug, Args)]
@@ -200,6 +204,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
             None => None,
         };
         if let Some(exporter) = &exporter {
+            exporter.serve_page(Arc::new(live_page(&config, &dir, done)));
             progress.serving(exporter.addr());
         }
         // Fan out: every record goes to the progress report and to the exporter.
@@ -251,11 +256,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
             Ok(summary)
         });
     if let Some(exporter) = exporter {
+        exporter.set_state(run_state(&finished));
         runtime.block_on(async {
             if finished.is_ok() && args.linger > 0 {
                 if !args.quiet {
                     eprintln!(
-                        "serving the final metrics on http://{}/metrics for {} s",
+                        "serving the final page on http://{0}/ and metrics on http://{0}/metrics \
+                         for {1} s",
                         exporter.addr(),
                         args.linger
                     );
@@ -266,6 +273,28 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         });
     }
     finished
+}
+
+/// The live page at the metrics address of the run of `config` in `dir` (whose `config.toml`
+/// is written), which has `done` steps behind it (a resumed run).
+pub(crate) fn live_page(config: &Config, dir: &Path, done: u64) -> RunPage {
+    // The labels come from the saved file, as `fedshard report` reads them later.
+    let labels = read_labels(&dir.join(CONFIG_FILE)).unwrap_or_default();
+    RunPage::new(
+        &config.run.name,
+        &labels,
+        config.run.rounds,
+        config.federation.schedule.step(),
+        done,
+    )
+}
+
+/// What the live page says of a run that returned `finished`.
+pub(crate) fn run_state<T>(finished: &anyhow::Result<T>) -> RunState {
+    match finished {
+        Ok(_) => RunState::Finished,
+        Err(e) => RunState::Failed(format!("{e:#}")),
+    }
 }
 
 /// How the rounds are reported on stderr while the run goes.
@@ -317,7 +346,7 @@ impl Progress {
 
     /// Says where `/metrics` is served: on a second line under the bar, or once as a line.
     fn serving(&self, addr: SocketAddr) {
-        let line = format!("metrics on http://{addr}/metrics");
+        let line = format!("live page on http://{addr}/ · metrics on http://{addr}/metrics");
         match self {
             Progress::Bar { bar, step } => {
                 let template = format!("{step} {BAR_TEMPLATE}\n{line}");

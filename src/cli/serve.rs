@@ -122,7 +122,7 @@ impl ServeArgs {
     }
 }
 
-use super::run::{metrics_addr, save_config};
+use super::run::{live_page, metrics_addr, run_state, save_config};
 
 /// The config and run folder of a new or resumed run.
 fn run_folder(args: &ServeArgs) -> anyhow::Result<(Config, PathBuf)> {
@@ -168,6 +168,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let rounds = config.run.rounds;
+    let done = fed.history.len() as u64;
     let step = config.federation.schedule.step();
     if !args.quiet && !fed.history.is_empty() {
         eprintln!("resuming after {step} {} of {rounds}", fed.history.len());
@@ -196,8 +197,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
             for collector in cluster.collectors() {
                 exporter.register(collector)?;
             }
+            let page = live_page(&config, &dir, done).with_nodes(cluster.clone());
+            exporter.serve_page(std::sync::Arc::new(page));
             if !args.quiet {
-                eprintln!("serving metrics on http://{}/metrics", exporter.addr());
+                eprintln!(
+                    "live page on http://{0}/ · metrics on http://{0}/metrics",
+                    exporter.addr()
+                );
             }
         }
         if let Some(sender) = &to_exporter {
@@ -238,6 +244,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
             Ok(summary)
         });
     if let Some(exporter) = exporter {
+        exporter.set_state(run_state(&finished));
         runtime.block_on(async {
             if finished.is_ok() && args.linger > 0 {
                 tokio::time::sleep(std::time::Duration::from_secs(args.linger)).await;

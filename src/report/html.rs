@@ -8,16 +8,23 @@ use std::fmt::Write as _;
 /// carries its title inside the SVG, so the sections have no heading of their own.
 pub fn page(runs: &[Run], figures: &[(&str, String, String)]) -> String {
     let names: Vec<&str> = runs.iter().map(|r| r.label.as_str()).collect();
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <title>fedshard report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
-         <h1>fedshard report</h1>\n",
-        escape(&names.join(", "))
-    );
-    out.push_str(&table(runs));
-    out.push_str("<nav>");
+    let mut out = head(&format!("fedshard report: {}", names.join(", ")), "");
+    out.push_str("<h1>fedshard report</h1>\n");
+    out.push_str(&report_body(runs, figures));
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The report's table and figures: the body of [`page`], and the part of `fedshard report
+/// --serve`'s page that refreshes.
+pub fn report_body(runs: &[Run], figures: &[(&str, String, String)]) -> String {
+    table(runs) + &figure_sections(figures)
+}
+
+/// A line of links to the figures, then each figure (`(anchor, title, svg)`) in its section.
+/// Each figure carries its title inside the SVG, so the sections have no heading of their own.
+pub fn figure_sections(figures: &[(&str, String, String)]) -> String {
+    let mut out = String::from("<nav>");
     for (anchor, title, _) in figures {
         let _ = write!(out, "<a href=\"#{anchor}\">{}</a> ", escape(title));
     }
@@ -29,15 +36,74 @@ pub fn page(runs: &[Run], figures: &[(&str, String, String)]) -> String {
             escape(title)
         );
     }
-    out.push_str("</body>\n</html>\n");
     out
+}
+
+/// The document's start up to `<body>`, with `extra` in the head.
+fn head(title: &str, extra: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>{}</title>\n<style>{STYLE}</style>\n{extra}</head>\n<body>\n",
+        escape(title)
+    )
+}
+
+/// How often a live page asks for its changing part.
+pub const REFRESH_MS: u64 = 2000;
+
+/// A live page: `heading` (HTML), then `live` in `<main id="live">`, which a few lines of
+/// script replace every [`REFRESH_MS`] with what `GET live` answers while the part's
+/// `data-state` says `running`. The script is inline and fetches only that address: the page
+/// needs no library and no network beyond the server it came from. Without script the page
+/// reloads itself instead, until the run is over.
+pub fn live_document(title: &str, heading: &str, live: &str, running: bool) -> String {
+    let reload = if running {
+        format!(
+            "<noscript><meta http-equiv=\"refresh\" content=\"{}\"></noscript>\n",
+            REFRESH_MS / 1000
+        )
+    } else {
+        String::new()
+    };
+    let mut out = head(title, &reload);
+    out.push_str(heading);
+    let _ = write!(
+        out,
+        "<p id=\"offline\" hidden>The server does not answer; the page shows what it last \
+         sent.</p>\n<main id=\"live\">\n{live}</main>\n<script>{}</script>\n</body>\n</html>\n",
+        script()
+    );
+    out
+}
+
+/// Counts its refreshes in `body[data-refreshes]` and the first round it showed in
+/// `body[data-first-round]`, which tests read from the DOM.
+fn script() -> String {
+    format!(
+        "(function(){{\
+var live=document.getElementById('live'),body=document.body,n=0;\
+function part(){{return live.querySelector('[data-state]');}}\
+function running(){{var p=part();return !p||p.dataset.state==='running';}}\
+body.dataset.refreshes='0';\
+if(part())body.dataset.firstRound=part().dataset.round||'';\
+function tick(){{fetch('live',{{cache:'no-store'}}).then(function(r){{\
+if(!r.ok)throw new Error(r.status);return r.text();}}).then(function(t){{\
+live.innerHTML=t;n+=1;body.dataset.refreshes=String(n);\
+document.getElementById('offline').hidden=true;\
+}}).catch(function(){{document.getElementById('offline').hidden=false;}})\
+.then(function(){{if(running())setTimeout(tick,{REFRESH_MS});}});}}\
+if(running())setTimeout(tick,{REFRESH_MS});\
+}})();"
+    )
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;padding:0 1em;max-width:64em;color:#222}\
 table{border-collapse:collapse;margin-bottom:1.5em}\
 th,td{border:1px solid #ccc;padding:.3em .6em}\
 td.n,td.name{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}\
-th{background:#f3f3f3}nav a{margin-right:1em}section svg{max-width:100%;height:auto}";
+th{background:#f3f3f3}nav a{margin-right:1em}section svg{max-width:100%;height:auto}\
+.status{font-size:1.15em}.running{color:#1a5fb4}.finished{color:#26a269}.failed{color:#c01c28}\
+#offline{color:#c01c28}";
 
 /// Final accuracy, loss, total uplink bits and rounds per run, with what its config says. The
 /// folder is the run cell's tooltip: the label already is its name (or its path).
@@ -71,7 +137,7 @@ fn table(runs: &[Run]) -> String {
 
 /// `digits-linear: digits, unbiased, seed 1` (and the compressor and `async` when set),
 /// leaving out what the config does not say.
-fn describe(config: &RunLabels) -> String {
+pub(crate) fn describe(config: &RunLabels) -> String {
     let details: Vec<String> = [
         config.dataset.clone(),
         config.strategy.clone(),
@@ -91,7 +157,7 @@ fn describe(config: &RunLabels) -> String {
 }
 
 /// `733687296` → `733 687 296`: bit totals run to nine digits and more.
-fn grouped(n: u64) -> String {
+pub(crate) fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

@@ -10,6 +10,7 @@ pub mod compare;
 pub mod figure;
 pub mod figures;
 pub mod html;
+pub mod live;
 mod raster;
 pub mod rounds;
 

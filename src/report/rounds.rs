@@ -276,7 +276,7 @@ fn read_summary(path: &Path) -> anyhow::Result<Vec<RoundPoint>> {
 /// Reads the few labels of the table from the TOML as plain values, not through
 /// [`crate::config::Config`]: a report of an older run should not fail because a config field
 /// has been renamed since.
-fn read_labels(path: &Path) -> anyhow::Result<RunLabels> {
+pub(crate) fn read_labels(path: &Path) -> anyhow::Result<RunLabels> {
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
     let table: toml::Table = text
         .parse()
