@@ -44,6 +44,48 @@ struct Line<R> {
     time_per_round: Vec<f64>,
 }
 
+/// Every complete line of the journal at `path` whose text is `text`.
+fn lines<R: DeserializeOwned>(path: &Path, text: &str) -> anyhow::Result<Vec<Line<R>>> {
+    let mut out = Vec::new();
+    for (k, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_str(line).with_context(|| {
+            format!(
+                "{} line {}: expected one JSON object {{\"config\", \"result\", \
+                 \"accuracy_per_round\"}} per line, as `fedshard compare --out` writes them",
+                path.display(),
+                k + 1
+            )
+        })?);
+    }
+    Ok(out)
+}
+
+/// A finished run of a grid as `fedshard report --serve` reads it while the grid goes on: the
+/// result as JSON (either kind of grid) and its test accuracy after each round.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub result: Value,
+    pub accuracy_per_round: Vec<f64>,
+}
+
+/// The runs that `dir/runs.jsonl` holds now, without opening it for writing; a last line being
+/// written is left for the next read.
+pub fn read_finished(dir: &Path) -> anyhow::Result<Vec<Finished>> {
+    let path = dir.join(FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let complete = text.rfind('\n').map_or(0, |i| i + 1);
+    Ok(lines::<Value>(&path, &text[..complete])?
+        .into_iter()
+        .map(|line| Finished {
+            result: line.result,
+            accuracy_per_round: line.accuracy_per_round,
+        })
+        .collect())
+}
+
 /// The runs recorded so far and the file that new ones are appended to.
 #[derive(Debug)]
 pub struct Journal<R> {
@@ -77,18 +119,7 @@ impl<R: JournalRow> Journal<R> {
         }
         let complete = text.rfind('\n').map_or(0, |i| i + 1);
         let mut recorded = Vec::new();
-        for (k, line) in text[..complete].lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let entry: Line<R> = serde_json::from_str(line).with_context(|| {
-                format!(
-                    "{} line {}: expected one JSON object {{\"config\", \"result\", \
-                     \"accuracy_per_round\"}} per line, as `fedshard compare --out` writes them",
-                    path.display(),
-                    k + 1
-                )
-            })?;
+        for entry in lines::<R>(&path, &text[..complete])? {
             let mut result = entry.result;
             result.set_per_round(entry.accuracy_per_round, entry.time_per_round);
             recorded.push((entry.config, result));

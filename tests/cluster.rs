@@ -11,8 +11,9 @@
 mod common;
 
 use common::process::{PATIENCE, Proc, wait_for};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use common::{free_port, http_get};
+use std::io::Write;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -87,14 +88,6 @@ fn write_private(path: &Path, text: &str) {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `fedshard ARGS` as a child process of the test, without the caller's secret or log
@@ -239,20 +232,6 @@ fn records(run: &Path) -> Vec<serde_json::Value> {
 
 fn failures(record: &serde_json::Value, kind: &str) -> u64 {
     record["failures"][kind].as_u64().unwrap_or(0)
-}
-
-/// GET `path` from an HTTP server on loopback, body only.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    text.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
 }
 
 /// The sum of every sample of `metric` in a Prometheus text page (0 when absent).

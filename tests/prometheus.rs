@@ -10,9 +10,13 @@
 //! install chromium`) and fails likewise without it. Everything listens on 127.0.0.1; every
 //! process is killed at the end; every wait is bounded.
 
+mod common;
+
+use common::browser::{Chromium, artefacts};
+use common::free_port;
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -98,14 +102,6 @@ fn require_prometheus() {
         Ok(status) => panic!("`prometheus --version` failed ({status}); {INSTALL_HINT}"),
         Err(e) => panic!("cannot run `prometheus` ({e}): is it on PATH? {INSTALL_HINT}"),
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn encode(text: &str) -> String {
@@ -201,70 +197,6 @@ fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// `target/test-artefacts/`, created: where tests leave files for a person to look at.
-fn artefacts() -> PathBuf {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
-    let dir = target.join("test-artefacts");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-const CHROMIUM_HINT: &str = "the live-view test drives headless Chromium: install it (Debian: \
-    `apt-get install chromium`; Ubuntu: the `chromium` snap or Google Chrome as `chromium` on \
-    PATH) or run `cargo xtask test`, which installs it";
-
-/// Runs headless Chromium on `url` twice, with the same virtual rendering time (the page's
-/// scripts fetch and draw the data): once saving a 1280×800 screenshot at `png`, once dumping
-/// the DOM, which it returns. Each run is bounded to 60 s.
-fn chromium(tmp: &Path, url: &str, png: &Path) -> Result<String, String> {
-    let run = |mode: &str| -> Result<Vec<u8>, String> {
-        let mut child = Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-            ])
-            .args(["--window-size=1280,800", "--virtual-time-budget=10000"])
-            .arg(format!(
-                "--user-data-dir={}",
-                tmp.join("chromium").display()
-            ))
-            .arg(mode)
-            .arg(url)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(tmp.join("chromium.log")).unwrap())
-            .spawn()
-            .map_err(|e| format!("cannot run `chromium` ({e}): is it on PATH? {CHROMIUM_HINT}"))?;
-        let mut stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut out = Vec::new();
-            stdout.read_to_end(&mut out).map(|_| out)
-        });
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-                break status;
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("chromium {mode} {url} took over 60 s"));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let out = reader.join().unwrap().map_err(|e| e.to_string())?;
-        if !status.success() {
-            let log = std::fs::read_to_string(tmp.join("chromium.log")).unwrap_or_default();
-            return Err(format!("chromium {mode} {url} failed ({status}): {log}"));
-        }
-        Ok(out)
-    };
-    run(&format!("--screenshot={}", png.display()))?;
-    let dom = run("--dump-dom")?;
-    Ok(String::from_utf8_lossy(&dom).into_owned())
-}
-
 fn scenario(tmp: &Path) -> Outcome {
     let config = tmp.join("config.toml");
     let text = std::fs::read_to_string("config/digits-linear.toml")
@@ -353,7 +285,14 @@ fn scenario(tmp: &Path) -> Outcome {
                 encode(expr)
             );
             let path = artefacts().join(name);
-            let dom = chromium(tmp, &url, &path)?;
+            let chromium = Chromium {
+                tmp,
+                width: 1280,
+                height: 800,
+                budget_ms: 10_000,
+            };
+            chromium.screenshot(&url, &path)?;
+            let dom = chromium.dom(&url)?;
             let during_run = processes.0[0].try_wait().is_ok_and(|s| s.is_none());
             Ok(Screenshot {
                 path,

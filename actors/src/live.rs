@@ -219,3 +219,88 @@ pub(crate) async fn part(State(live): State<Arc<Live>>) -> Response {
         None => (StatusCode::NOT_FOUND, NO_PAGE).into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Exporter;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A page that says what it was drawn from and counts its drawings.
+    #[derive(Default)]
+    struct Counting {
+        drawn: AtomicUsize,
+    }
+
+    impl LivePage for Counting {
+        fn live(&self, view: &LiveView<'_>) -> String {
+            self.drawn.fetch_add(1, Ordering::SeqCst);
+            let last = view.records.last().map_or(0, |r| r.round);
+            format!(
+                "{} records, last {last}, {:?}",
+                view.records.len(),
+                view.state
+            )
+        }
+
+        fn document(&self, live: &str, state: &RunState) -> String {
+            format!(
+                "<main>{live}</main> running={}",
+                *state == RunState::Running
+            )
+        }
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_page_shows_the_records_so_far_and_is_drawn_once_per_change() {
+        let mut exporter = Exporter::start("127.0.0.1:0".parse().unwrap(), "demo")
+            .await
+            .unwrap();
+        let addr = exporter.addr();
+        // No page: `/` says what the address serves instead.
+        assert!(get(addr, "/").await.starts_with("HTTP/1.1 404"));
+        let page = Arc::new(Counting::default());
+        exporter.serve_page(Arc::clone(&page) as _);
+        for round in [1, 2] {
+            let mut record = crate::metrics::tests::record(round);
+            record.round = round;
+            exporter.sender().send(record).unwrap();
+        }
+        exporter.flush().await;
+        let document = get(addr, "/").await;
+        assert!(document.starts_with("HTTP/1.1 200"), "{document}");
+        assert!(
+            document.contains("<main>2 records, last 2, Running</main> running=true"),
+            "{document}"
+        );
+        // Many viewers within the same second share one drawing.
+        let before = page.drawn.load(Ordering::SeqCst);
+        for _ in 0..20 {
+            assert!(
+                get(addr, "/live")
+                    .await
+                    .ends_with("2 records, last 2, Running")
+            );
+        }
+        let drawn = page.drawn.load(Ordering::SeqCst) - before;
+        assert!(drawn <= 2, "drawn {drawn} times for 20 viewers");
+        // The end of the run is drawn at once, and the document stops refreshing.
+        exporter.set_state(RunState::Finished);
+        assert!(get(addr, "/live").await.ends_with("Finished"));
+        assert!(get(addr, "/").await.ends_with("running=false"));
+        exporter.shutdown().await;
+    }
+}

@@ -450,12 +450,12 @@ async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use fedshard_protocol::shard_plan::GroupStats;
     use std::collections::BTreeMap;
 
-    fn record(round: u64) -> RoundRecord {
+    pub(crate) fn record(round: u64) -> RoundRecord {
         RoundRecord {
             round,
             participants: 10,

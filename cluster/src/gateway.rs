@@ -56,26 +56,7 @@ pub enum GatewayMsg {
     /// How many nodes the end of the run has still to reach: registered nodes that have not
     /// left, and nodes lost during the run that have not come back to hear it is over.
     Waiting(RpcReplyPort<usize>),
-    /// Every node registered during the run, for the live page.
-    Nodes(RpcReplyPort<Vec<NodeStatus>>),
 }
-
-/// A client node as the server's live page shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeStatus {
-    pub name: String,
-    /// Its session's peer address, as the listener saw it.
-    pub peer: String,
-    pub connected: bool,
-    /// Clients it hosts now (0 while it is away).
-    pub clients: usize,
-    /// The last round (or version) for which one of its clients sent an update.
-    pub last_round: Option<u64>,
-}
-
-/// Names remembered for the live page at most: a node is remembered by name from its first
-/// registration, so a restart loop under new names must not grow the gateway's memory.
-const MAX_REMEMBERED: usize = 4096;
 
 frame_message!(GatewayMsg);
 
@@ -141,8 +122,6 @@ pub struct GatewayState {
     /// Every client node was lost mid-run and the server holds its rounds
     /// ([`ServerMsg::Hold`]) until one registers again.
     holding: bool,
-    /// Every node registered so far, by name: its last peer address and last answered round.
-    seen: BTreeMap<String, (String, Option<u64>)>,
     log: RejectionLog,
 }
 
@@ -177,7 +156,6 @@ impl Actor for Gateway {
             absent: BTreeSet::new(),
             displaced: Vec::new(),
             holding: false,
-            seen: BTreeMap::new(),
             log: RejectionLog::default(),
         })
     }
@@ -231,9 +209,6 @@ impl Actor for Gateway {
             }
             GatewayMsg::Waiting(reply) => {
                 let _ = reply.send(state.nodes.len() + state.absent.len());
-            }
-            GatewayMsg::Nodes(reply) => {
-                let _ = reply.send(state.node_statuses());
             }
         }
         Ok(())
@@ -321,10 +296,8 @@ impl GatewayState {
                     _ => None,
                 };
                 let pending = self.check_reply(key, request, client, round)?;
-                if let (Some(round), Some(node)) = (round, self.nodes.get(&key))
-                    && let Some(seen) = self.seen.get_mut(&node.name)
-                {
-                    seen.1 = Some(seen.1.map_or(round, |last| last.max(round)));
+                if let (Some(round), Some(node)) = (round, self.nodes.get(&key)) {
+                    self.args.metrics.node_answered(&node.name, round);
                 }
                 let _ = pending.reply.send(reply);
                 Ok(())
@@ -530,13 +503,9 @@ impl GatewayState {
             .nodes
             .get(&hello.key)
             .and_then(|n| self.sessions.get(&n.session))
-            .map(|s| s.1.clone())
-            .unwrap_or_default();
-        if let Some(seen) = self.seen.get_mut(&hello.node) {
-            seen.0 = peer;
-        } else if self.seen.len() < MAX_REMEMBERED {
-            self.seen.insert(hello.node.clone(), (peer, None));
-        }
+            .map_or("", |s| s.1.as_str());
+        self.args.metrics.node_registered(&hello.node, peer);
+        self.publish(&hello.node);
         let _ = self.args.server.send_message(ServerMsg::Register {
             clients: ids.clone(),
             host: self.remote_hosts.clone(),
@@ -611,6 +580,7 @@ impl GatewayState {
                             }
                         }
                         self.pending.retain(|_, p| p.key != key);
+                        self.publish(&gone.name);
                         if self.ended.is_some() {
                             tracing::info!("node '{}' ({peer}) left", gone.name);
                         } else {
@@ -636,26 +606,14 @@ impl GatewayState {
         }
     }
 
-    /// Every node registered so far, connected or not, in name order.
-    fn node_statuses(&self) -> Vec<NodeStatus> {
-        self.seen
-            .iter()
-            .map(|(name, (peer, last_round))| {
-                let clients: usize = self
-                    .nodes
-                    .values()
-                    .filter(|n| &n.name == name)
-                    .map(|n| n.clients.len())
-                    .sum();
-                NodeStatus {
-                    name: name.clone(),
-                    peer: peer.clone(),
-                    connected: self.nodes.values().any(|n| &n.name == name),
-                    clients,
-                    last_round: *last_round,
-                }
-            })
-            .collect()
+    /// Tells the live page whether the node called `name` is connected and how many clients
+    /// it hosts now.
+    fn publish(&self, name: &str) {
+        let sessions = self.nodes.values().filter(|n| n.name == name);
+        let clients = sessions.clone().map(|n| n.clients.len()).sum();
+        self.args
+            .metrics
+            .node_now(name, sessions.count() > 0, clients);
     }
 
     fn send(&self, agent: &ActorRef<crate::agent::AgentMsg>, body: &Body) {
@@ -672,16 +630,6 @@ pub fn remote_gateway() -> Option<ActorRef<GatewayMsg>> {
         .into_iter()
         .find(|cell| !cell.get_id().is_local())
         .map(ActorRef::from)
-}
-
-/// Every node this process's gateway has registered, for the live page; `None` before the
-/// gateway starts or when it does not answer within a second.
-pub async fn node_statuses() -> Option<Vec<NodeStatus>> {
-    let gateway: ActorRef<GatewayMsg> = ractor::pg::get_members(&crate::GATEWAY_GROUP.to_string())
-        .into_iter()
-        .find(|cell| cell.get_id().is_local())?
-        .into();
-    ractor::call_t!(gateway, GatewayMsg::Nodes, 1000).ok()
 }
 
 /// The one remote agent in the process group of `key`.

@@ -5,8 +5,27 @@ use crate::refusal::Refusal;
 use crate::wire::RejectionKind;
 use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-/// Counters of one node. Cloning shares them.
+/// A client node as the server's live page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub name: String,
+    /// Its last session's peer address, as the listener saw it.
+    pub peer: String,
+    pub connected: bool,
+    /// Clients it hosts now (0 while it is away).
+    pub clients: usize,
+    /// The last round (or version) for which one of its clients sent an update.
+    pub last_round: Option<u64>,
+}
+
+/// Node names remembered for the live page at most: a node is remembered from its first
+/// registration, so a restart loop under new names cannot grow the server's memory.
+const MAX_NODES: usize = 4096;
+
+/// Counters of one node, and on a server the client nodes it has seen. Cloning shares them.
 #[derive(Clone)]
 pub struct ClusterMetrics {
     rejected: IntCounterVec,
@@ -15,6 +34,8 @@ pub struct ClusterMetrics {
     sessions: IntGauge,
     clients: IntGauge,
     frame_bytes: IntCounterVec,
+    /// By name; written by the gateway, read by the live page (also after the run).
+    nodes: Arc<Mutex<BTreeMap<String, NodeStatus>>>,
 }
 
 impl ClusterMetrics {
@@ -52,6 +73,7 @@ impl ClusterMetrics {
                 "Bytes of frames sent (`out`) and received (`in`), before ractor_cluster's envelope.",
                 "direction",
             ),
+            nodes: Arc::default(),
         };
         for kind in RejectionKind::ALL {
             metrics.rejected.with_label_values(&[kind.label()]);
@@ -136,6 +158,45 @@ impl ClusterMetrics {
             .iter()
             .map(|&kind| ("frame", kind.label(), self.rejected(kind)));
         sessions.chain(frames).filter(|&(_, _, n)| n > 0).collect()
+    }
+
+    /// A node registered under `name` from `peer`.
+    pub fn node_registered(&self, name: &str, peer: &str) {
+        let mut nodes = crate::lock(&self.nodes);
+        if let Some(node) = nodes.get_mut(name) {
+            node.peer = peer.to_string();
+        } else if nodes.len() < MAX_NODES {
+            nodes.insert(
+                name.to_string(),
+                NodeStatus {
+                    name: name.to_string(),
+                    peer: peer.to_string(),
+                    connected: false,
+                    clients: 0,
+                    last_round: None,
+                },
+            );
+        }
+    }
+
+    /// Whether the node called `name` is connected now, and how many clients it hosts.
+    pub fn node_now(&self, name: &str, connected: bool, clients: usize) {
+        if let Some(node) = crate::lock(&self.nodes).get_mut(name) {
+            node.connected = connected;
+            node.clients = clients;
+        }
+    }
+
+    /// A client of the node called `name` sent an update for `round`.
+    pub fn node_answered(&self, name: &str, round: u64) {
+        if let Some(node) = crate::lock(&self.nodes).get_mut(name) {
+            node.last_round = Some(node.last_round.map_or(round, |last| last.max(round)));
+        }
+    }
+
+    /// Every client node registered so far, connected or not, in name order.
+    pub fn nodes(&self) -> Vec<NodeStatus> {
+        crate::lock(&self.nodes).values().cloned().collect()
     }
 
     /// Frame bytes received and sent so far.

@@ -3,13 +3,12 @@
 //! as they are written). Both show the same figures as the files a finished run leaves, drawn
 //! again as rounds arrive; the page refreshes itself (see [`html::live_document`]).
 
-use super::figures;
 use super::html::{self, escape};
 use super::rounds::SUMMARY_FILE;
-use super::rounds::{RoundPoint, RunLabels, load_runs};
+use super::rounds::{RoundPoint, Run, RunLabels, label_runs};
+use super::{figures, grid};
 use fedshard_actors::live::{LivePage, LiveView, RunState};
-use fedshard_cluster::gateway::NodeStatus;
-use fedshard_cluster::metrics::ClusterMetrics;
+use fedshard_cluster::metrics::{ClusterMetrics, NodeStatus};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -115,17 +114,12 @@ impl RunPage {
         let Some(cluster) = &self.cluster else {
             return String::new();
         };
-        // The page is drawn on a blocking thread of the runtime, which may wait on the gateway.
-        let nodes = tokio::runtime::Handle::try_current()
-            .ok()
-            .and_then(|rt| rt.block_on(fedshard_cluster::gateway::node_statuses()));
+        let nodes = cluster.nodes();
         let mut out = String::from("<section id=\"nodes\" aria-label=\"Client nodes\">\n");
-        match nodes {
-            None => out.push_str("<p>The gateway does not answer.</p>\n"),
-            Some(nodes) if nodes.is_empty() => {
-                out.push_str("<p>No client node has registered yet.</p>\n");
-            }
-            Some(nodes) => out.push_str(&nodes_table(&nodes, self.step)),
+        if nodes.is_empty() {
+            out.push_str("<p>No client node has registered yet.</p>\n");
+        } else {
+            out.push_str(&nodes_table(&nodes, self.step));
         }
         let refusals = cluster.refusals();
         if refusals.is_empty() {
@@ -182,7 +176,8 @@ impl LivePage for RunPage {
     }
 }
 
-/// `fedshard report --serve`'s page: the report of run folders, read again as they grow.
+/// `fedshard report --serve`'s page: the report of run folders and `compare --out` grids, read
+/// again as they grow.
 pub struct ReportPage {
     dirs: Vec<PathBuf>,
 }
@@ -192,9 +187,18 @@ impl ReportPage {
         Self { dirs }
     }
 
-    /// Whether every run has written its summary (a run writes it last).
+    /// Whether every run has written its summary and every grid its table (each writes it
+    /// last).
     pub fn finished(&self) -> bool {
-        self.dirs.iter().all(|d| d.join(SUMMARY_FILE).is_file())
+        self.dirs.iter().all(|d| done(d))
+    }
+}
+
+fn done(dir: &std::path::Path) -> bool {
+    if grid::is_grid(dir) {
+        grid::is_done(dir)
+    } else {
+        dir.join(SUMMARY_FILE).is_file()
     }
 }
 
@@ -205,30 +209,39 @@ impl LivePage for ReportPage {
             RunState::Finished => "finished",
             RunState::Failed(_) => "failed",
         };
-        let written = self
-            .dirs
-            .iter()
-            .filter(|d| d.join(SUMMARY_FILE).is_file())
-            .count();
-        let status = format!(
+        let written = self.dirs.iter().filter(|d| done(d)).count();
+        let mut out = format!(
             "<div data-state=\"{class}\" data-round=\"{written}\" data-total=\"{}\">\n\
-             <p class=\"status\"><strong class=\"{class}\">{written} of {} runs finished</strong>\
+             <p class=\"status\"><strong class=\"{class}\">{written} of {} finished</strong>\
              </p>\n</div>\n",
             self.dirs.len(),
             self.dirs.len()
         );
-        match load_runs(&self.dirs) {
-            Ok(runs) => {
-                let figures: Vec<(&str, String, String)> = figures::overlay(&runs)
-                    .into_iter()
-                    .filter_map(|(stem, f)| Some((stem, f.title.clone(), f.svg().ok()?)))
-                    .collect();
-                status + &html::report_body(&runs, &figures)
+        let (grids, runs): (Vec<PathBuf>, Vec<PathBuf>) =
+            self.dirs.iter().cloned().partition(|d| grid::is_grid(d));
+        // A folder not yet written (a run not started, a grid before its first run) is said
+        // to be waited for, and read again at the next refresh.
+        let mut loaded = Vec::new();
+        for dir in &runs {
+            match Run::load(dir) {
+                Ok(run) => loaded.push(run),
+                Err(e) => {
+                    let _ = writeln!(out, "<p>Waiting: {}</p>", escape(&format!("{e:#}")));
+                }
             }
-            // A run not yet started, or between two writes of its journal: said, and tried
-            // again at the next refresh.
-            Err(e) => status + &format!("<p>Waiting: {}</p>\n", escape(&format!("{e:#}"))),
         }
+        if !loaded.is_empty() {
+            label_runs(&mut loaded);
+            let figures: Vec<(&str, String, String)> = figures::overlay(&loaded)
+                .into_iter()
+                .filter_map(|(stem, f)| Some((stem, f.title.clone(), f.svg().ok()?)))
+                .collect();
+            out.push_str(&html::report_body(&loaded, &figures));
+        }
+        for dir in &grids {
+            out.push_str(&grid::section(dir));
+        }
+        out
     }
 
     fn document(&self, live: &str, state: &RunState) -> String {

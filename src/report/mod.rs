@@ -9,6 +9,7 @@
 pub mod compare;
 pub mod figure;
 pub mod figures;
+pub mod grid;
 pub mod html;
 pub mod live;
 mod raster;

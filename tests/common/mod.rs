@@ -3,9 +3,13 @@
 //! determinism check of a federation. Each test crate uses only some of it.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod process;
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 pub fn fedshard(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fedshard"))
@@ -76,4 +80,30 @@ pub fn run_in(
         .block_on(fedshard_actors::server::run(fed, trainers))
         .expect("run");
     (resumed, model, summary)
+}
+
+/// A port free on 127.0.0.1 now, for a server the test starts.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The body of `GET path` from an HTTP server on 127.0.0.1:`port`, when it answers 200.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
 }
