@@ -1,6 +1,9 @@
 //! Adversarial and consistency tests of the state machines, message by message: forged,
 //! swapped and replayed shares, the server's refusals, and the clients' privacy checks.
 
+mod common;
+
+use common::UpToRound2;
 use fedshard_secagg::crypto;
 use fedshard_secagg::message::{ClientBody, EncryptedShare, Header, PublicKeys, ServerBody};
 use fedshard_secagg::{
@@ -18,36 +21,9 @@ fn params(session: u8, n: u32, threshold: usize) -> Params {
     }
 }
 
-/// A session driven up to the opening of round 2: the server, its clients, and each client's
-/// inbox of forwarded shares.
-struct UpToRound2 {
-    server: Server,
-    clients: Vec<Client>,
-    inboxes: Vec<(ClientId, ServerMessage)>,
-}
-
+/// Client `id`'s secrets come from the seed `[id + 1; 32]`, the same in every session.
 fn up_to_round_2(params: &Params) -> UpToRound2 {
-    let mut server = Server::new(params.clone()).unwrap();
-    let mut clients: Vec<Client> = params
-        .clients
-        .iter()
-        .map(|&id| Client::new(params.clone(), id, [id as u8 + 1; 32]).unwrap())
-        .collect();
-    for client in &mut clients {
-        server.receive(client.advertise_keys().unwrap()).unwrap();
-    }
-    let directory = server.close_advertise_keys().unwrap();
-    for client in &mut clients {
-        server
-            .receive(client.share_keys(&directory).unwrap())
-            .unwrap();
-    }
-    let inboxes = server.close_share_keys().unwrap();
-    UpToRound2 {
-        server,
-        clients,
-        inboxes,
-    }
+    common::up_to_round_2(params, |id| [id as u8 + 1; 32])
 }
 
 fn shares_of(message: &ServerMessage) -> Vec<EncryptedShare> {
