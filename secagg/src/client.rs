@@ -20,6 +20,7 @@ use crate::message::{
     ClientBody, ClientId, ClientMessage, EncryptedShare, Header, PublicKeys, Round, ServerBody,
     ServerMessage, UnmaskShares,
 };
+use crate::packing;
 use crate::params::Params;
 use crate::shamir::{self, Share};
 
@@ -402,7 +403,8 @@ impl Client {
         }
         let modulus = self.params.modulus_mask();
         y.iter_mut().for_each(|value| *value &= modulus);
-        Ok(self.message(Round::MaskedInput, ClientBody::MaskedInput(y)))
+        let packed = packing::pack(&y, self.params.bits);
+        Ok(self.message(Round::MaskedInput, ClientBody::MaskedInput(packed)))
     }
 
     /// Round 3: the shares of `b_v` for surviving owners and of `s_v^SK` for dropped ones

@@ -43,6 +43,7 @@ pub mod error;
 pub mod field;
 pub mod graph;
 pub mod message;
+pub mod packing;
 pub mod params;
 pub mod server;
 pub mod shamir;

@@ -110,8 +110,8 @@ pub enum ClientBody {
         commitment: [u8; 32],
         shares: Vec<EncryptedShare>,
     },
-    /// `y_u` in `Z_{2^bits}`.
-    MaskedInput(Vec<u64>),
+    /// `y_u` in `Z_{2^bits}`, packed at `bits` bits per value ([`crate::packing`]).
+    MaskedInput(Vec<u8>),
     Unmask(UnmaskShares),
 }
 
@@ -137,7 +137,8 @@ pub struct ClientMessage {
 /// What the server tells a client to start a round.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ServerBody {
-    /// Opens round 1: the public keys of every client that advertised, sorted by id.
+    /// Opens round 1: the public keys of the receiver and of its neighbours that advertised,
+    /// sorted by id.
     KeyDirectory(Vec<(ClientId, PublicKeys)>),
     /// Opens round 2: the shares addressed to this client, `peer` = sender.
     Shares(Vec<EncryptedShare>),

@@ -93,12 +93,12 @@ impl Params {
         self.clients.binary_search(&client).is_ok()
     }
 
-    /// The largest frame an honest party of this session sends, in bytes: bincode with
-    /// variable-length integers spends at most 9 bytes on a `u64`, 5 on a `u32`, and a shares
-    /// message at most [`PER_PEER_BYTES`] per peer. [`crate::wire`] refuses longer frames
+    /// The largest frame an honest party of this session sends, in bytes: a masked input is
+    /// its packed vector (at most 8 bytes a value) and any other message at most
+    /// [`PER_PEER_BYTES`] per peer. [`crate::wire`] refuses longer frames
     /// before decoding them.
     pub fn max_frame_bytes(&self) -> usize {
-        let vector = self.vector_len.saturating_mul(9);
+        let vector = self.vector_len.saturating_mul(8);
         let per_peer = self.clients.len().saturating_mul(PER_PEER_BYTES);
         FRAME_OVERHEAD + vector.max(per_peer)
     }

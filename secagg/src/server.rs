@@ -21,6 +21,7 @@ use crate::message::{
     ClientBody, ClientId, ClientMessage, EncryptedShare, PublicKeys, Round, ServerBody,
     ServerMessage, UnmaskShares,
 };
+use crate::packing;
 use crate::params::Params;
 use crate::shamir::{self, Share};
 
@@ -128,8 +129,19 @@ impl Server {
                 self.shared.insert(sender, shares);
                 self.commitments.insert(sender, commitment);
             }
-            ClientBody::MaskedInput(y) => {
-                self.check_masked(sender, &y)?;
+            ClientBody::MaskedInput(packed) => {
+                let y = packing::unpack(&packed, self.params.bits, self.params.vector_len)
+                    .ok_or_else(|| {
+                        Self::malformed(
+                            sender,
+                            format!(
+                                "masked input of {} bytes (expected {} values of {} bits)",
+                                packed.len(),
+                                self.params.vector_len,
+                                self.params.bits
+                            ),
+                        )
+                    })?;
                 self.masked.insert(sender, y);
             }
             ClientBody::Unmask(shares) => {
@@ -180,27 +192,6 @@ impl Server {
                     format!("share for {to} has wrong length"),
                 ));
             }
-        }
-        Ok(())
-    }
-
-    fn check_masked(&self, sender: ClientId, y: &[u64]) -> Result<(), Error> {
-        if y.len() != self.params.vector_len {
-            return Err(Self::malformed(
-                sender,
-                format!(
-                    "masked input of length {} (expected {})",
-                    y.len(),
-                    self.params.vector_len
-                ),
-            ));
-        }
-        let mask = self.params.modulus_mask();
-        if y.iter().any(|&v| v & !mask != 0) {
-            return Err(Self::malformed(
-                sender,
-                format!("masked value not below 2^{}", self.params.bits),
-            ));
         }
         Ok(())
     }
@@ -269,18 +260,30 @@ impl Server {
         Ok(())
     }
 
-    /// Closes round 0: the key directory every advertiser gets (the same for all).
-    pub fn close_advertise_keys(&mut self) -> Result<ServerMessage, Error> {
+    /// Closes round 0: for every advertiser, the keys of its neighbours that advertised and
+    /// its own (a neighbourhood's worth, so SecAgg+ downloads stay `O(k)`).
+    pub fn close_advertise_keys(&mut self) -> Result<Vec<(ClientId, ServerMessage)>, Error> {
         if self.round == Round::AdvertiseKeys {
             self.require(Round::AdvertiseKeys, self.advertised.len())?;
         }
         self.advance(Round::AdvertiseKeys, Round::ShareKeys)?;
-        let entries = self
+        Ok(self
             .advertised
-            .iter()
-            .map(|(&id, &keys)| (id, keys))
-            .collect();
-        Ok(self.open(Round::ShareKeys, ServerBody::KeyDirectory(entries)))
+            .keys()
+            .map(|&to| {
+                let hood = &self.neighbours[&to];
+                let entries = self
+                    .advertised
+                    .iter()
+                    .filter(|(id, _)| **id == to || hood.contains(id))
+                    .map(|(&id, &keys)| (id, keys))
+                    .collect();
+                (
+                    to,
+                    self.open(Round::ShareKeys, ServerBody::KeyDirectory(entries)),
+                )
+            })
+            .collect())
     }
 
     /// Closes round 1: for every client that shared, the shares addressed to it by the other

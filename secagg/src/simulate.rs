@@ -171,34 +171,30 @@ pub fn simulate(
         });
     }
     let mut server = Server::new(params.clone())?;
-    let mut clients = Vec::with_capacity(params.clients.len());
-    for &id in &params.clients {
-        let mut seed = [0u8; 32];
-        rng.fill_bytes(&mut seed);
-        clients.push(Client::new(params.clone(), id, seed)?);
-    }
     let mut wire = Wire {
         transcript: Sha256::new(),
         rounds: [RoundCost::default(); 4],
     };
     let mut aborted = Vec::new();
 
-    // Round 0.
-    for client in &mut clients {
+    // Round 0: making a client draws its secrets and key pairs, round 0's work.
+    let mut clients = Vec::with_capacity(params.clients.len());
+    for &id in &params.clients {
+        let mut seed = [0u8; 32];
+        rng.fill_bytes(&mut seed);
         let started = Instant::now();
+        let mut client = Client::new(params.clone(), id, seed)?;
         let message = client.advertise_keys()?;
         wire.cost(Round::AdvertiseKeys).client_time += started.elapsed();
         wire.upload(&mut server, &message, params)?;
+        clients.push(client);
     }
     let started = Instant::now();
-    let directory = server.close_advertise_keys()?;
+    let directories = server.close_advertise_keys()?;
     wire.cost(Round::AdvertiseKeys).server_time += started.elapsed();
 
-    // Round 1: the same directory for every live client.
-    let deliveries = live_clients(&clients, dropouts, Round::ShareKeys)
-        .into_iter()
-        .map(|i| (i, directory.clone()))
-        .collect();
+    // Round 1: each live client the keys of its neighbourhood.
+    let deliveries = addressed(params, &clients, dropouts, Round::ShareKeys, directories);
     let mut session = Session {
         server: &mut server,
         clients: &mut clients,
@@ -213,14 +209,7 @@ pub fn simulate(
     wire.cost(Round::ShareKeys).server_time += started.elapsed();
 
     // Round 2: each live client its own shares.
-    let live = live_clients(&clients, dropouts, Round::MaskedInput);
-    let deliveries = inboxes
-        .into_iter()
-        .filter_map(|(to, message)| {
-            let i = params.clients.binary_search(&to).ok()?;
-            live.contains(&i).then_some((i, message))
-        })
-        .collect();
+    let deliveries = addressed(params, &clients, dropouts, Round::MaskedInput, inboxes);
     let mut session = Session {
         server: &mut server,
         clients: &mut clients,
@@ -258,6 +247,25 @@ pub fn simulate(
         transcript: wire.transcript.finalize().into(),
         aborted,
     })
+}
+
+/// The messages of `outbox` addressed to clients that have not dropped before `round` nor
+/// aborted, by client index.
+fn addressed(
+    params: &Params,
+    clients: &[Client],
+    dropouts: &Dropouts,
+    round: Round,
+    outbox: Vec<(ClientId, ServerMessage)>,
+) -> Vec<(usize, ServerMessage)> {
+    let live = live_clients(clients, dropouts, round);
+    outbox
+        .into_iter()
+        .filter_map(|(to, message)| {
+            let i = params.clients.binary_search(&to).ok()?;
+            live.contains(&i).then_some((i, message))
+        })
+        .collect()
 }
 
 /// Indices of the clients that have not dropped before `round` nor aborted.

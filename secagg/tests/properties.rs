@@ -9,6 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use fedshard_secagg::message::{ClientBody, Header, ServerBody};
+use fedshard_secagg::packing;
 use fedshard_secagg::{
     ClientId, ClientMessage, Dropouts, Error, FixedPoint, Graph, Params, Round, SessionId,
     simulate, wire,
@@ -242,7 +243,7 @@ fn masked_zero_vector(p: &Params, seed: u8) -> Vec<u64> {
         .unwrap()
         .body
     {
-        ClientBody::MaskedInput(y) => y,
+        ClientBody::MaskedInput(y) => packing::unpack(&y, p.bits, p.vector_len).unwrap(),
         other => panic!("expected a masked input, got {other:?}"),
     }
 }

@@ -20,8 +20,8 @@ pub fn up_to_round_2(params: &Params, seed: impl Fn(ClientId) -> [u8; 32]) -> Up
     for client in &mut clients {
         server.receive(client.advertise_keys().unwrap()).unwrap();
     }
-    let directory = server.close_advertise_keys().unwrap();
-    for client in &mut clients {
+    for (to, directory) in server.close_advertise_keys().unwrap() {
+        let client = &mut clients[params.clients.binary_search(&to).unwrap()];
         server
             .receive(client.share_keys(&directory).unwrap())
             .unwrap();
