@@ -45,6 +45,17 @@ pub fn agree(secret: &StaticSecret, peer: ClientId, public: &[u8; 32]) -> Result
     Ok(shared.to_bytes())
 }
 
+/// Whether `public` is a low-order point (e.g. all zeros), whose agreement with every secret
+/// is all zeros: a clamped X25519 scalar is a multiple of the cofactor 8, so any fixed secret
+/// tells. The server refuses such keys in round 0 so that one client cannot make its
+/// neighbours abort in round 1.
+pub fn is_low_order(public: &[u8; 32]) -> bool {
+    let probe = StaticSecret::from([0x5A; 32]);
+    !probe
+        .diffie_hellman(&PublicKey::from(*public))
+        .was_contributory()
+}
+
 /// HKDF-SHA256 with the session as salt and `info` naming the use, 32 bytes out.
 fn derive(ikm: &[u8], session: SessionId, info: &[&[u8]]) -> [u8; 32] {
     let info: Vec<u8> = info.concat();

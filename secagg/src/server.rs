@@ -122,6 +122,9 @@ impl Server {
         }
         match message.body {
             ClientBody::AdvertiseKeys(keys) => {
+                if [keys.cipher, keys.mask].iter().any(crypto::is_low_order) {
+                    return Err(Self::malformed(sender, "a low-order public key".into()));
+                }
                 self.advertised.insert(sender, keys);
             }
             ClientBody::ShareKeys { commitment, shares } => {
