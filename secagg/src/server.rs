@@ -233,17 +233,6 @@ impl Server {
         )
     }
 
-    fn require(&self, round: Round, got: usize) -> Result<(), Error> {
-        if got < self.params.threshold {
-            return Err(Error::TooFewClients {
-                round,
-                needed: self.params.threshold,
-                got,
-            });
-        }
-        Ok(())
-    }
-
     fn open(&self, round: Round, body: ServerBody) -> ServerMessage {
         ServerMessage {
             session: self.params.session,
@@ -252,24 +241,35 @@ impl Server {
         }
     }
 
-    fn advance(&mut self, from: Round, to: Round) -> Result<(), Error> {
-        if self.round != from {
+    /// Checks that the server is in round `round` and that at least `t` clients answered it:
+    /// fewer would leave a secret with fewer than `t` holders alive, or a sum over fewer than
+    /// `t` inputs.
+    fn check_close(&self, round: Round, answered: usize, what: &'static str) -> Result<(), Error> {
+        if self.round != round {
             return Err(Error::OutOfOrder {
-                what: "closing this round",
+                what,
                 state: round_name(self.round),
             });
         }
-        self.round = to;
+        if answered < self.params.threshold {
+            return Err(Error::TooFewClients {
+                round,
+                needed: self.params.threshold,
+                got: answered,
+            });
+        }
         Ok(())
     }
 
     /// Closes round 0: for every advertiser, the keys of its neighbours that advertised and
     /// its own (a neighbourhood's worth, so SecAgg+ downloads stay `O(k)`).
     pub fn close_advertise_keys(&mut self) -> Result<Vec<(ClientId, ServerMessage)>, Error> {
-        if self.round == Round::AdvertiseKeys {
-            self.require(Round::AdvertiseKeys, self.advertised.len())?;
-        }
-        self.advance(Round::AdvertiseKeys, Round::ShareKeys)?;
+        self.check_close(
+            Round::AdvertiseKeys,
+            self.advertised.len(),
+            "closing round 0",
+        )?;
+        self.round = Round::ShareKeys;
         Ok(self
             .advertised
             .keys()
@@ -292,10 +292,8 @@ impl Server {
     /// Closes round 1: for every client that shared, the shares addressed to it by the other
     /// senders.
     pub fn close_share_keys(&mut self) -> Result<Vec<(ClientId, ServerMessage)>, Error> {
-        if self.round == Round::ShareKeys {
-            self.require(Round::ShareKeys, self.shared.len())?;
-        }
-        self.advance(Round::ShareKeys, Round::MaskedInput)?;
+        self.check_close(Round::ShareKeys, self.shared.len(), "closing round 1")?;
+        self.round = Round::MaskedInput;
         let mut inbox: BTreeMap<ClientId, Vec<EncryptedShare>> =
             self.shared.keys().map(|&u| (u, Vec::new())).collect();
         for (&from, shares) in &self.shared {
@@ -321,10 +319,8 @@ impl Server {
 
     /// Closes round 2: the survivors `U3` and the dropped `U2 \ U3`, for every survivor.
     pub fn close_masked_input(&mut self) -> Result<ServerMessage, Error> {
-        if self.round == Round::MaskedInput {
-            self.require(Round::MaskedInput, self.masked.len())?;
-        }
-        self.advance(Round::MaskedInput, Round::Unmask)?;
+        self.check_close(Round::MaskedInput, self.masked.len(), "closing round 2")?;
+        self.round = Round::Unmask;
         self.dropped = self
             .shared
             .keys()
@@ -347,13 +343,7 @@ impl Server {
     /// Closes round 3: rebuilds every survivor's `b_u` and every dropped client's `s_u^SK`
     /// from at least `t` shares and removes all masks, leaving `Σ_{u ∈ U3} x_u mod 2^bits`.
     pub fn finish(&mut self) -> Result<Aggregate, Error> {
-        if self.round != Round::Unmask {
-            return Err(Error::OutOfOrder {
-                what: "finishing",
-                state: round_name(self.round),
-            });
-        }
-        self.require(Round::Unmask, self.unmask.len())?;
+        self.check_close(Round::Unmask, self.unmask.len(), "finishing")?;
         let session = self.params.session;
         let threshold = self.params.threshold;
         let mut sum = vec![0u64; self.params.vector_len];

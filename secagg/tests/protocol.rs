@@ -346,3 +346,59 @@ fn a_directory_that_replaces_a_clients_key_is_refused() {
         Err(Error::RepeatedKey(1, 2))
     );
 }
+
+#[test]
+fn unmasking_by_hand_gives_the_sum_and_out_of_order_calls_are_refused() {
+    let p = params(15, 4, 3);
+    let mut s = up_to_round_2(&p);
+    assert!(matches!(s.server.finish(), Err(Error::OutOfOrder { .. })));
+    assert!(matches!(
+        s.server.close_share_keys(),
+        Err(Error::OutOfOrder { .. })
+    ));
+    let (mut s, request) = up_to_round_3(&p);
+    for client in &mut s.clients {
+        s.server.receive(client.unmask(&request).unwrap()).unwrap();
+    }
+    // Inputs are [id; 4]: 0 + 1 + 2 + 3.
+    assert_eq!(s.server.finish().unwrap().sum, vec![6; 4]);
+}
+
+#[test]
+fn the_server_refuses_an_unmask_reply_that_reveals_a_survivors_key() {
+    let p = params(16, 4, 2);
+    let (mut s, request) = up_to_round_3(&p);
+    let mut reply = s.clients[0].unmask(&request).unwrap();
+    let ClientBody::Unmask(shares) = &mut reply.body else {
+        unreachable!()
+    };
+    let survivor_share = shares.self_mask[1];
+    shares.mask_key.push(survivor_share);
+    assert!(matches!(
+        s.server.receive(reply),
+        Err(Error::Malformed { client: 0, .. })
+    ));
+}
+
+#[test]
+fn a_wrong_self_mask_share_is_caught_by_the_commitment() {
+    // Holder 1 alters its share of b_0; the server rebuilds b_0 from holders 0 and 1 (the first
+    // t in id order), and the result does not match 0's commitment: an error, not a wrong sum.
+    let p = params(17, 4, 2);
+    let (mut s, request) = up_to_round_3(&p);
+    for client in &mut s.clients {
+        let mut reply = client.unmask(&request).unwrap();
+        if client.id() == 1 {
+            let ClientBody::Unmask(shares) = &mut reply.body else {
+                unreachable!()
+            };
+            assert_eq!(shares.self_mask[0].0, 0);
+            shares.self_mask[0].1.values[0] ^= 1;
+        }
+        s.server.receive(reply).unwrap();
+    }
+    assert_eq!(
+        s.server.finish().map(|a| a.sum),
+        Err(Error::InconsistentShares(0))
+    );
+}
