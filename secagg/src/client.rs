@@ -166,8 +166,8 @@ impl Client {
     fn expect(&self, message: &ServerMessage, round: Round) -> Result<(), Error> {
         if message.session != self.params.session {
             return Err(Error::WrongSession {
-                expected: self.params.session.to_string(),
-                got: message.session.to_string(),
+                expected: self.params.session,
+                got: message.session,
             });
         }
         if message.round != round || message.body.round() != round {
@@ -303,7 +303,8 @@ impl Client {
         ))
     }
 
-    /// Round 2: opens the shares addressed to this client and sends
+    /// Round 2: opens the shares addressed to this client and sends the masked input
+    /// (docs/algorithms.md §6, "Masked input")
     /// `y_u = x_u + PRG(b_u) + Σ_{v<u} PRG(s_uv) − Σ_{v>u} PRG(s_uv) mod 2^bits` over the
     /// neighbours `v` whose shares arrived. `input` is `x_u`, already in `Z_{2^bits}`.
     pub fn masked_input(

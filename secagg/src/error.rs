@@ -4,7 +4,7 @@
 //! machine that saw them unchanged, so a server can count the rejection and carry on; errors a
 //! client raises on a consistency check abort that client for the rest of the session.
 
-use crate::message::{ClientId, Round};
+use crate::message::{ClientId, Round, SessionId};
 
 /// Every way a secure-aggregation step can fail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -14,7 +14,7 @@ pub enum Error {
     Params(String),
     /// A message of another session: a replay or a misrouted message.
     #[error("message from another session (expected session {expected}, got {got})")]
-    WrongSession { expected: String, got: String },
+    WrongSession { expected: SessionId, got: SessionId },
     /// A message for another round than the one this state machine is in.
     #[error("message for round {got} while in round {expected}")]
     WrongRound { expected: Round, got: Round },

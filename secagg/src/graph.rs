@@ -7,7 +7,8 @@
 //! seed: each client has exactly `k` neighbours, and which they are is uniform over the
 //! relabellings. A client masks with its neighbours only and shares its secrets with its
 //! neighbours and itself, so its costs are `O(k)` rather than `O(n)`; with
-//! `k = O(log n)` the paper shows privacy and dropout robustness hold with high probability.
+//! `k = O(log n)` the paper shows privacy and dropout robustness hold with high probability
+//! (docs/algorithms.md §6, "Graph").
 
 use std::collections::{BTreeMap, BTreeSet};
 

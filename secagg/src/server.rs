@@ -80,8 +80,8 @@ impl Server {
         let sender = header.sender;
         if header.session != self.params.session {
             return Err(Error::WrongSession {
-                expected: self.params.session.to_string(),
-                got: header.session.to_string(),
+                expected: self.params.session,
+                got: header.session,
             });
         }
         if header.round != self.round || message.body.round() != self.round {
@@ -341,7 +341,8 @@ impl Server {
     }
 
     /// Closes round 3: rebuilds every survivor's `b_u` and every dropped client's `s_u^SK`
-    /// from at least `t` shares and removes all masks, leaving `Σ_{u ∈ U3} x_u mod 2^bits`.
+    /// from at least `t` shares and removes all masks, leaving `Σ_{u ∈ U3} x_u mod 2^bits`
+    /// (docs/algorithms.md §6, "Unmasking").
     pub fn finish(&mut self) -> Result<Aggregate, Error> {
         self.check_close(Round::Unmask, self.unmask.len(), "finishing")?;
         let session = self.params.session;
