@@ -136,6 +136,51 @@ proptest! {
         }
     }
 
+    /// SecAgg with clients dropping in any round (before sharing keys, before the masked input,
+    /// before unmasking): the sum over the survivors when every round kept t clients, else the
+    /// typed error of the first round that fell short.
+    #[test]
+    fn dropouts_in_any_round_give_the_sum_or_a_typed_error(
+        n in 2u32..=7,
+        t_frac in 0.0f64..1.0,
+        phase_of in prop::collection::vec(0u8..4, 7),
+        seed in any::<u64>(),
+    ) {
+        let t = 1 + (t_frac * f64::from(n)) as usize;
+        let p = params(n, t, Graph::Complete, 12, 3);
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let inputs = random_inputs(&p, &mut rng);
+        // phase 0: stays; 1, 2, 3: drops before rounds 1, 2, 3.
+        let in_phase = |k: u8| -> BTreeSet<ClientId> {
+            p.clients.iter().zip(&phase_of).filter(|(_, ph)| **ph == k).map(|(c, _)| *c).collect()
+        };
+        let dropouts = Dropouts {
+            before_share_keys: in_phase(1),
+            before_masked_input: in_phase(2),
+            before_unmask: in_phase(3),
+        };
+        let shared = n as usize - dropouts.before_share_keys.len();
+        let survived = shared - dropouts.before_masked_input.len();
+        let answered = survived - dropouts.before_unmask.len();
+        let survivors: BTreeSet<ClientId> = p
+            .clients
+            .iter()
+            .copied()
+            .filter(|c| !dropouts.before_share_keys.contains(c) && !dropouts.before_masked_input.contains(c))
+            .collect();
+        let expected = if shared < t {
+            Err(Error::TooFewClients { round: Round::ShareKeys, needed: t, got: shared })
+        } else if survived < t {
+            Err(Error::TooFewClients { round: Round::MaskedInput, needed: t, got: survived })
+        } else if answered < t {
+            Err(Error::TooFewClients { round: Round::Unmask, needed: t, got: answered })
+        } else {
+            Ok(plain_sum(&p, &inputs, &survivors))
+        };
+        let run = simulate(&p, &inputs, &dropouts, &mut rng);
+        prop_assert_eq!(run.map(|r| r.aggregate.sum), expected);
+    }
+
     /// Fixed point: the decoded sum of n encodings is within `error_bound(n)` of the sum of the
     /// clipped values (deterministic rounding: at most half a step per client).
     #[test]
