@@ -2,7 +2,7 @@
 //! [`crate::wire`] so that bytes are counted and decoding is exercised, for tests, benchmarks
 //! and (later) the in-process federation.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -14,18 +14,15 @@ use crate::params::Params;
 use crate::server::{Aggregate, Server};
 use crate::wire;
 
-/// Who stops answering, and before which round. A client that drops stays silent for the rest
-/// of the session.
+/// Who stops answering, and before which round: a client that drops stays silent for the
+/// rest of the session, so each client has at most one round.
+///
+/// Before round 0 it never advertises keys (outside `U1`); before round 1 it advertised but
+/// never shares (outside `U2`, no masks with it); before round 2 it shared but never sends its
+/// masked input (dropped: the server removes its pair masks with its rebuilt key); before
+/// round 3 its input is in the sum but it never unmasks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Dropouts {
-    /// Advertised keys, then never shared them (left out of `U2`).
-    pub before_share_keys: BTreeSet<ClientId>,
-    /// Shared keys, then never sent a masked input (the dropped clients whose pair masks the
-    /// server removes).
-    pub before_masked_input: BTreeSet<ClientId>,
-    /// Sent a masked input (their input is in the sum), then never answered the unmask request.
-    pub before_unmask: BTreeSet<ClientId>,
-}
+pub struct Dropouts(BTreeMap<ClientId, Round>);
 
 impl Dropouts {
     /// No client drops.
@@ -33,28 +30,21 @@ impl Dropouts {
         Dropouts::default()
     }
 
-    /// `clients` drop after sharing keys, before their masked input.
+    /// `clients` drop before their masked input (round 2).
     pub fn at_masked_input(clients: impl IntoIterator<Item = ClientId>) -> Dropouts {
-        Dropouts {
-            before_masked_input: clients.into_iter().collect(),
-            ..Dropouts::default()
-        }
+        Dropouts::none().before(Round::MaskedInput, clients)
     }
 
+    /// Also drops `clients` before `round` (a later call for the same client wins).
+    pub fn before(mut self, round: Round, clients: impl IntoIterator<Item = ClientId>) -> Dropouts {
+        self.0
+            .extend(clients.into_iter().map(|client| (client, round)));
+        self
+    }
+
+    /// Whether `client` is silent in `round`: it dropped before it or before an earlier round.
     fn silent_in(&self, round: Round, client: ClientId) -> bool {
-        let dropped = |set: &BTreeSet<ClientId>| set.contains(&client);
-        match round {
-            Round::AdvertiseKeys => false,
-            Round::ShareKeys => dropped(&self.before_share_keys),
-            Round::MaskedInput => {
-                dropped(&self.before_share_keys) || dropped(&self.before_masked_input)
-            }
-            Round::Unmask => {
-                dropped(&self.before_share_keys)
-                    || dropped(&self.before_masked_input)
-                    || dropped(&self.before_unmask)
-            }
-        }
+        self.0.get(&client).is_some_and(|&dropped| dropped <= round)
     }
 }
 
@@ -184,9 +174,11 @@ pub fn simulate(
         rng.fill_bytes(&mut seed);
         let started = Instant::now();
         let mut client = Client::new(params.clone(), id, seed)?;
-        let message = client.advertise_keys()?;
-        wire.cost(Round::AdvertiseKeys).client_time += started.elapsed();
-        wire.upload(&mut server, &message, params)?;
+        if !dropouts.silent_in(Round::AdvertiseKeys, id) {
+            let message = client.advertise_keys()?;
+            wire.cost(Round::AdvertiseKeys).client_time += started.elapsed();
+            wire.upload(&mut server, &message, params)?;
+        }
         clients.push(client);
     }
     let started = Instant::now();

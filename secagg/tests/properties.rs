@@ -154,19 +154,18 @@ proptest! {
         let in_phase = |k: u8| -> BTreeSet<ClientId> {
             p.clients.iter().zip(&phase_of).filter(|(_, ph)| **ph == k).map(|(c, _)| *c).collect()
         };
-        let dropouts = Dropouts {
-            before_share_keys: in_phase(1),
-            before_masked_input: in_phase(2),
-            before_unmask: in_phase(3),
-        };
-        let shared = n as usize - dropouts.before_share_keys.len();
-        let survived = shared - dropouts.before_masked_input.len();
-        let answered = survived - dropouts.before_unmask.len();
+        let dropouts = Dropouts::none()
+            .before(Round::ShareKeys, in_phase(1))
+            .before(Round::MaskedInput, in_phase(2))
+            .before(Round::Unmask, in_phase(3));
+        let shared = n as usize - in_phase(1).len();
+        let survived = shared - in_phase(2).len();
+        let answered = survived - in_phase(3).len();
         let survivors: BTreeSet<ClientId> = p
             .clients
             .iter()
             .copied()
-            .filter(|c| !dropouts.before_share_keys.contains(c) && !dropouts.before_masked_input.contains(c))
+            .filter(|c| !in_phase(1).contains(c) && !in_phase(2).contains(c))
             .collect();
         let expected = if shared < t {
             Err(Error::TooFewClients { round: Round::ShareKeys, needed: t, got: shared })
@@ -209,16 +208,17 @@ proptest! {
 
 #[test]
 fn dropouts_in_every_round_leave_the_survivors_sum() {
-    // 1 never shares keys (no masks with it at all), 7 shares then drops (its pair masks are
-    // removed with its rebuilt key), 13 sends its input then never unmasks (its input counts).
-    let p = params(6, 3, Graph::Complete, 32, 8);
+    // 19 never advertises keys, 1 never shares keys (no masks with it at all), 7 shares then
+    // drops (its pair masks are removed with its rebuilt key), 13 sends its input then never
+    // unmasks (its input counts).
+    let p = params(7, 3, Graph::Complete, 32, 8);
     let mut rng = ChaCha20Rng::seed_from_u64(11);
     let inputs = random_inputs(&p, &mut rng);
-    let dropouts = Dropouts {
-        before_share_keys: BTreeSet::from([1]),
-        before_masked_input: BTreeSet::from([7]),
-        before_unmask: BTreeSet::from([13]),
-    };
+    let dropouts = Dropouts::none()
+        .before(Round::AdvertiseKeys, [19])
+        .before(Round::ShareKeys, [1])
+        .before(Round::MaskedInput, [7])
+        .before(Round::Unmask, [13]);
     let run = simulate(&p, &inputs, &dropouts, &mut rng).unwrap();
     let survivors = BTreeSet::from([4, 10, 13, 16]);
     assert_eq!(run.aggregate.sum, plain_sum(&p, &inputs, &survivors));
