@@ -79,6 +79,10 @@ pub struct Client {
 impl Client {
     /// Client `id` of the session `params`, its secrets (`c_u`, `s_u`, `b_u`) and its stream
     /// for Shamir coefficients and nonces drawn from `seed`.
+    ///
+    /// `seed` *is* the client's secret: in a deployment it must come from the client's own OS
+    /// entropy, never from a stream the server can recompute (such as the run's seed), or the
+    /// server could rebuild every mask. Simulations seed it from a shared stream to replay.
     pub fn new(params: Params, id: ClientId, seed: [u8; 32]) -> Result<Client, Error> {
         params.validate()?;
         if !params.knows(id) {

@@ -141,7 +141,8 @@ struct Session<'a> {
 
 /// Runs one session of `params` over `inputs` (one vector in `Z_{2^bits}` per client, in the
 /// order of `params.clients`) with the given `dropouts`; every client's secrets and streams are
-/// seeded from `rng`, so the same `rng` state gives the same transcript.
+/// seeded from `rng`, so the same `rng` state gives the same transcript (and whoever knows the
+/// `rng` knows every secret: a simulation, not a deployment; see [`Client::new`]).
 ///
 /// Errors: the server's typed error when too many clients dropped (or aborted) to finish, or
 /// when `inputs` does not fit the parameters.
