@@ -17,10 +17,11 @@
 
 use crate::coordinator::{CoordinatorMsg, Registry};
 use crate::error::{Error, Result};
+use crate::privacy::{PrivacyRecord, PrivacySettings};
 use crate::record::PhaseSeconds;
 use crate::round::{
-    Accepted, Buffered, ClientFailure, FoldContext, Folded, RoundSummary, Tally, Tasks,
-    build_tasks, fold, fold_buffered, record, update_cosine,
+    Accepted, Buffered, ClientFailure, FoldContext, Folded, Private, PrivateUpdate, RoundSummary,
+    Tally, Tasks, build_tasks, fold, fold_buffered, fold_private, record, update_cosine,
 };
 use crate::schedule::{Schedule, Staleness};
 use crate::server::{RuntimeConfig, ServerState};
@@ -29,6 +30,7 @@ use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Cohort;
 use fedshard_protocol::uplink::UplinkSide;
 use fedshard_strategies::aggregation::Aggregator;
+use fedshard_strategies::privacy::{Accountant, Sampling};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -38,6 +40,8 @@ use std::time::Instant;
 pub struct Engine {
     pub schedule: Schedule,
     pub aggregator: Arc<dyn Aggregator>,
+    /// With `[privacy]`: its settings and the accountant of the run's releases.
+    pub privacy: Option<(PrivacySettings, Accountant)>,
 }
 
 impl Engine {
@@ -74,11 +78,73 @@ impl Engine {
                 });
             }
         }
+        let privacy = match &config.privacy {
+            Some(settings) => Some((*settings, private_engine(settings, schedule, registry)?)),
+            None => None,
+        };
         Ok(Self {
             schedule,
             aggregator,
+            privacy,
         })
     }
+
+    /// With `[privacy] target_epsilon`, the ε that release `release` would bring the run to,
+    /// when it is past the target; `None` when the run may go on.
+    pub fn privacy_budget_reached(&self, release: u64) -> Option<f64> {
+        let (settings, accountant) = self.privacy.as_ref()?;
+        let target = settings.target_epsilon?;
+        let spent = accountant.epsilon(release, settings.delta).epsilon;
+        (spent > target).then_some(spent)
+    }
+}
+
+/// The accountant of a private run, after checking that the schedule samples the way the
+/// settings say: the config refuses what cannot be accounted for, and this refuses it again
+/// for a [`RuntimeConfig`] built by other means.
+fn private_engine(
+    settings: &PrivacySettings,
+    schedule: Schedule,
+    registry: &Registry,
+) -> Result<Accountant> {
+    const PRIVACY: &str = "differential privacy (`[privacy]`)";
+    let refuse = |policy, name: String, why| Error::Unsupported {
+        policy,
+        name,
+        schedule: PRIVACY,
+        why,
+    };
+    match (schedule, settings.sampling) {
+        (
+            Schedule::Rounds {
+                over_commit: Some(c),
+            },
+            _,
+        ) => {
+            return Err(refuse(
+                "over-commitment",
+                c.to_string(),
+                "the first updates to arrive are not a uniform sample the accountant can bound",
+            ));
+        }
+        (Schedule::Buffered(_), Sampling::None) | (Schedule::Rounds { .. }, _) => {}
+        (Schedule::Buffered(_), _) => {
+            return Err(refuse(
+                "sampling",
+                format!("{:?}", settings.sampling),
+                "an async buffer holds whoever answered first: it is accounted without sampling",
+            ));
+        }
+    }
+    if registry.two_phase() {
+        return Err(refuse(
+            "selector",
+            registry.selector.to_string(),
+            "its inclusion probabilities depend on the clients' update norms",
+        ));
+    }
+    settings.update_noise_multiplier()?;
+    settings.accountant()
 }
 
 /// The updates a synchronous round collected, all trained from the round's model.
@@ -112,6 +178,8 @@ struct Aggregate {
     /// τ of each buffered update.
     staleness: Vec<u64>,
     update_cosine: Option<f64>,
+    /// What a private release spent.
+    privacy: Option<PrivacyRecord>,
 }
 
 impl Collected {
@@ -170,6 +238,7 @@ impl Collected {
                     folded,
                     staleness: vec![],
                     update_cosine,
+                    privacy: None,
                 })
             }
             Collected::Buffer { buffer, staleness } => {
@@ -184,9 +253,54 @@ impl Collected {
                     folded,
                     staleness,
                     update_cosine: None,
+                    privacy: None,
                 })
             }
         }
+    }
+
+    /// Folds the collection into `model`, version `version − 1`, privately
+    /// ([`fold_private`]): every update clipped in weight space, a buffered one also weighted
+    /// by its staleness.
+    fn fold_private(
+        &self,
+        model: &mut fedshard_protocol::model::ModelState,
+        private: Private<'_>,
+    ) -> Result<Aggregate> {
+        let current = private.release - 1;
+        let (updates, staleness): (Vec<PrivateUpdate<'_>>, Vec<u64>) = match self {
+            Collected::Round(_) => {
+                let updates = self
+                    .answered()
+                    .into_iter()
+                    .map(|(accepted, task)| PrivateUpdate {
+                        accepted,
+                        task,
+                        weight: 1.0,
+                    })
+                    .collect();
+                (updates, vec![])
+            }
+            Collected::Buffer { buffer, staleness } => buffer
+                .iter()
+                .map(|b| {
+                    let tau = current.saturating_sub(b.version);
+                    let update = PrivateUpdate {
+                        accepted: &b.accepted,
+                        task: &b.task,
+                        weight: staleness.weight(tau),
+                    };
+                    (update, tau)
+                })
+                .unzip(),
+        };
+        let (folded, spent) = fold_private(model, &updates, private)?;
+        Ok(Aggregate {
+            folded,
+            staleness,
+            update_cosine: None,
+            privacy: Some(spent),
+        })
     }
 }
 
@@ -223,10 +337,31 @@ impl ServerState {
         let registry = self.fed.registry.clone();
         let mut model = std::mem::take(&mut self.fed.model);
         let how = (config.min_successful, version);
+        let (seed, min_successful) = (config.seed, config.min_successful);
+        let private = self.engine.privacy.as_ref().map(|(settings, accountant)| {
+            (
+                *settings,
+                settings.clip_norm(&self.fed.history),
+                accountant.epsilon(version, settings.delta),
+            )
+        });
         // The fold and the cosine diagnostic run off the executor; the collection travels with
         // them and comes back for the record.
         let (model, aggregate, collected) = tokio::task::spawn_blocking(move || {
-            let aggregate = collected.fold(&mut model, aggregator.as_ref(), &registry, how);
+            let aggregate = match &private {
+                Some((settings, clip_norm, epsilon)) => {
+                    let private = Private {
+                        settings,
+                        clip_norm: *clip_norm,
+                        seed,
+                        release: version,
+                        epsilon: *epsilon,
+                        min_successful,
+                    };
+                    collected.fold_private(&mut model, private)
+                }
+                None => collected.fold(&mut model, aggregator.as_ref(), &registry, how),
+            };
             (model, aggregate, collected)
         })
         .await
@@ -270,6 +405,7 @@ impl ServerState {
             late,
             staleness: aggregate.staleness,
             phases,
+            privacy: aggregate.privacy,
         });
         self.fed.history.push(record.clone());
         self.persist(&record).await?;
@@ -386,6 +522,7 @@ mod tests {
             compressor: Default::default(),
             compression: Default::default(),
             max_update_norm: None,
+            privacy: None,
             over_commit: None,
             asynchronous: asynchronous.then_some(AsyncConfig {
                 concurrency: 2,

@@ -28,6 +28,7 @@ pub mod error;
 pub mod faults;
 pub mod host;
 pub mod metrics;
+pub mod privacy;
 pub mod record;
 pub mod round;
 pub mod schedule;

@@ -308,6 +308,19 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
             ),
         ));
     }
+    if rounds.iter().any(|r| r.privacy.is_some()) {
+        let epsilon = |r: &RoundPoint| r.privacy.map_or(f64::NAN, |p| p.epsilon);
+        figures.push((
+            "privacy-epsilon",
+            figure(
+                "Privacy spent: ε at the run's δ after each round (RDP accountant)",
+                "ε",
+                ValueAxis::FromZero,
+                Legend::None,
+                vec![series("ε", rounds, epsilon)],
+            ),
+        ));
+    }
     if rounds.iter().any(|r| r.klms.is_some()) {
         let kl = |r: &RoundPoint| r.klms.and_then(|k| k.block_kl_bits).unwrap_or(f64::NAN);
         let rho = |r: &RoundPoint| r.klms.and_then(|k| k.drift_ratio).unwrap_or(f64::NAN);
@@ -391,6 +404,7 @@ mod tests {
             staleness: Vec::new(),
             klms: None,
             time: None,
+            privacy: None,
         }
     }
 

@@ -48,7 +48,7 @@ pub fn update_noise_multiplier(z: f64, count_stddev: f64) -> Result<f64> {
 /// geometric update of Andrew et al. (2021, Sec. 2.2 and Algorithm 1):
 /// `C ← C · exp(−η_C (b̃ − γ))`, where `b̃ = (Σ_i 1[‖Δ_i‖ ≤ C] + N(0, σ_b²)) / m` is the noised
 /// fraction of the `m` expected clients whose change was not clipped.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AdaptiveClip {
     /// γ, the target fraction of unclipped updates.
     pub quantile: f64,
