@@ -1,4 +1,4 @@
-//! The private fold (DP-FedAvg, McMahan et al. 2018, Algorithm 1; docs/algorithms.md §5.1):
+//! The private fold (DP-FedAvg, McMahan et al. 2018, Algorithm 1; docs/algorithms.md §6.1):
 //! each accepted update becomes its change in the full weight space, clipped to the clip norm;
 //! the clipped changes are summed, Gaussian noise of `z_Δ · C` is added to every coordinate of
 //! the sum, and the model moves by the sum over the fixed denominator of expected updates.

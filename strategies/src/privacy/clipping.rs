@@ -1,7 +1,7 @@
 //! DP-FedAvg's clipping (McMahan et al. 2018, Algorithm 1): each client's change is scaled into
 //! the ball of radius `C` before it is summed, and the sum gets Gaussian noise of `z·C`; with
 //! adaptive clipping `C` follows a quantile of the clients' norms (Andrew et al. 2021)
-//! (docs/algorithms.md §5.1–5.2).
+//! (docs/algorithms.md §6.1–6.2).
 
 use crate::rng::ChaCha20Rng;
 use crate::{Result, StrategyError};

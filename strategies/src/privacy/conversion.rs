@@ -1,4 +1,4 @@
-//! From Rényi DP to `(ε, δ)`-DP (docs/algorithms.md §5.6).
+//! From Rényi DP to `(ε, δ)`-DP (docs/algorithms.md §6.6).
 
 use serde::{Deserialize, Serialize};
 

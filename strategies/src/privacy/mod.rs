@@ -1,4 +1,4 @@
-//! Client-level differential privacy (docs/algorithms.md §5): the privacy accountant, written
+//! Client-level differential privacy (docs/algorithms.md §6): the privacy accountant, written
 //! from the papers, and the arithmetic of DP-FedAvg's clipping.
 //!
 //! * [`rdp`]: the Rényi DP of one round under each way fedshard samples clients — Poisson

@@ -1,13 +1,13 @@
 //! Rényi differential privacy of one release of the Gaussian mechanism on a subsample: the
 //! RDP `ε(α)` at order `α` of the three ways a fedshard round can pick its clients
-//! (docs/algorithms.md §5.3–5.5). Noise multipliers are the standard deviation of the noise over
+//! (docs/algorithms.md §6.3–6.5). Noise multipliers are the standard deviation of the noise over
 //! the query's ℓ₂ sensitivity under the relation the sampling is analysed for; every value is an
 //! upper bound on the true RDP, and `f64::INFINITY` stands for "no bound at this order".
 
 use super::logspace::{log_add, log_binomial, log_erfc, signed_sub};
 
 /// RDP of the Gaussian mechanism with noise multiplier `sigma`, every record in every release:
-/// `ε(α) = α / (2σ²)` (Mironov 2017, Proposition 7; docs/algorithms.md §5.3).
+/// `ε(α) = α / (2σ²)` (Mironov 2017, Table II; docs/algorithms.md §6.3).
 pub fn gaussian(sigma: f64, alpha: f64) -> f64 {
     if sigma <= 0.0 {
         return f64::INFINITY;
@@ -17,7 +17,7 @@ pub fn gaussian(sigma: f64, alpha: f64) -> f64 {
 
 /// RDP of the Poisson-subsampled Gaussian mechanism, each record included independently with
 /// probability `q`, under the add-or-remove-one relation: `ε(α) = log(A_α) / (α − 1)` with
-/// `A_α` of Mironov, Talwar and Zhang (2019), Sec. 3.3 (docs/algorithms.md §5.4): the exact
+/// `A_α` of Mironov, Talwar and Zhang (2019), Sec. 3.3 (docs/algorithms.md §6.4): the exact
 /// binomial sum for integer `α` (`log_a_integer`) and the two erfc series for fractional `α`
 /// (`log_a_fractional`).
 pub fn poisson_subsampled_gaussian(q: f64, sigma: f64, alpha: f64) -> f64 {
@@ -108,7 +108,8 @@ const MAX_FORWARD_DIFFERENCE_ORDER: u64 = 256;
 /// records (sampling without replacement), under the **replace-one (substitution) relation**:
 /// neighbouring populations have the same size and differ in one record, and `sigma` is the
 /// noise over the sensitivity under substitution. Wang, Balle and Kasiviswanathan (2019),
-/// Theorem 9 with the Gaussian's `ε(∞) = ∞` (docs/algorithms.md §5.5):
+/// the bound of arXiv:1808.00087, Theorem 27 (as dp-accounting cites it), with the Gaussian's
+/// `ε(∞) = ∞` (docs/algorithms.md §6.5):
 ///
 /// `ε(α) ≤ 1/(α−1) log(1 + γ² C(α,2) min{4(e^{ε(2)} − 1), 2e^{ε(2)}}
 ///        + Σ_{j=3}^{α} γ^j C(α,j) min{4 √(Δ^{2⌊j/2⌋} · Δ^{2⌈j/2⌉}), 2 e^{(j−1)ε(j)}})`

@@ -1,7 +1,7 @@
 //! Poisson selection: every client independently with the same probability `q = m/K`, so a
 //! round has `m` participants on average and any number in `0..=K`. It is the sampling under
 //! which DP-FedAvg's guarantee is amplified by the add-or-remove relation
-//! (docs/algorithms.md §5.4), where a fixed-size uniform sample needs substitution (§5.5).
+//! (docs/algorithms.md §6.4), where a fixed-size uniform sample needs substitution (§6.5).
 
 use super::{ClientSelector, ClientStats, Selection, independent_draws, validate_clients};
 use crate::rng::ChaCha20Rng;
