@@ -62,6 +62,21 @@ fn a_reduced_private_run_learns_and_reports_what_it_spent() {
     assert!(line.contains("\"privacy\":{\"epsilon\":"), "{line}");
 }
 
+/// With `target_epsilon` the run stops before the round whose release would pass it: every
+/// recorded ε is within the target, and the next round's would not be.
+#[test]
+fn a_target_epsilon_stops_the_run_before_it_is_passed() {
+    let mut config = reduced(6);
+    let settings = config.privacy.as_ref().unwrap().settings(&config);
+    let accountant = settings.accountant().unwrap();
+    let after = |rounds| accountant.epsilon(rounds, 1e-4).epsilon;
+    let target = (after(3) + after(4)) / 2.0;
+    config.privacy.as_mut().unwrap().target_epsilon = Some(target);
+    let (_, summary) = fedshard::federation::run_to_end(&config).expect("runs");
+    assert_eq!(summary.per_round.len(), 3);
+    assert!(summary.privacy.unwrap().epsilon <= target);
+}
+
 /// The same seed gives the same model bytes (the noise is drawn from the run's streams), and
 /// the next seed another.
 #[test]

@@ -453,6 +453,33 @@ mod tests {
         );
     }
 
+    /// Records with ε get the "privacy-epsilon" figure, one point per round; others do not.
+    #[test]
+    fn private_runs_get_a_figure_of_epsilon() {
+        let mut rounds = [round(1, &[]), round(2, &[])];
+        assert!(
+            run_figures(&rounds)
+                .iter()
+                .all(|(s, _)| *s != "privacy-epsilon")
+        );
+        for (r, epsilon) in rounds.iter_mut().zip([1.5, 2.25]) {
+            r.privacy = Some(fedshard_actors::privacy::PrivacyRecord {
+                epsilon,
+                delta: 1e-5,
+                clip_norm: 1.0,
+                next_clip_norm: 1.0,
+                clipped: 0,
+                unclipped_fraction: None,
+            });
+        }
+        let figures = run_figures(&rounds);
+        let (_, figure) = figures
+            .iter()
+            .find(|(s, _)| *s == "privacy-epsilon")
+            .expect("an ε figure");
+        assert_eq!(figure.series[0].points, vec![(1.0, 1.5), (2.0, 2.25)]);
+    }
+
     /// A run's figures count rounds, an asynchronous run's (whose records carry staleness)
     /// model versions, on the axis and in the titles; a report over both modes says both.
     #[test]
