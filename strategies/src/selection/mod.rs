@@ -70,13 +70,17 @@ pub trait ClientSelector: Send + Sync + fmt::Debug {
 
 /// Poisson sampling with inclusion probabilities `p`: one uniform draw `u_k` per client in
 /// order, client k chosen iff `u_k < p_k`, so the stream consumed does not depend on the
-/// probabilities. Returns the chosen positions, ascending.
-fn independent_draws(probabilities: &[f64], rng: &mut ChaCha20Rng) -> Vec<usize> {
-    probabilities
+/// probabilities. The chosen positions are ascending.
+fn independent_draws(probabilities: Vec<f64>, rng: &mut ChaCha20Rng) -> Selection {
+    let chosen = probabilities
         .iter()
         .enumerate()
         .filter_map(|(i, &p)| (crate::rng::uniform(rng) < p).then_some(i))
-        .collect()
+        .collect();
+    Selection {
+        chosen,
+        probabilities,
+    }
 }
 
 /// Checks what every selector needs: at least one client, finite non-negative sample counts and

@@ -209,12 +209,7 @@ impl ClientSelector for OptimalPartialSelector {
         budget: f64,
         rng: &mut ChaCha20Rng,
     ) -> Result<Selection> {
-        let probabilities = self.probabilities(clients, budget)?;
-        let chosen = independent_draws(&probabilities, rng);
-        Ok(Selection {
-            chosen,
-            probabilities,
-        })
+        Ok(independent_draws(self.probabilities(clients, budget)?, rng))
     }
 }
 
