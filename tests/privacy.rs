@@ -77,6 +77,29 @@ fn a_target_epsilon_stops_the_run_before_it_is_passed() {
     assert!(summary.privacy.unwrap().epsilon <= target);
 }
 
+/// A private run stopped after two rounds (by its target ε) and resumed ends with the model
+/// bytes of the uninterrupted run: the adaptive clip norm comes back from the records, the
+/// noise from the seed and the round.
+#[test]
+fn a_resumed_private_run_ends_with_the_uninterrupted_model() {
+    let config = reduced(4);
+    let whole = tempfile::tempdir().unwrap();
+    let (_, straight, _) = common::run_in(whole.path(), &config);
+
+    let settings = config.privacy.as_ref().unwrap().settings(&config);
+    let accountant = settings.accountant().unwrap();
+    let mut stopped = config.clone();
+    let target = (accountant.epsilon(2, 1e-4).epsilon + accountant.epsilon(3, 1e-4).epsilon) / 2.0;
+    stopped.privacy.as_mut().unwrap().target_epsilon = Some(target);
+    let split = tempfile::tempdir().unwrap();
+    let (_, _, first) = common::run_in(split.path(), &stopped);
+    assert_eq!(first.per_round.len(), 2);
+    let (resumed, model, summary) = common::run_in(split.path(), &config);
+    assert!(resumed);
+    assert_eq!(summary.per_round.len(), 4);
+    assert!(model == straight, "the resumed run's model differs");
+}
+
 /// The same seed gives the same model bytes (the noise is drawn from the run's streams), and
 /// the next seed another.
 #[test]
