@@ -10,6 +10,9 @@
 //! ([`crate::round::check`]), the uplink memory, the fold through the [`Aggregator`] seam, the
 //! evaluation, the one record builder ([`record`]), the checkpoint and the events.
 //!
+//! With `[privacy]` the fold is DP-FedAvg's ([`fold_private`]) for every schedule, and each
+//! record carries the ε of the releases so far.
+//!
 //! What cannot combine is refused when the engine is built ([`Engine::new`]), before a client
 //! trains: an aggregator that cannot fold a buffer ([`Aggregator::folds_buffered`]) or a
 //! two-phase selector ([`fedshard_strategies::selection::ClientSelector::needs_update_norms`])
@@ -30,7 +33,7 @@ use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Cohort;
 use fedshard_protocol::uplink::UplinkSide;
 use fedshard_strategies::aggregation::Aggregator;
-use fedshard_strategies::privacy::{Accountant, Sampling};
+use fedshard_strategies::privacy::Accountant;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -79,7 +82,7 @@ impl Engine {
             }
         }
         let privacy = match &config.privacy {
-            Some(settings) => Some((*settings, private_engine(settings, schedule, registry)?)),
+            Some(settings) => Some((*settings, settings.checked_accountant(schedule, registry)?)),
             None => None,
         };
         Ok(Self {
@@ -97,54 +100,6 @@ impl Engine {
         let spent = accountant.epsilon(release, settings.delta).epsilon;
         (spent > target).then_some(spent)
     }
-}
-
-/// The accountant of a private run, after checking that the schedule samples the way the
-/// settings say: the config refuses what cannot be accounted for, and this refuses it again
-/// for a [`RuntimeConfig`] built by other means.
-fn private_engine(
-    settings: &PrivacySettings,
-    schedule: Schedule,
-    registry: &Registry,
-) -> Result<Accountant> {
-    const PRIVACY: &str = "differential privacy (`[privacy]`)";
-    let refuse = |policy, name: String, why| Error::Unsupported {
-        policy,
-        name,
-        schedule: PRIVACY,
-        why,
-    };
-    match (schedule, settings.sampling) {
-        (
-            Schedule::Rounds {
-                over_commit: Some(c),
-            },
-            _,
-        ) => {
-            return Err(refuse(
-                "over-commitment",
-                c.to_string(),
-                "the first updates to arrive are not a uniform sample the accountant can bound",
-            ));
-        }
-        (Schedule::Buffered(_), Sampling::None) | (Schedule::Rounds { .. }, _) => {}
-        (Schedule::Buffered(_), _) => {
-            return Err(refuse(
-                "sampling",
-                format!("{:?}", settings.sampling),
-                "an async buffer holds whoever answered first: it is accounted without sampling",
-            ));
-        }
-    }
-    if registry.two_phase() {
-        return Err(refuse(
-            "selector",
-            registry.selector.to_string(),
-            "its inclusion probabilities depend on the clients' update norms",
-        ));
-    }
-    settings.update_noise_multiplier()?;
-    settings.accountant()
 }
 
 /// The updates a synchronous round collected, all trained from the round's model.

@@ -4,8 +4,10 @@
 //! ([`PrivacySummary`]). The fold itself is [`crate::round::fold_private`]; the accountant and
 //! the clipping arithmetic are `fedshard_strategies::privacy`.
 
+use crate::coordinator::Registry;
 use crate::error::{Error, Result};
 use crate::record::RoundRecord;
+use crate::schedule::Schedule;
 use fedshard_strategies::privacy::{Accountant, AdaptiveClip, Sampling, update_noise_multiplier};
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +43,55 @@ impl PrivacySettings {
     /// The accountant of the run's releases.
     pub fn accountant(&self) -> Result<Accountant> {
         Accountant::new(self.sampling, self.noise_multiplier).map_err(Error::Privacy)
+    }
+
+    /// The accountant of a private run, after checking that the schedule samples the way the
+    /// settings say: the config refuses what cannot be accounted for, and this refuses it again
+    /// for a [`crate::server::RuntimeConfig`] built by other means.
+    pub(crate) fn checked_accountant(
+        &self,
+        schedule: Schedule,
+        registry: &Registry,
+    ) -> Result<Accountant> {
+        let settings = self;
+        const PRIVACY: &str = "differential privacy (`[privacy]`)";
+        let refuse = |policy, name: String, why| Error::Unsupported {
+            policy,
+            name,
+            schedule: PRIVACY,
+            why,
+        };
+        match (schedule, settings.sampling) {
+            (
+                Schedule::Rounds {
+                    over_commit: Some(c),
+                },
+                _,
+            ) => {
+                return Err(refuse(
+                    "over-commitment",
+                    c.to_string(),
+                    "the first updates to arrive are not a uniform sample the accountant can bound",
+                ));
+            }
+            (Schedule::Buffered(_), Sampling::None) | (Schedule::Rounds { .. }, _) => {}
+            (Schedule::Buffered(_), _) => {
+                return Err(refuse(
+                    "sampling",
+                    format!("{:?}", settings.sampling),
+                    "an async buffer holds whoever answered first: it is accounted without sampling",
+                ));
+            }
+        }
+        if registry.two_phase() {
+            return Err(refuse(
+                "selector",
+                registry.selector.to_string(),
+                "its inclusion probabilities depend on the clients' update norms",
+            ));
+        }
+        settings.update_noise_multiplier()?;
+        settings.accountant()
     }
 
     /// The noise of the update sum over the clip norm: `z` with a fixed clip, `z_Δ` of
@@ -111,5 +162,64 @@ impl PrivacySummary {
             sampling: settings.sampling,
             rounds: history.len() as u64,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::tests::registry;
+    use crate::schedule::{AsyncConfig, Staleness};
+    use fedshard_strategies::selection::SelectorName;
+
+    /// The engine refuses, by policy, what the accountant cannot bound even when the settings
+    /// did not come through the config: over-commitment, a sampled async buffer, a selector
+    /// whose probabilities depend on update norms.
+    #[test]
+    fn the_engine_refuses_what_the_accountant_cannot_bound() {
+        let settings = PrivacySettings {
+            noise_multiplier: 1.0,
+            clipping: Clipping::Fixed { norm: 1.0 },
+            delta: 1e-5,
+            sampling: Sampling::Poisson { rate: 0.5 },
+            expected_updates: 1.0,
+            target_epsilon: None,
+        };
+        let uniform = registry(&[(1, 1), (2, 1)]);
+        let rounds = Schedule::Rounds { over_commit: None };
+        assert!(settings.checked_accountant(rounds, &uniform).is_ok());
+        let policy = |r: Result<Accountant>| match r {
+            Err(Error::Unsupported { policy, .. }) => policy,
+            other => panic!("{other:?}"),
+        };
+        let over = Schedule::Rounds {
+            over_commit: Some(1.5),
+        };
+        assert_eq!(
+            policy(settings.checked_accountant(over, &uniform)),
+            "over-commitment"
+        );
+        let buffered = Schedule::Buffered(AsyncConfig {
+            concurrency: 2,
+            buffer: 1,
+            staleness: Staleness::Constant,
+        });
+        assert_eq!(
+            policy(settings.checked_accountant(buffered, &uniform)),
+            "sampling"
+        );
+        let unsampled = PrivacySettings {
+            sampling: Sampling::None,
+            ..settings
+        };
+        assert!(unsampled.checked_accountant(buffered, &uniform).is_ok());
+        let two_phase = Registry {
+            selector: SelectorName::OptimalPartial,
+            ..uniform
+        };
+        assert_eq!(
+            policy(settings.checked_accountant(rounds, &two_phase)),
+            "selector"
+        );
     }
 }
