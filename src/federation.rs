@@ -144,6 +144,7 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
             }),
         },
         clock: None,
+        privacy: config.privacy.as_ref().map(|p| p.settings(config)),
     };
     let initial = model.initial_state(seed)?;
     let simulated = crate::config::SimulatedRun {

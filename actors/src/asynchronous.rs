@@ -81,14 +81,23 @@ impl ServerState {
         phases: &mut PhaseSeconds,
     ) -> Result<Vec<Buffered>> {
         let max_update_norm = self.fed.config.max_update_norm;
-        let mut buffer = Vec::new();
+        let mut buffer: Vec<Buffered> = Vec::new();
         let mut time = SimulatedTime {
             start: run.arrivals.now(),
             ..SimulatedTime::default()
         };
+        // With privacy a client's update is at most once in a buffer (the accountant bounds
+        // one contribution per client and release): it gets no new work until the buffer is
+        // applied.
+        let once = self.engine.privacy.is_some();
         while buffer.len() < settings.buffer {
             let handing = Instant::now();
-            self.hand_out(run, version, settings.concurrency, tally)
+            let in_buffer: Vec<ClientId> = if once {
+                buffer.iter().map(|b| b.accepted.client).collect()
+            } else {
+                Vec::new()
+            };
+            self.hand_out(run, (version, &in_buffer), settings.concurrency, tally)
                 .await?;
             let waiting = Instant::now();
             phases.plan += (waiting - handing).as_secs_f64();
@@ -129,11 +138,12 @@ impl ServerState {
     }
 
     /// Gives work to idle clients, each drawn uniformly with the stream (seed, n, 0, Selection)
-    /// of the n-th task, until `concurrency` are training or none is idle.
+    /// of the n-th task, until `concurrency` are training or none is idle; a client in
+    /// `in_buffer` is not idle.
     async fn hand_out(
         &mut self,
         run: &mut AsyncRun,
-        version: u64,
+        (version, in_buffer): (u64, &[ClientId]),
         concurrency: usize,
         tally: &mut Tally,
     ) -> Result<()> {
@@ -146,7 +156,11 @@ impl ServerState {
                 .clients
                 .keys()
                 .copied()
-                .filter(|c| !run.outstanding.contains_key(c) && self.clients.contains_key(c))
+                .filter(|c| {
+                    !run.outstanding.contains_key(c)
+                        && self.clients.contains_key(c)
+                        && !in_buffer.contains(c)
+                })
                 .collect();
             if idle.is_empty() {
                 break;

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 /// Bumped whenever the layout changes; older checkpoints are refused with a clear error.
 /// Version 4: each history record carries `update_cosine`; version 5: `late` and `staleness`;
 /// version 6: `klms`; version 7: per-client KLMS blocks in the uplink state; version 8: `time`
-/// (simulated time).
-pub const FORMAT_VERSION: u32 = 8;
+/// (simulated time); version 9: `privacy` (ε and the clip norms of a private run).
+pub const FORMAT_VERSION: u32 = 9;
 pub const FILE_NAME: &str = "checkpoint.bin";
 
 /// Everything needed to continue a run exactly: every random stream is derived from

@@ -10,6 +10,9 @@
 //! ([`crate::round::check`]), the uplink memory, the fold through the [`Aggregator`] seam, the
 //! evaluation, the one record builder ([`record`]), the checkpoint and the events.
 //!
+//! With `[privacy]` the fold is DP-FedAvg's ([`fold_private`]) for every schedule, and each
+//! record carries the ε of the releases so far.
+//!
 //! What cannot combine is refused when the engine is built ([`Engine::new`]), before a client
 //! trains: an aggregator that cannot fold a buffer ([`Aggregator::folds_buffered`]) or a
 //! two-phase selector ([`fedshard_strategies::selection::ClientSelector::needs_update_norms`])
@@ -17,10 +20,11 @@
 
 use crate::coordinator::{CoordinatorMsg, Registry};
 use crate::error::{Error, Result};
+use crate::privacy::{PrivacyRecord, PrivacySettings};
 use crate::record::PhaseSeconds;
 use crate::round::{
-    Accepted, Buffered, ClientFailure, FoldContext, Folded, RoundSummary, Tally, Tasks,
-    build_tasks, fold, fold_buffered, record, update_cosine,
+    Accepted, Buffered, ClientFailure, FoldContext, Folded, Private, PrivateUpdate, RoundSummary,
+    Tally, Tasks, build_tasks, fold, fold_buffered, fold_private, record, update_cosine,
 };
 use crate::schedule::{Schedule, Staleness};
 use crate::server::{RuntimeConfig, ServerState};
@@ -29,6 +33,7 @@ use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Cohort;
 use fedshard_protocol::uplink::UplinkSide;
 use fedshard_strategies::aggregation::Aggregator;
+use fedshard_strategies::privacy::Accountant;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -38,6 +43,8 @@ use std::time::Instant;
 pub struct Engine {
     pub schedule: Schedule,
     pub aggregator: Arc<dyn Aggregator>,
+    /// With `[privacy]`: its settings and the accountant of the run's releases.
+    pub privacy: Option<(PrivacySettings, Accountant)>,
 }
 
 impl Engine {
@@ -74,10 +81,24 @@ impl Engine {
                 });
             }
         }
+        let privacy = match &config.privacy {
+            Some(settings) => Some((*settings, settings.checked_accountant(schedule, registry)?)),
+            None => None,
+        };
         Ok(Self {
             schedule,
             aggregator,
+            privacy,
         })
+    }
+
+    /// With `[privacy] target_epsilon`, the ε that release `release` would bring the run to,
+    /// when it is past the target; `None` when the run may go on.
+    pub fn privacy_budget_reached(&self, release: u64) -> Option<f64> {
+        let (settings, accountant) = self.privacy.as_ref()?;
+        let target = settings.target_epsilon?;
+        let spent = accountant.epsilon(release, settings.delta).epsilon;
+        (spent > target).then_some(spent)
     }
 }
 
@@ -112,6 +133,8 @@ struct Aggregate {
     /// τ of each buffered update.
     staleness: Vec<u64>,
     update_cosine: Option<f64>,
+    /// What a private release spent.
+    privacy: Option<PrivacyRecord>,
 }
 
 impl Collected {
@@ -170,6 +193,7 @@ impl Collected {
                     folded,
                     staleness: vec![],
                     update_cosine,
+                    privacy: None,
                 })
             }
             Collected::Buffer { buffer, staleness } => {
@@ -184,9 +208,54 @@ impl Collected {
                     folded,
                     staleness,
                     update_cosine: None,
+                    privacy: None,
                 })
             }
         }
+    }
+
+    /// Folds the collection into `model`, version `version − 1`, privately
+    /// ([`fold_private`]): every update clipped in weight space, a buffered one also weighted
+    /// by its staleness.
+    fn fold_private(
+        &self,
+        model: &mut fedshard_protocol::model::ModelState,
+        private: Private<'_>,
+    ) -> Result<Aggregate> {
+        let current = private.release - 1;
+        let (updates, staleness): (Vec<PrivateUpdate<'_>>, Vec<u64>) = match self {
+            Collected::Round(_) => {
+                let updates = self
+                    .answered()
+                    .into_iter()
+                    .map(|(accepted, task)| PrivateUpdate {
+                        accepted,
+                        task,
+                        weight: 1.0,
+                    })
+                    .collect();
+                (updates, vec![])
+            }
+            Collected::Buffer { buffer, staleness } => buffer
+                .iter()
+                .map(|b| {
+                    let tau = current.saturating_sub(b.version);
+                    let update = PrivateUpdate {
+                        accepted: &b.accepted,
+                        task: &b.task,
+                        weight: staleness.weight(tau),
+                    };
+                    (update, tau)
+                })
+                .unzip(),
+        };
+        let (folded, spent) = fold_private(model, &updates, private)?;
+        Ok(Aggregate {
+            folded,
+            staleness,
+            update_cosine: None,
+            privacy: Some(spent),
+        })
     }
 }
 
@@ -223,10 +292,31 @@ impl ServerState {
         let registry = self.fed.registry.clone();
         let mut model = std::mem::take(&mut self.fed.model);
         let how = (config.min_successful, version);
+        let (seed, min_successful) = (config.seed, config.min_successful);
+        let private = self.engine.privacy.as_ref().map(|(settings, accountant)| {
+            (
+                *settings,
+                settings.clip_norm(&self.fed.history),
+                accountant.epsilon(version, settings.delta),
+            )
+        });
         // The fold and the cosine diagnostic run off the executor; the collection travels with
         // them and comes back for the record.
         let (model, aggregate, collected) = tokio::task::spawn_blocking(move || {
-            let aggregate = collected.fold(&mut model, aggregator.as_ref(), &registry, how);
+            let aggregate = match &private {
+                Some((settings, clip_norm, epsilon)) => {
+                    let private = Private {
+                        settings,
+                        clip_norm: *clip_norm,
+                        seed,
+                        release: version,
+                        epsilon: *epsilon,
+                        min_successful,
+                    };
+                    collected.fold_private(&mut model, private)
+                }
+                None => collected.fold(&mut model, aggregator.as_ref(), &registry, how),
+            };
             (model, aggregate, collected)
         })
         .await
@@ -270,6 +360,7 @@ impl ServerState {
             late,
             staleness: aggregate.staleness,
             phases,
+            privacy: aggregate.privacy,
         });
         self.fed.history.push(record.clone());
         self.persist(&record).await?;
@@ -386,6 +477,7 @@ mod tests {
             compressor: Default::default(),
             compression: Default::default(),
             max_update_norm: None,
+            privacy: None,
             over_commit: None,
             asynchronous: asynchronous.then_some(AsyncConfig {
                 concurrency: 2,

@@ -38,6 +38,9 @@ pub enum Error {
         name: &'static str,
         source: StrategyError,
     },
+    /// The privacy accountant or clipping refused its settings.
+    #[error("privacy: {0}")]
+    Privacy(StrategyError),
     #[error("client {0} is not in the registry")]
     UnknownClient(ClientId),
     /// An accepted update that does not fit the model it is folded into.

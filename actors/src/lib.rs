@@ -29,6 +29,7 @@ pub mod faults;
 pub mod host;
 pub mod live;
 pub mod metrics;
+pub mod privacy;
 pub mod record;
 pub mod round;
 pub mod schedule;

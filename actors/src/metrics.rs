@@ -64,6 +64,7 @@ pub struct Metrics {
     staleness: HistogramVec,
     late: IntCounterVec,
     simulated_seconds: GaugeVec,
+    privacy_epsilon: GaugeVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -227,6 +228,11 @@ impl Metrics {
                 "Simulated time at the end of the last round or version, under --clock virtual (docs/async.md); absent on the wall clock.",
                 none,
             )?,
+            privacy_epsilon: gauge(
+                "fedshard_privacy_epsilon",
+                "With [privacy]: the run's ε at its δ after the last round's release (docs/privacy.md); absent without privacy.",
+                none,
+            )?,
             registry,
         };
         // Series that exist from the start, so dashboards show zeros rather than "no data".
@@ -287,6 +293,9 @@ impl Metrics {
         self.late.with_label_values(none).inc_by(r.late as u64);
         if let Some(time) = &r.time {
             self.simulated_seconds.with_label_values(none).set(time.end);
+        }
+        if let Some(p) = &r.privacy {
+            self.privacy_epsilon.with_label_values(none).set(p.epsilon);
         }
         let staleness = self.staleness.with_label_values(none);
         for tau in &r.staleness {
@@ -496,6 +505,7 @@ pub(crate) mod tests {
                 end: 10.0 * round as f64,
                 clients: Default::default(),
             }),
+            privacy: None,
         }
     }
 

@@ -78,6 +78,10 @@ pub struct RoundRecord {
     /// wall clock. Always written, as `klms`.
     #[serde(default)]
     pub time: Option<SimulatedTime>,
+    /// With `[privacy]`, what this round's release spent (ε at δ after it) and how it clipped
+    /// ([`crate::privacy::PrivacyRecord`]); `None` otherwise. Always written, as `klms`.
+    #[serde(default)]
+    pub privacy: Option<crate::privacy::PrivacyRecord>,
 }
 
 /// Where a round's (or an async version's) simulated time went, in seconds since the run began.
@@ -333,6 +337,10 @@ pub struct Summary {
     pub rejected_total: usize,
     pub seconds_total: f64,
     pub per_round: Vec<RoundRecord>,
+    /// With `[privacy]`, the run's ε at δ and the mechanism it was accounted as; absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privacy: Option<crate::privacy::PrivacySummary>,
 }
 
 impl Summary {
@@ -348,7 +356,14 @@ impl Summary {
             rejected_total: history.iter().map(RoundRecord::rejected_total).sum(),
             seconds_total: history.iter().map(|r| r.seconds).sum(),
             per_round: history.to_vec(),
+            privacy: None,
         }
+    }
+
+    /// Adds the `privacy` block of a run with `settings` (nothing without them).
+    pub fn with_privacy(mut self, settings: Option<&crate::privacy::PrivacySettings>) -> Self {
+        self.privacy = crate::privacy::PrivacySummary::of(settings, &self.per_round);
+        self
     }
 
     /// Uplink bits per parameter per received update, averaged over the rounds (`None` for a
@@ -435,6 +450,7 @@ mod tests {
             late: 0,
             klms: None,
             time: None,
+            privacy: None,
             staleness: vec![],
             phases: PhaseSeconds {
                 plan: 0.001,

@@ -75,6 +75,10 @@ pub struct RuntimeConfig {
     /// on the seed alone.
     #[serde(default)]
     pub clock: Option<VirtualClock>,
+    /// `[privacy]`: DP-FedAvg with its accountant (docs/privacy.md); `None`, updates are
+    /// folded in the clear.
+    #[serde(default)]
+    pub privacy: Option<crate::privacy::PrivacySettings>,
 }
 
 impl RuntimeConfig {
@@ -308,6 +312,15 @@ impl Actor for Server {
                     state.finish(Ok(()));
                     return Ok(());
                 }
+                if let Some(spent) = state.engine.privacy_budget_reached(round) {
+                    tracing::warn!(
+                        "stopping before round {round}: its release would take ε to {:.3}, past \
+                         [privacy] target_epsilon",
+                        spent
+                    );
+                    state.finish(Ok(()));
+                    return Ok(());
+                }
                 if state.flow != Flow::Running {
                     tracing::warn!("round {round} waits until a client can be reached");
                     state.flow = Flow::Parked;
@@ -341,7 +354,8 @@ impl Actor for Server {
 impl ServerState {
     fn finish(&mut self, result: Result<(), Error>) {
         if let Some(done) = self.done.take() {
-            let summary = Summary::from_history(&self.fed.history);
+            let summary = Summary::from_history(&self.fed.history)
+                .with_privacy(self.fed.config.privacy.as_ref());
             let _ = done.send(result.map(|()| (self.fed.model.clone(), summary)));
         }
     }

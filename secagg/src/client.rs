@@ -308,7 +308,7 @@ impl Client {
     }
 
     /// Round 2: opens the shares addressed to this client and sends the masked input
-    /// (docs/algorithms.md §6, "Masked input")
+    /// (docs/algorithms.md §7, "Masked input")
     /// `y_u = x_u + PRG(b_u) + Σ_{v<u} PRG(s_uv) − Σ_{v>u} PRG(s_uv) mod 2^bits` over the
     /// neighbours `v` whose shares arrived. `input` is `x_u`, already in `Z_{2^bits}`.
     pub fn masked_input(

@@ -2,7 +2,7 @@
 //! ChaCha20-Poly1305 encryption of shares, and the ChaCha20 PRG that expands mask seeds.
 //! Nothing here is hand-rolled cryptography; this module only fixes the labels, salts and
 //! associated data so that every derived key and ciphertext is bound to its session and use
-//! (docs/algorithms.md §6, "Share encryption" and "Masked input").
+//! (docs/algorithms.md §7, "Share encryption" and "Masked input").
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};

@@ -68,7 +68,7 @@ impl IntegerRange {
 }
 
 /// Reals clipped to `[−range, range]`, scaled by `scale` and rounded to the nearest integer
-/// (docs/algorithms.md §6, "Fixed point").
+/// (docs/algorithms.md §7, "Fixed point").
 ///
 /// With `h = ⌈range · scale⌉`, a value `x` is encoded as `round(clip(x) · scale) + h ∈ [0, 2h]`
 /// (an [`IntegerRange`] `[−h, h]`). The decoded sum of `n` clients differs from the sum of their

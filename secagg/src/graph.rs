@@ -8,7 +8,7 @@
 //! relabellings. A client masks with its neighbours only and shares its secrets with its
 //! neighbours and itself, so its costs are `O(k)` rather than `O(n)`; with
 //! `k = O(log n)` the paper shows privacy and dropout robustness hold with high probability
-//! (docs/algorithms.md §6, "Graph").
+//! (docs/algorithms.md §7, "Graph").
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -13,7 +13,7 @@
 //! deciding whether an uplink coding may be used — [`UplinkCoding::check_summable`] answers
 //! that question for the caller's config check.
 //!
-//! The rounds (docs/algorithms.md §6; docs/secagg.md for the threat model and costs):
+//! The rounds (docs/algorithms.md §7; docs/secagg.md for the threat model and costs):
 //! 0. [`Client::advertise_keys`]: two X25519 key pairs, `c` (share encryption) and `s` (masks).
 //! 1. [`Client::share_keys`]: Shamir shares ([`shamir`], GF(2⁶¹ − 1)) of the self-mask seed
 //!    `b_u` and of `s_u^SK`, `t` of the neighbourhood (a [`Graph`]), each pair of shares

@@ -342,7 +342,7 @@ impl Server {
 
     /// Closes round 3: rebuilds every survivor's `b_u` and every dropped client's `s_u^SK`
     /// from at least `t` shares and removes all masks, leaving `Σ_{u ∈ U3} x_u mod 2^bits`
-    /// (docs/algorithms.md §6, "Unmasking").
+    /// (docs/algorithms.md §7, "Unmasking").
     pub fn finish(&mut self) -> Result<Aggregate, Error> {
         self.check_close(Round::Unmask, self.unmask.len(), "finishing")?;
         let session = self.params.session;

@@ -1,6 +1,6 @@
 //! Shamir's t-of-n secret sharing of 32-byte secrets over GF(2⁶¹ − 1) (Shamir 1979, as used
 //! by Bonawitz et al. 2017 for the self-mask seed `b_u` and the mask key `s_u^SK`;
-//! docs/algorithms.md §6, "Shamir sharing").
+//! docs/algorithms.md §7, "Shamir sharing").
 //!
 //! A secret is cut into [`CHUNKS`] chunks of 7 bytes (the last holds the remaining 4), each
 //! below 2⁵⁶ < p, and every chunk is shared with its own random polynomial of degree `t − 1`;

@@ -162,6 +162,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             compressor: Compressor::Identity,
             compression: Default::default(),
             max_update_norm: None,
+            privacy: None,
             over_commit: None,
             asynchronous: None,
             clock: None,

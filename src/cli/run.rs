@@ -63,6 +63,10 @@ pub struct RunArgs {
     /// go by it, nothing sleeps, and a seed fixes the model.
     #[arg(long, value_enum)]
     pub clock: Option<super::Clock>,
+    /// Override `privacy.noise_multiplier` (a config with a `[privacy]` section), so a table of
+    /// accuracy against the noise is one command per row.
+    #[arg(long, value_name = "Z")]
+    pub noise_multiplier: Option<f64>,
 }
 
 pub(crate) const CONFIG_FILE: &str = "config.toml";
@@ -160,12 +164,23 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     if let Some(clock) = args.clock {
         config.run.clock = clock.into();
     }
-    if args.device.is_some() || args.rounds.is_some() || args.clock.is_some() {
+    if let Some(z) = args.noise_multiplier {
+        let Some(privacy) = config.privacy.as_mut() else {
+            anyhow::bail!("--noise-multiplier needs a config with a [privacy] section");
+        };
+        privacy.noise_multiplier = z;
+    }
+    let overridden = args.device.is_some()
+        || args.rounds.is_some()
+        || args.clock.is_some()
+        || args.noise_multiplier.is_some();
+    if overridden {
         // Once, after every override: the error says which flags changed the file's config.
         let flags: Vec<&str> = [
             args.device.map(|_| "--device"),
             args.rounds.map(|_| "--rounds"),
             args.clock.map(|_| "--clock"),
+            args.noise_multiplier.map(|_| "--noise-multiplier"),
         ]
         .into_iter()
         .flatten()

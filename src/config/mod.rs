@@ -9,6 +9,7 @@
 mod data;
 mod federation;
 mod model;
+mod privacy;
 mod simulation;
 mod uplink;
 
@@ -16,6 +17,7 @@ pub(crate) use data::default_test_fraction;
 pub use data::{DataSection, LabelSplit};
 pub use federation::{FederationSection, KeepRatioShare, Mode, Schedule};
 pub use model::{CUDA_NOT_BUILT, Device, Model, ModelSection, TrainingSection};
+pub use privacy::PrivacySection;
 pub use simulation::{DevicesSection, DrawnRate, NetworkSection, Rate};
 pub(crate) use simulation::{Run as SimulatedRun, clock as simulated_clock};
 
@@ -46,6 +48,8 @@ pub struct Config {
     pub devices: Option<DevicesSection>,
     /// Simulated time: the clients' links (`[run] clock = "virtual"`).
     pub network: Option<NetworkSection>,
+    /// Client-level differential privacy (DP-FedAvg and its accountant).
+    pub privacy: Option<PrivacySection>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,6 +223,9 @@ impl Config {
             "none".into(),
         )?;
         self.model()?;
+        if let Some(p) = &self.privacy {
+            p.validate(self)?;
+        }
         if let Some(m) = &self.metrics
             && let Err(e) = parse_metrics_addr(&m.addr)
         {

@@ -308,6 +308,19 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
             ),
         ));
     }
+    if rounds.iter().any(|r| r.privacy.is_some()) {
+        let epsilon = |r: &RoundPoint| r.privacy.map_or(f64::NAN, |p| p.epsilon);
+        figures.push((
+            "privacy-epsilon",
+            figure(
+                "Privacy spent: ε at the run's δ after each round (RDP accountant)",
+                "ε",
+                ValueAxis::FromZero,
+                Legend::None,
+                vec![series("ε", rounds, epsilon)],
+            ),
+        ));
+    }
     if rounds.iter().any(|r| r.klms.is_some()) {
         let kl = |r: &RoundPoint| r.klms.and_then(|k| k.block_kl_bits).unwrap_or(f64::NAN);
         let rho = |r: &RoundPoint| r.klms.and_then(|k| k.drift_ratio).unwrap_or(f64::NAN);
@@ -391,6 +404,7 @@ mod tests {
             staleness: Vec::new(),
             klms: None,
             time: None,
+            privacy: None,
         }
     }
 
@@ -437,6 +451,33 @@ mod tests {
                 .iter()
                 .all(|(s, _)| *s != "accuracy-time")
         );
+    }
+
+    /// Records with ε get the "privacy-epsilon" figure, one point per round; others do not.
+    #[test]
+    fn private_runs_get_a_figure_of_epsilon() {
+        let mut rounds = [round(1, &[]), round(2, &[])];
+        assert!(
+            run_figures(&rounds)
+                .iter()
+                .all(|(s, _)| *s != "privacy-epsilon")
+        );
+        for (r, epsilon) in rounds.iter_mut().zip([1.5, 2.25]) {
+            r.privacy = Some(fedshard_actors::privacy::PrivacyRecord {
+                epsilon,
+                delta: 1e-5,
+                clip_norm: 1.0,
+                next_clip_norm: 1.0,
+                clipped: 0,
+                unclipped_fraction: None,
+            });
+        }
+        let figures = run_figures(&rounds);
+        let (_, figure) = figures
+            .iter()
+            .find(|(s, _)| *s == "privacy-epsilon")
+            .expect("an ε figure");
+        assert_eq!(figure.series[0].points, vec![(1.0, 1.5), (2.0, 2.25)]);
     }
 
     /// A run's figures count rounds, an asynchronous run's (whose records carry staleness)

@@ -56,6 +56,9 @@ pub struct RoundPoint {
     /// Simulated time (`--clock virtual`); absent on the wall clock.
     #[serde(default)]
     pub time: Option<SimulatedTime>,
+    /// With `[privacy]`, what the round's release spent (absent or `null` otherwise).
+    #[serde(default)]
+    pub privacy: Option<fedshard_actors::privacy::PrivacyRecord>,
 }
 
 /// The ANME of one keep-ratio cluster on one sharded layer.
@@ -113,6 +116,7 @@ impl From<&RoundRecord> for RoundPoint {
             staleness: r.staleness.clone(),
             klms: r.klms,
             time: r.time.clone(),
+            privacy: r.privacy,
         }
     }
 }

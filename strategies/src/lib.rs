@@ -18,6 +18,7 @@ pub mod compression;
 pub mod error;
 pub mod fesc;
 pub mod metrics;
+pub mod privacy;
 pub mod registry;
 pub mod rng;
 pub mod sampling;

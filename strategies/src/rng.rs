@@ -57,6 +57,9 @@ pub enum Purpose {
     /// Simulated time's draws of each client's device speed and link rates (the client slot is
     /// the client's index, the round slot which draw).
     SimulatedTime = 20,
+    /// Differential privacy's Gaussian noise: the client slot 0 for the noise added to a round's
+    /// sum of clipped updates, 1 for the noise of adaptive clipping's count.
+    PrivacyNoise = 21,
 }
 
 /// The stream for `(seed, round, client, purpose)`: the 32-byte ChaCha key is the four numbers in

@@ -8,6 +8,7 @@
 mod classify;
 mod cosine;
 mod fold;
+mod private;
 mod record;
 mod tasks;
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod validate;
 pub use classify::{Classified, classify};
 pub use cosine::update_cosine;
 pub use fold::{Buffered, FoldContext, Folded, fold, fold_buffered, weight_change};
+pub use private::{Private, PrivateUpdate, clipped_change, fold_private};
 pub use record::{RoundSummary, Tally, record};
 #[cfg(test)]
 pub(crate) use tasks::task_bits;

@@ -75,6 +75,8 @@ pub struct RoundSummary<'a> {
     /// The staleness τ of each buffered update, in buffer order (empty for a round).
     pub staleness: Vec<u64>,
     pub phases: PhaseSeconds,
+    /// What a private release spent ([`crate::round::fold_private`]); `None` without privacy.
+    pub privacy: Option<crate::privacy::PrivacyRecord>,
 }
 
 /// The [`RoundRecord`]: counts by kind, bits on both links, losses and timings.
@@ -124,5 +126,6 @@ pub fn record(s: RoundSummary<'_>) -> RoundRecord {
         phases: s.phases,
         klms: KlmsStats::of(accepted.iter().filter_map(|a| a.update.side.as_ref())),
         time: s.tally.time.clone(),
+        privacy: s.privacy,
     }
 }

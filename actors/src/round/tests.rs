@@ -2,6 +2,7 @@
 //! [`buffered`].
 
 mod buffered;
+mod private;
 
 use super::*;
 use crate::client::ClientReply;
@@ -627,6 +628,7 @@ fn the_record_counts_by_kind_and_bits_by_envelope() {
         late: 0,
         staleness: vec![],
         phases: Default::default(),
+        privacy: None,
     });
     let uplink: u64 = envelopes.values().map(|e| e.payload.bits).sum();
     assert_eq!(r.uplink_bits, uplink);

@@ -2,18 +2,21 @@
 //! which inclusion probability `p_k` each was chosen, so an aggregator can reweight their
 //! updates (`n_k / p_k`, §2.4).
 //!
-//! Two policies, chosen by name through [`SelectorName`]:
+//! Three policies, chosen by name through [`SelectorName`]:
 //! * [`UniformSelector`] (`uniform`): `m` of `K` clients without replacement, `p_k = m/K`.
+//! * [`PoissonSelector`] (`poisson`): every client independently with `p_k = m/K`.
 //! * [`OptimalPartialSelector`] (`optimal-partial`): the variance-optimal independent
 //!   (Poisson) inclusion probabilities under an expected communication budget with partial
 //!   training (§2.2–2.3), which need each client's update norm (a two-phase round).
 
 mod optimal_partial;
+mod poisson;
 mod uniform;
 
 pub use optimal_partial::{
     OptimalPartialSelector, optimal_partial_probabilities, poisson_sampling_variance,
 };
+pub use poisson::PoissonSelector;
 pub use uniform::UniformSelector;
 
 use crate::rng::ChaCha20Rng;
@@ -65,6 +68,21 @@ pub trait ClientSelector: Send + Sync + fmt::Debug {
     ) -> Result<Selection>;
 }
 
+/// Poisson sampling with inclusion probabilities `p`: one uniform draw `u_k` per client in
+/// order, client k chosen iff `u_k < p_k`, so the stream consumed does not depend on the
+/// probabilities. The chosen positions are ascending.
+fn independent_draws(probabilities: Vec<f64>, rng: &mut ChaCha20Rng) -> Selection {
+    let chosen = probabilities
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &p)| (crate::rng::uniform(rng) < p).then_some(i))
+        .collect();
+    Selection {
+        chosen,
+        probabilities,
+    }
+}
+
 /// Checks what every selector needs: at least one client, finite non-negative sample counts and
 /// keep ratios in `[0, 1]`.
 fn validate_clients(clients: &[ClientStats]) -> Result<()> {
@@ -102,17 +120,24 @@ pub enum SelectorName {
     Uniform,
     /// [`OptimalPartialSelector`].
     OptimalPartial,
+    /// [`PoissonSelector`].
+    Poisson,
 }
 
 impl SelectorName {
     /// Every selector, in registry order.
-    pub const ALL: [SelectorName; 2] = [SelectorName::Uniform, SelectorName::OptimalPartial];
+    pub const ALL: [SelectorName; 3] = [
+        SelectorName::Uniform,
+        SelectorName::OptimalPartial,
+        SelectorName::Poisson,
+    ];
 
     /// The kebab-case name used in configs and on the command line.
     pub fn as_str(&self) -> &'static str {
         match self {
             SelectorName::Uniform => "uniform",
             SelectorName::OptimalPartial => "optimal-partial",
+            SelectorName::Poisson => "poisson",
         }
     }
 
@@ -121,6 +146,7 @@ impl SelectorName {
         match self {
             SelectorName::Uniform => Box::new(UniformSelector),
             SelectorName::OptimalPartial => Box::new(OptimalPartialSelector),
+            SelectorName::Poisson => Box::new(PoissonSelector),
         }
     }
 }
@@ -143,7 +169,7 @@ mod tests {
             StrategyError::UnknownName {
                 kind: "selector",
                 name: "fedavg".into(),
-                valid: "uniform, optimal-partial".into()
+                valid: "uniform, optimal-partial, poisson".into()
             }
         );
     }

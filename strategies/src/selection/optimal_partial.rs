@@ -4,8 +4,8 @@
 //! inverse-probability estimate `Ĝ = Σ_{k∈A} (n_k/p_k) U_k` of `G = Σ_k n_k U_k`,
 //! `Σ_k a_k² (1/p_k − 1)` with `a_k = n_k ‖U_k‖`, under the expected budget `Σ_k r_k p_k = m`.
 
-use super::{ClientSelector, ClientStats, Selection, validate_clients};
-use crate::rng::{ChaCha20Rng, uniform};
+use super::{ClientSelector, ClientStats, Selection, independent_draws, validate_clients};
+use crate::rng::ChaCha20Rng;
 use crate::{Result, StrategyError};
 
 /// Relative slack of the threshold test of §2.3 step 4, so that a `ρ` equal to `θ` up to
@@ -209,16 +209,7 @@ impl ClientSelector for OptimalPartialSelector {
         budget: f64,
         rng: &mut ChaCha20Rng,
     ) -> Result<Selection> {
-        let probabilities = self.probabilities(clients, budget)?;
-        let chosen = probabilities
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &p)| (uniform(rng) < p).then_some(i))
-            .collect();
-        Ok(Selection {
-            chosen,
-            probabilities,
-        })
+        Ok(independent_draws(self.probabilities(clients, budget)?, rng))
     }
 }
 
