@@ -362,6 +362,40 @@ fn over_commitment_and_async_mode_across_nodes_give_the_in_process_model() {
     }
 }
 
+/// DP-FedAvg through `serve`/`join`: the server clips and noises from its own seeded streams,
+/// so the cluster's model is the in-process one byte for byte, and the records carry the same ε.
+#[test]
+fn a_private_run_across_nodes_ends_with_the_in_process_model_and_its_epsilon() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(config(tmp.path(), "base", 4, 0)).unwrap();
+    let text = base.replace("aggregator = \"fedavg\"", "aggregator = \"uniform\"")
+        + "\n[privacy]\nnoise_multiplier = 1.0\nclip_norm = 0.5\ndelta = 1e-3\n";
+    assert!(text.contains("aggregator = \"uniform\""), "{text}");
+    let config = tmp.path().join("private.toml");
+    std::fs::write(&config, text).unwrap();
+    let expected = in_process_model(&tmp.path().join("private"), &config);
+    let in_process = records(&tmp.path().join("private").join("in-process"));
+    let cluster = Cluster::new(tmp.path(), config);
+    let run = tmp.path().join("cluster-private");
+    let mut server = cluster.serve("private", &run, &[]);
+    let mut nodes = cluster.join_all(&[]);
+    let records = finished_with_the_model(&mut server, &mut nodes, &run, &expected, "private");
+    assert_eq!(records.len(), 4);
+    for (served, alone) in records.iter().zip(&in_process) {
+        let epsilon = served["privacy"]["epsilon"].as_f64();
+        assert!(epsilon.is_some_and(|e| e > 0.0), "{served}");
+        assert_eq!(epsilon, alone["privacy"]["epsilon"].as_f64());
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["privacy"]["rounds"], 4, "{summary}");
+    assert_eq!(
+        summary["privacy"]["sampling"], "without_replacement",
+        "{summary}"
+    );
+}
+
 #[test]
 fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
     let _serial = serial();
