@@ -171,4 +171,10 @@ fn unaccountable_sampling_is_refused_with_its_reason() {
     assert!(count.contains("privacy.clipped_count_stddev"), "{count}");
     let stray = refused("adaptive_quantile = 0.5", "clip_learning_rate = 0.1");
     assert!(stray.contains("privacy.clip_learning_rate"), "{stray}");
+    let fedpm = refused(
+        "kind = \"neural\"\n\n[model.network]\narchitecture = \"digits-cnn\"\nclasses = 10",
+        "kind = \"fedpm\"\nhidden = [16]",
+    );
+    assert!(fedpm.contains("field `model.kind`"), "{fedpm}");
+    assert!(fedpm.contains("mask probabilities"), "{fedpm}");
 }

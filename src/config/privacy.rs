@@ -3,7 +3,7 @@
 //! protects: a run whose client sampling the accountant cannot bound is refused here, before
 //! anything starts, never run with a wrong ε.
 
-use super::{Config, Schedule, check};
+use super::{Config, ModelSection, Schedule, check};
 use anyhow::bail;
 use fedshard_actors::privacy::{Clipping, PrivacySettings};
 use fedshard_strategies::aggregation::AggregatorName;
@@ -85,6 +85,14 @@ impl PrivacySection {
             positive("privacy.clip_learning_rate", eta)?;
         }
         accountable(config)?;
+        if matches!(config.model, ModelSection::Fedpm { .. }) {
+            bail!(
+                "field `model.kind`: expected a model whose global state is weights with \
+                 [privacy], found `fedpm`: its global model holds mask probabilities in [0, 1], \
+                 which DP-FedAvg's Gaussian noise would push out of that range (projecting them \
+                 back is not implemented)"
+            );
+        }
         let settings = self.settings(config);
         if let Clipping::Adaptive { rule, .. } = settings.clipping {
             positive("privacy.clipped_count_stddev", rule.count_stddev)?;
