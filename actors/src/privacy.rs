@@ -37,6 +37,10 @@ pub struct PrivacySettings {
     pub expected_updates: f64,
     /// Stop before a round whose release would take ε past this.
     pub target_epsilon: Option<f64>,
+    /// The range every value of the model must stay in (FedPM's mask probabilities: `[0, 1]`),
+    /// or `None`. The noised model is projected back into it, a post-processing of the release
+    /// that costs no privacy.
+    pub domain: Option<(f32, f32)>,
 }
 
 impl PrivacySettings {
@@ -184,6 +188,7 @@ mod tests {
             sampling: Sampling::Poisson { rate: 0.5 },
             expected_updates: 1.0,
             target_epsilon: None,
+            domain: None,
         };
         let uniform = registry(&[(1, 1), (2, 1)]);
         let rounds = Schedule::Rounds { over_commit: None };

@@ -6,6 +6,7 @@
 use super::{Config, ModelSection, Schedule, check};
 use anyhow::bail;
 use fedshard_actors::privacy::{Clipping, PrivacySettings};
+use fedshard_protocol::uplink::fedpm::{MASK_HIGH, MASK_LOW};
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::privacy::{AdaptiveClip, Sampling, update_noise_multiplier};
 use fedshard_strategies::selection::SelectorName;
@@ -85,14 +86,6 @@ impl PrivacySection {
             positive("privacy.clip_learning_rate", eta)?;
         }
         accountable(config)?;
-        if matches!(config.model, ModelSection::Fedpm { .. }) {
-            bail!(
-                "field `model.kind`: expected a model whose global state is weights with \
-                 [privacy], found `fedpm`: its global model holds mask probabilities in [0, 1], \
-                 which DP-FedAvg's Gaussian noise would push out of that range (projecting them \
-                 back is not implemented)"
-            );
-        }
         let settings = self.settings(config);
         if let Clipping::Adaptive { rule, .. } = settings.clipping {
             positive("privacy.clipped_count_stddev", rule.count_stddev)?;
@@ -150,6 +143,10 @@ impl PrivacySection {
             sampling,
             expected_updates,
             target_epsilon: self.target_epsilon,
+            // FedPM's global model is mask probabilities, which its own decoding keeps in
+            // [MASK_LOW, MASK_HIGH] (KLMS's KL against them would be infinite at 0 or 1).
+            domain: matches!(config.model, ModelSection::Fedpm { .. })
+                .then_some((MASK_LOW, MASK_HIGH)),
         }
     }
 }

@@ -126,6 +126,12 @@ pub fn fold_private(
     if !next.is_finite() {
         return Ok((Folded::NonFinite, record));
     }
+    if let Some((low, high)) = settings.domain {
+        next.tensors
+            .iter_mut()
+            .flat_map(|t| t.data.iter_mut())
+            .for_each(|w| *w = w.clamp(low, high));
+    }
     *global = next;
     Ok((Folded::Updated, record))
 }

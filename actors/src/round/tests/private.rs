@@ -14,6 +14,7 @@ fn settings(norm: f64, z: f64, expected: f64) -> PrivacySettings {
         sampling: Sampling::Poisson { rate: 0.5 },
         expected_updates: expected,
         target_epsilon: None,
+        domain: None,
     }
 }
 
@@ -138,6 +139,41 @@ fn the_noise_has_the_scale_z_c_over_m_and_comes_from_the_seed() {
     };
     assert_eq!(run(5), run(5));
     assert_ne!(run(5), run(6));
+}
+
+/// A model whose values live in a range (FedPM's mask probabilities) is projected back into it
+/// after the noise, which would otherwise push some out.
+#[test]
+fn a_model_with_a_domain_stays_in_it_under_the_noise() {
+    let (_, tasks) = planned();
+    let accepted = accepted(&tasks, |_, _| {});
+    let updates = updates(&tasks, &accepted);
+    let loud = settings(0.4, 50.0, 2.0);
+    let outside = |model: &ModelState| {
+        model
+            .tensors
+            .iter()
+            .flat_map(|t| &t.data)
+            .filter(|v| !(0.0..=1.0).contains(*v))
+            .count()
+    };
+    let mut free = global();
+    fold_private(&mut free, &updates, private(&loud, 1)).unwrap();
+    assert!(outside(&free) > 0, "the unbounded release stays in [0, 1]");
+    let bounded = PrivacySettings {
+        domain: Some((0.0, 1.0)),
+        ..loud
+    };
+    let mut model = global();
+    let (folded, _) = fold_private(&mut model, &updates, private(&bounded, 1)).unwrap();
+    assert_eq!(folded, Folded::Updated);
+    assert_eq!(outside(&model), 0);
+    // Only the out-of-range values moved: the projection of the unbounded release.
+    for (p, f) in model.tensors.iter().zip(&free.tensors) {
+        for (a, b) in p.data.iter().zip(&f.data) {
+            assert_eq!(*a, b.clamp(0.0, 1.0));
+        }
+    }
 }
 
 /// Adaptive clipping moves the clip norm: every update is inside a huge initial norm, so the
