@@ -11,7 +11,7 @@
 mod common;
 
 use common::process::{PATIENCE, Proc, wait_for};
-use common::{free_port, http_get};
+use common::{free_port, http_get, write_private};
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -78,16 +78,6 @@ fn secret_file(dir: &Path) -> PathBuf {
     let path = dir.join("secret");
     write_private(&path, &format!("{SECRET}\n"));
     path
-}
-
-/// Writes a file only its owner can read, as a secret file must be.
-fn write_private(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
 }
 
 /// `fedshard ARGS` as a child process of the test, without the caller's secret or log

@@ -9,7 +9,7 @@ mod common;
 
 use common::browser::{Chromium, artefacts};
 use common::process::{Proc, wait_for};
-use common::{free_port, http_get};
+use common::{free_port, http_get, write_private};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
@@ -173,12 +173,7 @@ fn a_serve_page_shows_its_client_nodes() {
     let tmp = tmp.path();
     let config = paced_config(tmp, "live-serve");
     let secret = tmp.join("secret");
-    std::fs::write(&secret, "live-page-test-secret-0123456789abcdef\n").unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    write_private(&secret, "live-page-test-secret-0123456789abcdef\n");
     let listen = format!("127.0.0.1:{}", free_port());
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");

@@ -114,10 +114,6 @@ fn table(runs: &[Run]) -> String {
     );
     for run in runs {
         let last = run.last();
-        let number = |v: Option<f64>| match v {
-            Some(v) if v.is_finite() => format!("{v:.4}"),
-            _ => "–".into(),
-        };
         let _ = writeln!(
             out,
             "<tr><td class=\"name\" title=\"{}\">{}</td><td>{}</td><td class=\"n\">{}</td>\
@@ -153,6 +149,14 @@ pub(crate) fn describe(config: &RunLabels) -> String {
         (Some(name), false) => format!("{name}: {}", details.join(", ")),
         (None, true) => "–".into(),
         (None, false) => details.join(", "),
+    }
+}
+
+/// Four decimals, or `–` for a value not measured (absent or NaN).
+pub(crate) fn number(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{v:.4}"),
+        _ => "–".into(),
     }
 }
 

@@ -97,8 +97,8 @@ impl RunPage {
         let last = rounds.last().map_or_else(String::new, |r| {
             format!(
                 " <span class=\"last\">accuracy {} · loss {}</span>",
-                number(r.accuracy),
-                number(r.loss)
+                html::number(Some(r.accuracy)),
+                html::number(Some(r.loss))
             )
         });
         format!(
@@ -156,7 +156,9 @@ impl LivePage for RunPage {
                 self.step
             );
         } else {
-            out.push_str(&sections(figures::run_figures(&rounds)));
+            out.push_str(&html::figure_sections(&drawn(figures::run_figures(
+                &rounds,
+            ))));
         }
         out
     }
@@ -232,11 +234,10 @@ impl LivePage for ReportPage {
         }
         if !loaded.is_empty() {
             label_runs(&mut loaded);
-            let figures: Vec<(&str, String, String)> = figures::overlay(&loaded)
-                .into_iter()
-                .filter_map(|(stem, f)| Some((stem, f.title.clone(), f.svg().ok()?)))
-                .collect();
-            out.push_str(&html::report_body(&loaded, &figures));
+            out.push_str(&html::report_body(
+                &loaded,
+                &drawn(figures::overlay(&loaded)),
+            ));
         }
         for dir in &grids {
             out.push_str(&grid::section(dir));
@@ -254,10 +255,12 @@ impl LivePage for ReportPage {
     }
 }
 
-/// Each figure as an inline SVG section; a figure that cannot be drawn is left out (and
+/// Each figure as `(anchor, title, svg)`; a figure that cannot be drawn is left out (and
 /// logged) rather than failing the page.
-fn sections(figures: Vec<(&'static str, super::figure::Figure)>) -> String {
-    let drawn: Vec<(&str, String, String)> = figures
+fn drawn(
+    figures: Vec<(&'static str, super::figure::Figure)>,
+) -> Vec<(&'static str, String, String)> {
+    figures
         .into_iter()
         .filter_map(|(stem, figure)| match figure.svg() {
             Ok(svg) => Some((stem, figure.title.clone(), svg)),
@@ -266,8 +269,7 @@ fn sections(figures: Vec<(&'static str, super::figure::Figure)>) -> String {
                 None
             }
         })
-        .collect();
-    html::figure_sections(&drawn)
+        .collect()
 }
 
 fn nodes_table(nodes: &[NodeStatus], step: &str) -> String {
@@ -298,12 +300,4 @@ fn nodes_table(nodes: &[NodeStatus], step: &str) -> String {
 fn clock(d: Duration) -> String {
     let s = d.as_secs();
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
-fn number(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v:.4}")
-    } else {
-        "–".into()
-    }
 }

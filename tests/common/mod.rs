@@ -107,3 +107,13 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
     let (head, body) = out.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.1 200").then(|| body.to_string())
 }
+
+/// Writes a file only its owner can read, as a secret file must be.
+pub fn write_private(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
