@@ -145,6 +145,10 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         },
         clock: None,
         privacy: config.privacy.as_ref().map(|p| p.settings(config)),
+        secure: config
+            .secure_aggregation
+            .as_ref()
+            .map(|s| s.settings(config)),
     };
     let initial = model.initial_state(seed)?;
     let simulated = crate::config::SimulatedRun {

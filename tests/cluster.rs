@@ -386,6 +386,32 @@ fn a_private_run_across_nodes_ends_with_the_in_process_model_and_its_epsilon() {
     );
 }
 
+/// Secure aggregation through `serve`/`join`: the four exchanges cross the network as frames
+/// of their own, each client's secrets come from its node's OS entropy, and the masks cancel
+/// exactly, so the server's sum, and with it the model, is the in-process one byte for byte.
+#[test]
+fn a_secure_run_across_nodes_ends_with_the_in_process_model() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(config(tmp.path(), "base", 4, 0)).unwrap();
+    let text = base + "\n[secure_aggregation]\nclip_norm = 10.0\ndegree = 4\n";
+    let config = tmp.path().join("secure.toml");
+    std::fs::write(&config, text).unwrap();
+    let expected = in_process_model(&tmp.path().join("secure"), &config);
+    let cluster = Cluster::new(tmp.path(), config);
+    let run = tmp.path().join("cluster-secure");
+    let mut server = cluster.serve("secure", &run, &[]);
+    let mut nodes = cluster.join_all(&[]);
+    let records = finished_with_the_model(&mut server, &mut nodes, &run, &expected, "secure");
+    assert_eq!(records.len(), 4);
+    for r in &records {
+        // Six clients per round, all in the sum; t = ⌈0.6 × 5⌉ over a client and 4 neighbours.
+        assert_eq!(r["secure"]["survivors"], 6, "{r}");
+        assert_eq!(r["secure"]["threshold"], 3, "{r}");
+        assert_eq!(r["successes"], 6, "{r}");
+    }
+}
+
 #[test]
 fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
     let _serial = serial();
@@ -616,6 +642,8 @@ mod bad_frames {
                 match &mut reply {
                     ClientReply::Update(e) => e.client = client,
                     ClientReply::Trained { client: c, .. }
+                    | ClientReply::Ready { client: c }
+                    | ClientReply::Secure { client: c, .. }
                     | ClientReply::Failed { client: c, .. } => *c = client,
                 }
                 Body::Reply {

@@ -8,13 +8,14 @@
 //! factor columns and its uplink settings, which a KLMS decoder needs as side information), is
 //! kept with it until it answers: at most `concurrency` versions' worth, never the whole history.
 
+use crate::client::AfterTraining;
 use crate::clock::VirtualClock;
 use crate::error::{Error, Result};
 use crate::record::SimulatedTime;
 use crate::record::{PhaseSeconds, RoundRecord};
-use crate::round::{Buffered, Tally, check, classify};
+use crate::round::{Buffered, Expect, Tally, check, classify};
 use crate::schedule::{Arrival, Arrivals, AsyncConfig};
-use crate::server::{ServerState, call_client};
+use crate::server::{Ask, ServerState, call_client};
 use fedshard_protocol::shard_plan::Participant;
 use fedshard_protocol::task::{ClientId, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
@@ -118,7 +119,7 @@ impl ServerState {
                 continue;
             };
             tally.participants += 1;
-            let answer = classify([id], BTreeMap::from([(id, outcome)]), false);
+            let answer = classify([id], BTreeMap::from([(id, outcome)]), Expect::Updates);
             tally.answers(&answer);
             if let Some(envelope) = answer.envelopes.get(&id) {
                 match check(id, envelope, Some(&out.task), max_update_norm) {
@@ -185,13 +186,8 @@ impl ServerState {
             };
             let bits = tasks.bits.get(&pick).copied().unwrap_or(0);
             let cost = run.arrivals.cost(pick, Some((&task, bits)));
-            let work = call_client(
-                actor,
-                Some(Box::new(task.clone())),
-                true,
-                n,
-                self.wall_deadline(),
-            );
+            let ask = Ask::Train(Box::new(task.clone()), AfterTraining::Upload);
+            let work = call_client(actor, ask, n, self.wall_deadline());
             run.arrivals
                 .push(pick, cost, self.fed.config.deadline, work);
             run.outstanding.insert(

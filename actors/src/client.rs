@@ -4,6 +4,7 @@
 //! then fails the actor, so its supervisor (the host) learns of it.
 
 use crate::host::HostMsg;
+use crate::secure::{SecureClient, SecureStep};
 use fedshard_protocol::payload::{UpdateEnvelope, encode};
 use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -18,6 +19,14 @@ pub enum ClientReply {
     Update(UpdateEnvelope),
     /// Phase one of a two-phase round: trained, update kept until asked for.
     Trained { client: ClientId, update_norm: f64 },
+    /// A secure round: trained, update kept for the round's secure aggregation (nothing of it
+    /// is told, not even its norm).
+    Ready { client: ClientId },
+    /// A secure round: the client's message of the session's current exchange.
+    Secure {
+        client: ClientId,
+        message: Box<fedshard_secagg::ClientMessage>,
+    },
     /// Training failed; the text says why.
     Failed {
         client: ClientId,
@@ -26,11 +35,23 @@ pub enum ClientReply {
     },
 }
 
+/// What a client does with its update once trained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AfterTraining {
+    /// Answers with it.
+    Upload,
+    /// Keeps it for a later [`ClientMsg::Upload`] and answers with its norm (phase one of a
+    /// two-phase round).
+    Keep,
+    /// Keeps it, with its task, for the round's secure aggregation ([`ClientMsg::Secure`]).
+    Secure,
+}
+
 pub enum ClientMsg {
-    /// Train on the task; `upload: false` keeps the update for a later [`ClientMsg::Upload`].
+    /// Train on the task, then do `then` with the update.
     Train {
         task: Box<TrainTask>,
-        upload: bool,
+        then: AfterTraining,
         reply: RpcReplyPort<ClientReply>,
     },
     /// Send the update kept from phase one of `round`.
@@ -38,6 +59,20 @@ pub enum ClientMsg {
         round: u64,
         reply: RpcReplyPort<ClientReply>,
     },
+    /// Take the next step of round `round`'s secure aggregation.
+    Secure {
+        round: u64,
+        step: Box<SecureStep>,
+        reply: RpcReplyPort<ClientReply>,
+    },
+}
+
+/// What a client keeps between two requests of one round.
+pub enum Kept {
+    /// The update of phase one of a two-phase round, until the server asks for it.
+    Update(Box<UpdateEnvelope>),
+    /// Its side of the round's secure aggregation.
+    Secure(Box<SecureClient>),
 }
 
 pub struct ClientActor;
@@ -46,8 +81,9 @@ pub struct ClientActor;
 pub struct ClientArgs {
     pub id: ClientId,
     pub trainer: Arc<dyn LocalTrainer>,
-    /// The update kept from phase one, for an `Upload`.
-    pub kept: Option<Box<UpdateEnvelope>>,
+    /// What the client kept from an earlier request of the round, for an `Upload` or a
+    /// `Secure` step.
+    pub kept: Option<Kept>,
     /// Keeps a phase-one update for the client after its actor stops.
     pub host: ActorRef<HostMsg>,
 }
@@ -103,12 +139,9 @@ impl Actor for ClientActor {
         state: &mut ClientArgs,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ClientMsg::Train {
-                task,
-                upload,
-                reply,
-            } => {
+            ClientMsg::Train { task, then, reply } => {
                 let trainer = Arc::clone(&state.trainer);
+                let kept_task = (then == AfterTraining::Secure).then(|| task.clone());
                 let started = Instant::now();
                 let joined = tokio::task::spawn_blocking(move || {
                     // The encoding (for KLMS as costly as training) is part of the client's
@@ -139,20 +172,32 @@ impl Actor for ClientActor {
                             train_seconds: started.elapsed().as_secs_f64(),
                             payload,
                         };
-                        if upload {
-                            let _ = reply.send(ClientReply::Update(envelope));
-                        } else {
-                            // Before the answer, so the host holds the update by the time the
-                            // server can ask for it.
-                            state.host.send_message(HostMsg::Keep {
-                                client: id,
-                                update: Box::new(envelope),
-                            })?;
-                            let _ = reply.send(ClientReply::Trained {
-                                client: id,
-                                update_norm,
-                            });
-                        }
+                        // A kept update goes to the host before the answer, so the host holds it
+                        // by the time the server can ask for it.
+                        let envelope = Box::new(envelope);
+                        let answer = match (then, kept_task) {
+                            (AfterTraining::Upload, _) => ClientReply::Update(*envelope),
+                            (AfterTraining::Keep, _) => {
+                                state.host.send_message(HostMsg::Keep {
+                                    client: id,
+                                    kept: Kept::Update(envelope),
+                                })?;
+                                ClientReply::Trained {
+                                    client: id,
+                                    update_norm,
+                                }
+                            }
+                            (AfterTraining::Secure, task) => {
+                                let task = task.ok_or("a secure round's task was not kept")?;
+                                let secure = SecureClient::new(task, envelope);
+                                state.host.send_message(HostMsg::Keep {
+                                    client: id,
+                                    kept: Kept::Secure(Box::new(secure)),
+                                })?;
+                                ClientReply::Ready { client: id }
+                            }
+                        };
+                        let _ = reply.send(answer);
                     }
                     Ok(Err(reason)) => {
                         let _ = reply.send(ClientReply::Failed {
@@ -180,10 +225,56 @@ impl Actor for ClientActor {
             }
             ClientMsg::Upload { round, reply } => {
                 let answer = match state.kept.take() {
-                    Some(envelope) if envelope.round == round => ClientReply::Update(*envelope),
+                    Some(Kept::Update(envelope)) if envelope.round == round => {
+                        ClientReply::Update(*envelope)
+                    }
                     _ => ClientReply::Failed {
                         client: state.id,
                         reason: format!("no update kept for round {round}"),
+                        panicked: false,
+                    },
+                };
+                let _ = reply.send(answer);
+            }
+            ClientMsg::Secure { round, step, reply } => {
+                let id = state.id;
+                let answer = match state.kept.take() {
+                    Some(Kept::Secure(mut secure)) if secure.round() == round => {
+                        // Forming the input and masking it (a pseudorandom vector per
+                        // neighbour) is the client's work: off the executor.
+                        let joined = tokio::task::spawn_blocking(move || {
+                            let answer = secure.answer(&step);
+                            (secure, answer)
+                        })
+                        .await;
+                        match joined {
+                            Ok((secure, Ok(message))) => {
+                                if !secure.finished() {
+                                    state.host.send_message(HostMsg::Keep {
+                                        client: id,
+                                        kept: Kept::Secure(secure),
+                                    })?;
+                                }
+                                ClientReply::Secure {
+                                    client: id,
+                                    message: Box::new(message),
+                                }
+                            }
+                            Ok((_, Err(reason))) => ClientReply::Failed {
+                                client: id,
+                                reason: format!("secure aggregation: {reason}"),
+                                panicked: false,
+                            },
+                            Err(join) => ClientReply::Failed {
+                                client: id,
+                                reason: format!("secure aggregation: {join}"),
+                                panicked: join.is_panic(),
+                            },
+                        }
+                    }
+                    _ => ClientReply::Failed {
+                        client: id,
+                        reason: format!("no secure aggregation under way for round {round}"),
                         panicked: false,
                     },
                 };
@@ -256,10 +347,10 @@ pub(crate) mod tests {
         (actor, handle)
     }
 
-    async fn train(actor: &ActorRef<ClientMsg>, round: u64, upload: bool) -> ClientReply {
+    async fn train(actor: &ActorRef<ClientMsg>, round: u64) -> ClientReply {
         ractor::call!(actor, |reply| ClientMsg::Train {
             task: task(round),
-            upload,
+            then: AfterTraining::Upload,
             reply,
         })
         .unwrap()
@@ -268,7 +359,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn a_client_trains_reports_its_norm_and_stops() {
         let (actor, handle) = spawn_client(Shift(0.5)).await;
-        match train(&actor, 3, true).await {
+        match train(&actor, 3).await {
             ClientReply::Update(e) => {
                 assert_eq!((e.client, e.round), (7, 3));
                 // ‖(0.5, 0.5, 0.5, 0.5)‖ = 1.
@@ -285,7 +376,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn errors_are_reported_and_panics_fail_the_actor() {
         let (actor, handle) = spawn_client(Shift(-1.0)).await;
-        let reply = train(&actor, 1, true).await;
+        let reply = train(&actor, 1).await;
         assert_eq!(
             reply,
             ClientReply::Failed {
@@ -297,7 +388,7 @@ pub(crate) mod tests {
         handle.await.unwrap();
 
         let (actor, handle) = spawn_client(Shift(f32::NAN)).await;
-        match train(&actor, 1, true).await {
+        match train(&actor, 1).await {
             ClientReply::Failed {
                 reason, panicked, ..
             } => {

@@ -27,6 +27,7 @@ use crate::round::{
     Tally, Tasks, build_tasks, fold, fold_buffered, fold_private, record, update_cosine,
 };
 use crate::schedule::{Schedule, Staleness};
+use crate::secure::{SessionOutcome, fold_secure};
 use crate::server::{RuntimeConfig, ServerState};
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, plan_shards};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
@@ -81,6 +82,32 @@ impl Engine {
                 });
             }
         }
+        if config.secure.is_some() {
+            const SECURE: &str = "secure aggregation (`[secure_aggregation]`)";
+            let refused = |policy, name: String, why| Error::Unsupported {
+                policy,
+                name,
+                schedule: SECURE,
+                why,
+            };
+            if let Schedule::Buffered(_) = schedule {
+                return Err(refused(
+                    "mode",
+                    "async".into(),
+                    "a buffer folds updates of several model versions one by one as they \
+                     arrive; a secure sum needs one session of clients that trained the same \
+                     version",
+                ));
+            }
+            if registry.two_phase() {
+                return Err(refused(
+                    "selector",
+                    registry.selector.to_string(),
+                    "it picks who uploads from every client's update norm, which a secure round \
+                     never reveals",
+                ));
+            }
+        }
         let privacy = match &config.privacy {
             Some(settings) => Some((*settings, settings.checked_accountant(schedule, registry)?)),
             None => None,
@@ -114,6 +141,8 @@ pub(crate) struct RoundUpdates {
     pub accepted: Vec<Accepted>,
     /// Clients still training when an over-committed round closed.
     pub late: usize,
+    /// A secure round: what its session came to (none of its updates is in `accepted`).
+    pub secure: Option<Box<SessionOutcome>>,
 }
 
 /// What a schedule collected for one aggregate.
@@ -169,6 +198,32 @@ impl Collected {
         (min_successful, version): (usize, u64),
     ) -> Result<Aggregate> {
         match self {
+            Collected::Round(RoundUpdates {
+                secure: Some(outcome),
+                plan,
+                tasks,
+                ..
+            }) => {
+                let folded = match outcome.as_ref() {
+                    SessionOutcome::Finished { sum, .. }
+                        if sum.survivors.len() >= min_successful.max(1) =>
+                    {
+                        fold_secure(model, plan.as_deref(), &tasks.tasks, sum)?
+                    }
+                    SessionOutcome::Finished { sum, .. } => Folded::Unchanged(format!(
+                        "{} clients in the secure sum, the minimum is {}",
+                        sum.survivors.len(),
+                        min_successful.max(1)
+                    )),
+                    SessionOutcome::NotFinished(why) => Folded::Unchanged(why.clone()),
+                };
+                Ok(Aggregate {
+                    folded,
+                    staleness: vec![],
+                    update_cosine: None,
+                    privacy: None,
+                })
+            }
             Collected::Round(r) => {
                 let before = model.clone();
                 let folded = fold(
@@ -268,12 +323,16 @@ impl ServerState {
         let mut tally = Tally::default();
         let mut phases = PhaseSeconds::default();
         let schedule = self.engine.schedule;
-        let collected = match schedule {
-            Schedule::Rounds { over_commit } => {
+        let collected = match (schedule, self.fed.config.secure) {
+            (Schedule::Rounds { .. }, Some(secure)) => {
+                let collect = self.collect_secure_round(version, secure, &mut tally, &mut phases);
+                Collected::Round(collect.await?)
+            }
+            (Schedule::Rounds { over_commit }, None) => {
                 let collect = self.collect_round(version, over_commit, &mut tally, &mut phases);
                 Collected::Round(collect.await?)
             }
-            Schedule::Buffered(settings) => {
+            (Schedule::Buffered(settings), _) => {
                 let collect = self.collect_buffer(version, settings, &mut tally, &mut phases);
                 Collected::Buffer {
                     buffer: collect.await?,
@@ -340,10 +399,15 @@ impl ServerState {
             .await
             .map_err(|e| Error::panicked("evaluation", e))??;
         phases.evaluate = evaluating.elapsed().as_secs_f64();
-        let (accepted, plan, late): (Vec<&Accepted>, _, _) = match &collected {
-            Collected::Round(r) => (r.accepted.iter().collect(), r.plan.as_deref(), r.late),
+        let (accepted, plan, late, session): (Vec<&Accepted>, _, _, _) = match &collected {
+            Collected::Round(r) => (
+                r.accepted.iter().collect(),
+                r.plan.as_deref(),
+                r.late,
+                r.secure.as_ref().and_then(|s| s.record()),
+            ),
             Collected::Buffer { buffer, .. } => {
-                (buffer.iter().map(|b| &b.accepted).collect(), None, 0)
+                (buffer.iter().map(|b| &b.accepted).collect(), None, 0, None)
             }
         };
         let record = record(RoundSummary {
@@ -361,6 +425,7 @@ impl ServerState {
             staleness: aggregate.staleness,
             phases,
             privacy: aggregate.privacy,
+            secure: session,
         });
         self.fed.history.push(record.clone());
         self.persist(&record).await?;
@@ -478,6 +543,7 @@ mod tests {
             compression: Default::default(),
             max_update_norm: None,
             privacy: None,
+            secure: None,
             over_commit: None,
             asynchronous: asynchronous.then_some(AsyncConfig {
                 concurrency: 2,

@@ -41,6 +41,9 @@ pub enum Error {
     /// The privacy accountant or clipping refused its settings.
     #[error("privacy: {0}")]
     Privacy(StrategyError),
+    /// A secure-aggregation session could not be set up or finished.
+    #[error("secure aggregation: {0}")]
+    SecureAggregation(fedshard_secagg::Error),
     #[error("client {0} is not in the registry")]
     UnknownClient(ClientId),
     /// An accepted update that does not fit the model it is folded into.

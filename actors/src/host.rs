@@ -11,9 +11,8 @@
 //! never holds a trainer; whichever node hosts a client builds its trainer from the config and
 //! the client id.
 
-use crate::client::{ClientActor, ClientArgs, ClientMsg};
+use crate::client::{ClientActor, ClientArgs, ClientMsg, Kept};
 use crate::server::ServerMsg;
-use fedshard_protocol::payload::UpdateEnvelope;
 use fedshard_protocol::task::{ClientId, LocalTrainer};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -32,13 +31,10 @@ pub enum HostMsg {
     /// message's own reply port and stops. Work for a client that is not hosted here is
     /// dropped with its reply port, so the asker counts the client `unreachable`.
     Work { client: ClientId, work: ClientMsg },
-    /// From a client actor that trained phase one of a two-phase round: the update it keeps
-    /// until the server asks for it (a later `Upload`, which the host's mailbox delivers after
-    /// this message because the client sends it before it answers `Trained`).
-    Keep {
-        client: ClientId,
-        update: Box<UpdateEnvelope>,
-    },
+    /// From a client actor: what it keeps for the next request of the round (a later `Upload`
+    /// or `Secure` step, which the host's mailbox delivers after this message because the
+    /// client sends it before it answers).
+    Keep { client: ClientId, kept: Kept },
 }
 
 /// How the server addresses one client: the host that keeps it, and its id there.
@@ -53,8 +49,8 @@ pub struct ClientHost;
 /// A hosted client's lasting state.
 struct Hosted {
     trainer: Arc<dyn LocalTrainer>,
-    /// The update of phase one of a two-phase round, until the server asks for it.
-    kept: Option<Box<UpdateEnvelope>>,
+    /// What the client keeps between two requests of a round.
+    kept: Option<Kept>,
     /// Whether the client's actor is alive: a client works on one request at a time.
     working: bool,
 }
@@ -94,9 +90,9 @@ impl HostState {
             tracing::warn!(client, "work for a client this host does not keep; dropped");
             return;
         };
-        // Only an upload needs the kept update; a new training leaves it to be replaced.
+        // Only an upload or a secure step needs what was kept; a new training drops it.
         let kept = match work {
-            ClientMsg::Upload { .. } => hosted.kept.take(),
+            ClientMsg::Upload { .. } | ClientMsg::Secure { .. } => hosted.kept.take(),
             ClientMsg::Train { .. } => None,
         };
         let args = ClientArgs {
@@ -167,9 +163,9 @@ impl Actor for ClientHost {
                 state.waiting.push_back((client, work));
                 state.start_waiting(&myself).await;
             }
-            HostMsg::Keep { client, update } => {
+            HostMsg::Keep { client, kept } => {
                 if let Some(hosted) = state.clients.get_mut(&client) {
-                    hosted.kept = Some(update);
+                    hosted.kept = Some(kept);
                 }
             }
         }
@@ -215,8 +211,8 @@ pub(crate) fn stopped_actor(event: &SupervisionEvent) -> Option<ActorId> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::client::ClientReply;
     use crate::client::tests::{Shift, task};
+    use crate::client::{AfterTraining, ClientReply};
     use fedshard_protocol::task::{TrainError, TrainOutput, TrainTask};
     use ractor::rpc::CallResult;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -280,7 +276,11 @@ pub(crate) mod tests {
             client,
             work: ClientMsg::Train {
                 task: task(round),
-                upload,
+                then: if upload {
+                    AfterTraining::Upload
+                } else {
+                    AfterTraining::Keep
+                },
                 reply,
             },
         };

@@ -34,6 +34,7 @@ pub mod record;
 pub mod round;
 pub mod schedule;
 pub(crate) mod scrape_listener;
+pub mod secure;
 pub mod server;
 
 pub use error::Error;

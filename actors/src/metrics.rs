@@ -506,6 +506,7 @@ pub(crate) mod tests {
                 clients: Default::default(),
             }),
             privacy: None,
+            secure: None,
         }
     }
 

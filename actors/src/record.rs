@@ -82,6 +82,11 @@ pub struct RoundRecord {
     /// ([`crate::privacy::PrivacyRecord`]); `None` otherwise. Always written, as `klms`.
     #[serde(default)]
     pub privacy: Option<crate::privacy::PrivacyRecord>,
+    /// With `[secure_aggregation]`, what the round's session came to (its survivors, dropped
+    /// clients, threshold and modulus bits; [`crate::secure::SessionRecord`]); `None` otherwise
+    /// or when it did not finish. Always written, as `klms`.
+    #[serde(default)]
+    pub secure: Option<crate::secure::SessionRecord>,
 }
 
 /// Where a round's (or an async version's) simulated time went, in seconds since the run began.
@@ -451,6 +456,7 @@ mod tests {
             klms: None,
             time: None,
             privacy: None,
+            secure: None,
             staleness: vec![],
             phases: PhaseSeconds {
                 plan: 0.001,

@@ -311,6 +311,9 @@ impl Arrivals {
 fn answer_bits(outcome: &Outcome) -> u64 {
     match outcome {
         Outcome::Reply(ClientReply::Update(envelope)) => envelope.payload.bits,
+        Outcome::Reply(ClientReply::Secure { message, .. }) => {
+            8 * fedshard_secagg::wire::encode(message).len() as u64
+        }
         _ => 0,
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::asynchronous::AsyncRun;
 use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
-use crate::client::{ClientMsg, ClientReply};
+use crate::client::{AfterTraining, ClientMsg, ClientReply};
 use crate::clock::{TaskTime, VirtualClock};
 use crate::coordinator::{
     Coordinator, CoordinatorMsg, Registry, RoundSelection, averaged, over_committed,
@@ -20,8 +20,9 @@ use crate::error::Error;
 use crate::host::{ClientHandle, ClientHost, HostMsg, stopped_actor};
 use crate::record::SimulatedTime;
 use crate::record::{PhaseSeconds, RoundRecord, Summary};
-use crate::round::{Outcome, Tally, check, classify, validate};
+use crate::round::{Expect, Outcome, Tally, check, classify, validate};
 use crate::schedule::{Arrivals, AsyncConfig};
+use crate::secure::SecureStep;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardingPolicy};
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
@@ -79,6 +80,10 @@ pub struct RuntimeConfig {
     /// folded in the clear.
     #[serde(default)]
     pub privacy: Option<crate::privacy::PrivacySettings>,
+    /// `[secure_aggregation]`: the server folds each round from the sum of its updates alone
+    /// ([`crate::secure`]); `None`, updates arrive in the clear.
+    #[serde(default)]
+    pub secure: Option<crate::secure::SecureSettings>,
 }
 
 impl RuntimeConfig {
@@ -360,7 +365,7 @@ impl ServerState {
         }
     }
 
-    async fn select(
+    pub(crate) async fn select(
         &self,
         round: u64,
         norms: Option<BTreeMap<ClientId, f64>>,
@@ -380,27 +385,24 @@ impl ServerState {
     /// Sends every task at simulated time `start` and waits for the replies until the
     /// deadline. With `close = (n, counts)`, stops at the n-th answer that `counts` and returns
     /// the clients still training as late (their answers are dropped).
-    async fn dispatch(
+    pub(crate) async fn dispatch(
         &self,
-        messages: Vec<(ClientId, Option<Box<TrainTask>>)>,
+        messages: Vec<(ClientId, Ask)>,
         bits: &BTreeMap<ClientId, u64>,
-        upload: bool,
         (round, start): (u64, f64),
         close: Option<(usize, &Counts<'_>)>,
     ) -> Dispatched {
         let deadline = self.fed.config.deadline;
         let mut arrivals = Arrivals::new(self.clock.clone(), start);
         let mut asked = Vec::new();
-        for (id, task) in messages {
+        for (id, ask) in messages {
             let Some(client) = self.clients.get(&id).cloned() else {
                 continue;
             };
             asked.push(id);
-            let sent = task
-                .as_deref()
-                .map(|t| (t, bits.get(&id).copied().unwrap_or(0)));
+            let sent = ask.task().map(|t| (t, bits.get(&id).copied().unwrap_or(0)));
             let cost = arrivals.cost(id, sent);
-            let work = call_client(client, task, upload, round, self.wall_deadline());
+            let work = call_client(client, ask, round, self.wall_deadline());
             arrivals.push(id, cost, deadline, work);
         }
         let mut outcomes = BTreeMap::new();
@@ -484,10 +486,15 @@ impl ServerState {
         let (plan, tasks) = self.prepare(&participants, round, round, cohort).await?;
 
         let mut probabilities = selection_probabilities(&first);
+        let then = if two_phase {
+            AfterTraining::Keep
+        } else {
+            AfterTraining::Upload
+        };
         let messages = tasks
             .tasks
             .iter()
-            .map(|(id, t)| (*id, Some(Box::new(t.clone()))))
+            .map(|(id, t)| (*id, Ask::Train(Box::new(t.clone()), then)))
             .collect();
         // What closes an over-committed phase: an update that passes every check, or in phase
         // one of a two-phase round a reported norm.
@@ -505,7 +512,7 @@ impl ServerState {
         phases.plan = started.elapsed().as_secs_f64();
         let start = self.simulated_now();
         let first_phase = self
-            .dispatch(messages, &tasks.bits, !two_phase, (round, start), close)
+            .dispatch(messages, &tasks.bits, (round, start), close)
             .await;
         let (outcomes, late) = (first_phase.outcomes, first_phase.late);
         let mut time = SimulatedTime {
@@ -521,15 +528,27 @@ impl ServerState {
             );
         }
         let answered = tasks.tasks.keys().copied().filter(|id| !late.contains(id));
-        let mut answers = classify(answered, outcomes, two_phase);
+        let mut answers = classify(
+            answered,
+            outcomes,
+            if two_phase {
+                Expect::Norms
+            } else {
+                Expect::Updates
+            },
+        );
         if two_phase {
             let second = self
                 .select(round, Some(std::mem::take(&mut answers.norms)), None)
                 .await?;
             probabilities = selection_probabilities(&second);
-            let uploads = second.participants.iter().map(|p| (p.0, None)).collect();
+            let uploads = second
+                .participants
+                .iter()
+                .map(|p| (p.0, Ask::Upload))
+                .collect();
             let second_phase = self
-                .dispatch(uploads, &BTreeMap::new(), true, (round, time.end), None)
+                .dispatch(uploads, &BTreeMap::new(), (round, time.end), None)
                 .await;
             for (id, t) in second_phase.times {
                 let phase_one = time.clients.entry(id).or_default();
@@ -539,7 +558,7 @@ impl ServerState {
             let uploaded = classify(
                 second.participants.iter().map(|p| p.0),
                 second_phase.outcomes,
-                false,
+                Expect::Updates,
             );
             answers.envelopes.extend(uploaded.envelopes);
             answers.failures.extend(uploaded.failures);
@@ -561,6 +580,7 @@ impl ServerState {
             failures: answers.failures,
             accepted: validated.accepted,
             late: late.len(),
+            secure: None,
         })
     }
 
@@ -605,35 +625,51 @@ impl ServerState {
 }
 
 /// What a dispatch came back with.
-struct Dispatched {
-    outcomes: BTreeMap<ClientId, Outcome>,
+pub(crate) struct Dispatched {
+    pub(crate) outcomes: BTreeMap<ClientId, Outcome>,
     /// Asked and not waited for (an over-committed phase closed first).
-    late: Vec<ClientId>,
+    pub(crate) late: Vec<ClientId>,
     /// Where each answer's simulated time went (with a clock).
-    times: BTreeMap<ClientId, TaskTime>,
+    pub(crate) times: BTreeMap<ClientId, TaskTime>,
     /// The simulated time of the last answer taken.
-    end: f64,
+    pub(crate) end: f64,
 }
 
 /// Which answers count towards closing an over-committed phase.
 type Counts<'a> = dyn Fn(ClientId, &Outcome) -> bool + Sync + 'a;
 
-/// Asks `client`'s host to have it train `task` (or, with `None`, upload the update it kept
-/// from phase one of `round`) and waits at most `deadline` for the client's answer.
+/// What the server asks of a client in round `round`: a [`ClientMsg`] without its reply port.
+pub(crate) enum Ask {
+    /// Train the task, then do `then` with the update.
+    Train(Box<TrainTask>, AfterTraining),
+    /// Upload the update kept from phase one.
+    Upload,
+    /// Take a step of the round's secure aggregation.
+    Secure(Box<SecureStep>),
+}
+
+impl Ask {
+    /// The task handed out, if it is one.
+    fn task(&self) -> Option<&TrainTask> {
+        match self {
+            Ask::Train(task, _) => Some(task),
+            Ask::Upload | Ask::Secure(_) => None,
+        }
+    }
+}
+
+/// Asks `client`'s host to have it do `ask` of `round` and waits at most `deadline` for the
+/// client's answer.
 pub(crate) async fn call_client(
     ClientHandle { host, client }: ClientHandle,
-    task: Option<Box<TrainTask>>,
-    upload: bool,
+    ask: Ask,
     round: u64,
     deadline: Duration,
 ) -> Outcome {
-    let work = |reply| match task {
-        Some(task) => ClientMsg::Train {
-            task,
-            upload,
-            reply,
-        },
-        None => ClientMsg::Upload { round, reply },
+    let work = |reply| match ask {
+        Ask::Train(task, then) => ClientMsg::Train { task, then, reply },
+        Ask::Upload => ClientMsg::Upload { round, reply },
+        Ask::Secure(step) => ClientMsg::Secure { round, step, reply },
     };
     let result = host
         .call(
@@ -655,7 +691,7 @@ pub(crate) async fn call_client(
 }
 
 /// p_k of each participant of a selection.
-fn selection_probabilities(selection: &RoundSelection) -> BTreeMap<ClientId, f64> {
+pub(crate) fn selection_probabilities(selection: &RoundSelection) -> BTreeMap<ClientId, f64> {
     selection
         .participants
         .iter()

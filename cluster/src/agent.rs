@@ -266,6 +266,22 @@ impl AgentState {
                 deadline_ms,
                 myself,
             ),
+            Body::Secure {
+                request,
+                deadline_ms,
+                client,
+                round,
+                step,
+            } => self.ask(
+                Request::Secure {
+                    client,
+                    round,
+                    step,
+                },
+                request,
+                deadline_ms,
+                myself,
+            ),
             Body::Finished { error } => {
                 self.finish(error.map_or(Ok(()), |e| Err(Error::ServerFailed(e))));
                 Ok(())

@@ -263,6 +263,17 @@ impl GatewayState {
                 client,
                 round,
             },
+            Request::Secure {
+                client,
+                round,
+                step,
+            } => Body::Secure {
+                request: id,
+                deadline_ms,
+                client,
+                round,
+                step,
+            },
         };
         let frame = wire::encode(&body);
         self.args.metrics.bytes_out(frame.len());

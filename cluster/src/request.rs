@@ -4,6 +4,7 @@
 
 use crate::wire::TrainRequest;
 use fedshard_actors::client::{ClientMsg, ClientReply};
+use fedshard_actors::secure::SecureStep;
 use fedshard_protocol::task::ClientId;
 use ractor::RpcReplyPort;
 
@@ -11,7 +12,15 @@ use ractor::RpcReplyPort;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     Train(TrainRequest),
-    Upload { client: ClientId, round: u64 },
+    Upload {
+        client: ClientId,
+        round: u64,
+    },
+    Secure {
+        client: ClientId,
+        round: u64,
+        step: Box<SecureStep>,
+    },
 }
 
 impl Request {
@@ -19,24 +28,27 @@ impl Request {
     /// answer goes to.
     pub fn from_message(client: ClientId, message: ClientMsg) -> (Self, RpcReplyPort<ClientReply>) {
         match message {
-            ClientMsg::Train {
-                task,
-                upload,
-                reply,
-            } => (Request::Train(TrainRequest { task, upload }), reply),
+            ClientMsg::Train { task, then, reply } => {
+                (Request::Train(TrainRequest { task, then }), reply)
+            }
             ClientMsg::Upload { round, reply } => (Request::Upload { client, round }, reply),
+            ClientMsg::Secure { round, step, reply } => (
+                Request::Secure {
+                    client,
+                    round,
+                    step,
+                },
+                reply,
+            ),
         }
     }
 
     /// The message again, answering on `reply`.
     pub fn into_message(self, reply: RpcReplyPort<ClientReply>) -> ClientMsg {
         match self {
-            Request::Train(TrainRequest { task, upload }) => ClientMsg::Train {
-                task,
-                upload,
-                reply,
-            },
+            Request::Train(TrainRequest { task, then }) => ClientMsg::Train { task, then, reply },
             Request::Upload { round, .. } => ClientMsg::Upload { round, reply },
+            Request::Secure { round, step, .. } => ClientMsg::Secure { round, step, reply },
         }
     }
 
@@ -44,7 +56,7 @@ impl Request {
     pub fn client(&self) -> ClientId {
         match self {
             Request::Train(t) => t.task.client,
-            Request::Upload { client, .. } => *client,
+            Request::Upload { client, .. } | Request::Secure { client, .. } => *client,
         }
     }
 
@@ -52,7 +64,7 @@ impl Request {
     pub fn round(&self) -> u64 {
         match self {
             Request::Train(t) => t.task.round,
-            Request::Upload { round, .. } => *round,
+            Request::Upload { round, .. } | Request::Secure { round, .. } => *round,
         }
     }
 }
@@ -61,6 +73,9 @@ impl Request {
 pub fn reply_client(reply: &ClientReply) -> ClientId {
     match reply {
         ClientReply::Update(envelope) => envelope.client,
-        ClientReply::Trained { client, .. } | ClientReply::Failed { client, .. } => *client,
+        ClientReply::Trained { client, .. }
+        | ClientReply::Ready { client }
+        | ClientReply::Secure { client, .. }
+        | ClientReply::Failed { client, .. } => *client,
     }
 }

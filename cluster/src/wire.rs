@@ -12,7 +12,8 @@
 //! told apart from garbage before anything is decoded.
 
 use crate::model_spec::ModelSpec;
-use fedshard_actors::client::ClientReply;
+use fedshard_actors::client::{AfterTraining, ClientReply};
+use fedshard_actors::secure::SecureStep;
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -51,6 +52,15 @@ pub enum Body {
         deadline_ms: u64,
         client: ClientId,
         round: u64,
+    },
+    /// Server → client node: take the next step of `client`'s secure aggregation in `round`
+    /// (a `ClientMsg::Secure`).
+    Secure {
+        request: u64,
+        deadline_ms: u64,
+        client: ClientId,
+        round: u64,
+        step: Box<SecureStep>,
     },
     /// Client node → server: the client's answer to `request`.
     Reply {
@@ -96,7 +106,7 @@ pub struct Hello {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainRequest {
     pub task: Box<TrainTask>,
-    pub upload: bool,
+    pub then: AfterTraining,
 }
 
 impl Body {
@@ -108,6 +118,7 @@ impl Body {
             Body::Refused { .. } => "refused",
             Body::Train { .. } => "train",
             Body::Upload { .. } => "upload",
+            Body::Secure { .. } => "secure",
             Body::Reply { .. } => "reply",
             Body::Unreachable { .. } => "unreachable",
             Body::Finished { .. } => "finished",
@@ -310,7 +321,7 @@ mod tests {
                 deadline_ms: 1000,
                 train: TrainRequest {
                     task: Box::new(task()),
-                    upload: true,
+                    then: AfterTraining::Upload,
                 },
             },
             Body::Reply {
@@ -328,7 +339,39 @@ mod tests {
                 rounds: 5,
                 error: None,
             },
+            Body::Secure {
+                request: 10,
+                deadline_ms: 1000,
+                client: 7,
+                round: 3,
+                step: Box::new(secure_begin()),
+            },
         ]
+    }
+
+    /// A session's first step, with a SecAgg+ graph (an enum with data).
+    fn secure_begin() -> SecureStep {
+        use fedshard_actors::secure::{BlockLayout, InputSpec, SecureSettings, SecureWeighting};
+        let settings = SecureSettings {
+            clip_norm: 1.0,
+            scale: 1024.0,
+            threshold: 0.6,
+            degree: Some(2),
+            weighting: SecureWeighting::Samples,
+        };
+        let layout = BlockLayout {
+            dense: vec![("b".into(), 4)],
+            layers: vec![],
+        };
+        SecureStep::Begin {
+            params: settings.params(1, 3, &[3, 7, 9, 12], layout.len()).unwrap(),
+            input: Box::new(InputSpec {
+                layout,
+                clip_norm: 1.0,
+                weight: 0.5,
+                fixed: settings.fixed_point().unwrap(),
+            }),
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::message::ClientId;
 
 /// The communication graph of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub enum Graph {
     /// Every client is every other's neighbour (SecAgg).
     Complete,

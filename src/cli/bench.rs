@@ -163,6 +163,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             compression: Default::default(),
             max_update_norm: None,
             privacy: None,
+            secure: None,
             over_commit: None,
             asynchronous: None,
             clock: None,

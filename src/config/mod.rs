@@ -10,6 +10,7 @@ mod data;
 mod federation;
 mod model;
 mod privacy;
+mod secure;
 mod simulation;
 mod uplink;
 
@@ -18,6 +19,7 @@ pub use data::{DataSection, LabelSplit};
 pub use federation::{FederationSection, KeepRatioShare, Mode, Schedule};
 pub use model::{CUDA_NOT_BUILT, Device, Model, ModelSection, TrainingSection};
 pub use privacy::PrivacySection;
+pub use secure::SecureSection;
 pub use simulation::{DevicesSection, DrawnRate, NetworkSection, Rate};
 pub(crate) use simulation::{Run as SimulatedRun, clock as simulated_clock};
 
@@ -50,6 +52,8 @@ pub struct Config {
     pub network: Option<NetworkSection>,
     /// Client-level differential privacy (DP-FedAvg and its accountant).
     pub privacy: Option<PrivacySection>,
+    /// Secure aggregation: the server sees the sum of each round's updates, never one of them.
+    pub secure_aggregation: Option<SecureSection>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -225,6 +229,9 @@ impl Config {
         self.model()?;
         if let Some(p) = &self.privacy {
             p.validate(self)?;
+        }
+        if let Some(s) = &self.secure_aggregation {
+            s.validate(self)?;
         }
         if let Some(m) = &self.metrics
             && let Err(e) = parse_metrics_addr(&m.addr)

@@ -60,6 +60,9 @@ pub enum Purpose {
     /// Differential privacy's Gaussian noise: the client slot 0 for the noise added to a round's
     /// sum of clipped updates, 1 for the noise of adaptive clipping's count.
     PrivacyNoise = 21,
+    /// Secure aggregation's public draws of a round: its session id and the SecAgg+ graph's
+    /// relabelling (never a client's secrets, which come from the client's own OS entropy).
+    SecureSession = 22,
 }
 
 /// The stream for `(seed, round, client, purpose)`: the 32-byte ChaCha key is the four numbers in

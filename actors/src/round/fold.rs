@@ -15,7 +15,7 @@ use fedshard_strategies::aggregation::{
     Aggregator, BlockUpdate, BufferedRound, Contribution, Failure, Fit, FitRound, RoundOutcome,
     WeightChange,
 };
-use fedshard_strategies::svd::apply_term_changes;
+use fedshard_strategies::svd::{Factors, apply_term_changes};
 use std::collections::BTreeMap;
 
 /// What folding a round did to the model.
@@ -43,17 +43,13 @@ pub struct FoldContext<'a> {
 
 /// Folds the accepted updates into `global` through `aggregator`.
 ///
-/// The model is laid out as blocks: every dense tensor, then each singular vector of each
-/// sharded layer's factors `U'` and `V'` (the round's SVD in `plan`). A client's update covers
-/// the dense blocks and the vectors it held, so the policy's fold is the per-singular-vector
-/// average of docs/algorithms.md §1.1 step 5 (vectors nobody held stay). Sharded layers then move by
-/// the change of their terms, `W ← W + Σ_i (u'_i v'_iᵀ − ū'_i v̄'_iᵀ)`, which is the paper's
-/// recomposition `W = Σ u'_i v'_iᵀ` in exact arithmetic without its rounding where nothing
-/// changed ([`apply_term_changes`]). Results go to the policy in client-id order with the
-/// registry's D_c as their sample count, never a client's own claim.
-///
-/// The aggregate is built on a copy; `global` changes only when the policy moved it and every
-/// value is finite.
+/// The model is laid out as blocks ([`fold_blocks`]): every dense tensor, then each singular
+/// vector of each sharded layer's factors `U'` and `V'` (the round's SVD in `plan`). A client's
+/// update covers the dense blocks and the vectors it held, so the policy's fold is the
+/// per-singular-vector average of docs/algorithms.md §1.1 step 5 (vectors nobody held stay),
+/// and the sharded layers' recomposition `W = Σ u'_i v'_iᵀ` is applied as the change of their
+/// terms. Results go to the policy in client-id order with the registry's D_c as their sample
+/// count, never a client's own claim.
 pub fn fold(
     global: &mut ModelState,
     plan: Option<&ShardPlan>,
@@ -96,27 +92,75 @@ pub fn fold(
         .map(|c| c.samples as f64)
         .sum();
 
-    let mut next = global.clone();
-    let mut factors: Vec<_> = plan
-        .map(|p| p.factors.iter().map(|(_, f)| f.clone()).collect())
-        .unwrap_or_default();
+    let factors: &[(String, Factors<f32>)] = plan.map_or(&[], |p| p.factors.as_slice());
     let dense_index: BTreeMap<&str, usize> = global
         .tensors
         .iter()
         .enumerate()
         .map(|(i, t)| (t.name.as_str(), i))
         .collect();
-    // Block b < tensors: tensor b; then, layer by layer, U' terms then V' terms.
-    let mut layer_start = Vec::with_capacity(factors.len());
-    let mut start = global.tensors.len();
-    for f in &factors {
-        layer_start.push(start);
-        start += 2 * f.singular_values.len();
-    }
+    let starts = layer_starts(global, plan);
     let updates = order
         .iter()
-        .map(|a| blocks_of(a, &dense_index, &factors, &layer_start))
+        .map(|a| blocks_of(a, &dense_index, factors, &starts))
         .collect::<Result<Vec<_>>>()?;
+    let round = FitRound {
+        outcome: RoundOutcome {
+            results: &results,
+            failures: &failures,
+            population_samples,
+        },
+        updates: &updates,
+    };
+    fold_blocks(global, plan, |blocks, _, _| {
+        let fit = aggregator
+            .aggregate_fit(blocks, &round)
+            .map_err(|source| Error::Aggregator {
+                name: aggregator.name(),
+                source,
+            })?;
+        Ok(match fit {
+            Fit::NoUpdate(why) => Some(why),
+            Fit::Updated => None,
+        })
+    })
+}
+
+/// Where each sharded layer's blocks start: after the tensors, layer by layer, `U'` terms then
+/// `V'` terms.
+fn layer_starts(global: &ModelState, plan: Option<&ShardPlan>) -> Vec<usize> {
+    let mut start = global.tensors.len();
+    plan.map_or(&[][..], |p| p.factors.as_slice())
+        .iter()
+        .map(|(_, f)| {
+            let s = start;
+            start += 2 * f.singular_values.len();
+            s
+        })
+        .collect()
+}
+
+/// The model as blocks, moved by `fit`, then the sharded layers recomposed: the one frame of
+/// every round's fold, in the clear ([`fold`]) or from a secure sum
+/// ([`crate::secure::fold_secure`]).
+///
+/// Block `b <` tensors is tensor `b` of `global` (`fit` gets their names), then layer by layer
+/// (from the offsets `fit` gets) each term's `u'` vector, then each term's `v'` vector, of the
+/// round's SVD in `plan`. Sharded layers then move by the change of their terms,
+/// `W ← W + Σ_i (u'_i v'_iᵀ − ū'_i v̄'_iᵀ)` ([`apply_term_changes`]). `fit` answers why it left
+/// the model as it was, or `None` when it moved it. The blocks are a copy: `global` changes only
+/// when `fit` moved them and every value is finite.
+pub fn fold_blocks(
+    global: &mut ModelState,
+    plan: Option<&ShardPlan>,
+    fit: impl FnOnce(&mut [&mut [f32]], &[String], &[usize]) -> Result<Option<String>>,
+) -> Result<Folded> {
+    let names: Vec<String> = global.tensors.iter().map(|t| t.name.clone()).collect();
+    let starts = layer_starts(global, plan);
+    let mut next = global.clone();
+    let mut factors: Vec<_> = plan
+        .map(|p| p.factors.iter().map(|(_, f)| f.clone()).collect())
+        .unwrap_or_default();
     let mut blocks: Vec<&mut [f32]> = next
         .tensors
         .iter_mut()
@@ -127,21 +171,7 @@ pub fn fold(
         blocks.extend(f.left.chunks_mut(rows));
         blocks.extend(f.right.chunks_mut(cols));
     }
-    let round = FitRound {
-        outcome: RoundOutcome {
-            results: &results,
-            failures: &failures,
-            population_samples,
-        },
-        updates: &updates,
-    };
-    let fit = aggregator
-        .aggregate_fit(&mut blocks, &round)
-        .map_err(|source| Error::Aggregator {
-            name: aggregator.name(),
-            source,
-        })?;
-    if let Fit::NoUpdate(why) = fit {
+    if let Some(why) = fit(&mut blocks, &names, &starts)? {
         return Ok(Folded::Unchanged(why));
     }
     if let Some(plan) = plan {
@@ -163,7 +193,7 @@ pub fn fold(
 fn blocks_of<'a>(
     a: &'a Accepted,
     dense_index: &BTreeMap<&str, usize>,
-    factors: &[fedshard_strategies::svd::Factors<f32>],
+    factors: &[(String, Factors<f32>)],
     layer_start: &[usize],
 ) -> Result<Vec<BlockUpdate<'a>>> {
     let mut blocks = Vec::new();
@@ -183,7 +213,7 @@ fn blocks_of<'a>(
             ),
         ));
     }
-    for ((shard, f), &start) in a.update.shards.iter().zip(factors).zip(layer_start) {
+    for ((shard, (_, f)), &start) in a.update.shards.iter().zip(factors).zip(layer_start) {
         let terms = f.singular_values.len();
         for (j, &term) in shard.indices.iter().enumerate() {
             let left = shard.left.get(j * f.rows..(j + 1) * f.rows);

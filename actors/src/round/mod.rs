@@ -15,9 +15,9 @@ mod tasks;
 pub(crate) mod tests;
 mod validate;
 
-pub use classify::{Classified, classify};
+pub use classify::{Classified, Expect, classify};
 pub use cosine::update_cosine;
-pub use fold::{Buffered, FoldContext, Folded, fold, fold_buffered, weight_change};
+pub use fold::{Buffered, FoldContext, Folded, fold, fold_blocks, fold_buffered, weight_change};
 pub use private::{Private, PrivateUpdate, clipped_change, fold_private};
 pub use record::{RoundSummary, Tally, record};
 #[cfg(test)]

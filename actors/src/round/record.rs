@@ -77,6 +77,8 @@ pub struct RoundSummary<'a> {
     pub phases: PhaseSeconds,
     /// What a private release spent ([`crate::round::fold_private`]); `None` without privacy.
     pub privacy: Option<crate::privacy::PrivacyRecord>,
+    /// A secure round's finished session: its survivors are the round's successes.
+    pub secure: Option<crate::secure::SessionRecord>,
 }
 
 /// The [`RoundRecord`]: counts by kind, bits on both links, losses and timings.
@@ -100,7 +102,7 @@ pub fn record(s: RoundSummary<'_>) -> RoundRecord {
     RoundRecord {
         round: s.round,
         participants: s.tally.participants,
-        successes: accepted.len(),
+        successes: s.secure.map_or(accepted.len(), |session| session.survivors),
         failures: s.tally.failures.clone(),
         rejected,
         model_updated: *s.folded == Folded::Updated,
@@ -110,7 +112,7 @@ pub fn record(s: RoundSummary<'_>) -> RoundRecord {
         uplink_bits,
         client_uplink_bits: s.tally.client_uplink_bits.clone(),
         downlink_bits: s.tally.downlink_bits,
-        bits_per_parameter: if accepted.is_empty() {
+        bits_per_parameter: if s.tally.envelopes == 0 {
             0.0
         } else {
             uplink_bits as f64 / s.parameters.max(1) as f64 / s.tally.envelopes as f64
@@ -127,5 +129,6 @@ pub fn record(s: RoundSummary<'_>) -> RoundRecord {
         klms: KlmsStats::of(accepted.iter().filter_map(|a| a.update.side.as_ref())),
         time: s.tally.time.clone(),
         privacy: s.privacy,
+        secure: s.secure,
     }
 }

@@ -236,14 +236,21 @@ fn every_outcome_is_sorted_and_silence_is_unreachable() {
         (6, Outcome::Unreachable("node down".into())),
         (8, Outcome::Timeout),
     ]);
-    let c = classify(1..=7, outcomes, true);
-    assert_eq!(c.envelopes, BTreeMap::from([(1, update)]));
+    // Updates are what a plain phase takes; in phase one of a two-phase round a norm.
+    let updates = classify(1..=1, outcomes.clone(), Expect::Updates);
+    assert_eq!(updates.envelopes, BTreeMap::from([(1, update)]));
+    let c = classify(1..=7, outcomes, Expect::Norms);
+    assert!(
+        c.envelopes.is_empty(),
+        "an upload before the second phase is out of protocol"
+    );
     assert_eq!(c.norms, BTreeMap::from([(2, 0.5)]));
     let kinds: Vec<(ClientId, FailureKind)> =
         c.failures.iter().map(|(id, f)| (*id, f.kind)).collect();
     assert_eq!(
         kinds,
         vec![
+            (1, FailureKind::Unreachable),
             (3, FailureKind::Panic),
             (4, FailureKind::Error),
             (5, FailureKind::Timeout),
@@ -608,6 +615,7 @@ fn the_record_counts_by_kind_and_bits_by_envelope() {
         envelopes: envelopes.clone(),
         norms: BTreeMap::new(),
         failures,
+        ..Classified::default()
     });
     tally.rejected(&validated);
     let accepted: Vec<&Accepted> = validated.accepted.iter().collect();
@@ -629,6 +637,7 @@ fn the_record_counts_by_kind_and_bits_by_envelope() {
         staleness: vec![],
         phases: Default::default(),
         privacy: None,
+        secure: None,
     });
     let uplink: u64 = envelopes.values().map(|e| e.payload.bits).sum();
     assert_eq!(r.uplink_bits, uplink);
