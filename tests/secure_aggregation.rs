@@ -6,12 +6,14 @@
 mod common;
 
 use fedshard::config::Config;
+use fedshard_protocol::model::ModelState;
 use std::path::Path;
 
 const SHIPPED: &str = "config/digits-cnn-secagg.toml";
 
-/// The shipped secure config (or, without its section, the plain main job) for `rounds` rounds.
-fn config(secure: bool, rounds: u64) -> Config {
+/// The shipped secure config (or, without its section, the plain main job) for `rounds` rounds,
+/// with `extra` tables.
+fn config_with(secure: bool, rounds: u64, extra: &str) -> Config {
     let mut text = std::fs::read_to_string(SHIPPED)
         .unwrap()
         .replace("rounds = 40", &format!("rounds = {rounds}"));
@@ -19,7 +21,24 @@ fn config(secure: bool, rounds: u64) -> Config {
         let section = text.find("[secure_aggregation]").unwrap();
         text.truncate(section);
     }
+    text.push_str(extra);
     Config::parse(&text, Path::new("digits-cnn-secagg.toml")).expect("the config is valid")
+}
+
+fn config(secure: bool, rounds: u64) -> Config {
+    config_with(secure, rounds, "")
+}
+
+/// The largest difference between two models' values.
+fn largest_difference(a: &ModelState, b: &ModelState) -> f32 {
+    let mut largest = 0f32;
+    for (a, b) in a.tensors.iter().zip(&b.tensors) {
+        assert_eq!(a.name, b.name);
+        for (x, y) in a.data.iter().zip(&b.data) {
+            largest = largest.max((x - y).abs());
+        }
+    }
+    largest
 }
 
 /// The same seed trains the same updates, so after one round the two runs differ only by how
@@ -33,13 +52,7 @@ fn a_secure_run_folds_what_the_plain_run_folds() {
     let (plain_dir, secure_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (_, plain, plain_summary) = common::run_in(plain_dir.path(), &config(false, 1));
     let (_, secure, summary) = common::run_in(secure_dir.path(), &config(true, 1));
-    let mut largest = 0f32;
-    for (a, b) in plain.tensors.iter().zip(&secure.tensors) {
-        assert_eq!(a.name, b.name);
-        for (x, y) in a.data.iter().zip(&b.data) {
-            largest = largest.max((x - y).abs());
-        }
-    }
+    let largest = largest_difference(&plain, &secure);
     assert!(largest < 1e-4, "largest difference {largest}");
     assert!(
         largest > 0.0,
@@ -57,8 +70,8 @@ fn a_secure_run_folds_what_the_plain_run_folds() {
         assert_eq!(session.survivors, p.successes);
         assert_eq!(s.successes, p.successes);
         assert_eq!(session.dropped, 0);
-        // t = ⌈0.6 × 7⌉ over a client and its 6 neighbours.
-        assert_eq!(session.threshold, 5);
+        // t = ⌈0.6 × 10⌉ over the complete graph of ten clients.
+        assert_eq!(session.threshold, 6);
         assert!(s.train_loss.is_nan());
         assert!(p.secure.is_none());
         // A masked input costs `bits` per value, and the key exchange a little more.
@@ -69,6 +82,56 @@ fn a_secure_run_folds_what_the_plain_run_folds() {
             session.bits
         );
     }
+}
+
+/// Clients that leave a secure session after sharing their keys (fault injection's `dropout`,
+/// drawn from the seed: three of the ten here): the server rebuilds their pair masks from the
+/// others' shares and removes them, so the sum is the survivors' alone, and the model is the
+/// plain run's in which the same clients fail before uploading. SecAgg's complete graph
+/// (t = 6 of 10) survives three dropouts; a SecAgg+ graph of degree 6 does not when two of
+/// them neighbour a third (see the next test).
+#[test]
+fn clients_that_leave_mid_session_are_unmasked_out_of_the_sum() {
+    let faults = "\n[faults]\nrate = 0.3\nkinds = [\"dropout\"]\n";
+    let (plain_dir, secure_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, plain, plain_summary) =
+        common::run_in(plain_dir.path(), &config_with(false, 1, faults));
+    let (_, secure, summary) = common::run_in(secure_dir.path(), &config_with(true, 1, faults));
+    let (p, s) = (&plain_summary.per_round[0], &summary.per_round[0]);
+    let session = s.secure.expect("a finished session");
+    assert!(session.dropped > 0, "{session:?}");
+    assert_eq!(session.dropped, p.failures_total(), "the same clients left");
+    assert_eq!(session.survivors, p.successes);
+    assert!(session.survivors >= session.threshold);
+    assert_eq!(s.failures_total(), session.dropped);
+    let largest = largest_difference(&plain, &secure);
+    assert!(largest < 1e-4, "largest difference {largest}");
+}
+
+/// Too many dropouts around one client for SecAgg+'s sparse graph (degree 6, t = 5): its
+/// neighbours see fewer than t live clients and stop, the server cannot rebuild a dropped
+/// client's masks, and the round leaves the model unchanged (never a sum with masks left in
+/// it), counting who failed.
+#[test]
+fn a_session_that_cannot_finish_leaves_the_model_unchanged() {
+    let faults = "\n[faults]\nrate = 0.3\nkinds = [\"dropout\"]\n";
+    let dir = tempfile::tempdir().unwrap();
+    let initial = fedshard::federation::in_process(&config(true, 1))
+        .expect("federation")
+        .0
+        .model;
+    let mut config = config_with(true, 1, faults);
+    if let Some(s) = config.secure_aggregation.as_mut() {
+        s.degree = Some(6);
+    }
+    let (_, model, summary) = common::run_in(dir.path(), &config);
+    let r = &summary.per_round[0];
+    assert!(!r.model_updated && r.secure.is_none(), "{r:?}");
+    assert_eq!(model, initial);
+    assert!(
+        r.failures_total() > 3,
+        "the dropouts and the clients that stopped: {r:?}"
+    );
 }
 
 fn refused(text: &str) -> String {
@@ -118,6 +181,6 @@ fn what_a_sum_cannot_serve_is_refused_with_its_reason() {
         threshold.contains("secure_aggregation.threshold"),
         "{threshold}"
     );
-    let degree = with("degree = 6", "degree = 5");
+    let degree = with("threshold = 0.6", "threshold = 0.6\ndegree = 5");
     assert!(degree.contains("secure_aggregation.degree"), "{degree}");
 }

@@ -142,6 +142,7 @@ impl Actor for ClientActor {
             ClientMsg::Train { task, then, reply } => {
                 let trainer = Arc::clone(&state.trainer);
                 let kept_task = (then == AfterTraining::Secure).then(|| task.clone());
+                let leaves = trainer.drops_out(&task);
                 let started = Instant::now();
                 let joined = tokio::task::spawn_blocking(move || {
                     // The encoding (for KLMS as costly as training) is part of the client's
@@ -176,6 +177,14 @@ impl Actor for ClientActor {
                         // by the time the server can ask for it.
                         let envelope = Box::new(envelope);
                         let answer = match (then, kept_task) {
+                            (AfterTraining::Upload | AfterTraining::Keep, _) if leaves => {
+                                ClientReply::Failed {
+                                    client: id,
+                                    reason: "injected dropout: left before sending its update"
+                                        .into(),
+                                    panicked: false,
+                                }
+                            }
                             (AfterTraining::Upload, _) => ClientReply::Update(*envelope),
                             (AfterTraining::Keep, _) => {
                                 state.host.send_message(HostMsg::Keep {
@@ -189,7 +198,7 @@ impl Actor for ClientActor {
                             }
                             (AfterTraining::Secure, task) => {
                                 let task = task.ok_or("a secure round's task was not kept")?;
-                                let secure = SecureClient::new(task, envelope);
+                                let secure = SecureClient::new(task, envelope, leaves);
                                 state.host.send_message(HostMsg::Keep {
                                     client: id,
                                     kept: Kept::Secure(Box::new(secure)),

@@ -35,6 +35,10 @@ pub enum FaultKind {
     /// Every factor value of the first sharded layer is `f32::MAX`: finite, so the update passes
     /// the server's checks, but the recomposed layer `Σ u_i v_iᵀ` overflows to infinity.
     Overflow,
+    /// The client trains, then leaves before its update is sent: in a plain round it fails, in
+    /// a secure round it leaves the session after sharing its keys, so the server must remove
+    /// its masks with the others' shares.
+    Dropout,
 }
 
 /// Which faults to inject and how often.
@@ -245,6 +249,10 @@ impl FaultyTrainer {
 impl LocalTrainer for FaultyTrainer {
     fn samples(&self) -> u64 {
         self.inner.samples()
+    }
+
+    fn drops_out(&self, task: &TrainTask) -> bool {
+        self.plan.fault(task.seed, task.round, task.client) == Some(FaultKind::Dropout)
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {

@@ -342,15 +342,19 @@ pub struct SecureClient {
     trained: Option<(Box<TrainTask>, Box<UpdateEnvelope>)>,
     /// The state machine and the input, once the session began.
     session: Option<(fedshard_secagg::Client, Vec<u64>)>,
+    /// Fault injection's `dropout`: the client leaves before its masked input.
+    leaves: bool,
 }
 
 impl SecureClient {
-    /// The client trained `task` of `round` into `update`.
-    pub fn new(task: Box<TrainTask>, update: Box<UpdateEnvelope>) -> SecureClient {
+    /// The client trained `task` into `update`; with `leaves` it will leave the session before
+    /// its masked input ([`crate::faults::FaultKind::Dropout`]).
+    pub fn new(task: Box<TrainTask>, update: Box<UpdateEnvelope>, leaves: bool) -> SecureClient {
         SecureClient {
             round: task.round,
             trained: Some((task, update)),
             session: None,
+            leaves,
         }
     }
 
@@ -387,6 +391,12 @@ impl SecureClient {
             SecureStep::Continue(message) => {
                 let (client, input) = self.session.as_mut().ok_or("no session has begun")?;
                 let answer = match message.round {
+                    Step::MaskedInput if self.leaves => {
+                        self.session = None;
+                        return Err("injected dropout: left the session before its masked \
+                                    input"
+                            .into());
+                    }
                     Step::ShareKeys => client.share_keys(message),
                     Step::MaskedInput => client.masked_input(message, input),
                     Step::Unmask => client.unmask(message),

@@ -192,6 +192,13 @@ pub trait LocalTrainer: Send + Sync + 'static {
         finish(&mut output).map_err(TrainError::Finish)?;
         Ok(output)
     }
+
+    /// Whether the client leaves after training `task`, before its update is sent: only fault
+    /// injection's `dropout` says so (a real client never announces it), so that dropouts are
+    /// exercised where they matter, inside a secure round's session.
+    fn drops_out(&self, _task: &TrainTask) -> bool {
+        false
+    }
 }
 
 /// Held-out evaluation of the global model on the server.
