@@ -170,6 +170,27 @@ fn what_a_sum_cannot_serve_is_refused_with_its_reason() {
     );
     assert!(selector.contains("never reveals"), "{selector}");
     let norm = refused("max_update_norm = 5.0");
+    // With [privacy] the clip is DP's, and DP's weight-space clip cannot cover factor columns.
+    let private = |secure: &str| {
+        let text = base
+            .replace("aggregator = \"fedavg\"", "aggregator = \"uniform\"")
+            .replace(
+                "[secure_aggregation]\nclip_norm = 10.0\n",
+                &format!(
+                    "[privacy]\nnoise_multiplier = 1.0\nclip_norm = 0.5\ndelta = 1e-4\n\n\
+                     [secure_aggregation]\n{secure}"
+                ),
+            );
+        let error = Config::parse(&text, Path::new("secure.toml")).expect_err("refused");
+        format!("{error:#}")
+    };
+    let two_clips = private("clip_norm = 10.0\n");
+    assert!(
+        two_clips.contains("secure_aggregation.clip_norm"),
+        "{two_clips}"
+    );
+    let sharded = private("");
+    assert!(sharded.contains("model.sharded_layers"), "{sharded}");
     assert!(norm.contains("federation.max_update_norm"), "{norm}");
     let async_mode = with(
         "deadline_ms = 60000",
@@ -183,4 +204,38 @@ fn what_a_sum_cannot_serve_is_refused_with_its_reason() {
     );
     let degree = with("threshold = 0.6", "threshold = 0.6\ndegree = 5");
     assert!(degree.contains("secure_aggregation.degree"), "{degree}");
+}
+
+/// DP-FedAvg with secure aggregation: the clients clip their own changes to DP's clip norm,
+/// the session sums them and counts the unclipped ones, and the server adds the same seeded
+/// noise to the decoded sum. One round of the shipped DP config, reduced, releases what the
+/// private round in the clear releases: the same ε, the same clip and count, and the model to
+/// within the fixed-point step over the expected number of updates.
+#[test]
+fn a_private_secure_round_releases_what_a_private_round_releases() {
+    let text = std::fs::read_to_string("config/digits-cnn-dp.toml")
+        .unwrap()
+        .replace("clients = 1000", "clients = 200")
+        .replace("clients_per_round = 200", "clients_per_round = 60")
+        .replace("rounds = 40", "rounds = 1");
+    let plain = Config::parse(&text, Path::new("dp.toml")).expect("the DP config");
+    let secure = Config::parse(
+        &format!("{text}\n[secure_aggregation]\n"),
+        Path::new("dp.toml"),
+    )
+    .expect("DP with secure aggregation");
+    let (plain_dir, secure_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, plain_model, plain_summary) = common::run_in(plain_dir.path(), &plain);
+    let (_, secure_model, summary) = common::run_in(secure_dir.path(), &secure);
+    let (p, s) = (&plain_summary.per_round[0], &summary.per_round[0]);
+    assert!(s.model_updated && s.secure.is_some(), "{s:?}");
+    let (dp, sp) = (p.privacy.unwrap(), s.privacy.unwrap());
+    assert_eq!(sp.epsilon, dp.epsilon);
+    assert_eq!(
+        sp.clipped, dp.clipped,
+        "the secure count of unclipped changes"
+    );
+    assert_eq!(sp.next_clip_norm, dp.next_clip_norm);
+    let largest = largest_difference(&plain_model, &secure_model);
+    assert!(largest < 1e-4, "largest difference {largest}");
 }

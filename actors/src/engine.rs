@@ -24,7 +24,8 @@ use crate::privacy::{PrivacyRecord, PrivacySettings};
 use crate::record::PhaseSeconds;
 use crate::round::{
     Accepted, Buffered, ClientFailure, FoldContext, Folded, Private, PrivateUpdate, RoundSummary,
-    Tally, Tasks, build_tasks, fold, fold_buffered, fold_private, record, update_cosine,
+    Tally, Tasks, build_tasks, fold, fold_buffered, fold_private, record, release, unreleased,
+    update_cosine,
 };
 use crate::schedule::{Schedule, Staleness};
 use crate::secure::{SessionOutcome, fold_secure};
@@ -277,6 +278,30 @@ impl Collected {
         model: &mut fedshard_protocol::model::ModelState,
         private: Private<'_>,
     ) -> Result<Aggregate> {
+        if let Collected::Round(RoundUpdates {
+            secure: Some(outcome),
+            ..
+        }) = self
+        {
+            // A secure round: the clients clipped, the session summed, the server noises.
+            let (folded, spent) = match outcome.as_ref() {
+                SessionOutcome::Finished { sum, .. } => {
+                    let count = sum.survivors.len();
+                    let unclipped = sum.unclipped.unwrap_or(count).min(count);
+                    let weights = sum.weight_space(model)?;
+                    release(model, weights, (count, count - unclipped), private)?
+                }
+                SessionOutcome::NotFinished(why) => {
+                    (Folded::Unchanged(why.clone()), unreleased(private))
+                }
+            };
+            return Ok(Aggregate {
+                folded,
+                staleness: vec![],
+                update_cosine: None,
+                privacy: Some(spent),
+            });
+        }
         let current = private.release - 1;
         let (updates, staleness): (Vec<PrivateUpdate<'_>>, Vec<u64>) = match self {
             Collected::Round(_) => {

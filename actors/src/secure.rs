@@ -240,6 +240,10 @@ pub struct InputSpec {
     /// stays inside the clip.
     pub weight: f64,
     pub fixed: FixedPoint,
+    /// With `[privacy]`: one more value, `clip_norm` when the change needed no clipping and 0
+    /// otherwise, so that the sum also counts the unclipped updates (adaptive clipping's only
+    /// input) without telling whose.
+    pub count_unclipped: bool,
 }
 
 /// One step of a client's session, as the server sends it.
@@ -331,7 +335,15 @@ pub fn input(
     }
     let norm = values.iter().map(|v| v * v).sum::<f64>().sqrt();
     let scale = clip_factor(norm, spec.clip_norm) * spec.weight;
-    let scaled: Vec<f32> = values.iter().map(|v| (v * scale) as f32).collect();
+    let mut scaled: Vec<f32> = values.iter().map(|v| (v * scale) as f32).collect();
+    if spec.count_unclipped {
+        let unclipped = norm <= spec.clip_norm;
+        scaled.push(if unclipped {
+            spec.clip_norm as f32
+        } else {
+            0.0
+        });
+    }
     spec.fixed.encode(&scaled).map_err(|e| e.to_string())
 }
 
@@ -421,8 +433,38 @@ pub struct SecureSum {
     pub layout: BlockLayout,
     /// The sum of the survivors' weighted, clipped changes, decoded.
     pub sum: Vec<f64>,
+    /// With `[privacy]`: how many of the survivors' changes needed no clipping.
+    pub unclipped: Option<usize>,
     /// The clients whose inputs are in the sum, with their weights.
     pub survivors: BTreeMap<ClientId, f64>,
+}
+
+impl SecureSum {
+    /// The sum as one f64 vector per tensor of `global` (zero for a tensor no task carried):
+    /// the weight-space sum DP-FedAvg releases ([`crate::round::release`]). Only an unsharded
+    /// model's blocks are its weights; a sharded layer's factor columns are not.
+    pub fn weight_space(&self, global: &ModelState) -> Result<Vec<Vec<f64>>> {
+        if !self.layout.layers.is_empty() {
+            return Err(Error::Update {
+                client: 0,
+                reason: "a secure sum over factor columns is not a weight-space change".into(),
+            });
+        }
+        Ok(global
+            .tensors
+            .iter()
+            .map(|t| {
+                let mut offset = 0;
+                for (name, len) in &self.layout.dense {
+                    if *name == t.name && *len == t.data.len() {
+                        return self.sum[offset..offset + len].to_vec();
+                    }
+                    offset += len;
+                }
+                vec![0.0; t.data.len()]
+            })
+            .collect())
+    }
 }
 
 /// Moves `global` (with `plan`, the round's SVD) by a session's sum: each block by the sum over
@@ -628,7 +670,17 @@ impl ServerState {
             let held: Vec<&TrainTask> = ready.iter().filter_map(|id| tasks.tasks.get(id)).collect();
             BlockLayout::of(&self.fed.model, plan, &held)
         };
-        let params = settings.params(self.fed.config.seed, round, ready, layout.len())?;
+        // With [privacy] the clip is DP-FedAvg's of this round, and the sum also counts the
+        // unclipped changes.
+        let private = self.engine.privacy.as_ref();
+        let clip_norm = private.map_or(settings.clip_norm, |(p, _)| p.clip_norm(&self.fed.history));
+        let count_unclipped = private.is_some();
+        let settings = SecureSettings {
+            clip_norm,
+            ..*settings
+        };
+        let vector_len = layout.len() + usize::from(count_unclipped);
+        let params = settings.params(self.fed.config.seed, round, ready, vector_len)?;
         let weights = self.secure_weights(settings.weighting, ready)?;
         let fixed = settings.fixed_point()?;
         let mut session = Session {
@@ -642,9 +694,10 @@ impl ServerState {
         let begin = ready.iter().map(|&id| {
             let input = InputSpec {
                 layout: layout.clone(),
-                clip_norm: settings.clip_norm,
+                clip_norm,
                 weight: weights.get(&id).copied().unwrap_or(0.0),
                 fixed,
+                count_unclipped,
             };
             let step = SecureStep::Begin {
                 params: params.clone(),
@@ -680,8 +733,14 @@ impl ServerState {
             bits: params.bits,
         };
         session.tally.envelopes += aggregate.survivors.len();
+        let mut decoded = fixed.decode_sum(&aggregate.sum, aggregate.survivors.len());
+        let unclipped = count_unclipped
+            .then(|| decoded.pop())
+            .flatten()
+            .map(|v| (v / clip_norm).round().max(0.0) as usize);
         let sum = SecureSum {
-            sum: fixed.decode_sum(&aggregate.sum, aggregate.survivors.len()),
+            sum: decoded,
+            unclipped,
             survivors: aggregate
                 .survivors
                 .iter()

@@ -370,6 +370,7 @@ mod tests {
                 clip_norm: 1.0,
                 weight: 0.5,
                 fixed: settings.fixed_point().unwrap(),
+                count_unclipped: true,
             }),
         }
     }

@@ -1,7 +1,8 @@
 //! `[secure_aggregation]`: the server folds each round from the sum of its updates alone
 //! (SecAgg+; docs/secagg.md). The section is checked on its own ranges, then against the
 //! federation: what a sum cannot serve (a non-linear uplink coding, weights known only after
-//! the sum, a per-update check on the server) is refused here, before anything starts.
+//! the sum, a per-update check on the server) is refused here, before anything starts. With
+//! `[privacy]` the clients clip to DP-FedAvg's clip norm and the server noises the sum.
 
 use super::{Config, Schedule, check};
 use anyhow::bail;
@@ -16,8 +17,8 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct SecureSection {
     /// Each client scales its change down to this L2 norm before encoding (the fixed-point
-    /// range is `[−clip_norm, clip_norm]`).
-    pub clip_norm: f64,
+    /// range is `[−clip_norm, clip_norm]`). Omitted with `[privacy]`, whose clip it is then.
+    pub clip_norm: Option<f64>,
     /// Fixed-point steps per unit (default 2¹⁶).
     pub scale: Option<f64>,
     /// `t` as a fraction of the holders of each secret, in (0.5, 1] (default 0.6).
@@ -40,7 +41,28 @@ impl SecureSection {
                 value.to_string(),
             )
         };
-        positive("secure_aggregation.clip_norm", self.clip_norm)?;
+        match (self.clip_norm, &config.privacy) {
+            (Some(clip), None) => positive("secure_aggregation.clip_norm", clip)?,
+            (None, None) => bail!(
+                "field `secure_aggregation.clip_norm`: expected a positive number (each \
+                 client's change is scaled down to it before encoding), found none"
+            ),
+            (Some(_), Some(_)) => bail!(
+                "field `secure_aggregation.clip_norm`: expected it omitted with [privacy], \
+                 whose `clip_norm` the clients clip to"
+            ),
+            (None, Some(_)) => {
+                let sharded = config.model.resolved_sharded_layers();
+                if !sharded.is_empty() {
+                    bail!(
+                        "field `model.sharded_layers`: expected none with [privacy] and \
+                         [secure_aggregation], found {sharded:?}: DP-FedAvg bounds each change \
+                         in weight space, and a secure sum of a sharded layer is over its \
+                         factor columns"
+                    );
+                }
+            }
+        }
         positive("secure_aggregation.scale", self.scale())?;
         let threshold = self.threshold.unwrap_or(DEFAULT_THRESHOLD);
         check(
@@ -101,13 +123,6 @@ impl SecureSection {
                  bounds each client's contribution instead"
             );
         }
-        if config.privacy.is_some() {
-            bail!(
-                "section `[privacy]`: expected it without [secure_aggregation]: DP-FedAvg's \
-                 server clips each update it sees, and the two are not combined yet \
-                 (docs/privacy.md)"
-            );
-        }
         Ok(())
     }
 
@@ -117,8 +132,13 @@ impl SecureSection {
 
     /// The settings a run with this section and `config`'s federation uses.
     pub fn settings(&self, config: &Config) -> SecureSettings {
+        // With [privacy] each round's clip is DP-FedAvg's (this is its first).
+        let clip_norm = self
+            .clip_norm
+            .or(config.privacy.as_ref().map(|p| p.clip_norm))
+            .unwrap_or(f64::NAN);
         SecureSettings {
-            clip_norm: self.clip_norm,
+            clip_norm,
             scale: self.scale(),
             threshold: self.threshold.unwrap_or(DEFAULT_THRESHOLD),
             degree: self.degree,

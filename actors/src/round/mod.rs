@@ -18,7 +18,7 @@ mod validate;
 pub use classify::{Classified, Expect, classify};
 pub use cosine::update_cosine;
 pub use fold::{Buffered, FoldContext, Folded, fold, fold_blocks, fold_buffered, weight_change};
-pub use private::{Private, PrivateUpdate, clipped_change, fold_private};
+pub use private::{Private, PrivateUpdate, clipped_change, fold_private, release, unreleased};
 pub use record::{RoundSummary, Tally, record};
 #[cfg(test)]
 pub(crate) use tasks::task_bits;

@@ -65,54 +65,79 @@ pub fn clipped_change(
 }
 
 /// Folds `updates` into `global` privately: `W ← W + (Σ_k clip(ΔW_k) + N(0, (z_Δ C)² I)) / m̄`
-/// with `m̄` the expected number of updates. The noise of the sum comes from the stream
-/// `(seed, release, 0, PrivacyNoise)`, that of adaptive clipping's count from
-/// `(seed, release, 1, PrivacyNoise)`. `global` changes only when every value is finite.
+/// with `m̄` the expected number of updates ([`release`]).
 pub fn fold_private(
     global: &mut ModelState,
     updates: &[PrivateUpdate<'_>],
     private: Private<'_>,
 ) -> Result<(Folded, PrivacyRecord)> {
-    let settings = private.settings;
-    let clip_norm = private.clip_norm;
-    let mut record = PrivacyRecord {
-        epsilon: private.epsilon.epsilon,
-        delta: settings.delta,
-        clip_norm,
-        next_clip_norm: clip_norm,
-        clipped: 0,
-        unclipped_fraction: None,
-    };
-    if updates.len() < private.min_successful.max(1) {
-        let why = format!(
-            "{} accepted updates, the minimum is {}",
-            updates.len(),
-            private.min_successful.max(1)
-        );
-        return Ok((Folded::Unchanged(why), record));
-    }
     let mut sum: Vec<Vec<f64>> = global
         .tensors
         .iter()
         .map(|t| vec![0.0; t.data.len()])
         .collect();
+    let mut clipped = 0;
     for update in updates {
-        let (change, clipped) = clipped_change(global, update, clip_norm)?;
-        record.clipped += usize::from(clipped);
+        let (change, was_clipped) = clipped_change(global, update, private.clip_norm)?;
+        clipped += usize::from(was_clipped);
         for (s, c) in sum.iter_mut().zip(change) {
             s.iter_mut().zip(c).for_each(|(s, c)| *s += c);
         }
     }
+    release(global, sum, (updates.len(), clipped), private)
+}
+
+/// What a release that did not happen spent: nothing new (ε stays what the accountant says).
+pub fn unreleased(private: Private<'_>) -> PrivacyRecord {
+    PrivacyRecord {
+        epsilon: private.epsilon.epsilon,
+        delta: private.settings.delta,
+        clip_norm: private.clip_norm,
+        next_clip_norm: private.clip_norm,
+        clipped: 0,
+        unclipped_fraction: None,
+    }
+}
+
+/// Releases `sum`, the sum of `count` clipped weight-space changes of which `clipped` had to be
+/// scaled (one f64 vector per tensor of `global`): Gaussian noise of `z_Δ · C` is added to
+/// every coordinate, adaptive clipping takes its next norm from the noised count of unclipped
+/// updates, and the model moves by the sum over `m̄`. The noise of the sum comes from the stream
+/// `(seed, release, 0, PrivacyNoise)`, that of adaptive clipping's count from
+/// `(seed, release, 1, PrivacyNoise)`. The sum is made by the server ([`fold_private`]) or by a
+/// secure aggregation of the clients' own clipped changes; below `min_successful` updates
+/// nothing is released. `global` changes only when every value is finite.
+pub fn release(
+    global: &mut ModelState,
+    mut sum: Vec<Vec<f64>>,
+    (count, clipped): (usize, usize),
+    private: Private<'_>,
+) -> Result<(Folded, PrivacyRecord)> {
+    let settings = private.settings;
+    let clip_norm = private.clip_norm;
+    let mut record = unreleased(private);
+    if count < private.min_successful.max(1) {
+        let why = format!(
+            "{count} accepted updates, the minimum is {}",
+            private.min_successful.max(1)
+        );
+        return Ok((Folded::Unchanged(why), record));
+    }
+    record.clipped = clipped;
     let std = settings.update_noise_multiplier()? * clip_norm;
     let mut noise = stream(private.seed, private.release, 0, Purpose::PrivacyNoise);
     for s in sum.iter_mut() {
         add_gaussian_noise(s, std, &mut noise);
     }
     if let Clipping::Adaptive { rule, .. } = settings.clipping {
-        let mut count = stream(private.seed, private.release, 1, Purpose::PrivacyNoise);
-        let unclipped = updates.len() - record.clipped;
-        let (next, fraction) =
-            rule.next(clip_norm, unclipped, settings.expected_updates, &mut count);
+        let mut count_noise = stream(private.seed, private.release, 1, Purpose::PrivacyNoise);
+        let unclipped = count - clipped;
+        let (next, fraction) = rule.next(
+            clip_norm,
+            unclipped,
+            settings.expected_updates,
+            &mut count_noise,
+        );
         record.next_clip_norm = next;
         record.unclipped_fraction = Some(fraction);
     }
