@@ -1,0 +1,264 @@
+//! Secure aggregation of a synchronous round (SecAgg+ on [`fedshard_secagg`]; docs/secagg.md,
+//! docs/algorithms.md §7): the server learns the sum of the round's updates and nothing of any
+//! one of them.
+//!
+//! A secure round starts like phase one of a two-phase round: every participant trains and keeps
+//! its update ([`ClientReply::Ready`](crate::client::ClientReply::Ready)). Four exchanges of the
+//! protocol then carry each client's *input*: its update as the plain fold's blocks (every dense
+//! tensor, and each singular vector `u'_i`, `v'_i` of each sharded layer, so sharded layers are
+//! summed over the union of the factor columns), as changes against what it was sent, zero where
+//! it held nothing, clipped to `clip_norm`, premultiplied by its aggregation weight and encoded in
+//! fixed point. The server decodes the sum and moves each block by it over the total weight of
+//! the surviving clients that held the block: the plain fold's per-block weighted mean
+//! ([`fedshard_strategies::aggregation::fold_weighted`]) for FedAvg and uniform weights, up to
+//! the fixed-point rounding and the clip. The weights and who held which block are the server's
+//! own knowledge (the registry's sample counts, the round's shard plan); only the values are
+//! hidden.
+//!
+//! With `[privacy]` (unsharded models), the clip is DP-FedAvg's of the round, the inputs carry
+//! one more value that counts the unclipped changes, and the server releases the decoded sum as
+//! DP-FedAvg releases the sum it clipped itself ([`crate::round::release`]): noised, over the
+//! expected number of updates.
+//!
+//! `session` runs the server's side, `client` a client's, and `fold` folds what the session
+//! summed.
+
+mod client;
+mod fold;
+mod session;
+
+pub use client::{SecureClient, input};
+pub use fold::{SecureSum, fold_secure};
+pub use session::{SessionOutcome, SessionRecord};
+
+use crate::error::{Error, Result};
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::shard_plan::ShardPlan;
+use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_secagg::{FixedPoint, Graph, Params, ServerMessage, SessionId};
+use fedshard_strategies::aggregation::AggregatorName;
+use fedshard_strategies::rng::{Purpose, stream};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// `[secure_aggregation]` as the runtime uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SecureSettings {
+    /// Every client scales its change down to this L2 norm before encoding: it bounds every
+    /// coordinate, hence the fixed-point range `[−clip_norm, clip_norm]`. With `[privacy]`
+    /// each round's DP clip norm replaces it.
+    pub clip_norm: f64,
+    /// Fixed-point steps per unit: each client's value moves by at most `1 / (2 · scale)`.
+    pub scale: f64,
+    /// `t` as a fraction of the holders of each secret (a client's neighbours and itself):
+    /// `t = ⌈threshold · holders⌉`, in `(1/2, 1]` so that the server cannot split the clients
+    /// into two sessions (Bonawitz et al. 2017).
+    pub threshold: f64,
+    /// SecAgg+'s graph degree `k` (even): each client masks with and shares its secrets among
+    /// `k` neighbours; `None`, the complete graph of SecAgg.
+    pub degree: Option<usize>,
+    /// How a client's change is weighted: FedAvg's sample counts or uniform weights.
+    pub weighting: SecureWeighting,
+}
+
+/// The aggregators whose fold is a per-block weighted mean with a weight each client can
+/// premultiply: the only ones a sum can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SecureWeighting {
+    /// FedAvg: `D_c`, the registry's sample count.
+    Samples,
+    /// Every client alike.
+    Uniform,
+}
+
+impl SecureWeighting {
+    /// The weighting of `aggregator`, or why a sum cannot fold it.
+    pub fn of(aggregator: AggregatorName) -> std::result::Result<Self, &'static str> {
+        match aggregator {
+            AggregatorName::Fedavg => Ok(SecureWeighting::Samples),
+            AggregatorName::Uniform => Ok(SecureWeighting::Uniform),
+            AggregatorName::InverseProbability => Err(
+                "its weights n_c / (p_c Σ n) are summed, not averaged, and are not wired to \
+                 secure aggregation",
+            ),
+            AggregatorName::Fesc | AggregatorName::FescOracle => {
+                Err("its weights depend on which clients answered, known only after the sum")
+            }
+        }
+    }
+}
+
+impl SecureSettings {
+    /// The fixed-point encoding of every input.
+    pub fn fixed_point(&self) -> Result<FixedPoint> {
+        FixedPoint::new(self.clip_norm, self.scale).map_err(Error::SecureAggregation)
+    }
+
+    /// The public parameters of round `round`'s session among `clients` (ascending) over
+    /// vectors of `vector_len`: a session id and the graph's relabelling drawn from the run's
+    /// stream, `t` from [`SecureSettings::threshold`], and the bits that hold the sum of all of
+    /// them without wrapping.
+    pub fn params(
+        &self,
+        seed: u64,
+        round: u64,
+        clients: &[ClientId],
+        vector_len: usize,
+    ) -> Result<Params> {
+        let mut rng = stream(seed, round, 0, Purpose::SecureSession);
+        let mut session = [0u8; 16];
+        rng.fill_bytes(&mut session);
+        let graph = match self.degree {
+            Some(degree) => Graph::RandomRegular {
+                degree,
+                seed: rng.next_u64(),
+            },
+            None => Graph::Complete,
+        };
+        let clients = clients
+            .iter()
+            .map(|&c| session_id(c))
+            .collect::<Result<Vec<_>>>()?;
+        let mut params = Params {
+            session: SessionId(session),
+            bits: self
+                .fixed_point()?
+                .bits_for(clients.len())
+                .map_err(Error::SecureAggregation)?,
+            clients,
+            threshold: 1,
+            graph,
+            vector_len,
+        };
+        let holders = params.holders_per_secret();
+        params.threshold = ((self.threshold * holders as f64).ceil() as usize).clamp(1, holders);
+        params.validate().map_err(Error::SecureAggregation)?;
+        Ok(params)
+    }
+}
+
+/// A federation client's id in a session (sessions number clients in 32 bits).
+pub fn session_id(client: ClientId) -> Result<fedshard_secagg::ClientId> {
+    fedshard_secagg::ClientId::try_from(client).map_err(|_| {
+        Error::SecureAggregation(fedshard_secagg::Error::Params(format!(
+            "client id {client} does not fit a session's 32-bit ids"
+        )))
+    })
+}
+
+/// Where each block of a round's model sits in a secure input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockLayout {
+    /// The tensors the round trains densely, in the global model's order, with their lengths.
+    pub dense: Vec<(String, usize)>,
+    /// The sharded layers, in the plan's order: all their terms' `u'` vectors, then all `v'`.
+    pub layers: Vec<LayerLayout>,
+}
+
+/// One sharded layer's place in a [`BlockLayout`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerLayout {
+    pub name: String,
+    /// Terms of the round's SVD (the union of every client's columns).
+    pub terms: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl BlockLayout {
+    /// The layout of a round over `global` with `plan`: the dense tensors any task carries and
+    /// every term of every sharded layer.
+    pub fn of(global: &ModelState, plan: Option<&ShardPlan>, tasks: &[&TrainTask]) -> BlockLayout {
+        let dense = global
+            .tensors
+            .iter()
+            .filter(|t| tasks.iter().any(|task| task.dense.get(&t.name).is_some()))
+            .map(|t| (t.name.clone(), t.data.len()))
+            .collect();
+        let layers = plan
+            .map(|p| {
+                p.factors
+                    .iter()
+                    .map(|(name, f)| LayerLayout {
+                        name: name.clone(),
+                        terms: f.singular_values.len(),
+                        rows: f.rows,
+                        cols: f.cols,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        BlockLayout { dense, layers }
+    }
+
+    /// Values in an input.
+    pub fn len(&self) -> usize {
+        let dense: usize = self.dense.iter().map(|(_, n)| n).sum();
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| l.terms * (l.rows + l.cols))
+            .sum();
+        dense + layers
+    }
+
+    /// Whether an input would be empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The offset and length of dense tensor `name`.
+    fn dense(&self, name: &str) -> Option<(usize, usize)> {
+        let mut offset = 0;
+        for (n, len) in &self.dense {
+            if n == name {
+                return Some((offset, *len));
+            }
+            offset += len;
+        }
+        None
+    }
+
+    /// The offset of each sharded layer's first `u'` vector.
+    fn layer_starts(&self) -> Vec<usize> {
+        let mut start: usize = self.dense.iter().map(|(_, n)| n).sum();
+        self.layers
+            .iter()
+            .map(|l| {
+                let s = start;
+                start += l.terms * (l.rows + l.cols);
+                s
+            })
+            .collect()
+    }
+}
+
+/// What a client needs, besides its update and its task, to form its input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputSpec {
+    pub layout: BlockLayout,
+    /// [`SecureSettings::clip_norm`].
+    pub clip_norm: f64,
+    /// This client's weight over the largest of the round, in `(0, 1]`, so a weighted value
+    /// stays inside the clip.
+    pub weight: f64,
+    pub fixed: FixedPoint,
+    /// With `[privacy]`: one more value, `clip_norm` when the change needed no clipping and 0
+    /// otherwise, so that the sum also counts the unclipped updates (adaptive clipping's only
+    /// input) without telling whose.
+    pub count_unclipped: bool,
+}
+
+/// One step of a client's session, as the server sends it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum SecureStep {
+    /// Round 0: the session's public parameters and how to form the input. The client forms
+    /// it, draws its secrets from the operating system and advertises its keys.
+    Begin {
+        params: Params,
+        input: Box<InputSpec>,
+    },
+    /// Rounds 1–3: the server's message (the neighbours' keys, the shares addressed to the
+    /// client, the request to unmask).
+    Continue(ServerMessage),
+}

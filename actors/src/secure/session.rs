@@ -1,0 +1,329 @@
+//! The server's side of a secure round: who trains, the session's four exchanges as requests
+//! to the clients, and what the session came to.
+
+use super::{
+    BlockLayout, InputSpec, SecureSettings, SecureStep, SecureSum, SecureWeighting, session_id,
+};
+use crate::client::AfterTraining;
+use crate::engine::RoundUpdates;
+use crate::error::{Error, Result};
+use crate::record::{PhaseSeconds, SimulatedTime};
+use crate::round::{ClientFailure, Expect, Tally, Tasks, classify};
+use crate::server::{Ask, ServerState, selection_probabilities};
+use fedshard_protocol::payload::RejectionKind;
+use fedshard_protocol::shard_plan::{Participant, ShardPlan};
+use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_secagg::ServerMessage;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// What a secure round's session came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionOutcome {
+    Finished {
+        sum: SecureSum,
+        record: SessionRecord,
+    },
+    /// Too few clients were left to finish it (or to start it); the text says why.
+    NotFinished(String),
+}
+
+impl SessionOutcome {
+    /// The record of a finished session.
+    pub fn record(&self) -> Option<SessionRecord> {
+        match self {
+            SessionOutcome::Finished { record, .. } => Some(*record),
+            SessionOutcome::NotFinished(_) => None,
+        }
+    }
+}
+
+/// A secure round's session, as its record tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// Clients whose inputs are in the sum.
+    pub survivors: usize,
+    /// Clients that shared their keys but whose masked input never came: the server removed
+    /// their masks with the shares of the others.
+    pub dropped: usize,
+    /// `t`: shares that rebuild a secret, and the fewest clients that may finish.
+    pub threshold: usize,
+    /// The bits of every value of the session's modulus.
+    pub bits: u32,
+}
+
+/// Why a client's session message is refused, by the kind the round counts.
+fn rejection(error: &fedshard_secagg::Error) -> RejectionKind {
+    use fedshard_secagg::Error as E;
+    match error {
+        E::WrongSession { .. } | E::WrongRound { .. } => RejectionKind::Stale,
+        E::UnknownClient(_) | E::NotExpected { .. } | E::Duplicate { .. } => RejectionKind::Forged,
+        _ => RejectionKind::Malformed,
+    }
+}
+
+/// The server's side of one round's session, between its exchanges.
+struct Session<'a> {
+    round: u64,
+    server: fedshard_secagg::Server,
+    tally: &'a mut Tally,
+    failures: &'a mut BTreeMap<ClientId, ClientFailure>,
+    time: &'a mut SimulatedTime,
+}
+
+impl ServerState {
+    /// A secure round's collection: every participant trains and keeps its update, then the
+    /// clients that did run the four exchanges of the session over their inputs. Returns the
+    /// round with no update in the clear and, when the session finished, its decoded sum.
+    pub(crate) async fn collect_secure_round(
+        &mut self,
+        round: u64,
+        settings: SecureSettings,
+        tally: &mut Tally,
+        phases: &mut PhaseSeconds,
+    ) -> Result<RoundUpdates> {
+        let started = Instant::now();
+        let first = self.select(round, None, None).await?;
+        let participants: Vec<Participant> = first
+            .participants
+            .iter()
+            .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
+            .collect();
+        let (plan, tasks) = self
+            .prepare(&participants, round, round, participants.len())
+            .await?;
+        let messages = tasks
+            .tasks
+            .iter()
+            .map(|(id, t)| (*id, Ask::Train(Box::new(t.clone()), AfterTraining::Secure)))
+            .collect();
+        phases.plan = started.elapsed().as_secs_f64();
+        let start = self.simulated_now();
+        let trained = self
+            .dispatch(messages, &tasks.bits, (round, start), None)
+            .await;
+        let mut time = SimulatedTime {
+            start,
+            end: trained.end,
+            clients: trained.times,
+        };
+        let answers = classify(tasks.tasks.keys().copied(), trained.outcomes, Expect::Ready);
+        let mut failures = answers.failures;
+        tally.participants = tasks.tasks.len();
+        tally.hand_out(&tasks);
+        let needed = self.fed.config.min_successful.max(1);
+        let session = if answers.ready.len() >= needed {
+            self.secure_session(
+                round,
+                &settings,
+                (plan.as_deref(), &tasks),
+                &answers.ready,
+                (tally, &mut failures, &mut time),
+            )
+            .await?
+        } else {
+            SessionOutcome::NotFinished(format!(
+                "{} clients trained, the minimum is {needed}",
+                answers.ready.len()
+            ))
+        };
+        phases.train = started.elapsed().as_secs_f64() - phases.plan;
+        for f in failures.values() {
+            *tally.failures.entry(f.kind).or_default() += 1;
+        }
+        self.count_failures(round, tasks.tasks.len(), &failures);
+        tally.time = self.clock.is_some().then_some(time);
+        Ok(RoundUpdates {
+            plan,
+            tasks,
+            probabilities: selection_probabilities(&first),
+            failures,
+            accepted: vec![],
+            late: 0,
+            secure: Some(Box::new(session)),
+        })
+    }
+
+    /// Runs the session of the clients in `ready` (ascending); when too few clients were left
+    /// to finish it, the round's model stays.
+    async fn secure_session(
+        &self,
+        round: u64,
+        settings: &SecureSettings,
+        (plan, tasks): (Option<&ShardPlan>, &Tasks),
+        ready: &[ClientId],
+        (tally, failures, time): (
+            &mut Tally,
+            &mut BTreeMap<ClientId, ClientFailure>,
+            &mut SimulatedTime,
+        ),
+    ) -> Result<SessionOutcome> {
+        let layout = {
+            let held: Vec<&TrainTask> = ready.iter().filter_map(|id| tasks.tasks.get(id)).collect();
+            BlockLayout::of(&self.fed.model, plan, &held)
+        };
+        // With [privacy] the clip is DP-FedAvg's of this round, and the sum also counts the
+        // unclipped changes.
+        let private = self.engine.privacy.as_ref();
+        let clip_norm = private.map_or(settings.clip_norm, |(p, _)| p.clip_norm(&self.fed.history));
+        let count_unclipped = private.is_some();
+        let settings = SecureSettings {
+            clip_norm,
+            ..*settings
+        };
+        let vector_len = layout.len() + usize::from(count_unclipped);
+        let params = settings.params(self.fed.config.seed, round, ready, vector_len)?;
+        let weights = self.secure_weights(settings.weighting, ready)?;
+        let fixed = settings.fixed_point()?;
+        let mut session = Session {
+            round,
+            server: fedshard_secagg::Server::new(params.clone())
+                .map_err(Error::SecureAggregation)?,
+            tally,
+            failures,
+            time,
+        };
+        let begin = ready.iter().map(|&id| {
+            let input = InputSpec {
+                layout: layout.clone(),
+                clip_norm,
+                weight: weights.get(&id).copied().unwrap_or(0.0),
+                fixed,
+                count_unclipped,
+            };
+            let step = SecureStep::Begin {
+                params: params.clone(),
+                input: Box::new(input),
+            };
+            (id, step)
+        });
+        let outcome = async {
+            self.exchange(&mut session, begin.collect()).await;
+            let directories = session.server.close_advertise_keys()?;
+            self.exchange(&mut session, continued(directories)).await;
+            let inboxes = session.server.close_share_keys()?;
+            self.exchange(&mut session, continued(inboxes)).await;
+            let request = session.server.close_masked_input()?;
+            let survivors = session.server.survivors();
+            let unmask = survivors.iter().map(|&c| (c, request.clone())).collect();
+            self.exchange(&mut session, continued(unmask)).await;
+            session.server.finish()
+        }
+        .await;
+        let aggregate = match outcome {
+            Ok(aggregate) => aggregate,
+            Err(e) => {
+                return Ok(SessionOutcome::NotFinished(format!(
+                    "the secure aggregation did not finish: {e}"
+                )));
+            }
+        };
+        let record = SessionRecord {
+            survivors: aggregate.survivors.len(),
+            dropped: aggregate.dropped.len(),
+            threshold: params.threshold,
+            bits: params.bits,
+        };
+        session.tally.envelopes += aggregate.survivors.len();
+        let mut decoded = fixed.decode_sum(&aggregate.sum, aggregate.survivors.len());
+        let unclipped = count_unclipped
+            .then(|| decoded.pop())
+            .flatten()
+            .map(|v| (v / clip_norm).round().max(0.0) as usize);
+        let sum = SecureSum {
+            sum: decoded,
+            unclipped,
+            survivors: aggregate
+                .survivors
+                .iter()
+                .map(|&c| {
+                    let id = ClientId::from(c);
+                    (id, weights.get(&id).copied().unwrap_or(0.0))
+                })
+                .collect(),
+            layout,
+        };
+        Ok(SessionOutcome::Finished { sum, record })
+    }
+
+    /// Each client's weight over the largest of `clients`: the registry's sample count (never
+    /// the client's own claim) for FedAvg, 1 for uniform weights.
+    fn secure_weights(
+        &self,
+        weighting: SecureWeighting,
+        clients: &[ClientId],
+    ) -> Result<BTreeMap<ClientId, f64>> {
+        let raw = clients
+            .iter()
+            .map(|&id| {
+                let w = match weighting {
+                    SecureWeighting::Uniform => 1.0,
+                    SecureWeighting::Samples => self
+                        .fed
+                        .registry
+                        .clients
+                        .get(&id)
+                        .map(|c| c.samples as f64)
+                        .ok_or(Error::UnknownClient(id))?,
+                };
+                Ok((id, w))
+            })
+            .collect::<Result<BTreeMap<_, _>>>()?;
+        let largest = raw.values().copied().fold(0.0, f64::max);
+        Ok(raw
+            .into_iter()
+            .map(|(id, w)| (id, if largest > 0.0 { w / largest } else { 0.0 }))
+            .collect())
+    }
+
+    /// One exchange: sends each client its step, waits for the answers until the deadline, and
+    /// hands the server every message that its sender signed as itself. A client that failed
+    /// or did not answer in time has dropped out, and stays out (the server refuses its late
+    /// messages).
+    async fn exchange(&self, session: &mut Session<'_>, steps: Vec<(ClientId, SecureStep)>) {
+        let asked: Vec<ClientId> = steps.iter().map(|(id, _)| *id).collect();
+        let asks = steps
+            .into_iter()
+            .map(|(id, step)| (id, Ask::Secure(Box::new(step))))
+            .collect();
+        let start = session.time.end;
+        let answered = self
+            .dispatch(asks, &BTreeMap::new(), (session.round, start), None)
+            .await;
+        for (id, t) in answered.times {
+            session.time.clients.entry(id).or_default().upload += t.total();
+        }
+        session.time.end = answered.end;
+        let answers = classify(asked, answered.outcomes, Expect::Secure);
+        session.failures.extend(answers.failures);
+        for (id, message) in answers.secure {
+            let bits = 8 * fedshard_secagg::wire::encode(&message).len() as u64;
+            *session.tally.client_uplink_bits.entry(id).or_default() += bits;
+            let signed = session_id(id).is_ok_and(|s| s == message.header.sender);
+            let received = if signed {
+                session.server.receive(message)
+            } else {
+                Err(fedshard_secagg::Error::UnknownClient(message.header.sender))
+            };
+            if let Err(e) = received {
+                tracing::warn!(
+                    round = session.round,
+                    client = id,
+                    "secure aggregation message refused: {e}"
+                );
+                session.tally.reject(rejection(&e));
+            }
+        }
+    }
+}
+
+/// The server's messages as the steps that carry them.
+fn continued(
+    outbox: Vec<(fedshard_secagg::ClientId, ServerMessage)>,
+) -> Vec<(ClientId, SecureStep)> {
+    outbox
+        .into_iter()
+        .map(|(to, message)| (ClientId::from(to), SecureStep::Continue(message)))
+        .collect()
+}
