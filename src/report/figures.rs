@@ -97,6 +97,16 @@ fn series(
     }
 }
 
+/// The test loss, and the clients' training loss when the server saw any (a secure run's
+/// server sees no client's loss, so it has no such line).
+fn losses(rounds: &[RoundPoint]) -> Vec<Series> {
+    let train = series("training loss (accepted clients)", rounds, |r| r.train_loss);
+    let seen = train.points.iter().any(|(_, loss)| loss.is_finite());
+    let mut losses = vec![series("test loss", rounds, |r| r.loss)];
+    losses.extend(seen.then_some(train));
+    losses
+}
+
 /// Whether `rounds` are an asynchronous run's model versions: only those records carry the
 /// staleness of the updates each folded (at least one a version).
 fn asynchronous(rounds: &[RoundPoint]) -> bool {
@@ -218,10 +228,7 @@ pub fn run_figures(rounds: &[RoundPoint]) -> Vec<(&'static str, Figure)> {
                 "loss",
                 ValueAxis::Fit,
                 Legend::UpperRight,
-                vec![
-                    series("test loss", rounds, |r| r.loss),
-                    series("training loss (accepted clients)", rounds, |r| r.train_loss),
-                ],
+                losses(rounds),
             ),
         ),
         (
