@@ -65,6 +65,7 @@ pub struct Metrics {
     late: IntCounterVec,
     simulated_seconds: GaugeVec,
     privacy_epsilon: GaugeVec,
+    secure_dropped: IntCounterVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -233,6 +234,11 @@ impl Metrics {
                 "With [privacy]: the run's ε at its δ after the last round's release (docs/privacy.md); absent without privacy.",
                 none,
             )?,
+            secure_dropped: counter(
+                "fedshard_secure_dropped_total",
+                "With [secure_aggregation]: clients that shared their keys but whose masked input never came; the server removed their masks with the others' shares (docs/secagg.md).",
+                none,
+            )?,
             registry,
         };
         // Series that exist from the start, so dashboards show zeros rather than "no data".
@@ -296,6 +302,10 @@ impl Metrics {
         }
         if let Some(p) = &r.privacy {
             self.privacy_epsilon.with_label_values(none).set(p.epsilon);
+        }
+        if let Some(session) = &r.secure {
+            let dropped = self.secure_dropped.with_label_values(none);
+            dropped.inc_by(session.dropped as u64);
         }
         let staleness = self.staleness.with_label_values(none);
         for tau in &r.staleness {
