@@ -239,3 +239,43 @@ fn a_private_secure_round_releases_what_a_private_round_releases() {
     let largest = largest_difference(&plain_model, &secure_model);
     assert!(largest < 1e-4, "largest difference {largest}");
 }
+
+/// Under simulated time a secure round costs what its session sends: every client downloads
+/// its task and the server's four messages, and uploads its readiness and its four messages,
+/// each one-way latency plus its bits over the client's links; the exchanges follow one
+/// another, so the round ends after the last client's unmasking shares. (With 1 Mbit/s uplinks
+/// the secure round still ends first here: a masked input of 24-bit values is shorter than a
+/// full-model client's 32-bit update.)
+#[test]
+fn a_secure_round_under_simulated_time_pays_for_its_messages() {
+    let network = "\n[network]\nuplink_mbit = 1.0\ndownlink_mbit = 10.0\nlatency_ms = 20\n";
+    let simulated = |secure: bool| {
+        let mut text = std::fs::read_to_string(SHIPPED)
+            .unwrap()
+            .replace("rounds = 40", "rounds = 1\nclock = \"virtual\"");
+        if !secure {
+            text.truncate(text.find("[secure_aggregation]").unwrap());
+        }
+        text.push_str(network);
+        Config::parse(&text, Path::new("simulated.toml")).expect("the config is valid")
+    };
+    let (plain_dir, secure_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, _, plain) = common::run_in(plain_dir.path(), &simulated(false));
+    let (_, _, secure) = common::run_in(secure_dir.path(), &simulated(true));
+    let p = plain.per_round[0].time.clone().expect("simulated time");
+    let s = secure.per_round[0].time.clone().expect("simulated time");
+    assert_eq!(p.clients.len(), s.clients.len());
+    for (client, t) in &s.clients {
+        let alone = &p.clients[client];
+        // Four more downloads of 20 ms latency each, at least; five uploads.
+        assert!(
+            t.download >= alone.download + 0.08 - 1e-9,
+            "{client}: {t:?} vs {alone:?}"
+        );
+        assert!(t.upload >= 0.1 - 1e-9, "{client}: {t:?}");
+        assert_eq!(t.compute, alone.compute);
+    }
+    // The round ends when the slowest client's time is spent, the exchanges one after another.
+    let slowest = s.clients.values().map(|t| t.total()).fold(0.0, f64::max);
+    assert!(s.end - s.start >= slowest - 1e-9, "{s:?}");
+}

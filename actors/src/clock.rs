@@ -110,6 +110,18 @@ impl VirtualClock {
         }
     }
 
+    /// The time before `client` can answer a message of `bits` that asks for no training (a
+    /// step of a secure round): its download.
+    pub fn before_message_answer(&self, client: ClientId, bits: u64) -> TaskTime {
+        let Some(cost) = self.clients.get(&client) else {
+            return TaskTime::default();
+        };
+        TaskTime {
+            download: self.latency + bits as f64 / cost.downlink_bps,
+            ..TaskTime::default()
+        }
+    }
+
     /// The time to send an answer of `bits` from `client`.
     pub fn upload(&self, client: ClientId, bits: u64) -> f64 {
         let rate = self

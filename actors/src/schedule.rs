@@ -183,6 +183,14 @@ impl Arrivals {
             .map(|clock| clock.before_upload(client, task))
     }
 
+    /// The simulated time `client` needs for a message of `bits` that asks for no training (a
+    /// step of a secure round) before its answer's upload, with a clock.
+    pub fn message_cost(&self, client: ClientId, bits: u64) -> Option<TaskTime> {
+        self.clock
+            .as_ref()
+            .map(|clock| clock.before_message_answer(client, bits))
+    }
+
     /// Starts waiting for `client`'s answer, which `work` produces, the task having cost
     /// [`Arrivals::cost`]; under a simulated clock the server gives up after `deadline`.
     pub fn push(

@@ -400,8 +400,16 @@ impl ServerState {
                 continue;
             };
             asked.push(id);
-            let sent = ask.task().map(|t| (t, bits.get(&id).copied().unwrap_or(0)));
-            let cost = arrivals.cost(id, sent);
+            let cost = match &ask {
+                Ask::Secure(step) => {
+                    let bits = 8 * fedshard_secagg::wire::encode(step).len() as u64;
+                    arrivals.message_cost(id, bits)
+                }
+                _ => {
+                    let sent = ask.task().map(|t| (t, bits.get(&id).copied().unwrap_or(0)));
+                    arrivals.cost(id, sent)
+                }
+            };
             let work = call_client(client, ask, round, self.wall_deadline());
             arrivals.push(id, cost, deadline, work);
         }

@@ -292,7 +292,10 @@ impl ServerState {
             .dispatch(asks, &BTreeMap::new(), (session.round, start), None)
             .await;
         for (id, t) in answered.times {
-            session.time.clients.entry(id).or_default().upload += t.total();
+            let spent = session.time.clients.entry(id).or_default();
+            spent.download += t.download;
+            spent.compute += t.compute;
+            spent.upload += t.upload;
         }
         session.time.end = answered.end;
         let answers = classify(asked, answered.outcomes, Expect::Secure);
