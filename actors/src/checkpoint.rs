@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 /// Bumped whenever the layout changes; older checkpoints are refused with a clear error.
 /// Version 4: each history record carries `update_cosine`; version 5: `late` and `staleness`;
 /// version 6: `klms`; version 7: per-client KLMS blocks in the uplink state; version 8: `time`
-/// (simulated time); version 9: `privacy` (ε and the clip norms of a private run).
-pub const FORMAT_VERSION: u32 = 9;
+/// (simulated time); version 9: `privacy` (ε and the clip norms of a private run); version 10:
+/// `secure` (a secure round's session).
+pub const FORMAT_VERSION: u32 = 10;
 pub const FILE_NAME: &str = "checkpoint.bin";
 
 /// Everything needed to continue a run exactly: every random stream is derived from
@@ -79,17 +80,21 @@ pub fn load(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
         path: path.clone(),
         reason,
     };
+    // The version comes first and is read alone: another version's records have other fields,
+    // and decoding them as this version's would fail with a less useful message, or not at all.
+    let (version, _): (u32, usize) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
+            .map_err(|e| malformed(e.to_string()))?;
+    if version != FORMAT_VERSION {
+        return Err(malformed(format!(
+            "format version {version}, this build reads {FORMAT_VERSION}"
+        )));
+    }
     let (checkpoint, used): (Checkpoint, usize) =
         bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
             .map_err(|e| malformed(e.to_string()))?;
     if used != bytes.len() {
         return Err(malformed(format!("{} trailing bytes", bytes.len() - used)));
-    }
-    if checkpoint.version != FORMAT_VERSION {
-        return Err(malformed(format!(
-            "format version {}, this build reads {FORMAT_VERSION}",
-            checkpoint.version
-        )));
     }
     Ok(Some(checkpoint))
 }
@@ -122,5 +127,14 @@ mod tests {
         fs::write(dir.path().join(FILE_NAME), b"garbage").unwrap();
         let err = load(dir.path()).unwrap_err().to_string();
         assert!(err.contains("checkpoint.bin"), "{err}");
+        // An older build's checkpoint names its version, whatever follows it.
+        let mut older = bincode::serde::encode_to_vec(9u32, bincode::config::standard()).unwrap();
+        older.extend_from_slice(b"records of another layout");
+        fs::write(dir.path().join(FILE_NAME), older).unwrap();
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("format version 9, this build reads 10"),
+            "{err}"
+        );
     }
 }

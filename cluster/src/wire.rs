@@ -22,7 +22,7 @@ use std::fmt;
 pub const MAGIC: [u8; 2] = *b"FS";
 /// The version of [`Body`]'s layout; bumped whenever it changes, so mismatched nodes are told
 /// so rather than fed misread fields.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 const HEADER: usize = 4;
 
 /// A random secret a client node draws at start-up. It names the node's agent
