@@ -145,10 +145,7 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         },
         clock: None,
         privacy: config.privacy.as_ref().map(|p| p.settings(config)),
-        secure: config
-            .secure_aggregation
-            .as_ref()
-            .map(|s| s.settings(config)),
+        secure: config.secure_aggregation.as_ref().map(|s| s.settings()),
     };
     let initial = model.initial_state(seed)?;
     let simulated = crate::config::SimulatedRun {

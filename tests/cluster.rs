@@ -352,6 +352,25 @@ fn over_commitment_and_async_mode_across_nodes_give_the_in_process_model() {
     }
 }
 
+/// Runs the config `text` as `name` in one process, then on a server node and the client nodes,
+/// and returns the cluster run's folder and records once its final model is the in-process
+/// one, byte for byte.
+fn alone_then_across_nodes(
+    tmp: &Path,
+    name: &str,
+    text: &str,
+) -> (PathBuf, Vec<serde_json::Value>) {
+    let config = tmp.join(format!("{name}.toml"));
+    std::fs::write(&config, text).unwrap();
+    let expected = in_process_model(&tmp.join(name), &config);
+    let cluster = Cluster::new(tmp, config);
+    let run = tmp.join(format!("cluster-{name}"));
+    let mut server = cluster.serve(name, &run, &[]);
+    let mut nodes = cluster.join_all(&[]);
+    let records = finished_with_the_model(&mut server, &mut nodes, &run, &expected, name);
+    (run, records)
+}
+
 /// DP-FedAvg through `serve`/`join`: the server clips and noises from its own seeded streams,
 /// so the cluster's model is the in-process one byte for byte, and the records carry the same ε.
 #[test]
@@ -362,17 +381,10 @@ fn a_private_run_across_nodes_ends_with_the_in_process_model_and_its_epsilon() {
     let text = base.replace("aggregator = \"fedavg\"", "aggregator = \"uniform\"")
         + "\n[privacy]\nnoise_multiplier = 1.0\nclip_norm = 0.5\ndelta = 1e-3\n";
     assert!(text.contains("aggregator = \"uniform\""), "{text}");
-    let config = tmp.path().join("private.toml");
-    std::fs::write(&config, text).unwrap();
-    let expected = in_process_model(&tmp.path().join("private"), &config);
+    let (run, across) = alone_then_across_nodes(tmp.path(), "private", &text);
     let in_process = records(&tmp.path().join("private").join("in-process"));
-    let cluster = Cluster::new(tmp.path(), config);
-    let run = tmp.path().join("cluster-private");
-    let mut server = cluster.serve("private", &run, &[]);
-    let mut nodes = cluster.join_all(&[]);
-    let records = finished_with_the_model(&mut server, &mut nodes, &run, &expected, "private");
-    assert_eq!(records.len(), 4);
-    for (served, alone) in records.iter().zip(&in_process) {
+    assert_eq!(across.len(), 4);
+    for (served, alone) in across.iter().zip(&in_process) {
         let epsilon = served["privacy"]["epsilon"].as_f64();
         assert!(epsilon.is_some_and(|e| e > 0.0), "{served}");
         assert_eq!(epsilon, alone["privacy"]["epsilon"].as_f64());
@@ -395,14 +407,7 @@ fn a_secure_run_across_nodes_ends_with_the_in_process_model() {
     let tmp = tempfile::tempdir().unwrap();
     let base = std::fs::read_to_string(config(tmp.path(), "base", 4, 0)).unwrap();
     let text = base + "\n[secure_aggregation]\nclip_norm = 10.0\ndegree = 4\n";
-    let config = tmp.path().join("secure.toml");
-    std::fs::write(&config, text).unwrap();
-    let expected = in_process_model(&tmp.path().join("secure"), &config);
-    let cluster = Cluster::new(tmp.path(), config);
-    let run = tmp.path().join("cluster-secure");
-    let mut server = cluster.serve("secure", &run, &[]);
-    let mut nodes = cluster.join_all(&[]);
-    let records = finished_with_the_model(&mut server, &mut nodes, &run, &expected, "secure");
+    let (_, records) = alone_then_across_nodes(tmp.path(), "secure", &text);
     assert_eq!(records.len(), 4);
     for r in &records {
         // Six clients per round, all in the sum; t = ⌈0.6 × 5⌉ over a client and 4 neighbours.

@@ -141,7 +141,6 @@ impl Actor for ClientActor {
         match message {
             ClientMsg::Train { task, then, reply } => {
                 let trainer = Arc::clone(&state.trainer);
-                let kept_task = (then == AfterTraining::Secure).then(|| task.clone());
                 let leaves = trainer.drops_out(&task);
                 let started = Instant::now();
                 let joined = tokio::task::spawn_blocking(move || {
@@ -159,15 +158,16 @@ impl Actor for ClientActor {
                         .map_err(|e| e.to_string())?;
                     let (payload, norm) =
                         encoded.ok_or("the trainer returned without encoding the update")?;
-                    Ok((payload, output.loss, norm, task.round))
+                    // The task comes back: a secure round keeps it with the update.
+                    Ok((payload, output.loss, norm, task))
                 })
                 .await;
                 let id = state.id;
                 match joined {
-                    Ok(Ok((payload, loss, update_norm, round))) => {
+                    Ok(Ok((payload, loss, update_norm, task))) => {
                         let envelope = UpdateEnvelope {
                             client: id,
-                            round,
+                            round: task.round,
                             loss,
                             update_norm,
                             train_seconds: started.elapsed().as_secs_f64(),
@@ -176,8 +176,8 @@ impl Actor for ClientActor {
                         // A kept update goes to the host before the answer, so the host holds it
                         // by the time the server can ask for it.
                         let envelope = Box::new(envelope);
-                        let answer = match (then, kept_task) {
-                            (AfterTraining::Upload | AfterTraining::Keep, _) if leaves => {
+                        let answer = match then {
+                            AfterTraining::Upload | AfterTraining::Keep if leaves => {
                                 ClientReply::Failed {
                                     client: id,
                                     reason: "injected dropout: left before sending its update"
@@ -185,8 +185,8 @@ impl Actor for ClientActor {
                                     panicked: false,
                                 }
                             }
-                            (AfterTraining::Upload, _) => ClientReply::Update(*envelope),
-                            (AfterTraining::Keep, _) => {
+                            AfterTraining::Upload => ClientReply::Update(*envelope),
+                            AfterTraining::Keep => {
                                 state.host.send_message(HostMsg::Keep {
                                     client: id,
                                     kept: Kept::Update(envelope),
@@ -196,8 +196,7 @@ impl Actor for ClientActor {
                                     update_norm,
                                 }
                             }
-                            (AfterTraining::Secure, task) => {
-                                let task = task.ok_or("a secure round's task was not kept")?;
+                            AfterTraining::Secure => {
                                 let secure = SecureClient::new(task, envelope, leaves);
                                 state.host.send_message(HostMsg::Keep {
                                     client: id,

@@ -28,7 +28,7 @@ use crate::round::{
     update_cosine,
 };
 use crate::schedule::{Schedule, Staleness};
-use crate::secure::{SessionOutcome, fold_secure};
+use crate::secure::{SecureSettings, SecureWeighting, SessionOutcome, fold_secure};
 use crate::server::{RuntimeConfig, ServerState};
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, plan_shards};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
@@ -47,6 +47,9 @@ pub struct Engine {
     pub aggregator: Arc<dyn Aggregator>,
     /// With `[privacy]`: its settings and the accountant of the run's releases.
     pub privacy: Option<(PrivacySettings, Accountant)>,
+    /// With `[secure_aggregation]`: its settings and how each client premultiplies its change
+    /// (from the aggregator).
+    pub secure: Option<(SecureSettings, SecureWeighting)>,
 }
 
 impl Engine {
@@ -83,7 +86,8 @@ impl Engine {
                 });
             }
         }
-        if config.secure.is_some() {
+        let mut secure = None;
+        if let Some(settings) = config.secure {
             const SECURE: &str = "secure aggregation (`[secure_aggregation]`)";
             let refused = |policy, name: String, why| Error::Unsupported {
                 policy,
@@ -108,6 +112,9 @@ impl Engine {
                      never reveals",
                 ));
             }
+            let weighting = SecureWeighting::of(config.aggregator)
+                .map_err(|why| refused("aggregator", config.aggregator.to_string(), why))?;
+            secure = Some((settings, weighting));
         }
         let privacy = match &config.privacy {
             Some(settings) => Some((*settings, settings.checked_accountant(schedule, registry)?)),
@@ -117,6 +124,7 @@ impl Engine {
             schedule,
             aggregator,
             privacy,
+            secure,
         })
     }
 
@@ -348,7 +356,7 @@ impl ServerState {
         let mut tally = Tally::default();
         let mut phases = PhaseSeconds::default();
         let schedule = self.engine.schedule;
-        let collected = match (schedule, self.fed.config.secure) {
+        let collected = match (schedule, self.engine.secure) {
             (Schedule::Rounds { .. }, Some(secure)) => {
                 let collect = self.collect_secure_round(version, secure, &mut tally, &mut phases);
                 Collected::Round(collect.await?)

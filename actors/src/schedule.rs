@@ -183,12 +183,18 @@ impl Arrivals {
             .map(|clock| clock.before_upload(client, task))
     }
 
-    /// The simulated time `client` needs for a message of `bits` that asks for no training (a
-    /// step of a secure round) before its answer's upload, with a clock.
-    pub fn message_cost(&self, client: ClientId, bits: u64) -> Option<TaskTime> {
-        self.clock
-            .as_ref()
-            .map(|clock| clock.before_message_answer(client, bits))
+    /// The simulated time `client` needs for `message`, which asks for no training (a step of
+    /// a secure round), before its answer's upload, with a clock (the message is measured only
+    /// then).
+    pub fn message_cost(
+        &self,
+        client: ClientId,
+        message: &impl serde::Serialize,
+    ) -> Option<TaskTime> {
+        self.clock.as_ref().map(|clock| {
+            let bits = 8 * fedshard_secagg::wire::encode(message).len() as u64;
+            clock.before_message_answer(client, bits)
+        })
     }
 
     /// Starts waiting for `client`'s answer, which `work` produces, the task having cost

@@ -401,10 +401,7 @@ impl ServerState {
             };
             asked.push(id);
             let cost = match &ask {
-                Ask::Secure(step) => {
-                    let bits = 8 * fedshard_secagg::wire::encode(step).len() as u64;
-                    arrivals.message_cost(id, bits)
-                }
+                Ask::Secure(step) => arrivals.message_cost(id, step),
                 _ => {
                     let sent = ask.task().map(|t| (t, bits.get(&id).copied().unwrap_or(0)));
                     arrivals.cost(id, sent)

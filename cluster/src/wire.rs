@@ -351,25 +351,27 @@ mod tests {
 
     /// A session's first step, with a SecAgg+ graph (an enum with data).
     fn secure_begin() -> SecureStep {
-        use fedshard_actors::secure::{BlockLayout, InputSpec, SecureSettings, SecureWeighting};
+        use fedshard_actors::secure::{BlockLayout, InputSpec, SecureSettings};
         let settings = SecureSettings {
-            clip_norm: 1.0,
+            clip_norm: Some(1.0),
             scale: 1024.0,
             threshold: 0.6,
             degree: Some(2),
-            weighting: SecureWeighting::Samples,
         };
+        let fixed = settings.fixed_point(1.0).unwrap();
         let layout = BlockLayout {
             dense: vec![("b".into(), 4)],
             layers: vec![],
         };
         SecureStep::Begin {
-            params: settings.params(1, 3, &[3, 7, 9, 12], layout.len()).unwrap(),
+            params: settings
+                .params((1, 3), &[3, 7, 9, 12], layout.len(), &fixed)
+                .unwrap(),
             input: Box::new(InputSpec {
                 layout,
                 clip_norm: 1.0,
                 weight: 0.5,
-                fixed: settings.fixed_point().unwrap(),
+                fixed,
                 count_unclipped: true,
             }),
         }

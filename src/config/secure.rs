@@ -41,8 +41,12 @@ impl SecureSection {
                 value.to_string(),
             )
         };
-        match (self.clip_norm, &config.privacy) {
-            (Some(clip), None) => positive("secure_aggregation.clip_norm", clip)?,
+        // The clip the clients apply: this section's, or with [privacy] DP's (its first).
+        let clip = match (self.clip_norm, &config.privacy) {
+            (Some(clip), None) => {
+                positive("secure_aggregation.clip_norm", clip)?;
+                clip
+            }
             (None, None) => bail!(
                 "field `secure_aggregation.clip_norm`: expected a positive number (each \
                  client's change is scaled down to it before encoding), found none"
@@ -51,7 +55,7 @@ impl SecureSection {
                 "field `secure_aggregation.clip_norm`: expected it omitted with [privacy], \
                  whose `clip_norm` the clients clip to"
             ),
-            (None, Some(_)) => {
+            (None, Some(privacy)) => {
                 let sharded = config.model.resolved_sharded_layers();
                 if !sharded.is_empty() {
                     bail!(
@@ -61,8 +65,9 @@ impl SecureSection {
                          factor columns"
                     );
                 }
+                privacy.clip_norm
             }
-        }
+        };
         positive("secure_aggregation.scale", self.scale())?;
         let threshold = self.threshold.unwrap_or(DEFAULT_THRESHOLD);
         check(
@@ -80,7 +85,7 @@ impl SecureSection {
                 degree.to_string(),
             )?;
         }
-        if let Err(e) = self.settings(config).fixed_point() {
+        if let Err(e) = self.settings().fixed_point(clip) {
             bail!(
                 "fields `secure_aggregation.clip_norm` and `scale`: expected clip_norm × scale \
                  at most 2⁵² ({e})"
@@ -130,20 +135,13 @@ impl SecureSection {
         self.scale.unwrap_or(DEFAULT_SCALE)
     }
 
-    /// The settings a run with this section and `config`'s federation uses.
-    pub fn settings(&self, config: &Config) -> SecureSettings {
-        // With [privacy] each round's clip is DP-FedAvg's (this is its first).
-        let clip_norm = self
-            .clip_norm
-            .or(config.privacy.as_ref().map(|p| p.clip_norm))
-            .unwrap_or(f64::NAN);
+    /// The settings a run with this section uses.
+    pub fn settings(&self) -> SecureSettings {
         SecureSettings {
-            clip_norm,
+            clip_norm: self.clip_norm,
             scale: self.scale(),
             threshold: self.threshold.unwrap_or(DEFAULT_THRESHOLD),
             degree: self.degree,
-            weighting: SecureWeighting::of(config.federation.aggregator)
-                .unwrap_or(SecureWeighting::Samples),
         }
     }
 }

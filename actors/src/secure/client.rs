@@ -57,6 +57,9 @@ pub fn input(
     {
         let (rows, cols) = (layer.rows, layer.cols);
         for (j, &term) in got.indices.iter().enumerate() {
+            if term >= layer.terms {
+                return Err(format!("term {term} of `{}` outside the plan", got.name));
+            }
             let blocks = [
                 (start + term * rows, rows, &got.left, &sent.left),
                 (
@@ -73,9 +76,6 @@ pub fn input(
                 ) else {
                     return Err(format!("short factors of `{}`", got.name));
                 };
-                if term >= layer.terms {
-                    return Err(format!("term {term} of `{}` outside the plan", got.name));
-                }
                 for ((v, &n), &o) in values[offset..offset + len].iter_mut().zip(new).zip(old) {
                     *v = f64::from(n) - f64::from(o);
                 }

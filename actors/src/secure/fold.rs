@@ -27,23 +27,18 @@ impl SecureSum {
     /// model's blocks are its weights; a sharded layer's factor columns are not.
     pub fn weight_space(&self, global: &ModelState) -> Result<Vec<Vec<f64>>> {
         if !self.layout.layers.is_empty() {
-            return Err(Error::Update {
-                client: 0,
-                reason: "a secure sum over factor columns is not a weight-space change".into(),
-            });
+            return Err(layout_error(
+                "a secure sum over factor columns is not a weight-space change".into(),
+            ));
         }
         Ok(global
             .tensors
             .iter()
-            .map(|t| {
-                let mut offset = 0;
-                for (name, len) in &self.layout.dense {
-                    if *name == t.name && *len == t.data.len() {
-                        return self.sum[offset..offset + len].to_vec();
-                    }
-                    offset += len;
+            .map(|t| match self.layout.dense(&t.name) {
+                Some((offset, len)) if len == t.data.len() => {
+                    self.sum[offset..offset + len].to_vec()
                 }
-                vec![0.0; t.data.len()]
+                _ => vec![0.0; t.data.len()],
             })
             .collect())
     }
@@ -77,13 +72,9 @@ pub fn fold_secure(
     fold_blocks(global, plan, |blocks, names, layer_starts| {
         let mut offset = 0;
         for (name, len) in &layout.dense {
-            let b = names
-                .iter()
-                .position(|n| n == name)
-                .ok_or_else(|| Error::Update {
-                    client: 0,
-                    reason: format!("the layout names an unknown tensor `{name}`"),
-                })?;
+            let b = names.iter().position(|n| n == name).ok_or_else(|| {
+                layout_error(format!("the layout names an unknown tensor `{name}`"))
+            })?;
             let weight = total(&|t| t.dense.get(name).is_some());
             moved(blocks[b], &secure.sum[offset..offset + len], weight);
             offset += len;
@@ -105,4 +96,10 @@ pub fn fold_secure(
         }
         Ok(None)
     })
+}
+
+/// A layout that does not fit the model it was made from: the server's own mistake, never a
+/// client's.
+fn layout_error(what: String) -> Error {
+    Error::SecureAggregation(fedshard_secagg::Error::Params(what))
 }

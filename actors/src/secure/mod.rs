@@ -41,13 +41,14 @@ use fedshard_strategies::rng::{Purpose, stream};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-/// `[secure_aggregation]` as the runtime uses it.
+/// `[secure_aggregation]` as the runtime uses it. The weights come from the run's aggregator
+/// ([`SecureWeighting::of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SecureSettings {
     /// Every client scales its change down to this L2 norm before encoding: it bounds every
-    /// coordinate, hence the fixed-point range `[−clip_norm, clip_norm]`. With `[privacy]`
-    /// each round's DP clip norm replaces it.
-    pub clip_norm: f64,
+    /// coordinate, hence the fixed-point range `[−clip_norm, clip_norm]`. `None` with
+    /// `[privacy]`, whose clip norm of each round the clients apply instead.
+    pub clip_norm: Option<f64>,
     /// Fixed-point steps per unit: each client's value moves by at most `1 / (2 · scale)`.
     pub scale: f64,
     /// `t` as a fraction of the holders of each secret (a client's neighbours and itself):
@@ -57,8 +58,6 @@ pub struct SecureSettings {
     /// SecAgg+'s graph degree `k` (even): each client masks with and shares its secrets among
     /// `k` neighbours; `None`, the complete graph of SecAgg.
     pub degree: Option<usize>,
-    /// How a client's change is weighted: FedAvg's sample counts or uniform weights.
-    pub weighting: SecureWeighting,
 }
 
 /// The aggregators whose fold is a per-block weighted mean with a weight each client can
@@ -89,21 +88,21 @@ impl SecureWeighting {
 }
 
 impl SecureSettings {
-    /// The fixed-point encoding of every input.
-    pub fn fixed_point(&self) -> Result<FixedPoint> {
-        FixedPoint::new(self.clip_norm, self.scale).map_err(Error::SecureAggregation)
+    /// The fixed-point encoding of inputs clipped to `clip_norm`.
+    pub fn fixed_point(&self, clip_norm: f64) -> Result<FixedPoint> {
+        FixedPoint::new(clip_norm, self.scale).map_err(Error::SecureAggregation)
     }
 
     /// The public parameters of round `round`'s session among `clients` (ascending) over
-    /// vectors of `vector_len`: a session id and the graph's relabelling drawn from the run's
-    /// stream, `t` from [`SecureSettings::threshold`], and the bits that hold the sum of all of
-    /// them without wrapping.
+    /// vectors of `vector_len` in `fixed`: a session id and the graph's relabelling drawn from
+    /// the run's stream, `t` from [`SecureSettings::threshold`], and the bits that hold the sum
+    /// of all of them without wrapping.
     pub fn params(
         &self,
-        seed: u64,
-        round: u64,
+        (seed, round): (u64, u64),
         clients: &[ClientId],
         vector_len: usize,
+        fixed: &FixedPoint,
     ) -> Result<Params> {
         let mut rng = stream(seed, round, 0, Purpose::SecureSession);
         let mut session = [0u8; 16];
@@ -121,8 +120,7 @@ impl SecureSettings {
             .collect::<Result<Vec<_>>>()?;
         let mut params = Params {
             session: SessionId(session),
-            bits: self
-                .fixed_point()?
+            bits: fixed
                 .bits_for(clients.len())
                 .map_err(Error::SecureAggregation)?,
             clients,

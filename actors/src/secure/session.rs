@@ -79,7 +79,7 @@ impl ServerState {
     pub(crate) async fn collect_secure_round(
         &mut self,
         round: u64,
-        settings: SecureSettings,
+        (settings, weighting): (SecureSettings, SecureWeighting),
         tally: &mut Tally,
         phases: &mut PhaseSeconds,
     ) -> Result<RoundUpdates> {
@@ -116,7 +116,7 @@ impl ServerState {
         let session = if answers.ready.len() >= needed {
             self.secure_session(
                 round,
-                &settings,
+                (&settings, weighting),
                 (plan.as_deref(), &tasks),
                 &answers.ready,
                 (tally, &mut failures, &mut time),
@@ -150,7 +150,7 @@ impl ServerState {
     async fn secure_session(
         &self,
         round: u64,
-        settings: &SecureSettings,
+        (settings, weighting): (&SecureSettings, SecureWeighting),
         (plan, tasks): (Option<&ShardPlan>, &Tasks),
         ready: &[ClientId],
         (tally, failures, time): (
@@ -166,16 +166,21 @@ impl ServerState {
         // With [privacy] the clip is DP-FedAvg's of this round, and the sum also counts the
         // unclipped changes.
         let private = self.engine.privacy.as_ref();
-        let clip_norm = private.map_or(settings.clip_norm, |(p, _)| p.clip_norm(&self.fed.history));
-        let count_unclipped = private.is_some();
-        let settings = SecureSettings {
-            clip_norm,
-            ..*settings
+        let clip_norm = match (private, settings.clip_norm) {
+            (Some((p, _)), _) => p.clip_norm(&self.fed.history),
+            (None, Some(clip)) => clip,
+            (None, None) => {
+                return Err(Error::SecureAggregation(fedshard_secagg::Error::Params(
+                    "no clip norm: `[secure_aggregation] clip_norm` or `[privacy]` sets it".into(),
+                )));
+            }
         };
+        let count_unclipped = private.is_some();
+        let fixed = settings.fixed_point(clip_norm)?;
         let vector_len = layout.len() + usize::from(count_unclipped);
-        let params = settings.params(self.fed.config.seed, round, ready, vector_len)?;
-        let weights = self.secure_weights(settings.weighting, ready)?;
-        let fixed = settings.fixed_point()?;
+        let seed = self.fed.config.seed;
+        let params = settings.params((seed, round), ready, vector_len, &fixed)?;
+        let weights = self.secure_weights(weighting, ready)?;
         let mut session = Session {
             round,
             server: fedshard_secagg::Server::new(params.clone())
