@@ -6,6 +6,7 @@
 //! is the whole job's wall clock; the split says which part to look at when it is slow. The
 //! model's digest lets two runs be compared for bit-identity without keeping their files.
 
+use super::profile::profiled;
 use crate::config::Config;
 use clap::Args;
 use fedshard_actors::record::RoundRecord;
@@ -29,6 +30,10 @@ pub struct JobBenchArgs {
     /// Real or simulated time, instead of the config's `run.clock`.
     #[arg(long, value_enum)]
     pub clock: Option<super::Clock>,
+    /// Write a sampling profile of the whole job (every thread) to this file as folded stacks
+    /// (a build with `--features profile`).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
 }
@@ -84,7 +89,9 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
     }
     config.validate()?;
     let started = Instant::now();
-    let (model, summary) = crate::federation::run_to_end(&config)?;
+    let (model, summary) = profiled(args.profile.as_deref(), || {
+        crate::federation::run_to_end(&config)
+    })?;
     let wall = started.elapsed().as_secs_f64();
     let history: &[RoundRecord] = &summary.per_round;
     let sum = |f: fn(&RoundRecord) -> f64| history.iter().map(f).sum::<f64>();

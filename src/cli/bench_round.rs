@@ -10,12 +10,14 @@
 use super::OnOff;
 use super::bench::peak_rss_bytes;
 use super::bench_train::{BenchModel, setup};
+use super::profile::profiled;
 use crate::config::{Device, TrainingSection};
 use clap::Args;
 use fedshard_protocol::task::{Recipe, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use fedshard_training::train::neural::{Examples, Rows};
 use serde::Serialize;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -45,6 +47,10 @@ pub struct RoundBenchArgs {
     /// Timed rounds, after one warm-up round (which includes a GPU's kernel compilation).
     #[arg(long, default_value_t = 2)]
     pub rounds: u64,
+    /// Write a sampling profile of the timed rounds (every thread) to this file as folded
+    /// stacks (a build with `--features profile`).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
 }
@@ -136,9 +142,11 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
         Ok(started.elapsed().as_secs_f64())
     };
     run_round(0)?;
-    let seconds = (1..=args.rounds)
-        .map(run_round)
-        .collect::<anyhow::Result<Vec<f64>>>()?;
+    let seconds = profiled(args.profile.as_deref(), || {
+        (1..=args.rounds)
+            .map(run_round)
+            .collect::<anyhow::Result<Vec<f64>>>()
+    })?;
     let trained = (args.clients * args.samples * args.epochs) as f64 * seconds.len() as f64;
     Ok(RoundBenchReport {
         model: args.model,

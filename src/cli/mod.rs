@@ -15,6 +15,7 @@ mod input;
 pub mod join;
 pub mod oneshot;
 pub mod probs;
+mod profile;
 pub mod report;
 pub mod run;
 pub mod sample;
@@ -182,6 +183,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(bench::BenchArgs {
             what: bench::BenchWhat::Round(args),
         }) => {
+            init_warnings();
             let report = bench_round::round(&args)?;
             if args.json {
                 print_json(&report)

@@ -8,8 +8,8 @@
 //! key and trains them together, while the others wait off the pool for their results. On the
 //! CPU a thread takes its share of the queue (the queued tasks over the cores), so every core
 //! trains a cohort; on a GPU it takes the whole queue, the point being one launch per operation
-//! for all of them. Before taking, the first thread waits a short gathering window so that the
-//! tasks sent in the same round are queued. A client's result does not depend on its cohort on
+//! for all of them. Before taking, the first thread waits until no task of its key has been
+//! queued for a short window (bounded), so that the tasks sent in the same round are queued. A client's result does not depend on its cohort on
 //! the CPU (the cohort kernels are bit-exact), so runs stay reproducible.
 
 use crate::models::kernels::TrainingBackend;
@@ -27,10 +27,23 @@ pub struct Gathering {
     /// The most clients one cohort trains at once; more queued tasks make more cohorts (a
     /// cohort's activations grow with it: this bounds its memory).
     pub max_clients: usize,
-    /// How long the first queued task waits for the others of its round before it trains.
+    /// How long the queue must have been quiet (no task of the same key queued) before the
+    /// first queued task trains with the others.
     pub window: Duration,
+    /// The longest the first queued task waits for the others.
+    pub longest: Duration,
     /// Whether a cohort takes the whole queue (a GPU) or its share over the cores (the CPU).
     pub whole_queue: bool,
+}
+
+impl Gathering {
+    /// How much longer the first of `queued` tasks of a key waits, `quiet` after the newest
+    /// was queued and `waited` after itself: `None` once the queue has been quiet for a
+    /// window, a full cohort is queued, or it has waited the longest.
+    fn wait(&self, queued: usize, quiet: Duration, waited: Duration) -> Option<Duration> {
+        (queued < self.max_clients && quiet < self.window && waited < self.longest)
+            .then(|| (self.window - quiet).min(self.longest - waited))
+    }
 }
 
 /// One queued task.
@@ -80,6 +93,9 @@ impl<B: TrainingBackend> Cohorts<B> {
         task: &TrainTask,
         key: CohortKey,
     ) -> (Result<TrainOutput, TrainError>, Duration) {
+        // Copied before the lock: a task holds the whole model (45 MB for ResNet-18), and a
+        // round's clients queue at once.
+        let task = task.clone();
         let id = {
             let mut queue = self.lock();
             let id = queue.next;
@@ -88,7 +104,7 @@ impl<B: TrainingBackend> Cohorts<B> {
                 id,
                 key,
                 client: Arc::clone(client),
-                task: task.clone(),
+                task,
                 queued: Instant::now(),
             });
             id
@@ -108,6 +124,20 @@ impl<B: TrainingBackend> Cohorts<B> {
         }
     }
 
+    /// How much longer job `id` (queued at `first`) waits for the other tasks of its key, or
+    /// `None` when it stops waiting: it waits until no task of its key has been queued for a
+    /// [`Gathering::window`], so a round whose clients queue one after another (each copying
+    /// a large model) still gathers into one cohort, but no longer than
+    /// [`Gathering::longest`] from its own queueing, nor once a full cohort is queued.
+    fn gathering_wait(&self, id: u64, first: Instant) -> Option<Duration> {
+        let queue = self.lock();
+        let key = &queue.pending.iter().find(|j| j.id == id)?.key;
+        let same = || queue.pending.iter().filter(|j| &j.key == key);
+        let newest = same().map(|j| j.queued).max()?;
+        self.gathering
+            .wait(same().count(), newest.elapsed(), first.elapsed())
+    }
+
     /// On a core: if job `id` is still queued, takes it and the queued jobs of its key (its
     /// share of them), trains them as one cohort and posts the results.
     fn take_and_train(&self, id: u64) {
@@ -120,9 +150,8 @@ impl<B: TrainingBackend> Cohorts<B> {
         else {
             return;
         };
-        let waited = first.elapsed();
-        if waited < self.gathering.window {
-            std::thread::sleep(self.gathering.window - waited);
+        while let Some(wait) = self.gathering_wait(id, first) {
+            std::thread::sleep(wait);
         }
         let jobs = {
             let mut queue = self.lock();
@@ -146,6 +175,13 @@ impl<B: TrainingBackend> Cohorts<B> {
             }
             jobs
         };
+        let queued = jobs.iter().map(|j| j.queued);
+        let spread = queued.clone().max().zip(queued.min()).map(|(l, f)| l - f);
+        tracing::debug!(
+            clients = jobs.len(),
+            queued_over_ms = spread.unwrap_or_default().as_secs_f64() * 1e3,
+            "a cohort trains"
+        );
         let started = Instant::now();
         let trained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| train_jobs(&jobs)));
         let share = started.elapsed() / jobs.len() as u32;
@@ -226,5 +262,53 @@ impl<B: TrainingBackend> LocalTrainer for InCohorts<B> {
         let mut output = result?;
         on_a_core(|| finish(&mut output)).map_err(TrainError::Finish)?;
         Ok(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn gathering() -> Gathering {
+        Gathering {
+            max_clients: 4,
+            window: 2 * MS,
+            longest: 100 * MS,
+            whole_queue: true,
+        }
+    }
+
+    #[test]
+    fn a_cohort_waits_until_its_queue_is_quiet() {
+        let g = gathering();
+        // Just queued: the whole window; a task queued 1.5 ms ago: the rest of it.
+        assert_eq!(g.wait(1, Duration::ZERO, Duration::ZERO), Some(2 * MS));
+        assert_eq!(g.wait(2, MS + MS / 2, 30 * MS), Some(MS / 2));
+        // Tasks trickling in keep it waiting past its own window, as long as they come.
+        assert_eq!(g.wait(3, MS, 50 * MS), Some(MS));
+        // Quiet for a window: it trains.
+        assert_eq!(g.wait(3, 2 * MS, 50 * MS), None);
+    }
+
+    #[test]
+    fn a_cohort_stops_waiting_when_full_or_after_the_longest_wait() {
+        let g = gathering();
+        assert_eq!(
+            g.wait(4, Duration::ZERO, MS),
+            None,
+            "a full cohort is queued"
+        );
+        assert_eq!(
+            g.wait(3, Duration::ZERO, 100 * MS),
+            None,
+            "waited the longest"
+        );
+        assert_eq!(
+            g.wait(3, Duration::ZERO, 99 * MS),
+            Some(MS),
+            "never past the longest wait"
+        );
     }
 }

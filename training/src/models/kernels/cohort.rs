@@ -11,14 +11,19 @@
 //! these. Batched ([`batched_linear`], …), the default of every other backend where the clients
 //! own equal rows: the clients' rows as a leading axis and one batched product or broadcast
 //! per operation, whatever the cohort's size (a GPU's launches do not grow with it); a
-//! convolution stays one client at a time (docs/performance.md, "Cohorts", says why). Under
+//! convolution as each client's patch matrix times its filters, one batched product (a GPU's
+//! implicit-GEMM convolution takes one client's filters per launch, so one client at a time it
+//! cost C launches per pass). Under
 //! [`Autodiff`](burn::backend::autodiff::Autodiff) a cohort kernel is one graph node
 //! (`autodiff.rs`), so the graph does not grow with the cohort either.
 
-use super::composite::{group_rows, normalise, normalise_backward, restore, rows};
+use super::composite::{
+    group_rows, normalise, normalise_backward, restore, rows, strided_input_grad,
+};
 use super::{ConvGeometry, Kernels, float, with_row_len};
 use burn::tensor::Tensor;
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::PadMode;
 use burn::tensor::{Shape, Slice, TensorMetadata};
 use std::sync::Arc;
 
@@ -304,6 +309,13 @@ pub fn batches(cohort: &Cohort) -> bool {
     cohort.clients() > 1 && cohort.uniform().is_some()
 }
 
+/// Whether a cohort's convolution runs batched: [`batches`], and a padding no wider than the
+/// kernel less one, so that the input gradient is itself a convolution of the output gradient
+/// (with padding `kernel − 1 − padding`). Every shipped model's convolutions qualify.
+pub fn batches_conv(cohort: &Cohort, geometry: ConvGeometry) -> bool {
+    batches(cohort) && (0..2).all(|i| geometry.padding[i] < geometry.kernel[i])
+}
+
 /// `x` (the clients' equal rows of dimension 0, any middle dimensions, last of length `k`) as
 /// `C × R × k`, and its shape.
 fn by_client<B: Kernels>(x: FloatTensor<B>, clients: usize) -> (Tensor<B, 3>, Shape) {
@@ -483,5 +495,113 @@ pub fn batched_group_norm_backward<B: Kernels>(
         restore(d_x, shape),
         d_gamma.into_primitive().tensor(),
         d_beta.into_primitive().tensor(),
+    ]
+}
+
+/// `x` (`N × C_in × H × W`, the clients' equal rows one after another) as each client's patch
+/// matrix, `C × (N/C·H'·W') × (C_in·kh·kw)`, columns ordered as a filter matrix's rows: the
+/// windows are strided views of the zero-padded input (`unfold`), made contiguous once.
+fn patches<B: Kernels>(x: Tensor<B, 4>, clients: usize, geometry: ConvGeometry) -> Tensor<B, 3> {
+    let [n, c_in, h, w] = x.dims();
+    let ([kh, kw], [sh, sw], [ph, pw]) = (geometry.kernel, geometry.stride, geometry.padding);
+    let [h_out, w_out] = geometry.output([h, w]);
+    let x = if ph + pw > 0 {
+        x.pad([(ph, ph), (pw, pw)], PadMode::Constant(0.0))
+    } else {
+        x
+    };
+    // N × C_in × H' × W' × kh × kw
+    let windows: Tensor<B, 6> = x.unfold::<5, _>(2, kh, sh).unfold(3, kw, sw);
+    windows.permute([0, 2, 3, 1, 4, 5]).reshape([
+        clients,
+        n / clients * h_out * w_out,
+        c_in * kh * kw,
+    ])
+}
+
+/// The convolution of each client's rows of `x` by its `c_out × (C_in·kh·kw)` filter matrix
+/// (`filters`: `C × c_out × (C_in·kh·kw)`), plus its bias (`C × c_out`): one batched product.
+fn batched_conv<B: Kernels>(
+    x: Tensor<B, 4>,
+    filters: Tensor<B, 3>,
+    bias: Option<Tensor<B, 2>>,
+    geometry: ConvGeometry,
+) -> Tensor<B, 4> {
+    let [n, _, h, w] = x.dims();
+    let [clients, c_out, _] = filters.dims();
+    let [h_out, w_out] = geometry.output([h, w]);
+    let y = patches(x, clients, geometry).matmul(filters.swap_dims(1, 2));
+    let y = match bias {
+        Some(b) => y + b.unsqueeze_dim(1),
+        None => y,
+    };
+    y.reshape([n, h_out, w_out, c_out]).permute([0, 3, 1, 2])
+}
+
+/// [`Kernels::cohort_conv2d`] as one batched product; the backward pass keeps the input.
+pub fn batched_conv2d<B: Kernels>(
+    x: FloatTensor<B>,
+    filters: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+    geometry: ConvGeometry,
+) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
+    let y = batched_conv::<B>(float(x.clone()), float(filters), bias.map(float), geometry);
+    (y.into_primitive().tensor(), vec![x])
+}
+
+/// [`Kernels::cohort_conv2d_backward`] batched: the filter gradient as each client's output
+/// gradient times its patch matrix; the input gradient as the stride-1 convolution of the
+/// output gradient (spread with zeros where the stride skipped positions) by the client's
+/// filters flipped in space with their channel axes swapped, padded by `kernel − 1 − padding`.
+pub fn batched_conv2d_backward<B: Kernels>(
+    saved: Vec<FloatTensor<B>>,
+    input: Shape,
+    filters: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    geometry: ConvGeometry,
+) -> [FloatTensor<B>; 3] {
+    let [x]: [FloatTensor<B>; 1] = saved.try_into().unwrap_or_else(|saved: Vec<_>| {
+        panic!(
+            "a batched convolution keeps its input alone, not {} tensors",
+            saved.len()
+        )
+    });
+    let filters: Tensor<B, 3> = float(filters);
+    let [clients, c_out, _] = filters.dims();
+    let c_in = input[1];
+    let ([kh, kw], [ph, pw]) = (geometry.kernel, geometry.padding);
+    let g: Tensor<B, 4> = float(grad.clone());
+    let [n, _, h_out, w_out] = g.dims();
+    let g_rows = g
+        .permute([0, 2, 3, 1])
+        .reshape([clients, n / clients * h_out * w_out, c_out]);
+    let d_bias = g_rows.clone().sum_dim(1).reshape([clients, c_out]);
+    let d_filters = g_rows
+        .swap_dims(1, 2)
+        .matmul(patches(float(x), clients, geometry));
+    let flipped = filters
+        .reshape([clients, c_out, c_in, kh, kw])
+        .flip([3, 4])
+        .swap_dims(1, 2)
+        .reshape([clients, c_in, c_out * kh * kw]);
+    let adjoint = ConvGeometry {
+        kernel: geometry.kernel,
+        stride: [1, 1],
+        padding: [kh - 1 - ph, kw - 1 - pw],
+    };
+    let stride_one = |spread: FloatTensor<B>, _| {
+        batched_conv::<B>(float(spread), flipped, None, adjoint)
+            .into_primitive()
+            .tensor()
+    };
+    let d_x = if geometry.stride == [1, 1] {
+        stride_one(grad, geometry.options())
+    } else {
+        strided_input_grad::<B>(grad, &input, geometry, stride_one)
+    };
+    [
+        d_x,
+        d_filters.into_primitive().tensor(),
+        d_bias.into_primitive().tensor(),
     ]
 }

@@ -261,7 +261,11 @@ pub trait Kernels: Backend {
         geometry: ConvGeometry,
         cohort: &Cohort,
     ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
-        cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
+        if Self::BATCHED_COHORTS && cohort::batches_conv(cohort, geometry) {
+            cohort::batched_conv2d::<Self>(x, filters, bias, geometry)
+        } else {
+            cohort::conv2d::<Self>(x, filters, bias, geometry, cohort)
+        }
     }
 
     /// The gradients of [`Kernels::cohort_conv2d`] with respect to its input (of shape
@@ -274,7 +278,11 @@ pub trait Kernels: Backend {
         geometry: ConvGeometry,
         cohort: &Cohort,
     ) -> [FloatTensor<Self>; 3] {
-        cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
+        if Self::BATCHED_COHORTS && cohort::batches_conv(cohort, geometry) {
+            cohort::batched_conv2d_backward::<Self>(saved, input, filters, grad, geometry)
+        } else {
+            cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
+        }
     }
 
     /// [`Kernels::fused_group_norm`] for a cohort: `gamma` and `beta` are `C × channels`.

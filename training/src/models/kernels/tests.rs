@@ -515,6 +515,57 @@ mod batched_cohorts {
         }
     }
 
+    /// On every geometry of the shipped models (3×3 stride 1 and 2 with padding 1, ResNet's
+    /// 1×1 stride-2 shortcut) and an odd one (2×2 stride 3, sides that leave a remainder).
+    #[test]
+    fn conv2d() {
+        for (side, c_out, kernel, stride, padding) in [
+            (6, 5, 3, 1, 1),
+            (7, 4, 3, 2, 1),
+            (6, 5, 1, 2, 0),
+            (8, 3, 2, 3, 0),
+        ] {
+            let geometry = ConvGeometry {
+                kernel: [kernel, kernel],
+                stride: [stride, stride],
+                padding: [padding, padding],
+            };
+            let what = format!("{kernel}×{kernel} stride {stride} padding {padding}");
+            let c = cohort();
+            assert!(cohort::batches_conv(&c, geometry), "{what}: batched");
+            let c_in = 3;
+            let input = Shape::new([6, c_in, side, side]);
+            let x = prim([6, c_in, side, side], 13);
+            let filters = prim([CLIENTS, c_out, c_in * kernel * kernel], 14);
+            let bias = prim([CLIENTS, c_out], 15);
+            let (batched, saved_b) = cohort::batched_conv2d::<C>(
+                x.clone(),
+                filters.clone(),
+                Some(bias.clone()),
+                geometry,
+            );
+            let (alone, saved_a) =
+                cohort::conv2d::<C>(x, filters.clone(), Some(bias), geometry, &c);
+            let g = prim(batched.shape().dims::<4>(), 16);
+            same(batched, alone, &what);
+            let batched = cohort::batched_conv2d_backward::<C>(
+                saved_b,
+                input.clone(),
+                filters.clone(),
+                g.clone(),
+                geometry,
+            );
+            let alone = cohort::conv2d_backward::<C>(saved_a, input, filters, g, geometry, &c);
+            for ((b, a), name) in batched
+                .into_iter()
+                .zip(alone)
+                .zip(["d_x", "d_filters", "d_bias"])
+            {
+                same(b, a, &format!("{what}: {name}"));
+            }
+        }
+    }
+
     #[test]
     fn group_norm() {
         for relu in [false, true] {
