@@ -253,7 +253,8 @@ pub trait Kernels: Backend {
     }
 
     /// [`Kernels::fused_conv2d`] for a cohort: `filters` is `C × c_out × (C_in·kh·kw)`, `bias`
-    /// `C × c_out`. Returns the output and what the backward pass keeps, per client.
+    /// `C × c_out`. Returns the output and what the backward pass keeps: per client, or the
+    /// whole input where the cohort runs batched.
     fn cohort_conv2d(
         x: FloatTensor<Self>,
         filters: FloatTensor<Self>,
