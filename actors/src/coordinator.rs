@@ -2,6 +2,7 @@
 //! each round. The logic is in [`Registry`]; [`Coordinator`] is the actor around it.
 
 use crate::error::Error;
+use fedshard_protocol::shard_plan::Participant;
 use fedshard_protocol::task::ClientId;
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_strategies::selection::{ClientStats, SelectorName};
@@ -28,6 +29,16 @@ pub struct RoundSelection {
     pub participants: Vec<(ClientId, f64)>,
     /// p_k of each participant, in the same order.
     pub probabilities: Vec<f64>,
+}
+
+impl RoundSelection {
+    /// The participants as the shard plan takes them.
+    pub fn shard_participants(&self) -> Vec<Participant> {
+        self.participants
+            .iter()
+            .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
+            .collect()
+    }
 }
 
 /// The client registry and the selection policy, as plain data.

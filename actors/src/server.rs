@@ -24,7 +24,7 @@ use crate::round::{Expect, Outcome, Tally, check, classify, validate};
 use crate::schedule::{Arrivals, AsyncConfig};
 use crate::secure::SecureStep;
 use fedshard_protocol::model::ModelState;
-use fedshard_protocol::shard_plan::{Participant, ShardingPolicy};
+use fedshard_protocol::shard_plan::ShardingPolicy;
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
 use fedshard_protocol::uplink::state::UplinkState;
 use fedshard_protocol::uplink::{CompressionConfig, Compressor};
@@ -482,11 +482,7 @@ impl ServerState {
         let over = over_commit.map(|c| over_committed(self.fed.registry.budget, c));
         let budget = over.filter(|_| !two_phase).map(|(asked, _)| asked);
         let first = self.select(round, None, budget).await?;
-        let participants: Vec<Participant> = first
-            .participants
-            .iter()
-            .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
-            .collect();
+        let participants = first.shard_participants();
         let cohort = averaged(participants.len(), over.filter(|_| !two_phase));
         let (plan, tasks) = self.prepare(&participants, round, round, cohort).await?;
 

@@ -55,28 +55,20 @@ pub fn input(
         .zip(&layout.layers)
         .zip(starts)
     {
-        let (rows, cols) = (layer.rows, layer.cols);
         for (j, &term) in got.indices.iter().enumerate() {
             if term >= layer.terms {
                 return Err(format!("term {term} of `{}` outside the plan", got.name));
             }
-            let blocks = [
-                (start + term * rows, rows, &got.left, &sent.left),
-                (
-                    start + layer.terms * rows + term * cols,
-                    cols,
-                    &got.right,
-                    &sent.right,
-                ),
-            ];
-            for (offset, len, new, old) in blocks {
+            let [u, v] = layer.term_ranges(start, term);
+            for (range, new, old) in [(u, &got.left, &sent.left), (v, &got.right, &sent.right)] {
+                let len = range.len();
                 let (Some(new), Some(old)) = (
                     new.get(j * len..(j + 1) * len),
                     old.get(j * len..(j + 1) * len),
                 ) else {
                     return Err(format!("short factors of `{}`", got.name));
                 };
-                for ((v, &n), &o) in values[offset..offset + len].iter_mut().zip(new).zip(old) {
+                for ((v, &n), &o) in values[range].iter_mut().zip(new).zip(old) {
                     *v = f64::from(n) - f64::from(o);
                 }
             }

@@ -79,20 +79,24 @@ pub fn fold_secure(
             moved(blocks[b], &secure.sum[offset..offset + len], weight);
             offset += len;
         }
-        for (l, (layer, &first)) in layout.layers.iter().zip(layer_starts).enumerate() {
+        let in_input = layout.layer_starts();
+        for (l, ((layer, &first), start)) in layout
+            .layers
+            .iter()
+            .zip(layer_starts)
+            .zip(in_input)
+            .enumerate()
+        {
             for term in 0..layer.terms {
                 let weight = total(&|t| {
                     t.shards
                         .get(l)
                         .is_some_and(|s| s.indices.binary_search(&term).is_ok())
                 });
-                let u = offset + term * layer.rows;
-                let v = offset + layer.terms * layer.rows + term * layer.cols;
-                moved(blocks[first + term], &secure.sum[u..u + layer.rows], weight);
-                let right = first + layer.terms + term;
-                moved(blocks[right], &secure.sum[v..v + layer.cols], weight);
+                let [u, v] = layer.term_ranges(start, term);
+                moved(blocks[first + term], &secure.sum[u], weight);
+                moved(blocks[first + layer.terms + term], &secure.sum[v], weight);
             }
-            offset += layer.terms * (layer.rows + layer.cols);
         }
         Ok(None)
     })

@@ -40,6 +40,7 @@ use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::rng::{Purpose, stream};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// `[secure_aggregation]` as the runtime uses it. The weights come from the run's aggregator
 /// ([`SecureWeighting::of`]).
@@ -163,6 +164,20 @@ pub struct LayerLayout {
     pub cols: usize,
 }
 
+impl LayerLayout {
+    /// Values of the layer in an input: every term's `u'`, then every term's `v'`.
+    fn len(&self) -> usize {
+        self.terms * (self.rows + self.cols)
+    }
+
+    /// Where term `term`'s `u'` and `v'` sit in an input whose layer begins at `start`.
+    fn term_ranges(&self, start: usize, term: usize) -> [Range<usize>; 2] {
+        let u = start + term * self.rows;
+        let v = start + self.terms * self.rows + term * self.cols;
+        [u..u + self.rows, v..v + self.cols]
+    }
+}
+
 impl BlockLayout {
     /// The layout of a round over `global` with `plan`: the dense tensors any task carries and
     /// every term of every sharded layer.
@@ -192,12 +207,7 @@ impl BlockLayout {
     /// Values in an input.
     pub fn len(&self) -> usize {
         let dense: usize = self.dense.iter().map(|(_, n)| n).sum();
-        let layers: usize = self
-            .layers
-            .iter()
-            .map(|l| l.terms * (l.rows + l.cols))
-            .sum();
-        dense + layers
+        dense + self.layers.iter().map(LayerLayout::len).sum::<usize>()
     }
 
     /// Whether an input would be empty.
@@ -224,7 +234,7 @@ impl BlockLayout {
             .iter()
             .map(|l| {
                 let s = start;
-                start += l.terms * (l.rows + l.cols);
+                start += l.len();
                 s
             })
             .collect()

@@ -11,7 +11,7 @@ use crate::record::{PhaseSeconds, SimulatedTime};
 use crate::round::{ClientFailure, Expect, Tally, Tasks, classify};
 use crate::server::{Ask, ServerState, selection_probabilities};
 use fedshard_protocol::payload::RejectionKind;
-use fedshard_protocol::shard_plan::{Participant, ShardPlan};
+use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, TrainTask};
 use fedshard_secagg::ServerMessage;
 use serde::{Deserialize, Serialize};
@@ -85,11 +85,7 @@ impl ServerState {
     ) -> Result<RoundUpdates> {
         let started = Instant::now();
         let first = self.select(round, None, None).await?;
-        let participants: Vec<Participant> = first
-            .participants
-            .iter()
-            .map(|&(client, keep_ratio)| Participant { client, keep_ratio })
-            .collect();
+        let participants = first.shard_participants();
         let (plan, tasks) = self
             .prepare(&participants, round, round, participants.len())
             .await?;
