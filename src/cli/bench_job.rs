@@ -53,6 +53,36 @@ pub struct JobSeconds {
     pub wall: f64,
 }
 
+/// How the rounds' own times spread: a first round far above the rest is warm-up (on a GPU,
+/// compiling each kernel the first time a shape needs it), a slowest round far above the
+/// median a stall.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct RoundSpread {
+    pub first: f64,
+    /// The median of the rounds after the first.
+    pub median_after_first: f64,
+    pub slowest: f64,
+}
+
+impl RoundSpread {
+    /// `None` for fewer than two rounds.
+    fn of(seconds: &[f64]) -> Option<Self> {
+        let (&first, rest) = seconds.split_first()?;
+        let mut rest = rest.to_vec();
+        rest.sort_by(f64::total_cmp);
+        let median = match rest.len() {
+            0 => return None,
+            n if n % 2 == 1 => rest[n / 2],
+            n => (rest[n / 2 - 1] + rest[n / 2]) / 2.0,
+        };
+        Some(Self {
+            first,
+            median_after_first: median,
+            slowest: seconds.iter().copied().fold(first, f64::max),
+        })
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct JobReport {
     pub config: PathBuf,
@@ -61,6 +91,8 @@ pub struct JobReport {
     pub step: &'static str,
     pub final_accuracy: f64,
     pub seconds: JobSeconds,
+    /// The spread of the rounds' times (absent for a one-round job).
+    pub rounds_spread: Option<RoundSpread>,
     /// FNV-1a 64 of the final model's bytes: equal digests, bit-identical models.
     pub model_digest: String,
     pub threads: usize,
@@ -114,6 +146,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
         step: config.federation.schedule.step(),
         final_accuracy: summary.final_accuracy,
         seconds,
+        rounds_spread: RoundSpread::of(&history.iter().map(|r| r.seconds).collect::<Vec<_>>()),
         model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         device: config.training.device,
@@ -170,12 +203,38 @@ pub fn describe(r: &JobReport) -> String {
             100.0 * value / s.wall.max(f64::MIN_POSITIVE)
         );
     }
+    if let Some(spread) = &r.rounds_spread {
+        text += &format!(
+            "  {step}s: the first {:.3} s, then a median of {:.3} s, the slowest {:.3} s\n",
+            spread.first,
+            spread.median_after_first,
+            spread.slowest,
+            step = r.step
+        );
+    }
     text
 }
 
 #[cfg(test)]
 mod tests {
-    use super::fnv1a;
+    use super::{RoundSpread, fnv1a};
+
+    #[test]
+    fn a_rounds_spread_sets_the_first_round_apart() {
+        let spread = RoundSpread::of(&[3.0, 0.2, 0.4, 0.1, 0.3]).expect("five rounds");
+        assert_eq!(
+            spread,
+            RoundSpread {
+                first: 3.0,
+                median_after_first: 0.25,
+                slowest: 3.0
+            }
+        );
+        let spread = RoundSpread::of(&[0.1, 0.5, 0.2]).expect("three rounds");
+        assert_eq!((spread.median_after_first, spread.slowest), (0.35, 0.5));
+        assert_eq!(RoundSpread::of(&[1.0]), None);
+        assert_eq!(RoundSpread::of(&[]), None);
+    }
 
     #[test]
     fn fnv1a_has_its_published_test_vectors() {

@@ -14,6 +14,7 @@
 //! values, one client after another; a single task is a cohort of one.
 
 use crate::models::NetError;
+use crate::models::kernels::Kernels;
 use crate::models::layers::{Affine, Conv, Factors, Weight, param};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::Tensor;
@@ -384,7 +385,7 @@ fn draw(rng: &mut ChaCha20Rng, init: Init, len: usize) -> Vec<f32> {
 /// Reads a trained module back into the server's form, one result per task of the cohort it
 /// was loaded from: the task's dense tensors and shards (same names, shapes, indices and ω)
 /// with the client's trained values.
-pub fn export<B: Backend, M: Module<B>>(
+pub fn export<B: Kernels, M: Module<B>>(
     module: &M,
     layout: &Layout,
     tasks: &[Task<'_>],
@@ -425,9 +426,12 @@ pub fn export<B: Backend, M: Module<B>>(
         let mut out_shards = Vec::with_capacity(shards.len());
         for s in shards.iter() {
             out_shards.push(LayerShard {
+                name: s.name.clone(),
+                shape: s.shape.clone(),
+                indices: s.indices.clone(),
                 left: take(Role::Left(s.name.clone()), c)?,
                 right: take(Role::Right(s.name.clone()), c)?,
-                ..s.clone()
+                multipliers: s.multipliers.clone(),
             });
         }
         out.push((ModelState::new(tensors)?, out_shards));
@@ -441,12 +445,12 @@ struct Collector<'l> {
     error: Option<NetError>,
 }
 
-impl<B: Backend> ModuleVisitor<B> for Collector<'_> {
+impl<B: Kernels> ModuleVisitor<B> for Collector<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let Some(role) = self.layout.roles.get(&param.id) else {
             return;
         };
-        match param.val().into_data().into_vec::<f32>() {
+        match B::read_values(param.val()) {
             Ok(v) => {
                 self.values.insert(role.clone(), v);
             }

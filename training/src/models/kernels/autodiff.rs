@@ -10,9 +10,9 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::tensor::TensorMetadata;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DataError, Tensor, TensorMetadata};
 
 /// A graph node with `N` inputs whose backward pass is `backward(state, grad)`, one gradient
 /// per input.
@@ -66,6 +66,10 @@ where
 /// One graph node per kernel; the backward pass runs the inner backend's backward kernel.
 impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
     const BATCHED_COHORTS: bool = B::BATCHED_COHORTS;
+
+    fn read_values<const D: usize>(t: Tensor<Self, D>) -> Result<Vec<f32>, DataError> {
+        B::read_values(t.inner())
+    }
 
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         let (y, saved) = (B::fused_gelu(x.primitive.clone()), x.primitive.clone());
