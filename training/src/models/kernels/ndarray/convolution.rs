@@ -60,22 +60,32 @@ pub(super) fn conv2d_backward(
     let grad = image.batch_to_channels(&values(&grad), c_out);
     let d_bias = grad.chunks_exact(positions).map(lane_sum).collect();
     let g = (grad.as_slice(), positions as isize, 1);
-    // dF = dY · colsᵀ, d cols = Fᵀ · dY, then the patches are added back into dX. dF is taken
-    // as (cols · dYᵀ)ᵀ: `gemm` packs the operand that runs along the output's rows element by
-    // element when it is not contiguous down a column, and for a row-major output that
-    // operand is the product's second one; as dF = dY · colsᵀ it was the patch matrix (C·kh·kw
-    // rows of N·H'·W', 28% of a digits-CNN step at batch 32 on the AMD EPYC), as cols · dYᵀ it
-    // is dY (c_out rows). The same sums in the same order: the same bits.
-    let d_filters = transpose(
-        &gemm_fresh(
-            [patch, positions, c_out],
+    // dF = dY · colsᵀ, d cols = Fᵀ · dY, then the patches are added back into dX. `gemm`
+    // computes a row-major product as its transpose and packs, element by element, the operand
+    // that is then not contiguous down its columns: for dY · colsᵀ the patch matrix (C·kh·kw ×
+    // N·H'·W'), for (cols · dYᵀ)ᵀ dY (c_out × N·H'·W') plus a transpose of the c_out × C·kh·kw
+    // result. Whichever moves fewer elements: the digits CNN's wide, shallow maps turn round
+    // (28% of its step at batch 32 on the AMD EPYC was that packing), ResNet-18's deep ones do
+    // not. Both are the same sums in the same order: the same bits.
+    let d_filters = if c_out * (patch + positions) < patch * positions {
+        transpose(
+            &gemm_fresh(
+                [patch, positions, c_out],
+                1.0,
+                (&cols, positions as isize, 1),
+                (grad.as_slice(), 1, positions as isize),
+            ),
+            patch,
+            c_out,
+        )
+    } else {
+        gemm_fresh(
+            [c_out, positions, patch],
             1.0,
-            (&cols, positions as isize, 1),
-            (grad.as_slice(), 1, positions as isize),
-        ),
-        patch,
-        c_out,
-    );
+            g,
+            (&cols, 1, positions as isize),
+        )
+    };
     let d_cols = gemm_fresh([patch, c_out, positions], 1.0, (&f.values, f.cs, f.rs), g);
     [
         tensor(image.col2im(d_cols), shape),
