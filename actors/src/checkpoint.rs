@@ -4,6 +4,7 @@
 
 use crate::coordinator::Registry;
 use crate::record::RoundRecord;
+use crate::run_folder::CHECKPOINT_FILE;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::uplink::state::UplinkState;
 use serde::{Deserialize, Serialize};
@@ -17,7 +18,6 @@ use std::path::{Path, PathBuf};
 /// (simulated time); version 9: `privacy` (ε and the clip norms of a private run); version 10:
 /// `secure` (a secure round's session).
 pub const FORMAT_VERSION: u32 = 10;
-pub const FILE_NAME: &str = "checkpoint.bin";
 
 /// Everything needed to continue a run exactly: every random stream is derived from
 /// (seed, round, client, purpose), so the seed and the round are the whole RNG state.
@@ -65,12 +65,12 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError
 pub fn save(dir: &Path, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
     let bytes = bincode::serde::encode_to_vec(checkpoint, bincode::config::standard())
         .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"));
-    write_atomically(&dir.join(FILE_NAME), &bytes)
+    write_atomically(&dir.join(CHECKPOINT_FILE), &bytes)
 }
 
 /// Loads the checkpoint of a run folder, `None` if the run has none yet.
 pub fn load(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
-    let path = dir.join(FILE_NAME);
+    let path = dir.join(CHECKPOINT_FILE);
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -124,13 +124,13 @@ mod tests {
         };
         save(dir.path(), &cp).unwrap();
         assert_eq!(load(dir.path()).unwrap().unwrap(), cp);
-        fs::write(dir.path().join(FILE_NAME), b"garbage").unwrap();
+        fs::write(dir.path().join(CHECKPOINT_FILE), b"garbage").unwrap();
         let err = load(dir.path()).unwrap_err().to_string();
         assert!(err.contains("checkpoint.bin"), "{err}");
         // An older build's checkpoint names its version, whatever follows it.
         let mut older = bincode::serde::encode_to_vec(9u32, bincode::config::standard()).unwrap();
         older.extend_from_slice(b"records of another layout");
-        fs::write(dir.path().join(FILE_NAME), older).unwrap();
+        fs::write(dir.path().join(CHECKPOINT_FILE), older).unwrap();
         let err = load(dir.path()).unwrap_err().to_string();
         assert!(
             err.contains("format version 9, this build reads 10"),

@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod privacy;
 pub mod record;
 pub mod round;
+pub mod run_folder;
 pub mod schedule;
 pub(crate) mod scrape_listener;
 pub mod secure;

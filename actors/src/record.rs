@@ -3,6 +3,7 @@
 
 use crate::error::Error;
 use crate::round::FailureKind;
+use crate::run_folder::SUMMARY_FILE;
 use fedshard_protocol::payload::RejectionKind;
 use fedshard_protocol::shard_plan::GroupStats;
 use fedshard_protocol::task::ClientId;
@@ -12,9 +13,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
-
-/// The spreadsheet twin of `metrics.jsonl` in a run folder.
-pub const CSV_FILE: &str = "metrics.csv";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
@@ -349,6 +347,13 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Writes the summary to `dir`'s [`SUMMARY_FILE`], atomically.
+    pub fn save(&self, dir: &Path) -> Result<(), Error> {
+        let text = serde_json::to_string_pretty(self)?;
+        crate::checkpoint::write_atomically(&dir.join(SUMMARY_FILE), text.as_bytes())?;
+        Ok(())
+    }
+
     pub fn from_history(history: &[RoundRecord]) -> Self {
         let last = history.last();
         Self {
@@ -556,7 +561,7 @@ mod tests {
     #[test]
     fn appending_writes_the_header_once() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(CSV_FILE);
+        let path = dir.path().join(crate::run_folder::CSV_FILE);
         let mut history = vec![record()];
         append_csv_row(&path, &history[0].csv_row()).unwrap();
         history.push(RoundRecord {

@@ -21,6 +21,7 @@ use crate::host::{ClientHandle, ClientHost, HostMsg, stopped_actor};
 use crate::record::SimulatedTime;
 use crate::record::{PhaseSeconds, RoundRecord, Summary};
 use crate::round::{Expect, Outcome, Tally, check, classify, validate};
+use crate::run_folder::{CSV_FILE, METRICS_FILE};
 use crate::schedule::{Arrivals, AsyncConfig};
 use crate::secure::SecureStep;
 use fedshard_protocol::model::ModelState;
@@ -151,9 +152,9 @@ impl Federation {
             lines.push_str(&serde_json::to_string(r)?);
             lines.push('\n');
         }
-        checkpoint::write_atomically(&dir.join("metrics.jsonl"), lines.as_bytes())?;
+        checkpoint::write_atomically(&dir.join(METRICS_FILE), lines.as_bytes())?;
         let csv = crate::record::csv_document(&self.history);
-        checkpoint::write_atomically(&dir.join(crate::record::CSV_FILE), csv.as_bytes())?;
+        checkpoint::write_atomically(&dir.join(CSV_FILE), csv.as_bytes())?;
         Ok(true)
     }
 }
@@ -607,7 +608,7 @@ impl ServerState {
         let csv_row = record.csv_row();
         tokio::task::spawn_blocking(move || -> Result<(), Error> {
             checkpoint::save(&dir, &cp)?;
-            let path = dir.join("metrics.jsonl");
+            let path = dir.join(METRICS_FILE);
             let io = |source| Error::Io {
                 path: path.clone(),
                 source,
@@ -618,7 +619,7 @@ impl ServerState {
                 .open(&path)
                 .map_err(io)?;
             writeln!(file, "{line}").map_err(io)?;
-            crate::record::append_csv_row(&dir.join(crate::record::CSV_FILE), &csv_row)
+            crate::record::append_csv_row(&dir.join(CSV_FILE), &csv_row)
         })
         .await
         .map_err(|e| Error::panicked("checkpoint writer", e))?

@@ -6,11 +6,11 @@
 //! trains only the leading terms, yet the test evaluates the whole layer. If the truncated model
 //! scores far above the whole one, the terms nobody trained are what holds the model back.
 
-use super::run::{CONFIG_FILE, MODEL_FILE};
 use crate::config::Config;
 use crate::federation;
 use anyhow::{Context, ensure};
 use clap::Args;
+use fedshard_actors::run_folder::MODEL_FILE;
 use fedshard_protocol::model::ModelState;
 use fedshard_strategies::spectrum::kept_terms;
 use fedshard_strategies::svd::{factorize, recompose_subset};
@@ -75,13 +75,7 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<Vec<Row>> {
 
 /// The config and final model of a run folder, with errors that name the missing file.
 fn load_run(dir: &Path) -> anyhow::Result<(Config, ModelState)> {
-    let config_path = dir.join(CONFIG_FILE);
-    ensure!(
-        config_path.is_file(),
-        "{} is not a run folder: it has no {CONFIG_FILE}",
-        dir.display()
-    );
-    let config = Config::load(&config_path)?;
+    let config = super::run::saved_config(dir)?;
     let model_path = dir.join(MODEL_FILE);
     let bytes = std::fs::read(&model_path).with_context(|| {
         format!(

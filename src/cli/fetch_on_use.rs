@@ -11,6 +11,8 @@ use std::time::Instant;
 use fedshard_training::data::mnist;
 use fedshard_training::data::shakespeare::{self, fetch};
 
+use fedshard_actors::run_folder::CONFIG_FILE;
+
 use super::Command;
 use super::data::cache_root;
 use crate::config::{Config, DataSection};
@@ -18,7 +20,7 @@ use crate::config::{Config, DataSection};
 /// The config a command will read, if it reads one: its CONFIG argument, or the `config.toml`
 /// of the run folder it resumes or evaluates.
 fn config_of(command: &Command) -> Option<PathBuf> {
-    let saved = |dir: &Path| dir.join(super::run::CONFIG_FILE);
+    let saved = |dir: &Path| dir.join(CONFIG_FILE);
     match command {
         Command::Run(args) => args
             .resume

@@ -6,10 +6,11 @@ use crate::report::live::RunPage;
 use crate::report::rounds::read_labels;
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
-use fedshard_actors::checkpoint::{self, write_atomically};
+use fedshard_actors::checkpoint::write_atomically;
 use fedshard_actors::live::RunState;
 use fedshard_actors::metrics::{self, Exporter};
 use fedshard_actors::record::{RoundRecord, Summary};
+use fedshard_actors::run_folder::{CHECKPOINT_FILE, CONFIG_FILE, MODEL_FILE};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -69,9 +70,17 @@ pub struct RunArgs {
     pub noise_multiplier: Option<f64>,
 }
 
-pub(crate) const CONFIG_FILE: &str = "config.toml";
-/// The final global model, as `ModelState::to_bytes`.
-pub const MODEL_FILE: &str = "model.bin";
+/// The config a run folder's run was started with.
+pub(crate) fn saved_config(dir: &Path) -> anyhow::Result<Config> {
+    let path = dir.join(CONFIG_FILE);
+    if !path.is_file() {
+        bail!(
+            "{} is not a run folder: it has no {CONFIG_FILE}",
+            dir.display()
+        );
+    }
+    Config::load(&path)
+}
 
 /// The config and folder of a new run (`config`, seeded by `seed` if given, in `out` or
 /// `runs/NAME-seedS`, refused if that folder already holds a checkpoint) or of a resumed one
@@ -84,16 +93,7 @@ pub(crate) fn run_folder(
     seed: Option<u64>,
 ) -> anyhow::Result<(Config, PathBuf)> {
     match (resume, config) {
-        (Some(dir), _) => {
-            let path = dir.join(CONFIG_FILE);
-            if !path.exists() {
-                bail!(
-                    "{} is not a run folder: it has no {CONFIG_FILE}",
-                    dir.display()
-                );
-            }
-            Ok((Config::load(&path)?, dir.to_path_buf()))
-        }
+        (Some(dir), _) => Ok((saved_config(dir)?, dir.to_path_buf())),
         (None, Some(path)) => {
             let mut config = Config::load(path)?;
             if let Some(seed) = seed {
@@ -102,7 +102,7 @@ pub(crate) fn run_folder(
             let dir = out.map(Path::to_path_buf).unwrap_or_else(|| {
                 PathBuf::from("runs").join(format!("{}-seed{}", config.run.name, config.run.seed))
             });
-            if dir.join(checkpoint::FILE_NAME).exists() {
+            if dir.join(CHECKPOINT_FILE).exists() {
                 bail!(
                     "{} already holds a run; continue it with `fedshard {command} --resume {}` or choose another --out",
                     dir.display(),
@@ -252,7 +252,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         .and_then(|(model, summary)| {
             progress.finish();
             write_atomically(&dir.join(MODEL_FILE), &model.to_bytes())?;
-            write_summary(&dir, &summary)?;
+            summary.save(&dir)?;
             crate::report::write_run_plots(&dir, &summary.per_round)?;
             if !args.quiet {
                 let simulated = summary
@@ -421,10 +421,4 @@ pub(crate) fn progress_message(r: &RoundRecord) -> String {
         r.failures_total(),
         r.uplink_bits as f64 / 1e6
     )
-}
-
-fn write_summary(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(summary)?;
-    write_atomically(&dir.join("summary.json"), text.as_bytes())?;
-    Ok(())
 }

@@ -10,13 +10,14 @@ use clap::Args;
 use fedshard_actors::checkpoint::write_atomically;
 use fedshard_actors::metrics::Exporter;
 use fedshard_actors::record::{RoundRecord, Summary};
+use fedshard_actors::run_folder::MODEL_FILE;
 use fedshard_cluster::acceptor::Limits;
 use fedshard_cluster::metrics::ClusterMetrics;
 use fedshard_cluster::model_spec::ModelSpec;
 use fedshard_cluster::secret::Secret;
 use fedshard_cluster::serve::{ServeOptions, serve};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -232,8 +233,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
     let finished = result
         .map_err(anyhow::Error::msg)
         .and_then(|(model, summary)| {
-            write_atomically(&dir.join(super::run::MODEL_FILE), &model.to_bytes())?;
-            write_summary(&dir, &summary)?;
+            write_atomically(&dir.join(MODEL_FILE), &model.to_bytes())?;
+            summary.save(&dir)?;
             crate::report::write_run_plots(&dir, &summary.per_round)?;
             if !args.quiet {
                 eprintln!(
@@ -267,12 +268,6 @@ fn progress_line(r: &RoundRecord, rounds: u64) -> String {
         r.uplink_bits as f64 / 1e6,
         r.seconds
     )
-}
-
-fn write_summary(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(summary)?;
-    write_atomically(&dir.join("summary.json"), text.as_bytes())?;
-    Ok(())
 }
 
 #[cfg(test)]

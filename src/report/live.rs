@@ -4,10 +4,10 @@
 //! again as rounds arrive; the page refreshes itself (see [`html::live_document`]).
 
 use super::html::{self, escape};
-use super::rounds::SUMMARY_FILE;
 use super::rounds::{RoundPoint, Run, RunLabels, label_runs};
 use super::{figures, grid};
 use fedshard_actors::live::{LivePage, LiveView, RunState};
+use fedshard_actors::run_folder::SUMMARY_FILE;
 use fedshard_cluster::metrics::{ClusterMetrics, NodeStatus};
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -8,16 +8,10 @@
 
 use anyhow::{Context, bail};
 use fedshard_actors::record::{KlmsStats, RoundRecord, SimulatedTime};
+use fedshard_actors::run_folder::{CONFIG_FILE, METRICS_FILE, SUMMARY_FILE};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// The per-round file of a run folder, one JSON object per line.
-pub const METRICS_FILE: &str = "metrics.jsonl";
-/// The end-of-run file, whose `per_round` holds the same records.
-pub const SUMMARY_FILE: &str = "summary.json";
-/// The config the run was started with (written by `fedshard run`).
-pub const CONFIG_FILE: &str = "config.toml";
 
 /// One round's numbers, as plotted. NaN stands for "not measured" (`null` in the JSON).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
