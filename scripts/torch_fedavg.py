@@ -54,6 +54,32 @@ def partition(labels, clients, alpha, size_sigma, min_samples, rng):
     return parts
 
 
+def federation_data(rng, partition_file=None):
+    """The digits as tensors (features scaled to [0, 1]), each client's row indices and the
+    test rows: the script's own draws from `rng` (20% held out stratified by class, the rest
+    split by `partition`), or those of `partition_file`, the output of `fedshard data partition`
+    (to train on fedshard's exact partition and test split)."""
+    digits = load_digits()
+    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+    y_all = torch.tensor(digits.target, dtype=torch.long)
+    test = np.concatenate(
+        [
+            rng.permutation(np.flatnonzero(digits.target == c))[
+                : round(0.2 * np.sum(digits.target == c))
+            ]
+            for c in range(10)
+        ]
+    )
+    train = np.setdiff1d(np.arange(len(y_all)), test)
+    parts = [train[p] for p in partition(digits.target[train], 20, 1.0, 0.5, 20, rng)]
+    if partition_file:
+        with open(partition_file) as f:
+            given = json.load(f)
+        parts = [np.array(p) for p in given["clients"]]
+        test = np.array(given["test"])
+    return x_all, y_all, parts, test
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -75,24 +101,7 @@ def main():
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
 
-    digits = load_digits()
-    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
-    y_all = torch.tensor(digits.target, dtype=torch.long)
-    test = np.concatenate(
-        [
-            rng.permutation(np.flatnonzero(digits.target == c))[
-                : round(0.2 * np.sum(digits.target == c))
-            ]
-            for c in range(10)
-        ]
-    )
-    train = np.setdiff1d(np.arange(len(y_all)), test)
-    parts = [train[p] for p in partition(digits.target[train], 20, 1.0, 0.5, 20, rng)]
-    if args.partition:
-        with open(args.partition) as f:
-            given = json.load(f)
-        parts = [np.array(p) for p in given["clients"]]
-        test = np.array(given["test"])
+    x_all, y_all, parts, test = federation_data(rng, args.partition)
 
     started = time.perf_counter()
     model = DigitsCnn()
