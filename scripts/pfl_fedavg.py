@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 # pfl picks its framework from the first model module imported.
-from pfl.model.pytorch import PyTorchModel  # noqa: I001
+from pfl.model.pytorch import PyTorchModel
 from pfl.aggregate.simulate import SimulatedBackend
 from pfl.aggregate.weighting import WeightByDatapoints
 from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
