@@ -8,10 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use fedshard_actors::run_folder::CONFIG_FILE;
 use fedshard_training::data::mnist;
 use fedshard_training::data::shakespeare::{self, fetch};
-
-use fedshard_actors::run_folder::CONFIG_FILE;
 
 use super::Command;
 use super::data::cache_root;
