@@ -31,12 +31,12 @@ from collections import OrderedDict
 import numpy as np
 import torch
 import torch.nn.functional as F
-from flwr.client import ClientApp, NumPyClient
+from flwr.client import NumPyClient
 from flwr.common import Context, ndarrays_to_parameters
-from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+from flwr.server import ServerAppComponents, ServerConfig
 from flwr.server.strategy import FedAvg
-from flwr.simulation import run_simulation
 
+from flower_orchestration import simulate
 from torch_fedavg import federation_data
 from torch_reference import DigitsCnn
 
@@ -120,15 +120,7 @@ def main():
     parser.add_argument("--partition", metavar="FILE")
     ARGS = parser.parse_args()
     started = time.perf_counter()
-    run_simulation(
-        server_app=ServerApp(server_fn=server_fn),
-        client_app=ClientApp(client_fn=client_fn),
-        num_supernodes=20,
-        backend_config={
-            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": ARGS.cpus},
-        },
-    )
+    simulate(server_fn, client_fn, 20, ARGS.cpus)
     wall = time.perf_counter() - started
     import flwr
 

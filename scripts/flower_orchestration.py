@@ -61,6 +61,20 @@ def server_fn(context: Context):
     return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=ARGS.rounds))
 
 
+def simulate(server_fn, client_fn, supernodes, cpus):
+    """Runs `supernodes` virtual SuperNodes on Flower's simulation runtime (Ray) with `cpus`
+    CPUs, each client taking one of them."""
+    run_simulation(
+        server_app=ServerApp(server_fn=server_fn),
+        client_app=ClientApp(client_fn=client_fn),
+        num_supernodes=supernodes,
+        backend_config={
+            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+            "init_args": {"num_cpus": cpus},
+        },
+    )
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -69,15 +83,7 @@ def main():
     parser.add_argument("--cpus", type=int, default=os.cpu_count())
     ARGS = parser.parse_args()
     started = time.perf_counter()
-    run_simulation(
-        server_app=ServerApp(server_fn=server_fn),
-        client_app=ClientApp(client_fn=client_fn),
-        num_supernodes=ARGS.clients,
-        backend_config={
-            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": ARGS.cpus},
-        },
-    )
+    simulate(server_fn, client_fn, ARGS.clients, ARGS.cpus)
     wall = time.perf_counter() - started
     per_round = (MARKS[-1] - MARKS[0]) / ARGS.rounds
     import flwr
