@@ -149,7 +149,7 @@ impl ServerState {
         tally: &mut Tally,
     ) -> Result<()> {
         let seed = self.fed.config.seed;
-        let clusters = self.fed.registry.cluster_keep_ratios();
+        let clusters = self.fed.registry.clusters();
         while run.outstanding.len() < concurrency {
             let idle: Vec<ClientId> = self
                 .fed
@@ -172,7 +172,7 @@ impl ServerState {
             let pick = idle[((uniform(&mut rng) * idle.len() as f64) as usize).min(idle.len() - 1)];
             let participant = Participant {
                 client: pick,
-                keep_ratio: clusters.get(&pick).copied().unwrap_or(1.0),
+                keep_ratio: clusters.of(self.fed.registry.clients[&pick].keep_ratio),
             };
             let (_, mut tasks) = self
                 .prepare(&[participant], n, version, concurrency)

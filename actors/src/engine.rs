@@ -381,7 +381,12 @@ impl ServerState {
             .observe(config.compressor, &config.compression, &collected.sides())
             .map_err(|source| Error::UplinkState { version, source })?;
         let aggregator = Arc::clone(&self.engine.aggregator);
-        let registry = self.fed.registry.clone();
+        // The registry travels to the fold and back, as the model does: a clone would copy every
+        // registered client each round.
+        let registry = Registry {
+            clients: std::mem::take(&mut self.fed.registry.clients),
+            ..self.fed.registry.clone()
+        };
         let mut model = std::mem::take(&mut self.fed.model);
         let how = (config.min_successful, version);
         let (seed, min_successful) = (config.seed, config.min_successful);
@@ -394,7 +399,7 @@ impl ServerState {
         });
         // The fold and the cosine diagnostic run off the executor; the collection travels with
         // them and comes back for the record.
-        let (model, aggregate, collected) = tokio::task::spawn_blocking(move || {
+        let (model, aggregate, collected, registry) = tokio::task::spawn_blocking(move || {
             let aggregate = match &private {
                 Some((settings, clip_norm, epsilon)) => {
                     let private = Private {
@@ -409,11 +414,12 @@ impl ServerState {
                 }
                 None => collected.fold(&mut model, aggregator.as_ref(), &registry, how),
             };
-            (model, aggregate, collected)
+            (model, aggregate, collected, registry)
         })
         .await
         .map_err(|e| Error::panicked("aggregation", e))?;
         self.fed.model = model;
+        self.fed.registry = registry;
         let aggregate = aggregate?;
         match &aggregate.folded {
             Folded::Updated => {}
