@@ -162,10 +162,12 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         );
         let y = match bias {
             Some(bias) => record::<B, C, _, 3>([x, filters, bias], y, state, |s, g| {
-                B::fused_conv2d_backward(s.0, s.1, s.2, g, s.3)
+                let (d_x, d_filters, d_bias) =
+                    B::fused_conv2d_backward(s.0, s.1, s.2, g, s.3, true);
+                [d_x, d_filters, d_bias.expect("asked for the bias gradient")]
             }),
             None => record::<B, C, _, 2>([x, filters], y, state, |s, g| {
-                let [d_x, d_filters, _] = B::fused_conv2d_backward(s.0, s.1, s.2, g, s.3);
+                let (d_x, d_filters, _) = B::fused_conv2d_backward(s.0, s.1, s.2, g, s.3, false);
                 [d_x, d_filters]
             }),
         };
@@ -261,10 +263,13 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         );
         let y = match bias {
             Some(bias) => record::<B, C, _, 3>([x, filters, bias], y, state, |s, g| {
-                B::cohort_conv2d_backward(s.0, s.1, s.2, g, s.3, &s.4)
+                let (d_x, d_filters, d_bias) =
+                    B::cohort_conv2d_backward(s.0, s.1, s.2, g, s.3, true, &s.4);
+                [d_x, d_filters, d_bias.expect("asked for the bias gradient")]
             }),
             None => record::<B, C, _, 2>([x, filters], y, state, |s, g| {
-                let [d_x, d_filters, _] = B::cohort_conv2d_backward(s.0, s.1, s.2, g, s.3, &s.4);
+                let (d_x, d_filters, _) =
+                    B::cohort_conv2d_backward(s.0, s.1, s.2, g, s.3, false, &s.4);
                 [d_x, d_filters]
             }),
         };

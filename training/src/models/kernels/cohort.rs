@@ -247,21 +247,26 @@ pub fn conv2d_backward<B: Kernels>(
     filters: FloatTensor<B>,
     grad: FloatTensor<B>,
     geometry: ConvGeometry,
+    with_bias: bool,
     cohort: &Cohort,
-) -> [FloatTensor<B>; 3] {
+) -> (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>) {
     let (mut d_x, mut d_f, mut d_b) = (Vec::new(), Vec::new(), Vec::new());
     let grads = split::<B>(grad, cohort);
     for (c, (s, g)) in saved.into_iter().zip(grads).enumerate() {
         let mut dims: Vec<usize> = (0..input.num_dims()).map(|i| input[i]).collect();
         dims[0] = cohort.rows()[c];
         let shape = Shape::from(dims);
-        let [dx, df, db] =
-            B::fused_conv2d_backward(s, shape, client::<B>(&filters, c), g, geometry);
+        let (dx, df, db) =
+            B::fused_conv2d_backward(s, shape, client::<B>(&filters, c), g, geometry, with_bias);
         d_x.push(dx);
         d_f.push(df);
-        d_b.push(db);
+        d_b.extend(db);
     }
-    [join::<B>(d_x), stack::<B>(d_f), stack::<B>(d_b)]
+    (
+        join::<B>(d_x),
+        stack::<B>(d_f),
+        with_bias.then(|| stack::<B>(d_b)),
+    )
 }
 
 /// [`Kernels::cohort_group_norm`] one client at a time.
@@ -559,7 +564,8 @@ pub fn batched_conv2d_backward<B: Kernels>(
     filters: FloatTensor<B>,
     grad: FloatTensor<B>,
     geometry: ConvGeometry,
-) -> [FloatTensor<B>; 3] {
+    with_bias: bool,
+) -> (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>) {
     let [x]: [FloatTensor<B>; 1] = saved.try_into().unwrap_or_else(|saved: Vec<_>| {
         panic!(
             "a batched convolution keeps its input alone, not {} tensors",
@@ -575,7 +581,7 @@ pub fn batched_conv2d_backward<B: Kernels>(
     let g_rows = g
         .permute([0, 2, 3, 1])
         .reshape([clients, n / clients * h_out * w_out, c_out]);
-    let d_bias = g_rows.clone().sum_dim(1).reshape([clients, c_out]);
+    let d_bias = with_bias.then(|| g_rows.clone().sum_dim(1).reshape([clients, c_out]));
     let d_filters = g_rows
         .swap_dims(1, 2)
         .matmul(patches(float(x), clients, geometry));
@@ -599,9 +605,9 @@ pub fn batched_conv2d_backward<B: Kernels>(
     } else {
         strided_input_grad::<B>(grad, &input, geometry, stride_one)
     };
-    [
+    (
         d_x,
         d_filters.into_primitive().tensor(),
-        d_bias.into_primitive().tensor(),
-    ]
+        d_bias.map(|d_bias| d_bias.into_primitive().tensor()),
+    )
 }

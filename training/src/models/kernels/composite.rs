@@ -249,16 +249,17 @@ pub fn conv2d_backward<B: Backend>(
     filters: FloatTensor<B>,
     grad: FloatTensor<B>,
     geometry: ConvGeometry,
-) -> [FloatTensor<B>; 3] {
+    with_bias: bool,
+) -> (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>) {
     let filters_shape = filters.shape();
     let (weight, options) = conv_weight::<B>(&x, filters, geometry);
     let d_x = B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone());
     let d_weight = B::conv2d_weight_backward(x, weight, grad.clone(), options);
-    [
+    (
         d_x,
         B::float_reshape(d_weight, filters_shape),
-        conv_bias_backward::<B>(grad),
-    ]
+        with_bias.then(|| conv_bias_backward::<B>(grad)),
+    )
 }
 
 /// The gradient of a strided convolution with respect to its input (of shape `input`), from

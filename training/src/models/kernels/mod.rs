@@ -156,16 +156,22 @@ pub trait Kernels: Backend {
     }
 
     /// The gradients of [`Kernels::fused_conv2d`] with respect to its input (of shape
-    /// `input`), `filters` and the bias (the same for any bias, so the bias itself is not
-    /// needed), from `saved`, the second output of the forward pass.
+    /// `input`), `filters` and, where `with_bias`, the bias (the same for any bias, so the
+    /// bias itself is not needed), from `saved`, the second output of the forward pass. A
+    /// convolution without a bias (ResNet-18's, before a norm) does not pay for its gradient.
     fn fused_conv2d_backward(
         saved: FloatTensor<Self>,
         _input: Shape,
         filters: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         geometry: ConvGeometry,
-    ) -> [FloatTensor<Self>; 3] {
-        composite::conv2d_backward::<Self>(saved, filters, grad, geometry)
+        with_bias: bool,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        Option<FloatTensor<Self>>,
+    ) {
+        composite::conv2d_backward::<Self>(saved, filters, grad, geometry, with_bias)
     }
 
     /// Group normalisation of `N × C × H × W` activations (`groups` groups of consecutive
@@ -278,19 +284,28 @@ pub trait Kernels: Backend {
     }
 
     /// The gradients of [`Kernels::cohort_conv2d`] with respect to its input (of shape
-    /// `input`), the filters and the bias.
+    /// `input`), the filters and, where `with_bias`, the bias.
     fn cohort_conv2d_backward(
         saved: Vec<FloatTensor<Self>>,
         input: Shape,
         filters: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         geometry: ConvGeometry,
+        with_bias: bool,
         cohort: &Cohort,
-    ) -> [FloatTensor<Self>; 3] {
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        Option<FloatTensor<Self>>,
+    ) {
         if Self::BATCHED_COHORTS && cohort::batches_conv(cohort, geometry) {
-            cohort::batched_conv2d_backward::<Self>(saved, input, filters, grad, geometry)
+            cohort::batched_conv2d_backward::<Self>(
+                saved, input, filters, grad, geometry, with_bias,
+            )
         } else {
-            cohort::conv2d_backward::<Self>(saved, input, filters, grad, geometry, cohort)
+            cohort::conv2d_backward::<Self>(
+                saved, input, filters, grad, geometry, with_bias, cohort,
+            )
         }
     }
 

@@ -47,7 +47,8 @@ pub(super) fn conv2d_backward(
     filters: NdArrayTensor,
     grad: NdArrayTensor,
     geometry: ConvGeometry,
-) -> [NdArrayTensor; 3] {
+    with_bias: bool,
+) -> (NdArrayTensor, NdArrayTensor, Option<NdArrayTensor>) {
     let image = Image::of(&shape, geometry);
     let f = Strided::of(&filters);
     let (patch, positions, c_out) = (image.patch_len(), image.positions(), f.rows);
@@ -58,7 +59,7 @@ pub(super) fn conv2d_backward(
         "conv2d backward: the saved patch matrix does not match the input's shape"
     );
     let grad = image.batch_to_channels(&values(&grad), c_out);
-    let d_bias = grad.chunks_exact(positions).map(lane_sum).collect();
+    let d_bias = with_bias.then(|| grad.chunks_exact(positions).map(lane_sum).collect());
     let g = (grad.as_slice(), positions as isize, 1);
     // dF = dY · colsᵀ, d cols = Fᵀ · dY, then the patches are added back into dX. `gemm`
     // computes a row-major product as its transpose and packs, element by element, the operand
@@ -87,11 +88,11 @@ pub(super) fn conv2d_backward(
         )
     };
     let d_cols = gemm_fresh([patch, c_out, positions], 1.0, (&f.values, f.cs, f.rs), g);
-    [
+    (
         tensor(image.col2im(d_cols), shape),
         tensor(d_filters, Shape::new([c_out, patch])),
-        tensor(d_bias, Shape::new([c_out])),
-    ]
+        d_bias.map(|d_bias| tensor(d_bias, Shape::new([c_out]))),
+    )
 }
 
 /// The `cols × rows` transpose of a row-major `rows × cols` matrix.

@@ -206,8 +206,13 @@ impl Kernels for NdArray<f32> {
         filters: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         geometry: ConvGeometry,
-    ) -> [FloatTensor<Self>; 3] {
-        convolution::conv2d_backward(saved, shape, filters, grad, geometry)
+        with_bias: bool,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        Option<FloatTensor<Self>>,
+    ) {
+        convolution::conv2d_backward(saved, shape, filters, grad, geometry, with_bias)
     }
 
     fn fused_group_norm(
