@@ -308,4 +308,129 @@ mod tests {
             );
         }
     }
+
+    /// A benchmark, not a check: the batched products of a cohort's convolutions
+    /// (`cohort::batched_conv2d` and its backward pass; ResNet-18's 3×3 stride-1 layers at
+    /// batch 8, a cohort of 10), with their operands' real layouts, through burn's matmul
+    /// (cubek's `Auto` strategy: no autotuning in this build) and through cubek's strategies
+    /// named explicitly. µs per call over 20 calls between device synchronisations and TFLOP/s;
+    /// a strategy that refuses a problem says why. It answers which kernel `Auto` picks for
+    /// these shapes and how far the best one is from it: `cargo test --release --features cuda
+    /// -p fedshard-training cohort_product_timings -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a benchmark that needs an NVIDIA GPU (see its doc comment)"]
+    fn cohort_product_timings() {
+        use burn::backend::cuda::CudaDevice;
+        use burn::tensor::DType;
+        use burn_cubecl::kernel::matmul::init_matmul_output;
+        use burn_cubecl::tensor::CubeTensor;
+        use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
+        use cubek::matmul::launch::{Strategy, launch_ref};
+        use cubek::std::InputBinding;
+
+        let device = CudaDevice::default();
+        let clients = 10;
+        let tensor = |dims: [usize; 3]| {
+            Tensor::<Cuda, 3>::random(dims, Distribution::Normal(0.0, 1.0), &device)
+        };
+        // (layer, channels, side): the input of each stride-1 3×3 convolution.
+        let layers = [
+            ("layer1", 64, 32),
+            ("layer2", 128, 16),
+            ("layer3", 256, 8),
+            ("layer4", 512, 4),
+        ];
+        let named = || {
+            [
+                (
+                    "SimpleCyclicCmma",
+                    Strategy::SimpleCyclicCmma(Default::default()),
+                ),
+                (
+                    "DoubleCyclicCmma",
+                    Strategy::DoubleCyclicCmma(Default::default()),
+                ),
+                ("SimpleTmaCmma", Strategy::SimpleTmaCmma(Default::default())),
+                (
+                    "SimpleCyclicMma",
+                    Strategy::SimpleCyclicMma(Default::default()),
+                ),
+                ("SimpleUnit", Strategy::SimpleUnit(Default::default())),
+                ("DoubleUnit", Strategy::DoubleUnit(Default::default())),
+            ]
+        };
+        let time = |pass: &dyn Fn()| {
+            pass();
+            <Cuda>::sync(&device).expect("the device synchronises");
+            let started = std::time::Instant::now();
+            for _ in 0..20 {
+                pass();
+            }
+            <Cuda>::sync(&device).expect("the device synchronises");
+            started.elapsed().as_secs_f64() * 1e6 / 20.0
+        };
+        for (layer, channels, side) in layers {
+            let (rows, patch) = (8 * side * side, channels * 9);
+            // (pass, lhs, rhs) as cohort.rs builds them: the patch matrix is contiguous, the
+            // filters and the output gradient enter transposed (strided views).
+            let problems = [
+                (
+                    "forward",
+                    tensor([clients, rows, patch]),
+                    tensor([clients, channels, patch]).swap_dims(1, 2),
+                ),
+                (
+                    "filter gradient",
+                    tensor([clients, rows, channels]).swap_dims(1, 2),
+                    tensor([clients, rows, patch]),
+                ),
+                (
+                    "input gradient",
+                    tensor([clients, rows, patch]),
+                    tensor([clients, channels, patch]).swap_dims(1, 2),
+                ),
+            ];
+            for (pass, lhs, rhs) in problems {
+                let [_, m, k] = lhs.dims();
+                let n = rhs.dims()[2];
+                let flops = 2.0 * (clients * m * k * n) as f64;
+                let mut line = format!("{layer} {pass} {clients}×({m}×{k} · {k}×{n}):");
+                let auto = time(&|| {
+                    let _ = lhs.clone().matmul(rhs.clone());
+                });
+                line += &format!(" burn {auto:.0} µs ({:.1} TFLOP/s)", flops / auto / 1e6);
+                let lhs: CubeTensor<_> = lhs.clone().into_primitive().tensor();
+                let rhs: CubeTensor<_> = rhs.clone().into_primitive().tensor();
+                for (name, strategy) in named() {
+                    let launch = || {
+                        let out = init_matmul_output(&lhs, &rhs, DType::F32);
+                        let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+                            lhs: DType::F32.into(),
+                            rhs: DType::F32.into(),
+                            out: DType::F32.into(),
+                        });
+                        launch_ref(
+                            &strategy,
+                            &out.client.clone(),
+                            InputBinding::new(lhs.clone().binding(), DType::F32.into()),
+                            InputBinding::new(rhs.clone().binding(), DType::F32.into()),
+                            out.binding(),
+                            &mut dtypes,
+                        )
+                    };
+                    match launch() {
+                        Ok(()) => {
+                            let micros = time(&|| {
+                                launch().expect("launched once already");
+                            });
+                            line +=
+                                &format!(", {name} {micros:.0} µs ({:.1})", flops / micros / 1e6);
+                        }
+                        Err(refusal) => line += &format!(", {name} refused ({refusal:?})"),
+                    }
+                }
+                println!("{line}");
+            }
+        }
+    }
 }
