@@ -470,24 +470,20 @@ pub fn batched_group_norm_backward<B: Kernels>(
     let clients = cohort.clients();
     let channels = gamma.shape()[1];
     let grad: Tensor<B, 4> = float(grad);
-    // Through the ReLU first: the gradient passes where the normalised output is positive.
-    let grad = if relu {
-        let params = [gamma.clone(), beta];
-        let y: Tensor<B, 4> = float(batched_group_norm::<B>(
-            x.clone(),
-            params,
-            groups,
-            false,
-            cohort,
-        ));
-        grad * y.greater_elem(0.0).float()
-    } else {
-        grad
-    };
     let (x, shape) = group_rows::<B>(x, groups);
     let (normed, inv_std) = normalise(x);
     let normed4: Tensor<B, 4> = float(restore(normed.clone(), shape.clone()));
+    // Through the ReLU first: the gradient passes where the output is positive, the output
+    // taken from the rows just normalised (as `composite::group_norm_backward`).
     let grad_c = by_client_channels(grad, clients);
+    let grad_c = if relu {
+        let y = by_client_channels(normed4.clone(), clients)
+            * per_client_channel::<B>(gamma.clone())
+            + per_client_channel::<B>(beta);
+        grad_c * y.greater_elem(0.0).float()
+    } else {
+        grad_c
+    };
     let channel_sum = |t: Tensor<B, 4>| t.sum_dim(1).sum_dim(3).reshape([clients, channels]);
     let d_gamma = channel_sum(grad_c.clone() * by_client_channels(normed4, clients));
     let d_beta = channel_sum(grad_c.clone());

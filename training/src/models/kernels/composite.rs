@@ -352,24 +352,24 @@ pub fn group_norm_backward<B: Backend>(
     groups: usize,
     relu: bool,
 ) -> [FloatTensor<B>; 3] {
-    let c = gamma.shape().num_elements();
     let grad: Tensor<B, 4> = float(grad);
-    // Through the ReLU first: the gradient passes where the normalised output is positive.
+    let (x, shape) = group_rows::<B>(x, groups);
+    let (normed, inv_std) = normalise(x);
+    let normed4: Tensor<B, 4> = float(restore(normed.clone(), shape.clone()));
+    // Through the ReLU first: the gradient passes where the output is positive, the output
+    // taken from the rows just normalised (normalising them again would cost two more
+    // reductions on a GPU, where each is a kernel launch).
     let grad = if relu {
-        let y: Tensor<B, 4> = float(group_norm::<B>(
-            x.clone(),
-            [gamma.clone(), beta],
-            groups,
-            false,
-        ));
+        let y = normed4.clone() * per_channel(gamma.clone()) + per_channel(beta);
         grad * y.greater_elem(0.0).float()
     } else {
         grad
     };
-    let (x, shape) = group_rows::<B>(x, groups);
-    let (normed, inv_std) = normalise(x);
-    let normed4: Tensor<B, 4> = float(restore(normed.clone(), shape.clone()));
-    let channel_sum = |t: Tensor<B, 4>| t.sum_dim(0).sum_dim(2).sum_dim(3).reshape([c]);
+    // Over the samples and positions, as two reductions: `N × C × H·W`.
+    let channel_sum = |t: Tensor<B, 4>| {
+        let [n, c, h, w] = t.dims();
+        t.reshape([n, c, h * w]).sum_dim(2).sum_dim(0).reshape([c])
+    };
     let d_gamma = channel_sum(grad.clone() * normed4);
     let d_beta = channel_sum(grad.clone());
     let (d_normed, _) = group_rows::<B>(

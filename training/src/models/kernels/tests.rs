@@ -363,6 +363,38 @@ fn fused_group_norm_matches_the_composite_one_in_all_three_gradients() {
     }
 }
 
+/// The composite group norm's hand-written backward pass (CUDA's) against the CPU's fused
+/// kernel, through the ReLU and without (the test above differentiates the composite forward
+/// pass instead).
+#[test]
+fn composite_group_norm_backward_matches_the_cpu_kernel() {
+    use burn::tensor::TensorMetadata;
+    use burn::tensor::ops::FloatTensorOps;
+    type C = NdArray;
+    fn prim<const D: usize>(shape: [usize; D], seed: u64) -> FloatTensor<C> {
+        random(shape, seed).inner().into_primitive().tensor()
+    }
+    fn values(t: FloatTensor<C>) -> Vec<f32> {
+        let n = t.shape().num_elements();
+        let t: Tensor<C, 1> = float(C::float_reshape(t, Shape::new([n])));
+        t.into_data().into_vec().expect("f32")
+    }
+    for relu in [false, true] {
+        let (x, g) = (prim([2, 6, 3, 3], 34), prim([2, 6, 3, 3], 35));
+        let params = [prim([6], 36), prim([6], 37)];
+        let composite =
+            composite::group_norm_backward::<C>(x.clone(), params.clone(), g.clone(), 3, relu);
+        let fused = C::fused_group_norm_backward(x, params, g, 3, relu);
+        for ((f, c), what) in fused
+            .into_iter()
+            .zip(composite)
+            .zip(["d_x", "d_gamma", "d_beta"])
+        {
+            assert_close(&values(f), &values(c), &format!("{what} (relu {relu})"));
+        }
+    }
+}
+
 #[test]
 fn fused_pooling_matches_the_composite_one_forward_and_backward() {
     for kind in [Pool::Max, Pool::Average] {
