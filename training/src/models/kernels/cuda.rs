@@ -313,9 +313,10 @@ mod tests {
     /// (`cohort::batched_conv2d` and its backward pass; ResNet-18's 3×3 stride-1 layers at
     /// batch 8, a cohort of 10), with their operands' real layouts, through burn's matmul
     /// (cubek's `Auto` strategy: no autotuning in this build) and through cubek's strategies
-    /// named explicitly. µs per call over 20 calls between device synchronisations and TFLOP/s;
-    /// a strategy that refuses a problem says why. It answers which kernel `Auto` picks for
-    /// these shapes and how far the best one is from it: `cargo test --release --features cuda
+    /// named explicitly, and the filter gradient with its k cut into chunks (split-k). µs per
+    /// call over 20 calls between device synchronisations and TFLOP/s; a strategy that refuses
+    /// a problem says why. It answers which kernel `Auto` picks for these shapes and how far
+    /// the best one is from it: `cargo test --release --features cuda
     /// -p fedshard-training cohort_product_timings -- --ignored --nocapture`.
     #[test]
     #[ignore = "a benchmark that needs an NVIDIA GPU (see its doc comment)"]
@@ -431,6 +432,28 @@ mod tests {
                 }
                 println!("{line}");
             }
+            // The filter gradient's k (the cohort's rows, 8·H·W) dwarfs its m × n: cubek 0.2
+            // has no split-k strategy, but cutting k into s chunks as extra batch entries is
+            // free here (both operands are row-major along k) and costs one reduction after.
+            let (g_rows, patches) = (
+                tensor([clients, rows, channels]),
+                tensor([clients, rows, patch]),
+            );
+            let mut line = format!("{layer} filter gradient, k cut into s chunks:");
+            for chunks in [2, 4, 8, 16, 32].into_iter().filter(|s| rows % s == 0) {
+                let micros = time(&|| {
+                    let parts = clients * chunks;
+                    let g = g_rows.clone().reshape([parts, rows / chunks, channels]);
+                    let p = patches.clone().reshape([parts, rows / chunks, patch]);
+                    let _ = g
+                        .swap_dims(1, 2)
+                        .matmul(p)
+                        .reshape([clients, chunks, channels, patch])
+                        .sum_dim(1);
+                });
+                line += &format!(" s = {chunks} {micros:.0} µs,");
+            }
+            println!("{}", line.trim_end_matches(','));
         }
     }
 }
