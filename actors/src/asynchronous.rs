@@ -19,7 +19,7 @@ use crate::server::{Ask, ServerState, call_client};
 use fedshard_protocol::shard_plan::Participant;
 use fedshard_protocol::task::{ClientId, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -150,26 +150,28 @@ impl ServerState {
     ) -> Result<()> {
         let seed = self.fed.config.seed;
         let clusters = self.fed.registry.clusters();
-        while run.outstanding.len() < concurrency {
-            let idle: Vec<ClientId> = self
-                .fed
-                .registry
-                .clients
-                .keys()
-                .copied()
-                .filter(|c| {
-                    !run.outstanding.contains_key(c)
-                        && self.clients.contains_key(c)
-                        && !in_buffer.contains(c)
-                })
-                .collect();
-            if idle.is_empty() {
-                break;
-            }
+        let in_buffer: BTreeSet<ClientId> = in_buffer.iter().copied().collect();
+        // The idle clients in id order, listed once: the registry and the connected clients
+        // change only between the server's messages, so the list loses just the clients handed
+        // work below (a scan of the registry per task would cost registry × tasks).
+        let mut idle: Vec<ClientId> = self
+            .fed
+            .registry
+            .clients
+            .keys()
+            .copied()
+            .filter(|c| {
+                !run.outstanding.contains_key(c)
+                    && self.clients.contains_key(c)
+                    && !in_buffer.contains(c)
+            })
+            .collect();
+        while run.outstanding.len() < concurrency && !idle.is_empty() {
             run.dispatched += 1;
             let n = run.dispatched;
             let mut rng = stream(seed, n, 0, Purpose::Selection);
-            let pick = idle[((uniform(&mut rng) * idle.len() as f64) as usize).min(idle.len() - 1)];
+            let at = ((uniform(&mut rng) * idle.len() as f64) as usize).min(idle.len() - 1);
+            let pick = idle.remove(at);
             let participant = Participant {
                 client: pick,
                 keep_ratio: clusters.of(self.fed.registry.clients[&pick].keep_ratio),
