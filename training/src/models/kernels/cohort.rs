@@ -434,6 +434,17 @@ fn per_client_channel<B: Kernels>(p: FloatTensor<B>) -> Tensor<B, 4> {
     t.reshape([clients, 1, ch, 1])
 }
 
+/// Normalised activations (`C × N/C × ch × H·W`) scaled and shifted by each client's stacked
+/// `gamma` and `beta` (`C × ch`): the group norm's output before its ReLU, and what the
+/// backward pass takes the ReLU's mask from.
+fn client_scale_shift<B: Kernels>(
+    normed: Tensor<B, 4>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+) -> Tensor<B, 4> {
+    normed * per_client_channel::<B>(gamma) + per_client_channel::<B>(beta)
+}
+
 /// [`Kernels::cohort_group_norm`] batched: every sample normalised at once, then each client's
 /// scale and shift broadcast over its samples.
 pub fn batched_group_norm<B: Kernels>(
@@ -447,8 +458,7 @@ pub fn batched_group_norm<B: Kernels>(
     let (x, shape) = group_rows::<B>(x, groups);
     let (normed, _) = normalise(x);
     let normed: Tensor<B, 4> = float(restore(normed, shape.clone()));
-    let y = by_client_channels(normed, clients) * per_client_channel::<B>(gamma)
-        + per_client_channel::<B>(beta);
+    let y = client_scale_shift(by_client_channels(normed, clients), gamma, beta);
     let y: Tensor<B, 4> = float(B::float_reshape(y.into_primitive().tensor(), shape));
     let y = if relu {
         burn::tensor::activation::relu(y)
@@ -477,9 +487,11 @@ pub fn batched_group_norm_backward<B: Kernels>(
     // taken from the rows just normalised (as `composite::group_norm_backward`).
     let grad_c = by_client_channels(grad, clients);
     let grad_c = if relu {
-        let y = by_client_channels(normed4.clone(), clients)
-            * per_client_channel::<B>(gamma.clone())
-            + per_client_channel::<B>(beta);
+        let y = client_scale_shift(
+            by_client_channels(normed4.clone(), clients),
+            gamma.clone(),
+            beta,
+        );
         grad_c * y.greater_elem(0.0).float()
     } else {
         grad_c

@@ -331,6 +331,16 @@ fn per_channel<B: Backend>(v: FloatTensor<B>) -> Tensor<B, 4> {
     float(B::float_reshape(v, Shape::new([1, c, 1, 1])))
 }
 
+/// Normalised activations scaled by `gamma` and shifted by `beta`, per channel: the group
+/// norm's output before its ReLU, and what the backward pass takes the ReLU's mask from.
+fn scale_shift<B: Backend>(
+    normed: Tensor<B, 4>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+) -> Tensor<B, 4> {
+    normed * per_channel(gamma) + per_channel(beta)
+}
+
 pub fn group_norm<B: Backend>(
     x: FloatTensor<B>,
     [gamma, beta]: [FloatTensor<B>; 2],
@@ -340,7 +350,7 @@ pub fn group_norm<B: Backend>(
     let (x, shape) = group_rows::<B>(x, groups);
     let (normed, _) = normalise(x);
     let normed: Tensor<B, 4> = float(restore(normed, shape));
-    let y = normed * per_channel(gamma) + per_channel(beta);
+    let y = scale_shift(normed, gamma, beta);
     let y = if relu { activation::relu(y) } else { y };
     y.into_primitive().tensor()
 }
@@ -360,7 +370,7 @@ pub fn group_norm_backward<B: Backend>(
     // taken from the rows just normalised (normalising them again would cost two more
     // reductions on a GPU, where each is a kernel launch).
     let grad = if relu {
-        let y = normed4.clone() * per_channel(gamma.clone()) + per_channel(beta);
+        let y = scale_shift(normed4.clone(), gamma.clone(), beta);
         grad * y.greater_elem(0.0).float()
     } else {
         grad

@@ -130,6 +130,20 @@ mod tests {
         B::float_reshape(t, Shape::new(dims))
     }
 
+    /// µs per call of `pass`: one call to warm up (compile), then 20 between device
+    /// synchronisations.
+    fn micros_per_call(pass: &dyn Fn()) -> f64 {
+        let device = Default::default();
+        pass();
+        <Cuda>::sync(&device).expect("the device synchronises");
+        let started = std::time::Instant::now();
+        for _ in 0..20 {
+            pass();
+        }
+        <Cuda>::sync(&device).expect("the device synchronises");
+        started.elapsed().as_secs_f64() * 1e6 / 20.0
+    }
+
     /// ‖a − b‖ / ‖b‖ over all values.
     fn relative_error(a: FloatTensor<Cuda>, b: FloatTensor<NdArray>) -> f64 {
         let values = |data: TensorData| data.into_vec::<f32>().expect("f32");
@@ -239,7 +253,6 @@ mod tests {
     #[test]
     #[ignore = "a benchmark that needs an NVIDIA GPU (see its doc comment)"]
     fn convolution_pass_timings() {
-        use burn::tensor::backend::Backend as _;
         let device = Default::default();
         let cases = [
             ("ResNet", [8, 64, 32, 32], 64, 3, 1, 1),
@@ -252,14 +265,9 @@ mod tests {
             ("digits CNN", [8, 16, 8, 8], 32, 3, 1, 1),
         ];
         let micros = |pass: &dyn Fn() -> FloatTensor<Cuda>| {
-            pass();
-            <Cuda>::sync(&device).expect("the device synchronises");
-            let started = std::time::Instant::now();
-            for _ in 0..20 {
+            micros_per_call(&|| {
                 pass();
-            }
-            <Cuda>::sync(&device).expect("the device synchronises");
-            started.elapsed().as_secs_f64() * 1e6 / 20.0
+            })
         };
         for (name, shape, c_out, kernel, stride, padding) in cases {
             let geometry = ConvGeometry {
@@ -360,16 +368,6 @@ mod tests {
                 ("DoubleUnit", Strategy::DoubleUnit(Default::default())),
             ]
         };
-        let time = |pass: &dyn Fn()| {
-            pass();
-            <Cuda>::sync(&device).expect("the device synchronises");
-            let started = std::time::Instant::now();
-            for _ in 0..20 {
-                pass();
-            }
-            <Cuda>::sync(&device).expect("the device synchronises");
-            started.elapsed().as_secs_f64() * 1e6 / 20.0
-        };
         for (layer, channels, side) in layers {
             let (rows, patch) = (8 * side * side, channels * 9);
             // (pass, lhs, rhs) as cohort.rs builds them: the patch matrix is contiguous, the
@@ -396,7 +394,7 @@ mod tests {
                 let n = rhs.dims()[2];
                 let flops = 2.0 * (clients * m * k * n) as f64;
                 let mut line = format!("{layer} {pass} {clients}×({m}×{k} · {k}×{n}):");
-                let auto = time(&|| {
+                let auto = micros_per_call(&|| {
                     let _ = lhs.clone().matmul(rhs.clone());
                 });
                 line += &format!(" burn {auto:.0} µs ({:.1} TFLOP/s)", flops / auto / 1e6);
@@ -421,7 +419,7 @@ mod tests {
                     };
                     match launch() {
                         Ok(()) => {
-                            let micros = time(&|| {
+                            let micros = micros_per_call(&|| {
                                 launch().expect("launched once already");
                             });
                             line +=
@@ -441,7 +439,7 @@ mod tests {
             );
             let mut line = format!("{layer} filter gradient, k cut into s chunks:");
             for chunks in [2, 4, 8, 16, 32].into_iter().filter(|s| rows % s == 0) {
-                let micros = time(&|| {
+                let micros = micros_per_call(&|| {
                     let parts = clients * chunks;
                     let g = g_rows.clone().reshape([parts, rows / chunks, channels]);
                     let p = patches.clone().reshape([parts, rows / chunks, patch]);
