@@ -34,6 +34,9 @@ pub enum BenchWhat {
     /// One round's local training as the runtime runs it (clients on their own threads, alone
     /// or in cohorts): seconds per round and samples per second.
     Round(super::bench_round::RoundBenchArgs),
+    /// Timings of the CUDA kernels a training step waits for (convolution passes, the cohorts'
+    /// batched products per strategy); a build with `--features cuda` and an NVIDIA GPU.
+    Kernels(super::bench_kernels::KernelBenchArgs),
     /// Per-round cost and bytes on the wire of the cluster transport against the in-process
     /// runtime (client nodes as child processes on loopback).
     Cluster(super::bench_cluster::ClusterBenchArgs),

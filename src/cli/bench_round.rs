@@ -1,6 +1,7 @@
 //! `fedshard bench round`: one round's local training, the way the runtime runs it, in seconds
 //! per round and samples per second: C clients of N samples each train E epochs from the same
-//! model, every client on its own thread as the client actors call their trainers, scheduled
+//! model (or, at a keep ratio below 1, each from its own shards of one sub-model shape), every
+//! client on its own thread as the client actors call their trainers, scheduled
 //! by the process's core pool alone (`--cohorts off`: one client per core) or in cohorts
 //! (`--cohorts on`). No server, selection or aggregation: those are `bench job`'s.
 //!
@@ -15,7 +16,7 @@ use crate::config::{Device, TrainingSection};
 use clap::Args;
 use fedshard_protocol::task::{Recipe, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
-use fedshard_training::train::neural::{Examples, Rows};
+use fedshard_training::train::neural::{Examples, Rows, round_tasks};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +37,10 @@ pub struct RoundBenchArgs {
     pub batch: Option<usize>,
     #[arg(long, default_value_t = 2)]
     pub epochs: usize,
+    /// Keep ratio of every shardable layer (1 = dense). Below 1 each client gets its own
+    /// Unbiased shards of one sub-model shape, as one cluster of a sharded round: one cohort.
+    #[arg(long, default_value_t = 1.0)]
+    pub keep_ratio: f64,
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
     /// Cohorts on or off (default off, as `training.cohorts`).
@@ -64,6 +69,7 @@ pub struct RoundBenchReport {
     pub samples: usize,
     pub batch: usize,
     pub epochs: usize,
+    pub keep_ratio: f64,
     pub threads: usize,
     /// Each timed round's wall clock.
     pub seconds_per_round: Vec<f64>,
@@ -79,6 +85,11 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
         "--clients, --samples, --epochs and --rounds must be at least 1"
     );
     anyhow::ensure!(args.cohort_size >= 1, "--cohort-size must be at least 1");
+    anyhow::ensure!(
+        args.keep_ratio > 0.0 && args.keep_ratio <= 1.0,
+        "--keep-ratio: expected a ratio in (0, 1], found {}",
+        args.keep_ratio
+    );
     let s = setup(args.model)?;
     let batch = args.batch.unwrap_or(s.batch);
     anyhow::ensure!(batch >= 1, "--batch must be at least 1");
@@ -102,29 +113,33 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
         ..TrainingSection::default()
     };
     let trainers = crate::federation::neural_clients(&training, &s.architecture, examples)?;
-    let (dense, _) = s.architecture.initial_state(1)?;
-    // scripts/torch_reference.py's round: SGD at 0.05 with momentum 0.5 and decay 1e-4.
+    let (state, shardable) = s.architecture.initial_state(1)?;
+    let tasks = round_tasks(&state, &shardable, args.keep_ratio, args.clients, 1)
+        .map_err(anyhow::Error::msg)?;
+    // scripts/torch_reference.py's round: SGD at 0.05 with momentum 0.5 and decay 1e-4 (and,
+    // for a sub-model, ClipLR as `bench train` sets it).
     let recipe = Recipe {
         learning_rate: 0.05,
         epochs: args.epochs,
         batch_size: batch,
         momentum: 0.5,
         weight_decay: 1e-4,
-        clip_lr: None,
+        clip_lr: (args.keep_ratio < 1.0).then_some(10.0),
     };
     let run_round = |round: u64| -> anyhow::Result<f64> {
         let started = Instant::now();
         std::thread::scope(|scope| {
             let workers: Vec<_> = trainers
                 .iter()
+                .zip(&tasks)
                 .enumerate()
-                .map(|(c, trainer)| {
+                .map(|(c, (trainer, (dense, shards)))| {
                     let task = TrainTask {
                         round,
                         client: c as u64,
                         seed: 1,
                         dense: dense.clone(),
-                        shards: vec![],
+                        shards: shards.clone(),
                         recipe: recipe.clone(),
                         uplink: Default::default(),
                     };
@@ -156,6 +171,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
         samples: args.samples,
         batch,
         epochs: args.epochs,
+        keep_ratio: args.keep_ratio,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         samples_per_second: trained / seconds.iter().sum::<f64>(),
         seconds_per_round: seconds,
@@ -171,7 +187,7 @@ pub fn describe(r: &RoundBenchReport) -> String {
         .map(|s| format!("{s:.3}"))
         .collect();
     format!(
-        "round {:?} on {:?}, cohorts {}: {} clients × {} samples × {} epochs at batch {}, {} core(s): {} s per round, {:.0} samples/s, peak RSS {:.0} MB",
+        "round {:?} on {:?}, cohorts {}: {} clients × {} samples × {} epochs at batch {}, keep ratio {}, {} core(s): {} s per round, {:.0} samples/s, peak RSS {:.0} MB",
         r.model,
         r.device,
         if r.cohorts { "on" } else { "off" },
@@ -179,6 +195,7 @@ pub fn describe(r: &RoundBenchReport) -> String {
         r.samples,
         r.epochs,
         r.batch,
+        r.keep_ratio,
         r.threads,
         rounds.join(" / "),
         r.samples_per_second,

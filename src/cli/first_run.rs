@@ -60,6 +60,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "bench round",
         "fedshard bench round --model digits-cnn --clients 10 --samples 200 --batch 8",
     ),
+    ("bench kernels", "fedshard bench kernels"),
     (
         "bench cluster",
         "fedshard bench cluster --nodes 3 --clients-per-node 100 --rounds 5",

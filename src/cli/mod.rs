@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_cluster;
 pub mod bench_job;
+pub mod bench_kernels;
 pub mod bench_round;
 pub mod bench_train;
 pub mod cert;
@@ -192,6 +193,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
         }
+        Command::Bench(bench::BenchArgs {
+            what: bench::BenchWhat::Kernels(args),
+        }) => bench_kernels::kernels(&args),
         Command::Bench(bench::BenchArgs {
             what: bench::BenchWhat::Train(args),
         }) => {

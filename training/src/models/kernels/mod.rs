@@ -13,7 +13,7 @@
 //! [`Autodiff`](burn::backend::autodiff::Autodiff) records one graph node per kernel whose
 //! backward pass calls the inner backend's backward kernel (`autodiff.rs`). Any other backend gets the [`composite`] versions, which are the same
 //! functions written with burn's tensor operations; the tests check that both agree, values and
-//! gradients. CUDA (`cuda.rs`) runs the composite versions except for the convolution, which
+//! gradients. CUDA (`cuda/`) runs the composite versions except for the convolution, which
 //! it runs as an implicit GEMM.
 
 pub mod cohort;
@@ -21,7 +21,7 @@ pub mod composite;
 
 mod autodiff;
 #[cfg(feature = "cuda")]
-mod cuda;
+pub mod cuda;
 mod ndarray;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::models::char_transformer::CharShape;
-use crate::train::neural::{CharWindows, CpuTraining, single_client_task};
+use crate::train::neural::{CharWindows, CpuTraining, round_tasks, single_client_task};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use proptest::prelude::*;
 
@@ -248,6 +248,38 @@ fn tasks_of_different_shapes_train_one_by_one() {
         .expect_err("one shape per cohort");
     assert!(matches!(err, NetError::Cohort { .. }), "{err}");
     same_alone_and_together(&arch, &tasks, &examples, &recipe(4, 1, true));
+}
+
+/// A round's tasks from one plan (`fedshard bench round --keep-ratio`): one sub-model shape,
+/// so one cohort, each client with its own terms, and client 0's task the single client's.
+#[test]
+fn a_rounds_sharded_tasks_share_a_shape_and_sample_their_own_terms() {
+    let arch = Architecture::DigitsCnn { classes: 10 };
+    let (state, shardable) = arch.initial_state(7).expect("builds");
+    let tasks = round_tasks(&state, &shardable, 0.4, 3, 11).expect("plans");
+    assert_eq!(
+        tasks[0],
+        single_client_task(&state, &shardable, 0.4, 11).expect("plans")
+    );
+    let shapes = |(_, shards): &(ModelState, Vec<LayerShard>)| -> Vec<(usize, usize)> {
+        shards
+            .iter()
+            .map(|s| (s.left.len(), s.right.len()))
+            .collect()
+    };
+    assert!(!tasks[0].1.is_empty());
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t.0 == tasks[0].0 && shapes(t) == shapes(&tasks[0]))
+    );
+    assert_ne!(tasks[1].1, tasks[2].1, "each client samples its own terms");
+    let refs: Vec<Task<'_>> = tasks
+        .iter()
+        .map(|(dense, shards)| (dense, shards.as_slice()))
+        .collect();
+    arch.load_cohort::<B>(&refs, &Default::default())
+        .expect("one cohort");
 }
 
 #[test]
