@@ -152,7 +152,8 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         clock: config.run.clock,
         seed,
         samples: &sizes,
-        parameters: initial.num_parameters() as u64,
+        model,
+        initial: &initial,
         faults: config.faults.as_ref(),
     };
     let runtime = RuntimeConfig {

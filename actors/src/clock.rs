@@ -9,14 +9,16 @@
 //!     compute = f_c · (base + epochs · samples · φ · seconds_per_sample_c)   (+ a `timeout` fault's delay)
 //! ```
 //!
-//! where f_c is the client's straggler factor, base the stragglers' `base_delay_ms`, φ the share
-//! of the full model's parameters the task trains (1 for a dense client, less for a spectral
-//! shard: a proxy for its FLOPs) and seconds_per_sample_c the client's device (the config's
-//! `[devices]`), and its answer reaches the server after the latency and its upload (`bits up /
+//! where f_c is the client's straggler factor, base the stragglers' `base_delay_ms`, φ the task's
+//! share of the full model's multiply-adds per sample (1 for a dense client, less for a
+//! spectral shard; [`fedshard_protocol::work`] counts them, a convolution's weight at every
+//! output position) and seconds_per_sample_c the client's device (the config's `[devices]`),
+//! and its answer reaches the server after the latency and its upload (`bits up /
 //! uplink rate`, with the bits its compressor really produced). Nothing sleeps.
 
 use crate::faults::{FaultKind, FaultPlan};
 use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_protocol::work::{WeightUses, multiply_adds};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -53,8 +55,11 @@ pub struct VirtualClock {
     pub clients: BTreeMap<ClientId, ClientCost>,
     /// One-way latency of every message, seconds.
     pub latency: f64,
-    /// Parameters of the full model (φ's denominator).
-    pub parameters: u64,
+    /// Where each weight of the model applies in a sample's forward pass (φ counts a task's
+    /// multiply-adds by it); empty for a model that is never sharded, whose φ is 1.
+    pub uses: WeightUses,
+    /// Multiply-adds per sample of the full model under `uses` (φ's denominator).
+    pub full_multiply_adds: u64,
     /// The fault plan: a `timeout` fault costs its delay in simulated time.
     pub faults: Option<FaultPlan>,
 }
@@ -95,7 +100,7 @@ impl VirtualClock {
             };
         };
         let bits = bits as f64;
-        let share = (task_parameters(task) as f64 / self.parameters.max(1) as f64).min(1.0);
+        let share = self.share(task);
         let work = task.recipe.epochs as f64 * cost.samples as f64 * share;
         let mut compute = cost.fixed_seconds + work * cost.seconds_per_sample;
         if let Some(plan) = &self.faults
@@ -122,6 +127,15 @@ impl VirtualClock {
         }
     }
 
+    /// φ: the task's share of the full model's multiply-adds per sample, at most 1.
+    fn share(&self, task: &TrainTask) -> f64 {
+        if self.full_multiply_adds == 0 {
+            return 1.0;
+        }
+        let task = multiply_adds(&task.dense, &task.shards, &self.uses);
+        (task as f64 / self.full_multiply_adds as f64).min(1.0)
+    }
+
     /// The time to send an answer of `bits` from `client`.
     pub fn upload(&self, client: ClientId, bits: u64) -> f64 {
         let rate = self
@@ -132,22 +146,12 @@ impl VirtualClock {
     }
 }
 
-/// The values a task trains: its dense tensors and its shards' factor columns.
-fn task_parameters(task: &TrainTask) -> u64 {
-    let dense: usize = task.dense.tensors.iter().map(|t| t.data.len()).sum();
-    let shards: usize = task
-        .shards
-        .iter()
-        .map(|s| s.left.len() + s.right.len())
-        .sum();
-    (dense + shards) as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use fedshard_protocol::model::{ModelState, NamedTensor};
     use fedshard_protocol::task::Recipe;
+    use fedshard_protocol::work::WeightUse;
 
     fn task(values: usize, epochs: usize) -> TrainTask {
         TrainTask {
@@ -176,7 +180,14 @@ mod tests {
             kind: ClockKind::Virtual,
             clients: BTreeMap::from([(0, cost)]),
             latency: 0.02,
-            parameters: 1000,
+            uses: WeightUses::from([(
+                "w".to_string(),
+                WeightUse {
+                    positions: 1,
+                    convolution: false,
+                },
+            )]),
+            full_multiply_adds: 1000,
             faults: None,
         }
     }
@@ -194,6 +205,19 @@ mod tests {
         assert_eq!(clock.upload(0, 1_000_000), 0.02 + 1.0);
         // An upload-only request (phase two) costs only the latency down.
         assert_eq!(clock.before_upload(0, None).total(), 0.02);
+    }
+
+    /// A model without weight uses (FedPM's and ridge's, never sharded) costs every task in
+    /// full.
+    #[test]
+    fn a_model_without_weight_uses_costs_every_task_in_full() {
+        let clock = VirtualClock {
+            uses: WeightUses::new(),
+            full_multiply_adds: 0,
+            ..clock()
+        };
+        let time = clock.before_upload(0, Some((&task(500, 2), 0)));
+        assert!((time.compute - (0.5 + 2.0 * 50.0 * 0.01)).abs() < 1e-12);
     }
 
     #[test]

@@ -393,7 +393,8 @@ mod tests {
             kind,
             clients,
             latency: 0.0,
-            parameters: 1,
+            uses: Default::default(),
+            full_multiply_adds: 0,
             faults: None,
         })
     }

@@ -17,5 +17,6 @@ pub mod payload;
 pub mod shard_plan;
 pub mod task;
 pub mod uplink;
+pub mod work;
 
 pub use error::Error;

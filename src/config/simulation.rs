@@ -3,10 +3,13 @@
 //! drawn once from the seed, so a node that hosts a client sees the same client as the
 //! in-process run.
 
+use super::Model;
 use anyhow::{Context, bail};
 use fedshard_actors::clock::{ClientCost, ClockKind, VirtualClock};
 use fedshard_actors::faults::FaultPlan;
+use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::ClientId;
+use fedshard_protocol::work::multiply_adds;
 use fedshard_strategies::rng::{Purpose, stream};
 use rand_distr::{Distribution, LogNormal};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -18,7 +21,8 @@ use std::path::PathBuf;
 #[serde(deny_unknown_fields)]
 pub struct DevicesSection {
     /// Samples a median device trains per second on the full model (forward and backward, one
-    /// epoch); a spectral shard that trains a share φ of the parameters goes 1/φ times faster.
+    /// epoch); a spectral shard that does a share φ of the full model's multiply-adds per
+    /// sample goes 1/φ times faster.
     pub samples_per_second: f64,
     /// Device speeds are lognormal around the median with this σ (0: every device alike).
     #[serde(default)]
@@ -216,8 +220,10 @@ pub struct Run<'a> {
     pub seed: u64,
     /// Each client's sample count, by id.
     pub samples: &'a [u64],
-    /// Parameters of the full model.
-    pub parameters: u64,
+    /// The model and its initial state: φ's multiply-adds ([`Model::weight_uses`]), counted
+    /// only when a clock is built.
+    pub model: &'a Model,
+    pub initial: &'a ModelState,
     pub faults: Option<&'a FaultPlan>,
 }
 
@@ -233,6 +239,7 @@ pub fn clock(
     if run.clock == ClockKind::Wall && base == 0.0 {
         return Ok(None);
     }
+    let uses = run.model.weight_uses()?;
     let n = run.samples.len();
     let factors = stragglers.map_or_else(|| vec![1.0; n], |s| s.factors(run.seed, n));
     let simulated = run.clock == ClockKind::Virtual;
@@ -272,7 +279,8 @@ pub fn clock(
         latency: network
             .filter(|_| simulated)
             .map_or(0.0, |n| n.latency_ms / 1e3),
-        parameters: run.parameters,
+        full_multiply_adds: multiply_adds(run.initial, &[], &uses),
+        uses,
         faults: run.faults.filter(|_| simulated).cloned(),
     }))
 }

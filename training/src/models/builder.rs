@@ -21,6 +21,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use fedshard_protocol::model::{ModelState, NamedTensor};
 use fedshard_protocol::task::LayerShard;
+use fedshard_protocol::work::{WeightUse, WeightUses};
 use fedshard_strategies::rng::{ChaCha20Rng, Purpose, stream, uniform};
 use std::collections::{BTreeSet, HashMap};
 
@@ -62,6 +63,10 @@ pub struct Builder<'a, B: Backend> {
     device: B::Device,
     mode: Mode<'a>,
     roles: HashMap<ParamId, Role>,
+    /// Positions of a sample at which the layers built next apply ([`Builder::at_positions`]).
+    positions: usize,
+    /// Where each weight built so far applies, for the multiply-add count.
+    uses: WeightUses,
 }
 
 /// One client's tensors in load mode: a task's dense tensors and shards.
@@ -100,6 +105,8 @@ impl<'a, B: Backend> Builder<'a, B> {
                 shardable: Vec::new(),
             },
             roles: HashMap::new(),
+            positions: 1,
+            uses: WeightUses::new(),
         }
     }
 
@@ -114,6 +121,8 @@ impl<'a, B: Backend> Builder<'a, B> {
                 used: BTreeSet::new(),
             },
             roles: HashMap::new(),
+            positions: 1,
+            uses: WeightUses::new(),
         }
     }
 
@@ -127,6 +136,18 @@ impl<'a, B: Backend> Builder<'a, B> {
 
     pub fn device(&self) -> &B::Device {
         &self.device
+    }
+
+    /// The layers built from here on apply at `positions` places of each sample: a
+    /// convolution's output H · W, a transformer's tokens (1 until set: a feature vector). Only
+    /// the multiply-add count ([`Builder::weight_uses`]) reads it.
+    pub fn at_positions(&mut self, positions: usize) {
+        self.positions = positions;
+    }
+
+    /// Where each weight built so far applies in one sample's forward pass.
+    pub fn weight_uses(&self) -> &WeightUses {
+        &self.uses
     }
 
     /// In init mode: the recorded initial state and the names of the shardable weights.
@@ -251,6 +272,13 @@ impl<'a, B: Backend> Builder<'a, B> {
         shardable: bool,
     ) -> Result<Weight<B>, NetError> {
         let name = format!("{layer}.weight");
+        self.uses.insert(
+            name.clone(),
+            WeightUse {
+                positions: self.positions as u64,
+                convolution: shape.len() == 4,
+            },
+        );
         let rows = shape[0];
         let cols: usize = shape[1..].iter().product();
         let clients = self.clients();

@@ -38,20 +38,32 @@ pub struct Cct<B: Backend> {
 }
 
 impl<B: Kernels> Cct<B> {
+    /// The layers in the order their initial values are drawn (blocks first).
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, NetError> {
+        b.at_positions(TOKENS);
         let blocks = (0..BLOCKS)
             .map(|i| {
                 TransformerBlock::new(b, &format!("block{i}"), WIDTH, HEADS, MLP_RATIO * WIDTH)
             })
             .collect::<Result<_, _>>()?;
+        b.at_positions(32 * 32);
+        let tokenizer0 = b.conv("tokenizer0", 3, 64, 3, 1, 1, false, false)?;
+        b.at_positions(16 * 16);
+        let tokenizer1 = b.conv("tokenizer1", 64, WIDTH, 3, 1, 1, false, true)?;
+        let positions = b.matrix("positions", [TOKENS, WIDTH], Init::Normal(0.02))?;
+        let ln = LayerNorm::new(b, "ln", WIDTH)?;
+        b.at_positions(TOKENS);
+        let pool = b.affine("pool", WIDTH, 1, true, false)?;
+        b.at_positions(1);
+        let fc = b.affine("fc", WIDTH, classes, true, false)?;
         Ok(Self {
-            tokenizer0: b.conv("tokenizer0", 3, 64, 3, 1, 1, false, false)?,
-            tokenizer1: b.conv("tokenizer1", 64, WIDTH, 3, 1, 1, false, true)?,
-            positions: b.matrix("positions", [TOKENS, WIDTH], Init::Normal(0.02))?,
+            tokenizer0,
+            tokenizer1,
+            positions,
             blocks,
-            ln: LayerNorm::new(b, "ln", WIDTH)?,
-            pool: b.affine("pool", WIDTH, 1, true, false)?,
-            fc: b.affine("fc", WIDTH, classes, true, false)?,
+            ln,
+            pool,
+            fc,
         })
     }
 

@@ -53,6 +53,8 @@ pub struct CharTransformer<B: Backend> {
 
 impl<B: Kernels> CharTransformer<B> {
     pub fn new(b: &mut Builder<B>, s: CharShape) -> Result<Self, NetError> {
+        // A sample is a window: every layer applies at each of its tokens.
+        b.at_positions(s.context);
         let blocks = (0..s.blocks)
             .map(|i| TransformerBlock::new(b, &format!("block{i}"), s.width, s.heads, 4 * s.width))
             .collect::<Result<_, _>>()?;

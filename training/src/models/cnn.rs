@@ -86,13 +86,24 @@ const GROUPS: usize = 2;
 impl<B: Kernels> Cnn<B> {
     pub fn new(b: &mut Builder<B>, shape: CnnShape, classes: usize) -> Result<Self, NetError> {
         let [w0, w1, w2] = shape.widths;
+        let side = shape.side;
+        b.at_positions(side * side);
+        let conv0 = b.conv("conv0", shape.channels, w0, 3, 1, 1, true, false)?;
+        let norm0 = GroupNorm::new(b, "norm0", w0, GROUPS)?;
+        let conv1 = b.conv("conv1", w0, w1, 3, 1, 1, true, true)?;
+        let norm1 = GroupNorm::new(b, "norm1", w1, GROUPS)?;
+        // After the first 2×2 pooling.
+        b.at_positions((side / 2) * (side / 2));
+        let conv2 = b.conv("conv2", w1, w2, 3, 1, 1, true, true)?;
+        let norm2 = GroupNorm::new(b, "norm2", w2, GROUPS)?;
+        b.at_positions(1);
         Ok(Self {
-            conv0: b.conv("conv0", shape.channels, w0, 3, 1, 1, true, false)?,
-            norm0: GroupNorm::new(b, "norm0", w0, GROUPS)?,
-            conv1: b.conv("conv1", w0, w1, 3, 1, 1, true, true)?,
-            norm1: GroupNorm::new(b, "norm1", w1, GROUPS)?,
-            conv2: b.conv("conv2", w1, w2, 3, 1, 1, true, true)?,
-            norm2: GroupNorm::new(b, "norm2", w2, GROUPS)?,
+            conv0,
+            norm0,
+            conv1,
+            norm1,
+            conv2,
+            norm2,
             fc0: b.affine("fc0", shape.flat(), shape.hidden, true, true)?,
             norm3: LayerNorm::new(b, "norm3", shape.hidden)?,
             fc1: b.affine("fc1", shape.hidden, classes, true, false)?,

@@ -14,6 +14,7 @@ use crate::models::kernels::{self, Cohort, ConvGeometry, Kernels};
 use burn::module::{Module, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
+use fedshard_protocol::work::factors_are_cheaper;
 use thiserror::Error;
 
 /// Why a shard's rows do not make factors.
@@ -161,7 +162,8 @@ impl<B: Kernels> Affine<B> {
 /// A 2-D convolution whose weight `c_out × c_in × kh × kw` is held as the matrix
 /// `c_out × (c_in kh kw)` (row-major over (c_in, kh, kw), docs/algorithms.md §1.8), per client.
 ///
-/// Factorized, it runs in whichever order costs fewer multiply-adds per output position: as a
+/// Factorized, it runs in whichever form costs fewer multiply-adds per output position
+/// ([`factors_are_cheaper`], which simulated time counts by too): as a
 /// convolution with the n filters `Diag(ω)·V` (filter j = ω_j v'_{I_j} reshaped to
 /// `(c_in, kh, kw)`) followed by a 1×1 convolution with `Uᵀ`, `n·(c_in kh kw + c_out)`; or as
 /// one convolution with the composed `Uᵀ·Diag(ω)·V`, `c_out·c_in kh kw`. Both are the same
@@ -197,7 +199,7 @@ impl<B: Kernels> Conv<B> {
                 // Diag(ω)·V, C × n × c_in kh kw.
                 let scaled_v = f.v.val() * f.omega.clone().reshape([clients, n, 1]);
                 let u_t = f.u.val().swap_dims(1, 2);
-                if n * (patch + c_out) < c_out * patch {
+                if factors_are_cheaper(n, c_out, patch) {
                     let h = kernels::cohort_conv2d(x, scaled_v, None, self.geometry(), cohort);
                     let one_by_one = ConvGeometry {
                         kernel: [1, 1],

@@ -14,6 +14,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::LayerShard;
+use fedshard_protocol::work::WeightUses;
 use serde::{Deserialize, Serialize};
 
 /// A neural architecture and its sizes, as the `[model]` section names it.
@@ -91,6 +92,15 @@ impl Architecture {
         Ok(init.expect("an init-mode builder always records its state"))
     }
 
+    /// Where each weight applies in one sample's forward pass: what simulated time counts a
+    /// task's multiply-adds by ([`fedshard_protocol::work`]). Builds the model once.
+    pub fn weight_uses(&self) -> Result<WeightUses, NetError> {
+        let device = Default::default();
+        let mut builder = Builder::<burn::backend::NdArray>::init(0, &device);
+        self.build(&mut builder)?;
+        Ok(builder.weight_uses().clone())
+    }
+
     /// A client's sub-model from a task's dense tensors and shards.
     pub fn load<B: Kernels>(
         &self,
@@ -157,5 +167,54 @@ impl<B: Kernels> Net<B> {
         tasks: &[Task<'_>],
     ) -> Result<Vec<(ModelState, Vec<LayerShard>)>, NetError> {
         export(self, layout, tasks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fedshard_protocol::work::multiply_adds;
+
+    /// Multiply-adds of one sample's forward pass through the full model's weights.
+    fn count(arch: Architecture) -> u64 {
+        let (state, _) = arch.initial_state(0).expect("builds");
+        multiply_adds(&state, &[], &arch.weight_uses().expect("builds"))
+    }
+
+    /// Each weight counted at its layer's output positions, against counts by hand: the CNNs
+    /// (a 2×2 pooling after conv1 and after conv2) and ResNet-18 on 32×32, whose 0.56 G
+    /// multiply-adds an image is the figure usually quoted for it.
+    #[test]
+    fn weight_uses_count_each_layer_at_its_output_positions() {
+        assert_eq!(count(Architecture::digits_mlp()), 64 * 128 + 128 * 10);
+        let cnn = |side: u64| {
+            let flat = 64 * (side / 4) * (side / 4);
+            16 * 9 * side * side
+                + 32 * 144 * side * side
+                + 64 * 288 * (side / 2) * (side / 2)
+                + 128 * flat
+                + 10 * 128
+        };
+        assert_eq!(count(Architecture::DigitsCnn { classes: 10 }), cnn(8));
+        assert_eq!(count(Architecture::MnistCnn { classes: 10 }), cnn(28));
+        // The stem at 32², then per stage (side 32, 16, 8, 4) four 3×3 convolutions of c
+        // channels and, from the second stage, a 1×1 shortcut from c/2 channels.
+        let stage = |c: u64, side: u64, first: bool| {
+            let positions = side * side;
+            let convs = if first {
+                4 * c * c * 9
+            } else {
+                c * (c / 2) * 9 + 3 * c * c * 9 + c * (c / 2)
+            };
+            convs * positions
+        };
+        let resnet = 64 * 27 * 1024
+            + stage(64, 32, true)
+            + stage(128, 16, false)
+            + stage(256, 8, false)
+            + stage(512, 4, false)
+            + 512 * 10;
+        assert_eq!(resnet, 555_422_720);
+        assert_eq!(count(Architecture::Resnet18 { classes: 10 }), resnet);
     }
 }

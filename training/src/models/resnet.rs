@@ -99,6 +99,8 @@ pub struct ResNet18<B: Backend> {
 
 impl<B: Kernels> ResNet18<B> {
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, NetError> {
+        let mut side = 32;
+        b.at_positions(side * side);
         let stem = b.conv("stem", 3, 64, 3, 1, 1, false, false)?;
         let stem_norm = GroupNorm::new(b, "stem_norm", 64, NORM_GROUPS)?;
         let mut blocks = Vec::with_capacity(8);
@@ -106,11 +108,15 @@ impl<B: Kernels> ResNet18<B> {
         for (stage, c_out) in [64, 128, 256, 512].into_iter().enumerate() {
             for i in 0..2 {
                 let stride = if stage > 0 && i == 0 { 2 } else { 1 };
+                // Every convolution of a block outputs at the block's stride.
+                side /= stride;
+                b.at_positions(side * side);
                 let name = format!("stage{stage}.block{i}");
                 blocks.push(BasicBlock::new(b, &name, c_in, c_out, stride)?);
                 c_in = c_out;
             }
         }
+        b.at_positions(1);
         let fc = b.affine("fc", 512, classes, true, false)?;
         Ok(Self {
             stem,

@@ -1,0 +1,129 @@
+//! How much computation a training task is: the multiply-adds of one sample's forward pass
+//! through the model's weights, dense or factorised. Simulated time scales a device's speed by
+//! a task's share of the full model's multiply-adds (docs/async.md, "Simulated time"), so a
+//! sub-model's cost follows where its arithmetic is: a convolution's weight is used at every
+//! output position of an image, a linear layer's once per feature vector (or per token).
+//!
+//! The backward pass costs about twice the forward pass for every weight alike, so the share is
+//! the same for a training step. Products without weights (attention's scores) and
+//! element-wise work (norms, activations, biases) are not counted: sharding does not change
+//! them.
+
+use crate::model::ModelState;
+use crate::task::LayerShard;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where a weight tensor's layer applies in one sample's forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WeightUse {
+    /// Positions at which the layer applies: 1 for a linear layer on a feature vector, the
+    /// output's H · W for a convolution, the tokens for a transformer's linear layers. Each
+    /// value of the weight takes part in one multiply-add per position.
+    pub positions: u64,
+    /// A convolution, whose shard runs as its factors (a convolution with the n filters, then a
+    /// 1 × 1 convolution) only where that is cheaper than the composed weight
+    /// ([`factors_are_cheaper`]); a linear layer always runs its factors.
+    pub convolution: bool,
+}
+
+/// The multiply-add counts of a model's weights, by tensor name.
+pub type WeightUses = BTreeMap<String, WeightUse>;
+
+/// Whether `n` factor pairs of a `rows × cols` matrix (`rows + cols` values each) cost fewer
+/// multiply-adds per position than the matrix they compose.
+pub fn factors_are_cheaper(n: usize, rows: usize, cols: usize) -> bool {
+    n * (rows + cols) < rows * cols
+}
+
+/// Multiply-adds per sample of a forward pass through the weights of `dense` and `shards`
+/// under `uses`; a tensor without a use (a bias, a norm, an embedding table) counts none.
+pub fn multiply_adds(dense: &ModelState, shards: &[LayerShard], uses: &WeightUses) -> u64 {
+    let dense: u64 = dense
+        .tensors
+        .iter()
+        .filter_map(|t| Some(uses.get(&t.name)?.positions * t.data.len() as u64))
+        .sum();
+    let shards: u64 = shards
+        .iter()
+        .filter_map(|s| {
+            let used = uses.get(&s.name)?;
+            let (n, rows, cols) = (s.indices.len(), s.rows(), s.cols());
+            let per_position = if !used.convolution || factors_are_cheaper(n, rows, cols) {
+                n * (rows + cols)
+            } else {
+                rows * cols
+            };
+            Some(used.positions * per_position as u64)
+        })
+        .sum();
+    dense + shards
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NamedTensor;
+
+    fn shard(name: &str, shape: [usize; 2], n: usize) -> LayerShard {
+        LayerShard {
+            name: name.into(),
+            shape: shape.to_vec(),
+            indices: (0..n).collect(),
+            left: vec![0.0; n * shape[0]],
+            right: vec![0.0; n * shape[1]],
+            multipliers: vec![1.0; n],
+        }
+    }
+
+    /// A convolution 32 × 144 at 16 positions and a linear layer 128 × 256 used once, dense and
+    /// at rank 8 and 30; the bias counts nothing.
+    #[test]
+    fn factors_count_their_products_and_a_convolution_takes_the_cheaper_form() {
+        let uses = WeightUses::from([
+            (
+                "conv.weight".to_string(),
+                WeightUse {
+                    positions: 16,
+                    convolution: true,
+                },
+            ),
+            (
+                "fc.weight".to_string(),
+                WeightUse {
+                    positions: 1,
+                    convolution: false,
+                },
+            ),
+        ]);
+        let dense = ModelState::new(vec![
+            NamedTensor::zeros("conv.weight", vec![32, 16, 3, 3]),
+            NamedTensor::zeros("fc.weight", vec![128, 256]),
+            NamedTensor::zeros("fc.bias", vec![128]),
+        ])
+        .expect("valid");
+        assert_eq!(multiply_adds(&dense, &[], &uses), 16 * 32 * 144 + 128 * 256);
+        let bias_only =
+            ModelState::new(vec![NamedTensor::zeros("fc.bias", vec![128])]).expect("valid");
+        // Rank 8: both layers run their factors.
+        let low = [
+            shard("conv.weight", [32, 144], 8),
+            shard("fc.weight", [128, 256], 8),
+        ];
+        assert_eq!(
+            multiply_adds(&bias_only, &low, &uses),
+            16 * 8 * (32 + 144) + 8 * (128 + 256)
+        );
+        // Rank 30: 30 · 176 > 32 · 144, so the convolution runs composed; the linear layer
+        // still runs its factors.
+        let high = [
+            shard("conv.weight", [32, 144], 30),
+            shard("fc.weight", [128, 256], 30),
+        ];
+        assert!(!factors_are_cheaper(30, 32, 144));
+        assert_eq!(
+            multiply_adds(&bias_only, &high, &uses),
+            16 * 32 * 144 + 30 * (128 + 256)
+        );
+    }
+}
