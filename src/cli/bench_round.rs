@@ -114,7 +114,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
     };
     let trainers = crate::federation::neural_clients(&training, &s.architecture, examples)?;
     let (state, shardable) = s.architecture.initial_state(1)?;
-    let tasks = round_tasks(&state, &shardable, args.keep_ratio, args.clients, 1)
+    let (dense, shards) = round_tasks(&state, &shardable, args.keep_ratio, args.clients, 1)
         .map_err(anyhow::Error::msg)?;
     // scripts/torch_reference.py's round: SGD at 0.05 with momentum 0.5 and decay 1e-4 (and,
     // for a sub-model, ClipLR as `bench train` sets it).
@@ -131,9 +131,9 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
         std::thread::scope(|scope| {
             let workers: Vec<_> = trainers
                 .iter()
-                .zip(&tasks)
+                .zip(&shards)
                 .enumerate()
-                .map(|(c, (trainer, (dense, shards)))| {
+                .map(|(c, (trainer, shards))| {
                     let task = TrainTask {
                         round,
                         client: c as u64,

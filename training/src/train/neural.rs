@@ -198,23 +198,23 @@ pub fn single_client_task(
     keep_ratio: f64,
     seed: u64,
 ) -> Result<(ModelState, Vec<LayerShard>), BoxError> {
-    let mut tasks = round_tasks(state, shardable, keep_ratio, 1, seed)?;
-    Ok(tasks.remove(0))
+    let (dense, mut shards) = round_tasks(state, shardable, keep_ratio, 1, seed)?;
+    Ok((dense, shards.remove(0)))
 }
 
-/// What the runtime would send clients `0..clients` in round 1, all at `keep_ratio`: the same
-/// dense tensors and each client's own Unbiased/CPS shards (one sub-model shape, different
-/// singular terms), from one sharding plan, so each layer is factorised once. Each client
-/// samples its terms from its own stream: client 0's task is [`single_client_task`]'s.
+/// What the runtime would send clients `0..clients` in round 1, all at `keep_ratio`: the dense
+/// tensors, the same for all, and each client's own Unbiased/CPS shards (one sub-model shape,
+/// different singular terms), from one sharding plan, so each layer is factorised once. Each
+/// client samples its terms from its own stream: client 0's task is [`single_client_task`]'s.
 pub fn round_tasks(
     state: &ModelState,
     shardable: &[String],
     keep_ratio: f64,
     clients: usize,
     seed: u64,
-) -> Result<Vec<(ModelState, Vec<LayerShard>)>, BoxError> {
+) -> Result<(ModelState, Vec<Vec<LayerShard>>), BoxError> {
     if keep_ratio >= 1.0 {
-        return Ok(vec![(state.clone(), vec![]); clients]);
+        return Ok((state.clone(), vec![vec![]; clients]));
     }
     let policy = ShardingPolicy {
         strategy: "unbiased".parse()?,
@@ -225,14 +225,11 @@ pub fn round_tasks(
         .map(|client| Participant { client, keep_ratio })
         .collect();
     let mut plan = plan_shards(state, &policy, &participants, seed, 1)?;
-    let dense = dense_part(state, Some(&policy));
-    Ok(participants
+    let shards = participants
         .iter()
-        .map(|p| {
-            let shards = plan.shards.remove(&p.client).unwrap_or_default();
-            (dense.clone(), shards)
-        })
-        .collect())
+        .map(|p| plan.shards.remove(&p.client).unwrap_or_default())
+        .collect();
+    Ok((dense_part(state, Some(&policy)), shards))
 }
 
 /// What a [`NeuralClient`]'s local work is, chosen with the run's uplink when the client is

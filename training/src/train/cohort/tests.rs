@@ -256,29 +256,22 @@ fn tasks_of_different_shapes_train_one_by_one() {
 fn a_rounds_sharded_tasks_share_a_shape_and_sample_their_own_terms() {
     let arch = Architecture::DigitsCnn { classes: 10 };
     let (state, shardable) = arch.initial_state(7).expect("builds");
-    let tasks = round_tasks(&state, &shardable, 0.4, 3, 11).expect("plans");
+    let (dense, shards) = round_tasks(&state, &shardable, 0.4, 3, 11).expect("plans");
     assert_eq!(
-        tasks[0],
+        (dense.clone(), shards[0].clone()),
         single_client_task(&state, &shardable, 0.4, 11).expect("plans")
     );
-    let shapes = |(_, shards): &(ModelState, Vec<LayerShard>)| -> Vec<(usize, usize)> {
+    let shape = |shards: &[LayerShard]| -> Vec<(usize, usize)> {
         shards
             .iter()
             .map(|s| (s.left.len(), s.right.len()))
             .collect()
     };
-    assert!(!tasks[0].1.is_empty());
-    assert!(
-        tasks
-            .iter()
-            .all(|t| t.0 == tasks[0].0 && shapes(t) == shapes(&tasks[0]))
-    );
-    assert_ne!(tasks[1].1, tasks[2].1, "each client samples its own terms");
-    let refs: Vec<Task<'_>> = tasks
-        .iter()
-        .map(|(dense, shards)| (dense, shards.as_slice()))
-        .collect();
-    arch.load_cohort::<B>(&refs, &Default::default())
+    assert!(!shards[0].is_empty());
+    assert!(shards.iter().all(|s| shape(s) == shape(&shards[0])));
+    assert_ne!(shards[1], shards[2], "each client samples its own terms");
+    let tasks: Vec<Task<'_>> = shards.iter().map(|s| (&dense, s.as_slice())).collect();
+    arch.load_cohort::<B>(&tasks, &Default::default())
         .expect("one cohort");
 }
 
