@@ -5,7 +5,7 @@
 #
 #   bash scripts/gpu-check.sh build   # on any machine (no GPU needed, ~15 min on 2 cores):
 #                                     # the CUDA builds of fedshard and of the training crate's
-#                                     # tests, stripped and compressed into target/gpu (~30 MB)
+#                                     # tests, stripped and compressed into target/gpu (17 MB)
 #   bash scripts/gpu-check.sh run [checks] [rounds] [job] [step]
 #                                     # on the GPU machine, from the repository root, with
 #                                     # target/gpu copied there (all four parts by default;
