@@ -18,7 +18,7 @@
 
 use crate::faults::{FaultKind, FaultPlan};
 use fedshard_protocol::task::{ClientId, TrainTask};
-use fedshard_protocol::work::{WeightUses, multiply_adds};
+use fedshard_protocol::work::ModelWork;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -55,11 +55,8 @@ pub struct VirtualClock {
     pub clients: BTreeMap<ClientId, ClientCost>,
     /// One-way latency of every message, seconds.
     pub latency: f64,
-    /// Where each weight of the model applies in a sample's forward pass (φ counts a task's
-    /// multiply-adds by it); empty for a model that is never sharded, whose φ is 1.
-    pub uses: WeightUses,
-    /// Multiply-adds per sample of the full model under `uses` (φ's denominator).
-    pub full_multiply_adds: u64,
+    /// The model's multiply-adds per sample, which φ is a task's share of.
+    pub work: ModelWork,
     /// The fault plan: a `timeout` fault costs its delay in simulated time.
     pub faults: Option<FaultPlan>,
 }
@@ -100,7 +97,7 @@ impl VirtualClock {
             };
         };
         let bits = bits as f64;
-        let share = self.share(task);
+        let share = self.work.share(&task.dense, &task.shards);
         let work = task.recipe.epochs as f64 * cost.samples as f64 * share;
         let mut compute = cost.fixed_seconds + work * cost.seconds_per_sample;
         if let Some(plan) = &self.faults
@@ -127,15 +124,6 @@ impl VirtualClock {
         }
     }
 
-    /// φ: the task's share of the full model's multiply-adds per sample, at most 1.
-    fn share(&self, task: &TrainTask) -> f64 {
-        if self.full_multiply_adds == 0 {
-            return 1.0;
-        }
-        let task = multiply_adds(&task.dense, &task.shards, &self.uses);
-        (task as f64 / self.full_multiply_adds as f64).min(1.0)
-    }
-
     /// The time to send an answer of `bits` from `client`.
     pub fn upload(&self, client: ClientId, bits: u64) -> f64 {
         let rate = self
@@ -151,7 +139,7 @@ mod tests {
     use super::*;
     use fedshard_protocol::model::{ModelState, NamedTensor};
     use fedshard_protocol::task::Recipe;
-    use fedshard_protocol::work::WeightUse;
+    use fedshard_protocol::work::{WeightUse, WeightUses};
 
     fn task(values: usize, epochs: usize) -> TrainTask {
         TrainTask {
@@ -180,14 +168,16 @@ mod tests {
             kind: ClockKind::Virtual,
             clients: BTreeMap::from([(0, cost)]),
             latency: 0.02,
-            uses: WeightUses::from([(
-                "w".to_string(),
-                WeightUse {
-                    positions: 1,
-                    convolution: false,
-                },
-            )]),
-            full_multiply_adds: 1000,
+            work: ModelWork::new(
+                WeightUses::from([(
+                    "w".to_string(),
+                    WeightUse {
+                        positions: 1,
+                        convolution: false,
+                    },
+                )]),
+                &ModelState::new(vec![NamedTensor::zeros("w", vec![1000])]).expect("valid"),
+            ),
             faults: None,
         }
     }
@@ -205,19 +195,6 @@ mod tests {
         assert_eq!(clock.upload(0, 1_000_000), 0.02 + 1.0);
         // An upload-only request (phase two) costs only the latency down.
         assert_eq!(clock.before_upload(0, None).total(), 0.02);
-    }
-
-    /// A model without weight uses (FedPM's and ridge's, never sharded) costs every task in
-    /// full.
-    #[test]
-    fn a_model_without_weight_uses_costs_every_task_in_full() {
-        let clock = VirtualClock {
-            uses: WeightUses::new(),
-            full_multiply_adds: 0,
-            ..clock()
-        };
-        let time = clock.before_upload(0, Some((&task(500, 2), 0)));
-        assert!((time.compute - (0.5 + 2.0 * 50.0 * 0.01)).abs() < 1e-12);
     }
 
     #[test]

@@ -393,8 +393,7 @@ mod tests {
             kind,
             clients,
             latency: 0.0,
-            uses: Default::default(),
-            full_multiply_adds: 0,
+            work: Default::default(),
             faults: None,
         })
     }

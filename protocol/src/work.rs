@@ -36,6 +36,32 @@ pub fn factors_are_cheaper(n: usize, rows: usize, cols: usize) -> bool {
     n * (rows + cols) < rows * cols
 }
 
+/// A model's multiply-add count: where each weight applies and the full model's total, which
+/// a task's share is taken of.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelWork {
+    uses: WeightUses,
+    full: u64,
+}
+
+impl ModelWork {
+    /// The count of the model whose weights apply as `uses` say, `full_model` its tensors.
+    /// Without uses (a model that is never sharded) every task counts as the whole model.
+    pub fn new(uses: WeightUses, full_model: &ModelState) -> Self {
+        let full = multiply_adds(full_model, &[], &uses);
+        Self { uses, full }
+    }
+
+    /// A task's share of the full model's multiply-adds per sample, in (0, 1] (1 without
+    /// uses).
+    pub fn share(&self, dense: &ModelState, shards: &[LayerShard]) -> f64 {
+        if self.full == 0 {
+            return 1.0;
+        }
+        (multiply_adds(dense, shards, &self.uses) as f64 / self.full as f64).min(1.0)
+    }
+}
+
 /// Multiply-adds per sample of a forward pass through the weights of `dense` and `shards`
 /// under `uses`; a tensor without a use (a bias, a norm, an embedding table) counts none.
 pub fn multiply_adds(dense: &ModelState, shards: &[LayerShard], uses: &WeightUses) -> u64 {
@@ -125,5 +151,27 @@ mod tests {
             multiply_adds(&bias_only, &high, &uses),
             16 * 32 * 144 + 30 * (128 + 256)
         );
+    }
+
+    /// A task's share of the full model; every task is the whole model when nothing says where
+    /// the weights apply (FedPM, ridge: never sharded).
+    #[test]
+    fn a_share_is_of_the_full_models_count_and_one_without_uses() {
+        let uses = WeightUses::from([(
+            "fc.weight".to_string(),
+            WeightUse {
+                positions: 2,
+                convolution: false,
+            },
+        )]);
+        let full =
+            ModelState::new(vec![NamedTensor::zeros("fc.weight", vec![100, 50])]).expect("valid");
+        let empty = ModelState::new(vec![]).expect("valid");
+        let rank_10 = [shard("fc.weight", [100, 50], 10)];
+        let work = ModelWork::new(uses, &full);
+        assert_eq!(work.share(&full, &[]), 1.0);
+        assert_eq!(work.share(&empty, &rank_10), 1500.0 / 5000.0);
+        let none = ModelWork::new(WeightUses::new(), &full);
+        assert_eq!(none.share(&empty, &rank_10), 1.0);
     }
 }

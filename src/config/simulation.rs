@@ -9,7 +9,7 @@ use fedshard_actors::clock::{ClientCost, ClockKind, VirtualClock};
 use fedshard_actors::faults::FaultPlan;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::ClientId;
-use fedshard_protocol::work::multiply_adds;
+use fedshard_protocol::work::ModelWork;
 use fedshard_strategies::rng::{Purpose, stream};
 use rand_distr::{Distribution, LogNormal};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -279,8 +279,7 @@ pub fn clock(
         latency: network
             .filter(|_| simulated)
             .map_or(0.0, |n| n.latency_ms / 1e3),
-        full_multiply_adds: multiply_adds(run.initial, &[], &uses),
-        uses,
+        work: ModelWork::new(uses, run.initial),
         faults: run.faults.filter(|_| simulated).cloned(),
     }))
 }
