@@ -181,9 +181,10 @@ mod tests {
         multiply_adds(&state, &[], &arch.weight_uses().expect("builds"))
     }
 
-    /// Each weight counted at its layer's output positions, against counts by hand: the CNNs
-    /// (a 2×2 pooling after conv1 and after conv2) and ResNet-18 on 32×32, whose 0.56 G
-    /// multiply-adds an image is the figure usually quoted for it.
+    /// Each weight counted at its layer's output positions, against counts by hand for every
+    /// shipped model: the CNNs (a 2×2 pooling after conv1 and after conv2), ResNet-18 on 32×32
+    /// (0.56 G multiply-adds an image, the figure usually quoted for it), CCT and the character
+    /// transformer.
     #[test]
     fn weight_uses_count_each_layer_at_its_output_positions() {
         assert_eq!(count(Architecture::digits_mlp()), 64 * 128 + 128 * 10);
@@ -216,5 +217,17 @@ mod tests {
             + 512 * 10;
         assert_eq!(resnet, 555_422_720);
         assert_eq!(count(Architecture::Resnet18 { classes: 10 }), resnet);
+        // A transformer block of width d and MLP width h applies its four d × d projections and
+        // its two MLP layers at every token.
+        let block = |d: u64, h: u64| 4 * d * d + 2 * d * h;
+        // CCT: the tokenizer at 32² and 16², six blocks and the pooling's scores at 64 tokens,
+        // the classifier once.
+        let cct = 64 * 27 * 1024 + 256 * 576 * 256 + 64 * (6 * block(256, 512) + 256) + 256 * 10;
+        assert_eq!(count(Architecture::Cct { classes: 10 }), cct);
+        // The character model: its blocks and its head at each of a window's tokens.
+        let s = CharShape::default();
+        let (d, context, vocab) = (s.width as u64, s.context as u64, s.vocab as u64);
+        let chars = context * (s.blocks as u64 * block(d, 4 * d) + d * vocab);
+        assert_eq!(count(Architecture::CharTransformer(s)), chars);
     }
 }
