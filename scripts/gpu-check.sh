@@ -48,10 +48,13 @@ run() {
     local log="$out/gpu-check.log"
     export CUDA_PATH="${CUDA_PATH:-$([ -d /usr/local/cuda-13.0 ] && echo /usr/local/cuda-13.0 || echo /usr/local/cuda)}"
     export LD_LIBRARY_PATH="$CUDA_PATH/lib64:${LD_LIBRARY_PATH:-}"
-    local bin="$gpu/bin"
-    mkdir -p "$bin"
+    # Unpacked outside target/gpu, afresh each run: a copy left there would be stale after the
+    # next build and would travel with target/gpu (three times its packed size).
+    local bin
+    bin=$(mktemp -d)
     for f in fedshard training-tests; do
-        [ -x "$bin/$f" ] || xz -dc "$gpu/$f.xz" > "$bin/$f" && chmod +x "$bin/$f"
+        xz -dc "$gpu/$f.xz" > "$bin/$f"
+        chmod +x "$bin/$f"
     done
     local fedshard="$bin/fedshard" tests="$bin/training-tests"
     step() { # step SECONDS COMMAND...: runs it under a limit, logs its output and status
