@@ -139,7 +139,7 @@ mod tests {
     use super::*;
     use fedshard_protocol::model::{ModelState, NamedTensor};
     use fedshard_protocol::task::Recipe;
-    use fedshard_protocol::work::{WeightUse, WeightUses};
+    use fedshard_protocol::work::{Arithmetic, WeightUse, WeightUses};
 
     fn task(values: usize, epochs: usize) -> TrainTask {
         TrainTask {
@@ -169,13 +169,16 @@ mod tests {
             clients: BTreeMap::from([(0, cost)]),
             latency: 0.02,
             work: ModelWork::new(
-                WeightUses::from([(
-                    "w".to_string(),
-                    WeightUse {
-                        positions: 1,
-                        convolution: false,
-                    },
-                )]),
+                Arithmetic {
+                    weights: WeightUses::from([(
+                        "w".to_string(),
+                        WeightUse {
+                            positions: 1,
+                            convolution: false,
+                        },
+                    )]),
+                    between_activations: 0,
+                },
                 &ModelState::new(vec![NamedTensor::zeros("w", vec![1000])]).expect("valid"),
             ),
             faults: None,

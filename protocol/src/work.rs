@@ -4,10 +4,14 @@
 //! sub-model's cost follows where its arithmetic is: a convolution's weight is used at every
 //! output position of an image, a linear layer's once per feature vector (or per token).
 //!
-//! The backward pass costs about twice the forward pass for every weight alike, so the share is
-//! the same for a training step. Products without weights (attention's scores) and
-//! element-wise work (norms, activations, biases) are not counted: sharding does not change
-//! them.
+//! Products of two activations (attention's scores and its weighted sum of the values, a
+//! pooling's weighted sum of the tokens) count too, at the width of the activations they
+//! multiply: a shard narrows a projection's rank, not its output, so these do not change with
+//! the keep ratio, and a transformer's share stays nearer 1 than its weights' share alone.
+//!
+//! The backward pass costs about twice the forward pass for every product alike, so the share
+//! is the same for a training step. Element-wise work (norms, activations, biases) is not
+//! counted.
 
 use crate::model::ModelState;
 use crate::task::LayerShard;
@@ -36,29 +40,53 @@ pub fn factors_are_cheaper(n: usize, rows: usize, cols: usize) -> bool {
     n * (rows + cols) < rows * cols
 }
 
-/// A model's multiply-add count: where each weight applies and the full model's total, which
-/// a task's share is taken of.
+/// Where one sample's forward pass multiplies: at each weight's uses, and between two
+/// activations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Arithmetic {
+    /// Where each weight applies.
+    pub weights: WeightUses,
+    /// Multiply-adds of products between two activations (attention, pooling), the same for
+    /// every sub-model.
+    pub between_activations: u64,
+}
+
+/// A model's multiply-add count: its [`Arithmetic`] and the full model's total, which a task's
+/// share is taken of.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelWork {
-    uses: WeightUses,
+    arithmetic: Arithmetic,
     full: u64,
 }
 
 impl ModelWork {
-    /// The count of the model whose weights apply as `uses` say, `full_model` its tensors.
-    /// Without uses (a model that is never sharded) every task counts as the whole model.
-    pub fn new(uses: WeightUses, full_model: &ModelState) -> Self {
-        let full = multiply_adds(full_model, &[], &uses);
-        Self { uses, full }
+    /// The count of the model that multiplies as `arithmetic` says, `full_model` its tensors.
+    /// Without weight uses (a model that is never sharded) every task counts as the whole
+    /// model.
+    pub fn new(arithmetic: Arithmetic, full_model: &ModelState) -> Self {
+        let full =
+            multiply_adds(full_model, &[], &arithmetic.weights) + arithmetic.between_activations;
+        Self { arithmetic, full }
+    }
+
+    /// The full model's multiply-adds per sample (0 without weight uses).
+    pub fn full(&self) -> u64 {
+        if self.arithmetic.weights.is_empty() {
+            0
+        } else {
+            self.full
+        }
     }
 
     /// A task's share of the full model's multiply-adds per sample, in (0, 1] (1 without
-    /// uses).
+    /// weight uses).
     pub fn share(&self, dense: &ModelState, shards: &[LayerShard]) -> f64 {
-        if self.full == 0 {
+        if self.full() == 0 {
             return 1.0;
         }
-        (multiply_adds(dense, shards, &self.uses) as f64 / self.full as f64).min(1.0)
+        let task = multiply_adds(dense, shards, &self.arithmetic.weights)
+            + self.arithmetic.between_activations;
+        (task as f64 / self.full as f64).min(1.0)
     }
 }
 
@@ -153,8 +181,9 @@ mod tests {
         );
     }
 
-    /// A task's share of the full model; every task is the whole model when nothing says where
-    /// the weights apply (FedPM, ridge: never sharded).
+    /// A task's share of the full model, products between activations counted in both; every
+    /// task is the whole model when nothing says where the weights apply (FedPM, ridge: never
+    /// sharded).
     #[test]
     fn a_share_is_of_the_full_models_count_and_one_without_uses() {
         let uses = WeightUses::from([(
@@ -168,10 +197,32 @@ mod tests {
             ModelState::new(vec![NamedTensor::zeros("fc.weight", vec![100, 50])]).expect("valid");
         let empty = ModelState::new(vec![]).expect("valid");
         let rank_10 = [shard("fc.weight", [100, 50], 10)];
-        let work = ModelWork::new(uses, &full);
+        let weights_only = Arithmetic {
+            weights: uses.clone(),
+            between_activations: 0,
+        };
+        let work = ModelWork::new(weights_only, &full);
+        assert_eq!(work.full(), 10_000);
         assert_eq!(work.share(&full, &[]), 1.0);
-        assert_eq!(work.share(&empty, &rank_10), 1500.0 / 5000.0);
-        let none = ModelWork::new(WeightUses::new(), &full);
+        assert_eq!(work.share(&empty, &rank_10), 3000.0 / 10_000.0);
+        // Products between activations count in every task's and the full model's total.
+        let with_scores = Arithmetic {
+            weights: uses,
+            between_activations: 2_000,
+        };
+        let work = ModelWork::new(with_scores, &full);
+        assert_eq!(work.full(), 12_000);
+        assert_eq!(work.share(&empty, &rank_10), 5000.0 / 12_000.0);
+        let none = ModelWork::new(Arithmetic::default(), &full);
+        assert_eq!(none.full(), 0);
         assert_eq!(none.share(&empty, &rank_10), 1.0);
+        let scores_only = Arithmetic {
+            weights: WeightUses::new(),
+            between_activations: 2_000,
+        };
+        assert_eq!(
+            ModelWork::new(scores_only, &full).share(&empty, &rank_10),
+            1.0
+        );
     }
 }

@@ -7,7 +7,7 @@ use super::data::DataSection;
 use anyhow::bail;
 use fedshard_protocol::model::{ModelState, NamedTensor};
 use fedshard_protocol::task::Recipe;
-use fedshard_protocol::work::WeightUses;
+use fedshard_protocol::work::Arithmetic;
 use fedshard_strategies::sharding::plan::StrategySpec;
 use fedshard_training::models::masked::MaskedNetwork;
 use fedshard_training::models::net::Architecture;
@@ -253,15 +253,15 @@ impl Model {
         built.map_err(|e| anyhow::anyhow!("field `model`: building the initial model: {e}"))
     }
 
-    /// Where each weight of a network applies in one sample's forward pass, for simulated
-    /// time's multiply-add count; none for FedPM and ridge, which are never sharded (their
-    /// every task is the whole model).
-    pub fn weight_uses(&self) -> anyhow::Result<WeightUses> {
+    /// Where a network multiplies in one sample's forward pass, for simulated time's
+    /// multiply-add count; nothing for FedPM and ridge, which are never sharded (their every
+    /// task is the whole model).
+    pub fn arithmetic(&self) -> anyhow::Result<Arithmetic> {
         match self {
             Model::Network { architecture, .. } => architecture
-                .weight_uses()
+                .arithmetic()
                 .map_err(|e| anyhow::anyhow!("field `model`: building the model: {e}")),
-            Model::Masked(_) | Model::Ridge { .. } => Ok(WeightUses::new()),
+            Model::Masked(_) | Model::Ridge { .. } => Ok(Arithmetic::default()),
         }
     }
 }

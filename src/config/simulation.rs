@@ -220,7 +220,7 @@ pub struct Run<'a> {
     pub seed: u64,
     /// Each client's sample count, by id.
     pub samples: &'a [u64],
-    /// The model and its initial state: φ's multiply-adds ([`Model::weight_uses`]), counted
+    /// The model and its initial state: φ's multiply-adds ([`Model::arithmetic`]), counted
     /// only when a clock is built.
     pub model: &'a Model,
     pub initial: &'a ModelState,
@@ -239,7 +239,7 @@ pub fn clock(
     if run.clock == ClockKind::Wall && base == 0.0 {
         return Ok(None);
     }
-    let uses = run.model.weight_uses()?;
+    let arithmetic = run.model.arithmetic()?;
     let n = run.samples.len();
     let factors = stragglers.map_or_else(|| vec![1.0; n], |s| s.factors(run.seed, n));
     let simulated = run.clock == ClockKind::Virtual;
@@ -279,7 +279,7 @@ pub fn clock(
         latency: network
             .filter(|_| simulated)
             .map_or(0.0, |n| n.latency_ms / 1e3),
-        work: ModelWork::new(uses, run.initial),
+        work: ModelWork::new(arithmetic, run.initial),
         faults: run.faults.filter(|_| simulated).cloned(),
     }))
 }

@@ -80,10 +80,19 @@ pub struct SelfAttention<B: Backend> {
     pub v: Affine<B>,
     pub o: Affine<B>,
     pub heads: usize,
+    /// Position i attends to positions 0..=i only.
+    pub causal: bool,
 }
 
 impl<B: Kernels> SelfAttention<B> {
-    pub fn new(b: &mut Builder<B>, name: &str, dim: usize, heads: usize) -> Result<Self, NetError> {
+    /// Attention of width `dim` over the builder's positions (the tokens).
+    pub fn new(
+        b: &mut Builder<B>,
+        name: &str,
+        dim: usize,
+        heads: usize,
+        causal: bool,
+    ) -> Result<Self, NetError> {
         if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(NetError::Heads {
                 name: name.to_string(),
@@ -91,22 +100,32 @@ impl<B: Kernels> SelfAttention<B> {
                 heads,
             });
         }
+        // The scores Q·Kᵀ and their weighted sum of V: each query meets every key (T of them),
+        // or on average (T + 1) / 2 under the causal mask, once in each product, at the full
+        // width whatever the projections' ranks.
+        let tokens = b.positions();
+        b.between_activations(if causal {
+            (tokens + 1) * dim
+        } else {
+            2 * tokens * dim
+        });
         Ok(Self {
             q: b.affine(&format!("{name}.q"), dim, dim, true, true)?,
             k: b.affine(&format!("{name}.k"), dim, dim, true, true)?,
             v: b.affine(&format!("{name}.v"), dim, dim, true, true)?,
             o: b.affine(&format!("{name}.o"), dim, dim, true, true)?,
             heads,
+            causal,
         })
     }
 
-    /// `x`: `N × T × d`; `causal`: position i attends to positions 0..=i only.
-    pub fn forward(&self, x: Tensor<B, 3>, causal: bool, cohort: &Cohort) -> Tensor<B, 3> {
+    /// `x`: `N × T × d`.
+    pub fn forward(&self, x: Tensor<B, 3>, cohort: &Cohort) -> Tensor<B, 3> {
         let q = self.q.forward(x.clone(), cohort);
         let k = self.k.forward(x.clone(), cohort);
         let v = self.v.forward(x, cohort);
         self.o
-            .forward(kernels::attention(q, k, v, self.heads, causal), cohort)
+            .forward(kernels::attention(q, k, v, self.heads, self.causal), cohort)
     }
 
     pub fn weights(&self) -> [&Weight<B>; 4] {
@@ -162,19 +181,20 @@ impl<B: Kernels> TransformerBlock<B> {
         dim: usize,
         heads: usize,
         hidden: usize,
+        causal: bool,
     ) -> Result<Self, NetError> {
         Ok(Self {
             ln1: LayerNorm::new(b, &format!("{name}.ln1"), dim)?,
-            attn: SelfAttention::new(b, &format!("{name}.attn"), dim, heads)?,
+            attn: SelfAttention::new(b, &format!("{name}.attn"), dim, heads, causal)?,
             ln2: LayerNorm::new(b, &format!("{name}.ln2"), dim)?,
             mlp: FeedForward::new(b, &format!("{name}.mlp"), dim, hidden)?,
         })
     }
 
-    pub fn forward(&self, x: Tensor<B, 3>, causal: bool, cohort: &Cohort) -> Tensor<B, 3> {
+    pub fn forward(&self, x: Tensor<B, 3>, cohort: &Cohort) -> Tensor<B, 3> {
         let attended = self
             .attn
-            .forward(self.ln1.forward(x.clone(), cohort), causal, cohort);
+            .forward(self.ln1.forward(x.clone(), cohort), cohort);
         let x = x + attended;
         let mixed = self
             .mlp

@@ -21,7 +21,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use fedshard_protocol::model::{ModelState, NamedTensor};
 use fedshard_protocol::task::LayerShard;
-use fedshard_protocol::work::{WeightUse, WeightUses};
+use fedshard_protocol::work::{Arithmetic, WeightUse};
 use fedshard_strategies::rng::{ChaCha20Rng, Purpose, stream, uniform};
 use std::collections::{BTreeSet, HashMap};
 
@@ -65,8 +65,8 @@ pub struct Builder<'a, B: Backend> {
     roles: HashMap<ParamId, Role>,
     /// Positions of a sample at which the layers built next apply ([`Builder::at_positions`]).
     positions: usize,
-    /// Where each weight built so far applies, for the multiply-add count.
-    uses: WeightUses,
+    /// Where the layers built so far multiply, for the multiply-add count.
+    arithmetic: Arithmetic,
 }
 
 /// One client's tensors in load mode: a task's dense tensors and shards.
@@ -106,7 +106,7 @@ impl<'a, B: Backend> Builder<'a, B> {
             },
             roles: HashMap::new(),
             positions: 1,
-            uses: WeightUses::new(),
+            arithmetic: Arithmetic::default(),
         }
     }
 
@@ -122,7 +122,7 @@ impl<'a, B: Backend> Builder<'a, B> {
             },
             roles: HashMap::new(),
             positions: 1,
-            uses: WeightUses::new(),
+            arithmetic: Arithmetic::default(),
         }
     }
 
@@ -140,14 +140,26 @@ impl<'a, B: Backend> Builder<'a, B> {
 
     /// The layers built from here on apply at `positions` places of each sample: a
     /// convolution's output H · W, a transformer's tokens (1 until set: a feature vector). Only
-    /// the multiply-add count ([`Builder::weight_uses`]) reads it.
+    /// the multiply-add count ([`Builder::arithmetic`]) reads it.
     pub fn at_positions(&mut self, positions: usize) {
         self.positions = positions;
     }
 
-    /// Where each weight built so far applies in one sample's forward pass.
-    pub fn weight_uses(&self) -> &WeightUses {
-        &self.uses
+    /// The positions set by [`Builder::at_positions`].
+    pub fn positions(&self) -> usize {
+        self.positions
+    }
+
+    /// Counts `per_position` multiply-adds of products between two activations (attention's
+    /// scores and weighted values, a pooling's weighted sum) at each of the positions set by
+    /// [`Builder::at_positions`].
+    pub fn between_activations(&mut self, per_position: usize) {
+        self.arithmetic.between_activations += (self.positions * per_position) as u64;
+    }
+
+    /// Where the layers built so far multiply in one sample's forward pass.
+    pub fn arithmetic(&self) -> &Arithmetic {
+        &self.arithmetic
     }
 
     /// In init mode: the recorded initial state and the names of the shardable weights.
@@ -272,7 +284,7 @@ impl<'a, B: Backend> Builder<'a, B> {
         shardable: bool,
     ) -> Result<Weight<B>, NetError> {
         let name = format!("{layer}.weight");
-        self.uses.insert(
+        self.arithmetic.weights.insert(
             name.clone(),
             WeightUse {
                 positions: self.positions as u64,

@@ -43,7 +43,14 @@ impl<B: Kernels> Cct<B> {
         b.at_positions(TOKENS);
         let blocks = (0..BLOCKS)
             .map(|i| {
-                TransformerBlock::new(b, &format!("block{i}"), WIDTH, HEADS, MLP_RATIO * WIDTH)
+                TransformerBlock::new(
+                    b,
+                    &format!("block{i}"),
+                    WIDTH,
+                    HEADS,
+                    MLP_RATIO * WIDTH,
+                    false,
+                )
             })
             .collect::<Result<_, _>>()?;
         b.at_positions(32 * 32);
@@ -54,6 +61,8 @@ impl<B: Kernels> Cct<B> {
         let ln = LayerNorm::new(b, "ln", WIDTH)?;
         b.at_positions(TOKENS);
         let pool = b.affine("pool", WIDTH, 1, true, false)?;
+        // The pooling's weighted sum of the tokens.
+        b.between_activations(WIDTH);
         b.at_positions(1);
         let fc = b.affine("fc", WIDTH, classes, true, false)?;
         Ok(Self {
@@ -77,10 +86,7 @@ impl<B: Kernels> Cct<B> {
         let clients = self.positions.dims()[0];
         let positions = self.positions.val().reshape([clients, TOKENS * WIDTH]);
         let h = tokens + gather_rows(positions, c).reshape([n, TOKENS, WIDTH]);
-        let h = self
-            .blocks
-            .iter()
-            .fold(h, |h, block| block.forward(h, false, c));
+        let h = self.blocks.iter().fold(h, |h, block| block.forward(h, c));
         let h = self.ln.forward(h, c);
         let attention = softmax(self.pool.forward(h.clone(), c), 1);
         let pooled = attention.swap_dims(1, 2).matmul(h).reshape([n, WIDTH]);

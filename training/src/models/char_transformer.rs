@@ -56,7 +56,9 @@ impl<B: Kernels> CharTransformer<B> {
         // A sample is a window: every layer applies at each of its tokens.
         b.at_positions(s.context);
         let blocks = (0..s.blocks)
-            .map(|i| TransformerBlock::new(b, &format!("block{i}"), s.width, s.heads, 4 * s.width))
+            .map(|i| {
+                TransformerBlock::new(b, &format!("block{i}"), s.width, s.heads, 4 * s.width, true)
+            })
             .collect::<Result<_, _>>()?;
         Ok(Self {
             tokens: b.matrix("tokens", [s.vocab, s.width], Init::Normal(0.02))?,
@@ -90,10 +92,7 @@ impl<B: Kernels> CharTransformer<B> {
             .narrow(1, 0, t)
             .reshape([clients, t * d]);
         let h = embedding(tokens, ids) + gather_rows(positions, c).reshape([n, t, d]);
-        let h = self
-            .blocks
-            .iter()
-            .fold(h, |h, block| block.forward(h, true, c));
+        let h = self.blocks.iter().fold(h, |h, block| block.forward(h, c));
         let logits = self.head.forward(self.ln.forward(h, c), c);
         let vocab = logits.dims()[2];
         logits.reshape([n * t, vocab])

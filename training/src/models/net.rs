@@ -14,7 +14,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::LayerShard;
-use fedshard_protocol::work::WeightUses;
+use fedshard_protocol::work::Arithmetic;
 use serde::{Deserialize, Serialize};
 
 /// A neural architecture and its sizes, as the `[model]` section names it.
@@ -92,13 +92,13 @@ impl Architecture {
         Ok(init.expect("an init-mode builder always records its state"))
     }
 
-    /// Where each weight applies in one sample's forward pass: what simulated time counts a
-    /// task's multiply-adds by ([`fedshard_protocol::work`]). Builds the model once.
-    pub fn weight_uses(&self) -> Result<WeightUses, NetError> {
+    /// Where one sample's forward pass multiplies: what simulated time counts a task's
+    /// multiply-adds by ([`fedshard_protocol::work`]). Builds the model once.
+    pub fn arithmetic(&self) -> Result<Arithmetic, NetError> {
         let device = Default::default();
         let mut builder = Builder::<burn::backend::NdArray>::init(0, &device);
         self.build(&mut builder)?;
-        Ok(builder.weight_uses().clone())
+        Ok(builder.arithmetic().clone())
     }
 
     /// A client's sub-model from a task's dense tensors and shards.
@@ -173,20 +173,20 @@ impl<B: Kernels> Net<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fedshard_protocol::work::multiply_adds;
+    use fedshard_protocol::work::ModelWork;
 
-    /// Multiply-adds of one sample's forward pass through the full model's weights.
+    /// Multiply-adds of one sample's forward pass through the full model.
     fn count(arch: Architecture) -> u64 {
         let (state, _) = arch.initial_state(0).expect("builds");
-        multiply_adds(&state, &[], &arch.weight_uses().expect("builds"))
+        ModelWork::new(arch.arithmetic().expect("builds"), &state).full()
     }
 
-    /// Each weight counted at its layer's output positions, against counts by hand for every
-    /// shipped model: the CNNs (a 2×2 pooling after conv1 and after conv2), ResNet-18 on 32×32
-    /// (0.56 G multiply-adds an image, the figure usually quoted for it), CCT and the character
-    /// transformer.
+    /// Each weight counted at its layer's output positions and the products between
+    /// activations at their width, against counts by hand for every shipped model: the CNNs (a
+    /// 2×2 pooling after conv1 and after conv2), ResNet-18 on 32×32 (0.56 G multiply-adds an
+    /// image, the figure usually quoted for it), CCT and the character transformer.
     #[test]
-    fn weight_uses_count_each_layer_at_its_output_positions() {
+    fn the_multiply_add_count_matches_a_hand_count_of_every_model() {
         assert_eq!(count(Architecture::digits_mlp()), 64 * 128 + 128 * 10);
         let cnn = |side: u64| {
             let flat = 64 * (side / 4) * (side / 4);
@@ -220,14 +220,25 @@ mod tests {
         // A transformer block of width d and MLP width h applies its four d × d projections and
         // its two MLP layers at every token.
         let block = |d: u64, h: u64| 4 * d * d + 2 * d * h;
+        // Its attention over t tokens: t² scores of d multiply-adds and their weighted sum of
+        // the values, t² · d again; under a causal mask t(t + 1)/2 pairs in each.
+        let attention = |t: u64, d: u64| 2 * t * t * d;
+        let causal = |t: u64, d: u64| t * (t + 1) * d;
         // CCT: the tokenizer at 32² and 16², six blocks and the pooling's scores at 64 tokens,
-        // the classifier once.
-        let cct = 64 * 27 * 1024 + 256 * 576 * 256 + 64 * (6 * block(256, 512) + 256) + 256 * 10;
+        // then the pooling's weighted sum of the 64 tokens, the classifier once.
+        let cct = 64 * 27 * 1024
+            + 256 * 576 * 256
+            + 64 * (6 * block(256, 512) + 256)
+            + 6 * attention(64, 256)
+            + 64 * 256
+            + 256 * 10;
         assert_eq!(count(Architecture::Cct { classes: 10 }), cct);
-        // The character model: its blocks and its head at each of a window's tokens.
+        // The character model: its blocks and its head at each of a window's tokens, its causal
+        // attention in each block.
         let s = CharShape::default();
         let (d, context, vocab) = (s.width as u64, s.context as u64, s.vocab as u64);
-        let chars = context * (s.blocks as u64 * block(d, 4 * d) + d * vocab);
+        let chars = context * (s.blocks as u64 * block(d, 4 * d) + d * vocab)
+            + s.blocks as u64 * causal(context, d);
         assert_eq!(count(Architecture::CharTransformer(s)), chars);
     }
 }
