@@ -6,14 +6,17 @@
 //! (`bits down / downlink rate`), trains for
 //!
 //! ```text
-//!     compute = f_c · (base + epochs · samples · φ · seconds_per_sample_c)   (+ a `timeout` fault's delay)
+//!     compute = f_c · base + steps · seconds_per_step_c + epochs · samples · φ · seconds_per_sample_c
+//!               (+ a `timeout` fault's delay)
 //! ```
 //!
-//! where f_c is the client's straggler factor, base the stragglers' `base_delay_ms`, φ the task's
-//! share of the full model's multiply-adds per sample (1 for a dense client, less for a
-//! spectral shard; [`fedshard_protocol::work`] counts them, a convolution's weight at every
-//! output position) and seconds_per_sample_c the client's device (the config's `[devices]`),
-//! and its answer reaches the server after the latency and its upload (`bits up /
+//! where f_c is the client's straggler factor, base the stragglers' `base_delay_ms`, steps the
+//! task's optimiser steps (`epochs · ⌈samples / batch⌉`), φ the task's share of the full model's
+//! multiply-adds per sample (1 for a dense client, less for a spectral shard;
+//! [`fedshard_protocol::work`] counts them, a convolution's weight at every output position),
+//! and seconds_per_step_c and seconds_per_sample_c the client's device (the config's
+//! `[devices]`, both already scaled by f_c): a step's fixed cost, which no sub-model lowers,
+//! and the full model's arithmetic per sample. Its answer reaches the server after the latency and its upload (`bits up /
 //! uplink rate`, with the bits its compressor really produced). Nothing sleeps.
 
 use crate::faults::{FaultKind, FaultPlan};
@@ -43,6 +46,9 @@ pub struct ClientCost {
     pub fixed_seconds: f64,
     /// f_c / throughput: seconds per sample and epoch of the full model.
     pub seconds_per_sample: f64,
+    /// f_c · a step's fixed cost: seconds per optimiser step whatever the sub-model and batch
+    /// (launches, dispatch, the optimiser's pass over its state).
+    pub seconds_per_step: f64,
     /// Bits per second; `f64::INFINITY` for a link that takes no time.
     pub uplink_bps: f64,
     pub downlink_bps: f64,
@@ -98,8 +104,12 @@ impl VirtualClock {
         };
         let bits = bits as f64;
         let share = self.work.share(&task.dense, &task.shards);
-        let work = task.recipe.epochs as f64 * cost.samples as f64 * share;
-        let mut compute = cost.fixed_seconds + work * cost.seconds_per_sample;
+        let epochs = task.recipe.epochs as u64;
+        let work = (epochs * cost.samples) as f64 * share;
+        let steps = epochs * cost.samples.div_ceil(task.recipe.batch_size.max(1) as u64);
+        let mut compute = cost.fixed_seconds
+            + steps as f64 * cost.seconds_per_step
+            + work * cost.seconds_per_sample;
         if let Some(plan) = &self.faults
             && plan.fault(task.seed, task.round, client) == Some(FaultKind::Timeout)
         {
@@ -161,6 +171,7 @@ mod tests {
             samples: 50,
             fixed_seconds: 0.5,
             seconds_per_sample: 0.01,
+            seconds_per_step: 0.0,
             uplink_bps: 1e6,
             downlink_bps: 4e6,
         };
@@ -198,6 +209,26 @@ mod tests {
         assert_eq!(clock.upload(0, 1_000_000), 0.02 + 1.0);
         // An upload-only request (phase two) costs only the latency down.
         assert_eq!(clock.before_upload(0, None).total(), 0.02);
+    }
+
+    /// A step's fixed cost is paid per batch whatever the share: 2 epochs of 50 samples at
+    /// batch 8 are 2 · 7 steps (the last batch of an epoch holds 2 samples).
+    #[test]
+    fn every_step_pays_the_devices_fixed_cost_whatever_the_share() {
+        let mut clock = clock();
+        clock
+            .clients
+            .get_mut(&0)
+            .expect("client 0")
+            .seconds_per_step = 0.1;
+        let mut half = task(500, 2);
+        half.recipe.batch_size = 8;
+        let time = clock.before_upload(0, Some((&half, 0)));
+        assert!((time.compute - (0.5 + 14.0 * 0.1 + 2.0 * 50.0 * 0.5 * 0.01)).abs() < 1e-12);
+        let mut whole = task(1000, 2);
+        whole.recipe.batch_size = 8;
+        let time = clock.before_upload(0, Some((&whole, 0)));
+        assert!((time.compute - (0.5 + 14.0 * 0.1 + 2.0 * 50.0 * 0.01)).abs() < 1e-12);
     }
 
     #[test]

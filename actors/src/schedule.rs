@@ -383,6 +383,7 @@ mod tests {
                     samples: 1,
                     fixed_seconds: seconds,
                     seconds_per_sample: 0.0,
+                    seconds_per_step: 0.0,
                     uplink_bps: f64::INFINITY,
                     downlink_bps: f64::INFINITY,
                 };

@@ -27,6 +27,11 @@ pub struct DevicesSection {
     /// Device speeds are lognormal around the median with this σ (0: every device alike).
     #[serde(default)]
     pub sigma: f64,
+    /// Seconds a median device spends on each optimiser step besides its arithmetic (launches,
+    /// dispatch, the optimiser's pass), which a smaller sub-model does not lower; 0 (the
+    /// default) for a device bound by arithmetic alone.
+    #[serde(default)]
+    pub seconds_per_step: f64,
 }
 
 impl Default for DevicesSection {
@@ -36,6 +41,7 @@ impl Default for DevicesSection {
         Self {
             samples_per_second: 100.0,
             sigma: 0.0,
+            seconds_per_step: 0.0,
         }
     }
 }
@@ -194,11 +200,10 @@ pub fn validate(
                 d.samples_per_second
             );
         }
-        if !(d.sigma >= 0.0 && d.sigma.is_finite()) {
-            bail!(
-                "field `devices.sigma`: expected a non-negative number, found {}",
-                d.sigma
-            );
+        for (field, value) in [("sigma", d.sigma), ("seconds_per_step", d.seconds_per_step)] {
+            if !(value >= 0.0 && value.is_finite()) {
+                bail!("field `devices.{field}`: expected a non-negative number, found {value}");
+            }
         }
     }
     if let Some(n) = network {
@@ -264,6 +269,11 @@ pub fn clock(
                 fixed_seconds: f * base,
                 seconds_per_sample: if simulated {
                     f / (devices.samples_per_second * speeds[c])
+                } else {
+                    0.0
+                },
+                seconds_per_step: if simulated {
+                    f * devices.seconds_per_step / speeds[c]
                 } else {
                     0.0
                 },
@@ -347,5 +357,26 @@ mod tests {
             e.contains("devices") && e.contains("clock = \"virtual\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_devices_figure_out_of_range_is_named() {
+        for (text, field) in [
+            ("samples_per_second = 0", "devices.samples_per_second"),
+            ("samples_per_second = 10\nsigma = -1", "devices.sigma"),
+            (
+                "samples_per_second = 10\nseconds_per_step = -0.5",
+                "devices.seconds_per_step",
+            ),
+        ] {
+            let devices: DevicesSection = toml::from_str(text).expect("parses");
+            let e = validate(ClockKind::Virtual, Some(&devices), None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+        let fine: DevicesSection =
+            toml::from_str("samples_per_second = 10\nseconds_per_step = 0.002").expect("parses");
+        assert!(validate(ClockKind::Virtual, Some(&fine), None).is_ok());
     }
 }
