@@ -7,7 +7,7 @@
 //! model's digest lets two runs be compared for bit-identity without keeping their files.
 
 use super::profile::profiled;
-use crate::config::Config;
+use crate::config::{Config, Overrides};
 use clap::Args;
 use fedshard_actors::record::RoundRecord;
 use serde::Serialize;
@@ -106,20 +106,14 @@ pub struct JobReport {
 }
 
 pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
-    let mut config = Config::load(&args.config)?;
-    if let Some(rounds) = args.rounds {
-        config.run.rounds = rounds;
-    }
-    if let Some(device) = args.device {
-        config.training.device = device;
-    }
-    if let Some(cohorts) = args.cohorts {
-        config.training.cohorts = cohorts.is_on();
-    }
-    if let Some(clock) = args.clock {
-        config.run.clock = clock.into();
-    }
-    config.validate()?;
+    let overrides = Overrides {
+        rounds: args.rounds,
+        device: args.device,
+        cohorts: args.cohorts.map(super::OnOff::is_on),
+        clock: args.clock.map(Into::into),
+        ..Overrides::default()
+    };
+    let config = Config::load_with(&args.config, &overrides)?;
     let started = Instant::now();
     let (model, summary) = profiled(args.profile.as_deref(), || {
         crate::federation::run_to_end(&config)

@@ -2,7 +2,7 @@
 
 use crate::compare::{self, DEFAULT_SETUPS, DEFAULT_STRATEGIES, RunResult};
 use crate::compare_journal::{Journal, JournalRow};
-use crate::config::Config;
+use crate::config::{Config, Overrides};
 use crate::federation;
 use anyhow::{Context, ensure};
 use clap::Args;
@@ -196,19 +196,16 @@ fn open_journal<R: JournalRow>(args: &CompareArgs) -> anyhow::Result<Option<Jour
     Ok(Some(journal))
 }
 
-/// The config with `--rounds` applied (and validated again), and the `--seeds` seeds from its
+/// The config with `--rounds` and `--clock` laid over it, and the `--seeds` seeds from its
 /// `run.seed` on.
 fn config_and_seeds(args: &CompareArgs) -> anyhow::Result<(Config, Vec<u64>)> {
     ensure!(args.seeds >= 1, "--seeds: expected at least 1, found 0");
-    let mut config = Config::load(&args.config)?;
-    if let Some(rounds) = args.rounds {
-        config.run.rounds = rounds;
-        config.validate().context("--rounds")?;
-    }
-    if let Some(clock) = args.clock {
-        config.run.clock = clock.into();
-        config.validate().context("--clock")?;
-    }
+    let overrides = Overrides {
+        rounds: args.rounds,
+        clock: args.clock.map(Into::into),
+        ..Overrides::default()
+    };
+    let config = Config::load_with(&args.config, &overrides)?;
     let seeds = compare::seeds(config.run.seed, args.seeds);
     config.log_warnings();
     Ok((config, seeds))

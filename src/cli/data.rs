@@ -70,10 +70,11 @@ pub fn run(command: DataCommand) -> anyhow::Result<()> {
         DataCommand::Shakespeare(args) => shakespeare(&args),
         DataCommand::Mnist(args) => mnist(&args),
         DataCommand::Partition(args) => {
-            let mut config = crate::config::Config::load(&args.config)?;
-            if let Some(seed) = args.seed {
-                config.run.seed = seed;
-            }
+            let overrides = crate::config::Overrides {
+                seed: args.seed,
+                ..Default::default()
+            };
+            let config = crate::config::Config::load_with(&args.config, &overrides)?;
             let partition = crate::federation::partition(&config)?;
             println!("{}", serde_json::to_string(&partition)?);
             Ok(())

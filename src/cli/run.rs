@@ -1,6 +1,6 @@
 //! `fedshard run`: a whole process-local federation with a run folder.
 
-use crate::config::{Config, parse_metrics_addr};
+use crate::config::{Config, Overrides, parse_metrics_addr};
 use crate::federation;
 use crate::report::live::RunPage;
 use crate::report::rounds::read_labels;
@@ -72,6 +72,10 @@ pub struct RunArgs {
 
 /// The config a run folder's run was started with.
 pub(crate) fn saved_config(dir: &Path) -> anyhow::Result<Config> {
+    saved_config_with(dir, &Overrides::default())
+}
+
+fn saved_config_with(dir: &Path, overrides: &Overrides) -> anyhow::Result<Config> {
     let path = dir.join(CONFIG_FILE);
     if !path.is_file() {
         bail!(
@@ -79,26 +83,24 @@ pub(crate) fn saved_config(dir: &Path) -> anyhow::Result<Config> {
             dir.display()
         );
     }
-    Config::load(&path)
+    Config::load_with(&path, overrides)
 }
 
-/// The config and folder of a new run (`config`, seeded by `seed` if given, in `out` or
+/// The config and folder of a new run (`config` under the command's `overrides`, in `out` or
 /// `runs/NAME-seedS`, refused if that folder already holds a checkpoint) or of a resumed one
-/// (`resume`, whose saved config is used). `command` names the subcommand in the hint.
+/// (`resume`, whose saved config is used, under the same overrides). `command` names the
+/// subcommand in the hint.
 pub(crate) fn run_folder(
     command: &str,
     resume: Option<&Path>,
     config: Option<&Path>,
     out: Option<&Path>,
-    seed: Option<u64>,
+    overrides: &Overrides,
 ) -> anyhow::Result<(Config, PathBuf)> {
     match (resume, config) {
-        (Some(dir), _) => Ok((saved_config(dir)?, dir.to_path_buf())),
+        (Some(dir), _) => Ok((saved_config_with(dir, overrides)?, dir.to_path_buf())),
         (None, Some(path)) => {
-            let mut config = Config::load(path)?;
-            if let Some(seed) = seed {
-                config.run.seed = seed;
-            }
+            let config = Config::load_with(path, overrides)?;
             let dir = out.map(Path::to_path_buf).unwrap_or_else(|| {
                 PathBuf::from("runs").join(format!("{}-seed{}", config.run.name, config.run.seed))
             });
@@ -145,50 +147,21 @@ pub(crate) fn save_config(dir: &Path, config: &Config) -> anyhow::Result<()> {
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
-    let (mut config, dir) = run_folder(
+    let overrides = Overrides {
+        rounds: args.rounds,
+        seed: args.seed,
+        device: args.device,
+        cohorts: args.cohorts.map(super::OnOff::is_on),
+        clock: args.clock.map(Into::into),
+        noise_multiplier: args.noise_multiplier,
+    };
+    let (config, dir) = run_folder(
         "run",
         args.resume.as_deref(),
         args.config.as_deref(),
         args.out.as_deref(),
-        args.seed,
+        &overrides,
     )?;
-    if let Some(device) = args.device {
-        config.training.device = device;
-    }
-    if let Some(rounds) = args.rounds {
-        config.run.rounds = rounds;
-    }
-    if let Some(cohorts) = args.cohorts {
-        config.training.cohorts = cohorts.is_on();
-    }
-    if let Some(clock) = args.clock {
-        config.run.clock = clock.into();
-    }
-    if let Some(z) = args.noise_multiplier {
-        let Some(privacy) = config.privacy.as_mut() else {
-            anyhow::bail!("--noise-multiplier needs a config with a [privacy] section");
-        };
-        privacy.noise_multiplier = z;
-    }
-    let overridden = args.device.is_some()
-        || args.rounds.is_some()
-        || args.clock.is_some()
-        || args.noise_multiplier.is_some();
-    if overridden {
-        // Once, after every override: the error says which flags changed the file's config.
-        let flags: Vec<&str> = [
-            args.device.map(|_| "--device"),
-            args.rounds.map(|_| "--rounds"),
-            args.clock.map(|_| "--clock"),
-            args.noise_multiplier.map(|_| "--noise-multiplier"),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        config
-            .validate()
-            .with_context(|| format!("the config with {}", flags.join(" and ")))?;
-    }
     let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
     config.log_warnings();
     // The federation is built (data, clients, the device) before the run folder is written, so

@@ -3,7 +3,7 @@
 //! nodes (`fedshard join`) connect and register theirs, and the first round starts once every
 //! client of the config is there.
 
-use crate::config::Config;
+use crate::config::{Config, Overrides};
 use crate::federation;
 use anyhow::anyhow;
 use clap::Args;
@@ -127,18 +127,17 @@ use super::run::{live_page, metrics_addr, run_state, save_config};
 
 /// The config and run folder of a new or resumed run.
 fn run_folder(args: &ServeArgs) -> anyhow::Result<(Config, PathBuf)> {
-    let (mut config, dir) = super::run::run_folder(
+    let overrides = Overrides {
+        rounds: args.rounds,
+        ..Overrides::default()
+    };
+    super::run::run_folder(
         "serve",
         args.resume.as_deref(),
         args.config.as_deref(),
         args.out.as_deref(),
-        None,
-    )?;
-    if let Some(rounds) = args.rounds {
-        config.run.rounds = rounds;
-        config.validate()?;
-    }
-    Ok((config, dir))
+        &overrides,
+    )
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {

@@ -9,6 +9,7 @@
 mod data;
 mod federation;
 mod model;
+mod overrides;
 mod privacy;
 mod secure;
 mod simulation;
@@ -18,6 +19,7 @@ pub(crate) use data::default_test_fraction;
 pub use data::{DataSection, LabelSplit};
 pub use federation::{FederationSection, KeepRatioShare, Mode, Schedule};
 pub use model::{CUDA_NOT_BUILT, Device, Model, ModelSection, TrainingSection};
+pub use overrides::Overrides;
 pub use privacy::PrivacySection;
 pub use secure::SecureSection;
 pub use simulation::{DevicesSection, DrawnRate, NetworkSection, Rate};
@@ -136,14 +138,25 @@ impl Config {
 
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
+        Self::load_with(path, &Overrides::default())
+    }
+
+    /// Reads a config file, lays a command's flags over it and validates the result.
+    pub fn load_with(path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))?;
-        Self::parse(&text, path)
+        Self::parse_with(&text, path, overrides)
     }
 
     /// Parses and validates config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> anyhow::Result<Self> {
-        let config: Config = toml::from_str(text).map_err(|e| {
+        Self::parse_with(text, path, &Overrides::default())
+    }
+
+    /// Parses config text, lays `overrides` over it and validates the result; an error names
+    /// the flags that were given.
+    pub fn parse_with(text: &str, path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
+        let mut config: Config = toml::from_str(text).map_err(|e| {
             let detail = e.to_string();
             match data_field(text, &e) {
                 Some(name) => anyhow::anyhow!(
@@ -154,9 +167,16 @@ impl Config {
                 None => anyhow::anyhow!("{}: {}", path.display(), detail.trim_end()),
             }
         })?;
-        config
-            .validate()
-            .with_context(|| format!("{}: invalid config", path.display()))?;
+        let flags = overrides.flags();
+        let with = if flags.is_empty() {
+            String::new()
+        } else {
+            format!(" with {}", flags.join(" and "))
+        };
+        overrides
+            .apply(&mut config)
+            .and_then(|()| config.validate())
+            .with_context(|| format!("{}: invalid config{with}", path.display()))?;
         Ok(config)
     }
 
