@@ -160,15 +160,16 @@ pub fn add_frobenius_decay<B: TrainingBackend>(net: &Net<B>, grads: &mut Gradien
                 let each = Cohort::stacked(clients);
                 let (u, v) = (f.u.val().inner(), f.v.val().inner());
                 let omega = f.omega.clone().inner().reshape([clients, n, 1]);
-                let (scaled_u, scaled_v) = (u.clone() * omega.clone(), v.clone() * omega.clone());
+                let scaled_u = kernels::scale_rows(u.clone(), omega.clone());
+                let scaled_v = kernels::scale_rows(v.clone(), omega.clone());
                 let gram_u = kernels::cohort_affine(u.clone(), u, None, &each);
                 let gram_v = kernels::cohort_affine(v.clone(), v, None, &each);
                 let rows = omega.mul_scalar(mu);
                 // linear(G, Xᵀ) = G · X, with the transposed factor read in place.
                 let d_u = kernels::cohort_affine(gram_v, scaled_u.swap_dims(1, 2), None, &each);
                 let d_v = kernels::cohort_affine(gram_u, scaled_v.swap_dims(1, 2), None, &each);
-                add(f.u.id, d_u * rows.clone());
-                add(f.v.id, d_v * rows);
+                add(f.u.id, kernels::scale_rows(d_u, rows.clone()));
+                add(f.v.id, kernels::scale_rows(d_v, rows));
             }
         }
     }
@@ -181,7 +182,7 @@ pub fn clip_lr<B: TrainingBackend>(net: &Net<B>, grads: &mut GradientsParams, ta
             let scale = f.clip_scale(tau).inner();
             for id in [f.u.id, f.v.id] {
                 if let Some(g) = grads.remove::<B::InnerBackend, 3>(id) {
-                    grads.register(id, g * scale.clone());
+                    grads.register(id, kernels::scale_rows(g, scale.clone()));
                 }
             }
         }

@@ -38,6 +38,27 @@ fn half_one_plus_tanh<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
         .recip()
 }
 
+pub fn scale_rows<B: Backend>(x: FloatTensor<B>, scale: FloatTensor<B>) -> FloatTensor<B> {
+    B::float_mul(x, scale)
+}
+
+pub fn sgd_step<B: Backend>(
+    param: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    velocity: Option<FloatTensor<B>>,
+    lr: f64,
+    momentum: f64,
+) -> [FloatTensor<B>; 2] {
+    let (param, shape) = rows::<B>(param);
+    let (grad, _) = rows::<B>(grad);
+    let velocity = match velocity {
+        Some(v) => grad.add(rows::<B>(v).0.mul_scalar(momentum)),
+        None => grad,
+    };
+    let stepped = param - velocity.clone().mul_scalar(lr);
+    [restore(stepped, shape.clone()), restore(velocity, shape)]
+}
+
 pub fn gelu<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
     let (x, shape) = rows::<B>(x);
     restore(x.clone() * half_one_plus_tanh(x), shape)

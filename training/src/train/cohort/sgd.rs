@@ -2,9 +2,9 @@
 
 use super::index;
 use crate::models::builder::Layout;
+use crate::models::kernels::{Kernels, TrainingBackend};
 use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{Tensor, TensorPrimitive};
 use std::collections::HashMap;
@@ -13,12 +13,12 @@ use std::collections::HashMap;
 /// with `Momentum` (no dampening, no Nesterov), so a client's steps are those it takes alone.
 /// Its own because a cohort shrinks: when clients leave, each velocity keeps the rows of the
 /// clients that stay, under the rebuilt model's parameter ids.
-pub(super) struct CohortSgd<B: AutodiffBackend> {
+pub(super) struct CohortSgd<B: TrainingBackend> {
     momentum: f64,
     velocity: HashMap<ParamId, FloatTensor<B::InnerBackend>>,
 }
 
-impl<B: AutodiffBackend> CohortSgd<B> {
+impl<B: TrainingBackend> CohortSgd<B> {
     pub(super) fn new(momentum: f64) -> Self {
         Self {
             momentum,
@@ -56,35 +56,35 @@ impl<B: AutodiffBackend> CohortSgd<B> {
     }
 }
 
-struct Stepper<'o, B: AutodiffBackend> {
+struct Stepper<'o, B: TrainingBackend> {
     optimizer: &'o mut CohortSgd<B>,
     grads: &'o mut GradientsParams,
     lr: f64,
 }
 
-impl<B: AutodiffBackend> ModuleMapper<B> for Stepper<'_, B> {
+impl<B: TrainingBackend> ModuleMapper<B> for Stepper<'_, B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
         let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
             return Param::from_mapped_value(id, tensor, mapper);
         };
         let require_grad = tensor.is_require_grad();
-        let direction = if self.optimizer.momentum > 0.0 {
-            let velocity = match self.optimizer.velocity.remove(&id) {
-                Some(v) => grad.add(
-                    Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(v))
-                        .mul_scalar(self.optimizer.momentum),
-                ),
-                None => grad,
-            };
-            self.optimizer
-                .velocity
-                .insert(id, velocity.clone().into_primitive().tensor());
-            velocity
-        } else {
-            grad
-        };
-        let mut tensor = Tensor::from_inner(tensor.inner() - direction.mul_scalar(self.lr));
+        let momentum = self.optimizer.momentum;
+        let velocity = (momentum > 0.0)
+            .then(|| self.optimizer.velocity.remove(&id))
+            .flatten();
+        let [stepped, velocity] = B::InnerBackend::sgd_step(
+            tensor.inner().into_primitive().tensor(),
+            grad.into_primitive().tensor(),
+            velocity,
+            self.lr,
+            momentum,
+        );
+        if momentum > 0.0 {
+            self.optimizer.velocity.insert(id, velocity);
+        }
+        let stepped = Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(stepped));
+        let mut tensor = Tensor::from_inner(stepped);
         if require_grad {
             tensor = tensor.require_grad();
         }

@@ -6,7 +6,7 @@
 //! place. The loops must agree with [`composite`](super::composite) (see the tests).
 //!
 //! One file per kind of kernel: [`activations`], [`norms`], [`products`], [`attention`],
-//! [`convolution`] and [`pooling`]; the [`Kernels`] implementation below only routes to them.
+//! [`convolution`], [`pooling`], [`scaling`] and [`sgd`]; the [`Kernels`] implementation below only routes to them.
 
 mod activations;
 mod attention;
@@ -14,6 +14,8 @@ mod convolution;
 mod norms;
 mod pooling;
 mod products;
+mod scaling;
+mod sgd;
 
 #[cfg(test)]
 pub(super) use activations::{softmax_backward_rows, softmax_rows};
@@ -126,6 +128,20 @@ impl Kernels for NdArray<f32> {
             not_f32(&stacked)
         };
         NdArrayTensor::from(storage.into_shared().index_axis_move(ndarray::Axis(0), c))
+    }
+
+    fn scale_rows(x: FloatTensor<Self>, scale: FloatTensor<Self>) -> FloatTensor<Self> {
+        scaling::scale_rows(x, scale)
+    }
+
+    fn sgd_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        velocity: Option<FloatTensor<Self>>,
+        lr: f64,
+        momentum: f64,
+    ) -> [FloatTensor<Self>; 2] {
+        sgd::step(param, grad, velocity, lr, momentum)
     }
 
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
