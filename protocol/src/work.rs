@@ -64,24 +64,23 @@ impl ModelWork {
     /// Without weight uses (a model that is never sharded) every task counts as the whole
     /// model.
     pub fn new(arithmetic: Arithmetic, full_model: &ModelState) -> Self {
-        let full =
-            multiply_adds(full_model, &[], &arithmetic.weights) + arithmetic.between_activations;
+        let full = if arithmetic.weights.is_empty() {
+            0
+        } else {
+            multiply_adds(full_model, &[], &arithmetic.weights) + arithmetic.between_activations
+        };
         Self { arithmetic, full }
     }
 
     /// The full model's multiply-adds per sample (0 without weight uses).
     pub fn full(&self) -> u64 {
-        if self.arithmetic.weights.is_empty() {
-            0
-        } else {
-            self.full
-        }
+        self.full
     }
 
     /// A task's share of the full model's multiply-adds per sample, in (0, 1] (1 without
     /// weight uses).
     pub fn share(&self, dense: &ModelState, shards: &[LayerShard]) -> f64 {
-        if self.full() == 0 {
+        if self.full == 0 {
             return 1.0;
         }
         let task = multiply_adds(dense, shards, &self.arithmetic.weights)
