@@ -10,12 +10,13 @@
 
 use crate::client::AfterTraining;
 use crate::clock::VirtualClock;
+use crate::collect::{Ask, call_client};
 use crate::error::{Error, Result};
 use crate::record::SimulatedTime;
 use crate::record::{PhaseSeconds, RoundRecord};
-use crate::round::{Buffered, Expect, Tally, check, classify};
+use crate::round::{Buffered, Expect, Tally};
 use crate::schedule::{Arrival, Arrivals, AsyncConfig};
-use crate::server::{Ask, ServerState, call_client};
+use crate::server::ServerState;
 use fedshard_protocol::shard_plan::Participant;
 use fedshard_protocol::task::{ClientId, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
@@ -81,7 +82,6 @@ impl ServerState {
         tally: &mut Tally,
         phases: &mut PhaseSeconds,
     ) -> Result<Vec<Buffered>> {
-        let max_update_norm = self.fed.config.max_update_norm;
         let mut buffer: Vec<Buffered> = Vec::new();
         let mut time = SimulatedTime {
             start: run.arrivals.now(),
@@ -119,19 +119,20 @@ impl ServerState {
                 continue;
             };
             tally.participants += 1;
-            let answer = classify([id], BTreeMap::from([(id, outcome)]), Expect::Updates);
-            tally.answers(&answer);
-            if let Some(envelope) = answer.envelopes.get(&id) {
-                match check(id, envelope, Some(&out.task), max_update_norm) {
-                    Ok(accepted) => buffer.push(Buffered {
+            let tasks = BTreeMap::from([(id, out.task)]);
+            let outcomes = BTreeMap::from([(id, outcome)]);
+            let taken =
+                self.take_answers(version, &[id], outcomes, (Expect::Updates, &tasks), tally);
+            let mut tasks = tasks;
+            for accepted in taken.accepted {
+                if let Some(task) = tasks.remove(&accepted.client) {
+                    buffer.push(Buffered {
                         accepted,
-                        task: out.task,
+                        task,
                         version: out.version,
-                    }),
-                    Err(kind) => tally.reject(kind),
+                    });
                 }
             }
-            self.count_failures(version, 1, &answer.failures);
         }
         time.end = run.arrivals.now();
         tally.time = self.clock.is_some().then_some(time);

@@ -10,31 +10,32 @@
 //! ([`crate::round::check`]), the uplink memory, the fold through the [`Aggregator`] seam, the
 //! evaluation, the one record builder ([`record`]), the checkpoint and the events.
 //!
-//! With `[privacy]` the fold is DP-FedAvg's ([`fold_private`]) for every schedule, and each
-//! record carries the ε of the releases so far.
+//! With `[privacy]` the run's aggregator is wrapped in DP-FedAvg's [`Private`] for every
+//! schedule, and each record carries the ε of the releases so far: every fold of every schedule
+//! goes through the one [`Aggregator`] seam (blocks for a round, weight-space changes for a
+//! buffer or a private round, a sum for a secure round).
 //!
 //! What cannot combine is refused when the engine is built ([`Engine::new`]), before a client
-//! trains: an aggregator that cannot fold a buffer ([`Aggregator::folds_buffered`]) or a
+//! trains: an aggregator that cannot fold a buffer ([`Aggregator::folds_changes`]) or a
 //! two-phase selector ([`fedshard_strategies::selection::ClientSelector::needs_update_norms`])
 //! in async mode.
 
-use crate::coordinator::{CoordinatorMsg, Registry};
+use crate::coordinator::Registry;
 use crate::error::{Error, Result};
 use crate::privacy::{PrivacyRecord, PrivacySettings};
 use crate::record::PhaseSeconds;
 use crate::round::{
-    Accepted, Buffered, ClientFailure, FoldContext, Folded, Private, PrivateUpdate, RoundSummary,
-    Tally, Tasks, build_tasks, fold, fold_buffered, fold_private, record, release, unreleased,
-    update_cosine,
+    Accepted, Buffered, ClientFailure, FoldContext, Folded, Private, Release, RoundSummary, Tally,
+    Tasks, build_tasks, fold, fold_buffered, fold_changes, record, update_cosine,
 };
 use crate::schedule::{Schedule, Staleness};
-use crate::secure::{SecureSettings, SecureWeighting, SessionOutcome, fold_secure};
+use crate::secure::{SecureSettings, SessionOutcome, fold_sum};
 use crate::server::{RuntimeConfig, ServerState};
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, plan_shards};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Cohort;
 use fedshard_protocol::uplink::UplinkSide;
-use fedshard_strategies::aggregation::Aggregator;
+use fedshard_strategies::aggregation::{Aggregator, SumWeight};
 use fedshard_strategies::privacy::Accountant;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ pub struct Engine {
     pub privacy: Option<(PrivacySettings, Accountant)>,
     /// With `[secure_aggregation]`: its settings and how each client premultiplies its change
     /// (from the aggregator).
-    pub secure: Option<(SecureSettings, SecureWeighting)>,
+    pub secure: Option<(SecureSettings, SumWeight)>,
 }
 
 impl Engine {
@@ -67,7 +68,7 @@ impl Engine {
         let schedule = Schedule::of(config);
         if let Schedule::Buffered(_) = schedule {
             const FEDBUFF: &str = "buffered asynchronous aggregation (`mode = \"async\"`)";
-            if !aggregator.folds_buffered() {
+            if !aggregator.folds_changes() {
                 return Err(Error::Unsupported {
                     policy: "aggregator",
                     name: aggregator.name().into(),
@@ -112,12 +113,21 @@ impl Engine {
                      never reveals",
                 ));
             }
-            let weighting = SecureWeighting::of(config.aggregator)
-                .map_err(|why| refused("aggregator", config.aggregator.to_string(), why))?;
+            let weighting = aggregator
+                .sum_weight()
+                .map_err(|why| refused("aggregator", aggregator.name().into(), why))?;
             secure = Some((settings, weighting));
         }
         let privacy = match &config.privacy {
-            Some(settings) => Some((*settings, settings.checked_accountant(schedule, registry)?)),
+            Some(settings) => {
+                Private::wraps(aggregator.as_ref()).map_err(|why| Error::Unsupported {
+                    policy: "aggregator",
+                    name: aggregator.name().into(),
+                    schedule: "differential privacy (`[privacy]`)",
+                    why,
+                })?;
+                Some((*settings, settings.checked_accountant(schedule, registry)?))
+            }
             None => None,
         };
         Ok(Self {
@@ -198,7 +208,10 @@ impl Collected {
             .collect()
     }
 
-    /// Folds the collection into `model`, version `version − 1`, through `aggregator`.
+    /// Folds the collection into `model`, version `version − 1`, through `aggregator` (the
+    /// run's, or it wrapped in [`Private`]): a secure round's sum as a sum, a round's updates as
+    /// blocks when the aggregator folds blocks and as weight-space changes when it must see each
+    /// change, a buffer's as changes scaled by their staleness.
     fn fold(
         &self,
         model: &mut fedshard_protocol::model::ModelState,
@@ -206,6 +219,12 @@ impl Collected {
         registry: &Registry,
         (min_successful, version): (usize, u64),
     ) -> Result<Aggregate> {
+        let unchanged = |folded| Aggregate {
+            folded,
+            staleness: vec![],
+            update_cosine: None,
+            privacy: None,
+        };
         match self {
             Collected::Round(RoundUpdates {
                 secure: Some(outcome),
@@ -217,7 +236,7 @@ impl Collected {
                     SessionOutcome::Finished { sum, .. }
                         if sum.survivors.len() >= min_successful.max(1) =>
                     {
-                        fold_secure(model, plan.as_deref(), &tasks.tasks, sum)?
+                        fold_sum(model, plan.as_deref(), &tasks.tasks, sum, aggregator)?
                     }
                     SessionOutcome::Finished { sum, .. } => Folded::Unchanged(format!(
                         "{} clients in the secure sum, the minimum is {}",
@@ -226,14 +245,9 @@ impl Collected {
                     )),
                     SessionOutcome::NotFinished(why) => Folded::Unchanged(why.clone()),
                 };
-                Ok(Aggregate {
-                    folded,
-                    staleness: vec![],
-                    update_cosine: None,
-                    privacy: None,
-                })
+                Ok(unchanged(folded))
             }
-            Collected::Round(r) => {
+            Collected::Round(r) if aggregator.folds_blocks() => {
                 let before = model.clone();
                 let folded = fold(
                     model,
@@ -254,11 +268,18 @@ impl Collected {
                     _ => None,
                 };
                 Ok(Aggregate {
-                    folded,
-                    staleness: vec![],
                     update_cosine,
-                    privacy: None,
+                    ..unchanged(folded)
                 })
+            }
+            Collected::Round(_) => {
+                let updates: Vec<(&Accepted, &TrainTask, f64)> = self
+                    .answered()
+                    .into_iter()
+                    .map(|(accepted, task)| (accepted, task, 1.0))
+                    .collect();
+                let folded = fold_changes(model, &updates, aggregator, registry)?;
+                Ok(unchanged(folded))
             }
             Collected::Buffer { buffer, staleness } => {
                 let (folded, staleness) = fold_buffered(
@@ -269,81 +290,11 @@ impl Collected {
                     (*staleness, version - 1),
                 )?;
                 Ok(Aggregate {
-                    folded,
                     staleness,
-                    update_cosine: None,
-                    privacy: None,
+                    ..unchanged(folded)
                 })
             }
         }
-    }
-
-    /// Folds the collection into `model`, version `version − 1`, privately
-    /// ([`fold_private`]): every update clipped in weight space, a buffered one also weighted
-    /// by its staleness.
-    fn fold_private(
-        &self,
-        model: &mut fedshard_protocol::model::ModelState,
-        private: Private<'_>,
-    ) -> Result<Aggregate> {
-        if let Collected::Round(RoundUpdates {
-            secure: Some(outcome),
-            ..
-        }) = self
-        {
-            // A secure round: the clients clipped, the session summed, the server noises.
-            let (folded, spent) = match outcome.as_ref() {
-                SessionOutcome::Finished { sum, .. } => {
-                    let count = sum.survivors.len();
-                    let unclipped = sum.unclipped.unwrap_or(count).min(count);
-                    let weights = sum.weight_space(model)?;
-                    release(model, weights, (count, count - unclipped), private)?
-                }
-                SessionOutcome::NotFinished(why) => {
-                    (Folded::Unchanged(why.clone()), unreleased(private))
-                }
-            };
-            return Ok(Aggregate {
-                folded,
-                staleness: vec![],
-                update_cosine: None,
-                privacy: Some(spent),
-            });
-        }
-        let current = private.release - 1;
-        let (updates, staleness): (Vec<PrivateUpdate<'_>>, Vec<u64>) = match self {
-            Collected::Round(_) => {
-                let updates = self
-                    .answered()
-                    .into_iter()
-                    .map(|(accepted, task)| PrivateUpdate {
-                        accepted,
-                        task,
-                        weight: 1.0,
-                    })
-                    .collect();
-                (updates, vec![])
-            }
-            Collected::Buffer { buffer, staleness } => buffer
-                .iter()
-                .map(|b| {
-                    let tau = current.saturating_sub(b.version);
-                    let update = PrivateUpdate {
-                        accepted: &b.accepted,
-                        task: &b.task,
-                        weight: staleness.weight(tau),
-                    };
-                    (update, tau)
-                })
-                .unzip(),
-        };
-        let (folded, spent) = fold_private(model, &updates, private)?;
-        Ok(Aggregate {
-            folded,
-            staleness,
-            update_cosine: None,
-            privacy: Some(spent),
-        })
     }
 }
 
@@ -400,20 +351,27 @@ impl ServerState {
         // The fold and the cosine diagnostic run off the executor; the collection travels with
         // them and comes back for the record.
         let (model, aggregate, collected, registry) = tokio::task::spawn_blocking(move || {
-            let aggregate = match &private {
-                Some((settings, clip_norm, epsilon)) => {
-                    let private = Private {
-                        settings,
-                        clip_norm: *clip_norm,
-                        seed,
-                        release: version,
-                        epsilon: *epsilon,
-                        min_successful,
-                    };
-                    collected.fold_private(&mut model, private)
-                }
-                None => collected.fold(&mut model, aggregator.as_ref(), &registry, how),
+            let private = private.as_ref().map(|(settings, clip_norm, epsilon)| {
+                let release = Release {
+                    settings,
+                    clip_norm: *clip_norm,
+                    seed,
+                    release: version,
+                    epsilon: *epsilon,
+                    min_successful,
+                };
+                Private::new(aggregator.as_ref(), release)
+            });
+            let folding: &dyn Aggregator = match &private {
+                Some(private) => private,
+                None => aggregator.as_ref(),
             };
+            let aggregate = collected
+                .fold(&mut model, folding, &registry, how)
+                .map(|aggregate| Aggregate {
+                    privacy: private.as_ref().map(Private::spent),
+                    ..aggregate
+                });
             (model, aggregate, collected, registry)
         })
         .await
@@ -521,42 +479,6 @@ impl ServerState {
         })?;
         Ok((plan, tasks))
     }
-
-    /// Tells the coordinator of every failed client, with one warning that says why.
-    pub(crate) fn count_failures(
-        &self,
-        version: u64,
-        asked: usize,
-        failures: &BTreeMap<ClientId, ClientFailure>,
-    ) {
-        if failures.is_empty() {
-            return;
-        }
-        log_failures(version, asked, failures);
-        for id in failures.keys() {
-            let _ = self
-                .coordinator
-                .cast(CoordinatorMsg::CountFailure { client: *id });
-        }
-    }
-}
-
-/// One warning per version that lost clients, with the reasons of the first three: the metrics
-/// count failures by kind, and this says why (a client's error would otherwise stay silent).
-fn log_failures(version: u64, asked: usize, failures: &BTreeMap<ClientId, ClientFailure>) {
-    const SHOWN: usize = 3;
-    let reasons: Vec<String> = failures
-        .iter()
-        .take(SHOWN)
-        .map(|(id, f)| format!("client {id} {}: {}", f.kind.label(), f.reason))
-        .collect();
-    let more = if failures.len() > SHOWN { "; …" } else { "" };
-    tracing::warn!(
-        version,
-        "{} of {asked} clients failed: {}{more}",
-        failures.len(),
-        reasons.join("; ")
-    );
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod asynchronous;
 pub mod checkpoint;
 pub mod client;
 pub mod clock;
+pub(crate) mod collect;
 pub mod coordinator;
 pub mod engine;
 pub mod error;
@@ -37,6 +38,7 @@ pub mod schedule;
 pub(crate) mod scrape_listener;
 pub mod secure;
 pub mod server;
+pub(crate) mod synchronous;
 
 pub use error::Error;
 

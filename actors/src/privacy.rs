@@ -1,8 +1,8 @@
 //! Client-level differential privacy in the round engine (DP-FedAvg, McMahan et al. 2018;
 //! docs/privacy.md): what a private run was configured with ([`PrivacySettings`]), what each
 //! release spent ([`PrivacyRecord`]), and the run's total for `summary.json`
-//! ([`PrivacySummary`]). The fold itself is [`crate::round::fold_private`]; the accountant and
-//! the clipping arithmetic are `fedshard_strategies::privacy`.
+//! ([`PrivacySummary`]). The fold itself is [`crate::round::Private`], a wrapper over the run's
+//! aggregator; the accountant and the clipping arithmetic are `fedshard_strategies::privacy`.
 
 use crate::coordinator::Registry;
 use crate::error::{Error, Result};

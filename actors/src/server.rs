@@ -3,30 +3,25 @@
 //!
 //! Each `NextRound` runs the round engine ([`crate::engine`]) once, until the next model version
 //! is applied: a synchronous round (docs/design.md, "One round": ask the coordinator for
-//! participants, plan every participant's shards, dispatch tasks under a deadline, here), an
+//! participants, plan every participant's shards, dispatch tasks under a deadline), an
 //! over-committed one (`[federation] over_commit`: ask more clients than needed and close at the
-//! first updates accepted), or a FedBuff buffer ([`crate::asynchronous`]). Heavy work (SVD,
+//! first updates accepted), a secure round ([`crate::secure`]) or a FedBuff buffer
+//! ([`crate::asynchronous`]). Heavy work (SVD,
 //! aggregation, evaluation) runs on blocking threads so the executor keeps delivering messages.
 
 use crate::asynchronous::AsyncRun;
 use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
-use crate::client::{AfterTraining, ClientMsg, ClientReply};
-use crate::clock::{TaskTime, VirtualClock};
-use crate::coordinator::{
-    Coordinator, CoordinatorMsg, Registry, RoundSelection, averaged, over_committed,
-};
-use crate::engine::{Engine, RoundUpdates};
+use crate::clock::VirtualClock;
+use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection};
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::host::{ClientHandle, ClientHost, HostMsg, stopped_actor};
-use crate::record::SimulatedTime;
-use crate::record::{PhaseSeconds, RoundRecord, Summary};
-use crate::round::{Expect, Outcome, Tally, check, classify, validate};
+use crate::record::{RoundRecord, Summary};
 use crate::run_folder::{CSV_FILE, METRICS_FILE};
-use crate::schedule::{Arrivals, AsyncConfig};
-use crate::secure::SecureStep;
+use crate::schedule::AsyncConfig;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardingPolicy;
-use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe, TrainTask};
+use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe};
 use fedshard_protocol::uplink::state::UplinkState;
 use fedshard_protocol::uplink::{CompressionConfig, Compressor};
 use fedshard_strategies::aggregation::AggregatorName;
@@ -37,7 +32,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// The runtime's part of a run configuration (validated by the caller).
@@ -73,8 +68,8 @@ pub struct RuntimeConfig {
     /// The cost model of simulated time ([`VirtualClock`]): with `--clock virtual`, deadlines,
     /// over-commitment and async arrivals go by it and nothing sleeps; on the wall clock it is
     /// there only when the stragglers simulate a training time (`base_delay_ms`), and orders
-    /// the answers ([`Arrivals`]) so that over-commitment's cut-off and async arrivals depend
-    /// on the seed alone.
+    /// the answers ([`crate::schedule::Arrivals`]) so that over-commitment's cut-off and async
+    /// arrivals depend on the seed alone.
     #[serde(default)]
     pub clock: Option<VirtualClock>,
     /// `[privacy]`: DP-FedAvg with its accountant (docs/privacy.md); `None`, updates are
@@ -238,7 +233,7 @@ pub struct ServerState {
     /// Async mode: the work in flight, kept between model versions.
     pub(crate) asynchronous: Option<AsyncRun>,
     flow: Flow,
-    /// [`RuntimeConfig::clock`], shared with each round's [`Arrivals`].
+    /// [`RuntimeConfig::clock`], shared with each round's [`crate::schedule::Arrivals`].
     pub(crate) clock: Option<Arc<VirtualClock>>,
 }
 
@@ -383,66 +378,6 @@ impl ServerState {
         .map_err(|e| Error::CoordinatorUnreachable(e.to_string()))?
     }
 
-    /// Sends every task at simulated time `start` and waits for the replies until the
-    /// deadline. With `close = (n, counts)`, stops at the n-th answer that `counts` and returns
-    /// the clients still training as late (their answers are dropped).
-    pub(crate) async fn dispatch(
-        &self,
-        messages: Vec<(ClientId, Ask)>,
-        bits: &BTreeMap<ClientId, u64>,
-        (round, start): (u64, f64),
-        close: Option<(usize, &Counts<'_>)>,
-    ) -> Dispatched {
-        let deadline = self.fed.config.deadline;
-        let mut arrivals = Arrivals::new(self.clock.clone(), start);
-        let mut asked = Vec::new();
-        for (id, ask) in messages {
-            let Some(client) = self.clients.get(&id).cloned() else {
-                continue;
-            };
-            asked.push(id);
-            let cost = match &ask {
-                Ask::Secure(step) => arrivals.message_cost(id, step),
-                _ => {
-                    let sent = ask.task().map(|t| (t, bits.get(&id).copied().unwrap_or(0)));
-                    arrivals.cost(id, sent)
-                }
-            };
-            let work = call_client(client, ask, round, self.wall_deadline());
-            arrivals.push(id, cost, deadline, work);
-        }
-        let mut outcomes = BTreeMap::new();
-        let mut times = BTreeMap::new();
-        let mut counted = 0;
-        while let Some(arrival) = arrivals.next().await {
-            let id = arrival.client;
-            if let Some(time) = arrival.time {
-                times.insert(id, time);
-            }
-            if let Some((n, counts)) = close {
-                counted += usize::from(counts(id, &arrival.outcome));
-                outcomes.insert(id, arrival.outcome);
-                if counted >= n {
-                    break;
-                }
-            } else {
-                outcomes.insert(id, arrival.outcome);
-            }
-        }
-        let end = arrivals.now();
-        arrivals.abandon();
-        let late = asked
-            .into_iter()
-            .filter(|id| !outcomes.contains_key(id))
-            .collect();
-        Dispatched {
-            outcomes,
-            late,
-            times,
-            end,
-        }
-    }
-
     /// How long the wall clock waits for a client: the deadline, or under simulated time (whose
     /// deadline is simulated) an hour at least, a guard against a client that hangs for real.
     pub(crate) fn wall_deadline(&self) -> Duration {
@@ -461,129 +396,6 @@ impl ServerState {
             .rev()
             .find_map(|r| r.time.as_ref().map(|t| t.end))
             .unwrap_or(0.0)
-    }
-
-    /// The synchronous schedule's collection (plain and over-committed rounds): asks the
-    /// coordinator for participants, hands every one its task, and takes the answers until all
-    /// came, the deadline passed, or (over-committed) the target of accepted updates is reached;
-    /// a two-phase selector's second phase then picks who uploads. Returns the accepted updates
-    /// with what the fold needs, counted into `tally`.
-    pub(crate) async fn collect_round(
-        &mut self,
-        round: u64,
-        over_commit: Option<f64>,
-        tally: &mut Tally,
-        phases: &mut PhaseSeconds,
-    ) -> Result<RoundUpdates, Error> {
-        let started = Instant::now();
-        let config = self.fed.config.clone();
-        let two_phase = self.fed.registry.two_phase();
-        // Over-commitment: a one-phase round asks more clients; a two-phase round asks everyone
-        // in phase one anyway and closes that phase early instead.
-        let over = over_commit.map(|c| over_committed(self.fed.registry.budget, c));
-        let budget = over.filter(|_| !two_phase).map(|(asked, _)| asked);
-        let first = self.select(round, None, budget).await?;
-        let participants = first.shard_participants();
-        let cohort = averaged(participants.len(), over.filter(|_| !two_phase));
-        let (plan, tasks) = self.prepare(&participants, round, round, cohort).await?;
-
-        let mut probabilities = selection_probabilities(&first);
-        let then = if two_phase {
-            AfterTraining::Keep
-        } else {
-            AfterTraining::Upload
-        };
-        let messages = tasks
-            .tasks
-            .iter()
-            .map(|(id, t)| (*id, Ask::Train(Box::new(t.clone()), then)))
-            .collect();
-        // What closes an over-committed phase: an update that passes every check, or in phase
-        // one of a two-phase round a reported norm.
-        let counts = |id: ClientId, outcome: &Outcome| match outcome {
-            Outcome::Reply(ClientReply::Update(e)) if !two_phase => {
-                check(id, e, tasks.tasks.get(&id), config.max_update_norm).is_ok()
-            }
-            Outcome::Reply(ClientReply::Trained { .. }) => two_phase,
-            _ => false,
-        };
-        let close = over.map(|(asked, target)| {
-            let n = if two_phase { asked as usize } else { target };
-            (n, &counts as &Counts<'_>)
-        });
-        phases.plan = started.elapsed().as_secs_f64();
-        let start = self.simulated_now();
-        let first_phase = self
-            .dispatch(messages, &tasks.bits, (round, start), close)
-            .await;
-        let (outcomes, late) = (first_phase.outcomes, first_phase.late);
-        let mut time = SimulatedTime {
-            start,
-            end: first_phase.end,
-            clients: first_phase.times,
-        };
-        if !late.is_empty() {
-            tracing::info!(
-                round,
-                late = late.len(),
-                "round closed at its over-committed target; late clients' answers are dropped"
-            );
-        }
-        let answered = tasks.tasks.keys().copied().filter(|id| !late.contains(id));
-        let mut answers = classify(
-            answered,
-            outcomes,
-            if two_phase {
-                Expect::Norms
-            } else {
-                Expect::Updates
-            },
-        );
-        if two_phase {
-            let second = self
-                .select(round, Some(std::mem::take(&mut answers.norms)), None)
-                .await?;
-            probabilities = selection_probabilities(&second);
-            let uploads = second
-                .participants
-                .iter()
-                .map(|p| (p.0, Ask::Upload))
-                .collect();
-            let second_phase = self
-                .dispatch(uploads, &BTreeMap::new(), (round, time.end), None)
-                .await;
-            for (id, t) in second_phase.times {
-                let phase_one = time.clients.entry(id).or_default();
-                phase_one.upload += t.total();
-            }
-            time.end = second_phase.end;
-            let uploaded = classify(
-                second.participants.iter().map(|p| p.0),
-                second_phase.outcomes,
-                Expect::Updates,
-            );
-            answers.envelopes.extend(uploaded.envelopes);
-            answers.failures.extend(uploaded.failures);
-        }
-        phases.train = started.elapsed().as_secs_f64() - phases.plan;
-        self.count_failures(round, tasks.tasks.len(), &answers.failures);
-
-        // Nothing touches the model before it is opened and checked against its task.
-        let validated = validate(&answers.envelopes, &tasks.tasks, config.max_update_norm);
-        tally.participants = tasks.tasks.len();
-        tally.time = self.clock.is_some().then_some(time);
-        tally.hand_out(&tasks);
-        tally.answers(&answers);
-        tally.rejected(&validated);
-        Ok(RoundUpdates {
-            plan,
-            tasks,
-            probabilities,
-            failures: answers.failures,
-            accepted: validated.accepted,
-            late: late.len(),
-            secure: None,
-        })
     }
 
     /// Checkpoint first, then the metrics lines (JSON, then CSV): a crash between them is repaired
@@ -623,72 +435,6 @@ impl ServerState {
         })
         .await
         .map_err(|e| Error::panicked("checkpoint writer", e))?
-    }
-}
-
-/// What a dispatch came back with.
-pub(crate) struct Dispatched {
-    pub(crate) outcomes: BTreeMap<ClientId, Outcome>,
-    /// Asked and not waited for (an over-committed phase closed first).
-    pub(crate) late: Vec<ClientId>,
-    /// Where each answer's simulated time went (with a clock).
-    pub(crate) times: BTreeMap<ClientId, TaskTime>,
-    /// The simulated time of the last answer taken.
-    pub(crate) end: f64,
-}
-
-/// Which answers count towards closing an over-committed phase.
-type Counts<'a> = dyn Fn(ClientId, &Outcome) -> bool + Sync + 'a;
-
-/// What the server asks of a client in round `round`: a [`ClientMsg`] without its reply port.
-pub(crate) enum Ask {
-    /// Train the task, then do `then` with the update.
-    Train(Box<TrainTask>, AfterTraining),
-    /// Upload the update kept from phase one.
-    Upload,
-    /// Take a step of the round's secure aggregation.
-    Secure(Box<SecureStep>),
-}
-
-impl Ask {
-    /// The task handed out, if it is one.
-    fn task(&self) -> Option<&TrainTask> {
-        match self {
-            Ask::Train(task, _) => Some(task),
-            Ask::Upload | Ask::Secure(_) => None,
-        }
-    }
-}
-
-/// Asks `client`'s host to have it do `ask` of `round` and waits at most `deadline` for the
-/// client's answer.
-pub(crate) async fn call_client(
-    ClientHandle { host, client }: ClientHandle,
-    ask: Ask,
-    round: u64,
-    deadline: Duration,
-) -> Outcome {
-    let work = |reply| match ask {
-        Ask::Train(task, then) => ClientMsg::Train { task, then, reply },
-        Ask::Upload => ClientMsg::Upload { round, reply },
-        Ask::Secure(step) => ClientMsg::Secure { round, step, reply },
-    };
-    let result = host
-        .call(
-            |reply| HostMsg::Work {
-                client,
-                work: work(reply),
-            },
-            Some(deadline),
-        )
-        .await;
-    match result {
-        Ok(ractor::rpc::CallResult::Success(reply)) => Outcome::Reply(reply),
-        Ok(ractor::rpc::CallResult::Timeout) => Outcome::Timeout,
-        Ok(ractor::rpc::CallResult::SenderError) => {
-            Outcome::Unreachable("client dropped the reply".into())
-        }
-        Err(e) => Outcome::Unreachable(e.to_string()),
     }
 }
 

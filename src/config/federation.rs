@@ -237,7 +237,7 @@ impl FederationSection {
                 )?;
                 check(
                     "federation.aggregator",
-                    self.aggregator.build().is_ok_and(|a| a.folds_buffered()),
+                    self.aggregator.build().is_ok_and(|a| a.folds_changes()),
                     "with `mode = \"async\"`, an aggregator that folds a buffer of updates \
                      trained from different model versions: `fedavg` or `uniform`",
                     format!("`{}`", self.aggregator),

@@ -6,7 +6,7 @@
 
 use super::{Config, Schedule, check};
 use anyhow::bail;
-use fedshard_actors::secure::{SecureSettings, SecureWeighting};
+use fedshard_actors::secure::SecureSettings;
 use fedshard_protocol::uplink::Compressor;
 use fedshard_secagg::UplinkCoding;
 use fedshard_strategies::selection::SelectorName;
@@ -99,7 +99,11 @@ impl SecureSection {
                  client's update norm, which a secure round never reveals"
             );
         }
-        if let Err(why) = SecureWeighting::of(f.aggregator) {
+        let sum_weight = match f.aggregator.build() {
+            Ok(aggregator) => aggregator.sum_weight().map(|_| ()),
+            Err(_) => Err("it cannot be built from its name alone"),
+        };
+        if let Err(why) = sum_weight {
             bail!(
                 "field `federation.aggregator`: expected `fedavg` or `uniform` with \
                  [secure_aggregation], found `{}`: {why}",

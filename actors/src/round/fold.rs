@@ -1,7 +1,9 @@
 //! Folding accepted updates into the global model, always through the [`Aggregator`] seam: a
 //! round's updates share the round's model version and fold as block values ([`fold`]); a
 //! buffer's were trained from several versions and fold as weight-space changes scaled by their
-//! staleness ([`fold_buffered`]).
+//! staleness ([`fold_buffered`]), as a round's do for an aggregator that must see each change
+//! ([`fold_changes`]); a secure round's sum folds block by block too
+//! ([`crate::secure::fold_sum`]).
 
 use super::{Accepted, ClientFailure, term_factors};
 use crate::coordinator::Registry;
@@ -12,7 +14,7 @@ use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, TrainTask};
 use fedshard_strategies::StrategyError;
 use fedshard_strategies::aggregation::{
-    Aggregator, BlockUpdate, BufferedRound, Contribution, Failure, Fit, FitRound, RoundOutcome,
+    Aggregator, BlockUpdate, ChangeRound, Contribution, Failure, Fit, FitRound, RoundOutcome,
     WeightChange,
 };
 use fedshard_strategies::svd::{Factors, apply_term_changes};
@@ -113,16 +115,23 @@ pub fn fold(
         updates: &updates,
     };
     fold_blocks(global, plan, |blocks, _, _| {
-        let fit = aggregator
-            .aggregate_fit(blocks, &round)
-            .map_err(|source| Error::Aggregator {
-                name: aggregator.name(),
-                source,
-            })?;
-        Ok(match fit {
-            Fit::NoUpdate(why) => Some(why),
-            Fit::Updated => None,
-        })
+        declined(aggregator, aggregator.aggregate_fit(blocks, &round))
+    })
+}
+
+/// What `aggregator` answered, as a fold takes it: why it declined to move the blocks, or
+/// `None` when it moved them; its error, named.
+pub(crate) fn declined(
+    aggregator: &dyn Aggregator,
+    fit: fedshard_strategies::Result<Fit>,
+) -> Result<Option<String>> {
+    let fit = fit.map_err(|source| Error::Aggregator {
+        name: aggregator.name(),
+        source,
+    })?;
+    Ok(match fit {
+        Fit::NoUpdate(why) => Some(why),
+        Fit::Updated => None,
     })
 }
 
@@ -142,7 +151,7 @@ fn layer_starts(global: &ModelState, plan: Option<&ShardPlan>) -> Vec<usize> {
 
 /// The model as blocks, moved by `fit`, then the sharded layers recomposed: the one frame of
 /// every round's fold, in the clear ([`fold`]) or from a secure sum
-/// ([`crate::secure::fold_secure`]).
+/// ([`crate::secure::fold_sum`]).
 ///
 /// Block `b <` tensors is tensor `b` of `global` (`fit` gets their names), then layer by layer
 /// (from the offsets `fit` gets) each term's `u'` vector, then each term's `v'` vector, of the
@@ -309,26 +318,25 @@ pub fn weight_change(
     Ok(())
 }
 
-/// A buffered update as the aggregator folds it: its [`weight_change`] against `global`.
-struct Change<'a> {
-    global: &'a ModelState,
-    buffered: &'a Buffered,
+/// An accepted update as an aggregator folds its change: its [`weight_change`] against
+/// `global`, measured on the task it answers.
+pub struct Change<'a> {
+    pub global: &'a ModelState,
+    pub accepted: &'a Accepted,
+    pub task: &'a TrainTask,
 }
 
 impl WeightChange for Change<'_> {
     fn add_scaled(&self, change: &mut [Vec<f64>], scale: f64) -> fedshard_strategies::Result<()> {
-        let b = self.buffered;
-        weight_change(change, self.global, &b.accepted, &b.task, scale)
-            .map_err(|e| StrategyError::invalid("buffered update", e.to_string()))
+        weight_change(change, self.global, self.accepted, self.task, scale)
+            .map_err(|e| StrategyError::invalid("update", e.to_string()))
     }
 }
 
 /// Applies the buffer to `global`, which is version `current`, through `aggregator`
-/// ([`Aggregator::aggregate_buffered`]): FedBuff's `W ← W + Σ_i w_i s(current − version_i) ΔW_i`
-/// with the aggregator's weights `w_i` (for FedAvg `D_i / Σ_j D_j`, D from the registry) over
-/// the buffer in arrival order, and every tensor one block. Returns what happened and the
-/// staleness of each update, in buffer order; `global` changes only when every value of the
-/// result is finite.
+/// ([`fold_changes`]): FedBuff's `W ← W + Σ_i w_i s(current − version_i) ΔW_i` with the
+/// aggregator's weights `w_i` (for FedAvg `D_i / Σ_j D_j`, D from the registry) over the buffer
+/// in arrival order. Returns what happened and the staleness of each update, in buffer order.
 pub fn fold_buffered(
     global: &mut ModelState,
     buffer: &[Buffered],
@@ -340,29 +348,54 @@ pub fn fold_buffered(
         .iter()
         .map(|b| current.saturating_sub(b.version))
         .collect();
-    let results = buffer
+    let updates: Vec<(&Accepted, &TrainTask, f64)> = buffer
         .iter()
-        .map(|b| {
+        .zip(&taus)
+        .map(|(b, &tau)| (&b.accepted, &b.task, staleness.weight(tau)))
+        .collect();
+    let folded = fold_changes(global, &updates, aggregator, registry)?;
+    Ok((folded, taus))
+}
+
+/// Folds `updates`, each an accepted update with the task it answers and its factor `s_c`, into
+/// `global` as weight-space changes through `aggregator` ([`Aggregator::aggregate_changes`]),
+/// every tensor one block: `W ← W + Σ_c w_c s_c ΔW_c`, in the order given. A buffer's updates
+/// fold this way ([`fold_buffered`]), and so do a round's when the aggregator must see each
+/// change ([`Aggregator::folds_blocks`] says no: differential privacy clips it). `global` changes
+/// only when every value of the result is finite.
+pub fn fold_changes(
+    global: &mut ModelState,
+    updates: &[(&Accepted, &TrainTask, f64)],
+    aggregator: &dyn Aggregator,
+    registry: &Registry,
+) -> Result<Folded> {
+    let results = updates
+        .iter()
+        .map(|(accepted, _, _)| {
             Ok(Contribution {
-                client: b.accepted.client,
-                samples: registry_samples(registry, b.accepted.client)?,
+                client: accepted.client,
+                samples: registry_samples(registry, accepted.client)?,
                 inclusion_probability: 1.0,
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let weights: Vec<f64> = taus.iter().map(|&tau| staleness.weight(tau)).collect();
-    let changes: Vec<Change<'_>> = buffer
+    let scales: Vec<f64> = updates.iter().map(|(_, _, s)| *s).collect();
+    let changes: Vec<Change<'_>> = updates
         .iter()
-        .map(|buffered| Change { global, buffered })
+        .map(|&(accepted, task, _)| Change {
+            global,
+            accepted,
+            task,
+        })
         .collect();
     let changes: Vec<&dyn WeightChange> = changes.iter().map(|c| c as &dyn WeightChange).collect();
-    let round = BufferedRound {
+    let round = ChangeRound {
         outcome: RoundOutcome {
             results: &results,
             failures: &[],
             population_samples: registry.clients.values().map(|c| c.samples as f64).sum(),
         },
-        staleness: &weights,
+        scales: &scales,
         changes: &changes,
     };
     let mut next = global.clone();
@@ -371,18 +404,13 @@ pub fn fold_buffered(
         .iter_mut()
         .map(|t| t.data.as_mut_slice())
         .collect();
-    let fit = aggregator
-        .aggregate_buffered(&mut blocks, &round)
-        .map_err(|source| Error::Aggregator {
-            name: aggregator.name(),
-            source,
-        })?;
-    if let Fit::NoUpdate(why) = fit {
-        return Ok((Folded::Unchanged(why), taus));
+    let fit = aggregator.aggregate_changes(&mut blocks, &round);
+    if let Some(why) = declined(aggregator, fit)? {
+        return Ok(Folded::Unchanged(why));
     }
     if !next.is_finite() {
-        return Ok((Folded::NonFinite, taus));
+        return Ok(Folded::NonFinite);
     }
     *global = next;
-    Ok((Folded::Updated, taus))
+    Ok(Folded::Updated)
 }

@@ -2,7 +2,9 @@
 //! build every participant's task ([`build_tasks`]), sort the clients' answers into updates and
 //! failures ([`classify`]), open and check each update against its task ([`validate`]), fold the
 //! accepted ones through the aggregation policy ([`fold`] for a round on one model version,
-//! [`fold_buffered`] for a buffer trained from several) and sum it up ([`record`]).
+//! [`fold_buffered`] for a buffer trained from several, [`fold_changes`] for any updates as
+//! weight-space changes, with differential privacy as a wrapper over the policy, [`Private`])
+//! and sum it up ([`record`]).
 //! The server's round engine only moves messages between these, whatever its schedule.
 
 mod classify;
@@ -17,8 +19,12 @@ mod validate;
 
 pub use classify::{Classified, Expect, classify};
 pub use cosine::update_cosine;
-pub use fold::{Buffered, FoldContext, Folded, fold, fold_blocks, fold_buffered, weight_change};
-pub use private::{Private, PrivateUpdate, clipped_change, fold_private, release, unreleased};
+pub(crate) use fold::declined;
+pub use fold::{
+    Buffered, Change, FoldContext, Folded, fold, fold_blocks, fold_buffered, fold_changes,
+    weight_change,
+};
+pub use private::{Private, Release, clipped_change};
 pub use record::{RoundSummary, Tally, record};
 #[cfg(test)]
 pub(crate) use tasks::task_bits;

@@ -75,7 +75,7 @@ pub struct RoundSummary<'a> {
     /// The staleness τ of each buffered update, in buffer order (empty for a round).
     pub staleness: Vec<u64>,
     pub phases: PhaseSeconds,
-    /// What a private release spent ([`crate::round::fold_private`]); `None` without privacy.
+    /// What a private release spent ([`crate::round::Private`]); `None` without privacy.
     pub privacy: Option<crate::privacy::PrivacyRecord>,
     /// A secure round's finished session: its survivors are the round's successes.
     pub secure: Option<crate::secure::SessionRecord>,

@@ -1,12 +1,14 @@
-//! The server's fold of a secure round: the decoded sum over the survivors' weights, block by
-//! block, or released privately as a weight-space sum.
+//! The server's fold of a secure round: the decoded sum, block by block, through the run's
+//! aggregator (over the survivors' weights, or released privately as a weight-space sum by
+//! [`crate::round::Private`]).
 
 use super::BlockLayout;
 use crate::error::{Error, Result};
-use crate::round::{Folded, fold_blocks};
+use crate::round::{Folded, declined, fold_blocks};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_strategies::aggregation::{Aggregator, SumRound, SummedBlock};
 use std::collections::BTreeMap;
 
 /// What a round's session came to: the decoded sum, and who is in it.
@@ -21,37 +23,16 @@ pub struct SecureSum {
     pub survivors: BTreeMap<ClientId, f64>,
 }
 
-impl SecureSum {
-    /// The sum as one f64 vector per tensor of `global` (zero for a tensor no task carried):
-    /// the weight-space sum DP-FedAvg releases ([`crate::round::release`]). Only an unsharded
-    /// model's blocks are its weights; a sharded layer's factor columns are not.
-    pub fn weight_space(&self, global: &ModelState) -> Result<Vec<Vec<f64>>> {
-        if !self.layout.layers.is_empty() {
-            return Err(layout_error(
-                "a secure sum over factor columns is not a weight-space change".into(),
-            ));
-        }
-        Ok(global
-            .tensors
-            .iter()
-            .map(|t| match self.layout.dense(&t.name) {
-                Some((offset, len)) if len == t.data.len() => {
-                    self.sum[offset..offset + len].to_vec()
-                }
-                _ => vec![0.0; t.data.len()],
-            })
-            .collect())
-    }
-}
-
-/// Moves `global` (with `plan`, the round's SVD) by a session's sum: each block by the sum over
-/// the total weight of the survivors whose task held it; a block nobody held stays. The blocks
-/// and the recomposition of the sharded layers are the plain fold's ([`fold_blocks`]).
-pub fn fold_secure(
+/// Moves `global` (with `plan`, the round's SVD) by a session's sum through `aggregator`
+/// ([`Aggregator::aggregate_sum`]): each block by its sum over the total weight of the survivors
+/// whose task held it; a block nobody held stays. The blocks and the recomposition of the
+/// sharded layers are the plain fold's ([`fold_blocks`]).
+pub fn fold_sum(
     global: &mut ModelState,
     plan: Option<&ShardPlan>,
     tasks: &BTreeMap<ClientId, TrainTask>,
     secure: &SecureSum,
+    aggregator: &dyn Aggregator,
 ) -> Result<Folded> {
     let layout = &secure.layout;
     let total = |held: &dyn Fn(&TrainTask) -> bool| -> f64 {
@@ -62,21 +43,19 @@ pub fn fold_secure(
             .map(|(_, w)| w)
             .sum()
     };
-    let moved = |block: &mut [f32], sum: &[f64], weight: f64| {
-        if weight > 0.0 {
-            for (x, s) in block.iter_mut().zip(sum) {
-                *x = (f64::from(*x) + s / weight) as f32;
-            }
-        }
-    };
     fold_blocks(global, plan, |blocks, names, layer_starts| {
+        let mut summed = Vec::new();
         let mut offset = 0;
         for (name, len) in &layout.dense {
-            let b = names.iter().position(|n| n == name).ok_or_else(|| {
+            let block = names.iter().position(|n| n == name).ok_or_else(|| {
                 layout_error(format!("the layout names an unknown tensor `{name}`"))
             })?;
+            let sum = secure
+                .sum
+                .get(offset..offset + len)
+                .ok_or_else(|| layout_error(format!("the sum is too short for tensor `{name}`")))?;
             let weight = total(&|t| t.dense.get(name).is_some());
-            moved(blocks[b], &secure.sum[offset..offset + len], weight);
+            summed.push(SummedBlock { block, sum, weight });
             offset += len;
         }
         let in_input = layout.layer_starts();
@@ -94,11 +73,30 @@ pub fn fold_secure(
                         .is_some_and(|s| s.indices.binary_search(&term).is_ok())
                 });
                 let [u, v] = layer.term_ranges(start, term);
-                moved(blocks[first + term], &secure.sum[u], weight);
-                moved(blocks[first + layer.terms + term], &secure.sum[v], weight);
+                let too_short = || layout_error("the sum is too short for its layers".into());
+                let (u, v) = (
+                    secure.sum.get(u).ok_or_else(too_short)?,
+                    secure.sum.get(v).ok_or_else(too_short)?,
+                );
+                summed.push(SummedBlock {
+                    block: first + term,
+                    sum: u,
+                    weight,
+                });
+                summed.push(SummedBlock {
+                    block: first + layer.terms + term,
+                    sum: v,
+                    weight,
+                });
             }
         }
-        Ok(None)
+        let round = SumRound {
+            blocks: &summed,
+            count: secure.survivors.len(),
+            unclipped: secure.unclipped,
+            weight_space: layout.layers.is_empty(),
+        };
+        declined(aggregator, aggregator.aggregate_sum(blocks, &round))
     })
 }
 

@@ -17,7 +17,7 @@
 //!
 //! With `[privacy]` (unsharded models), the clip is DP-FedAvg's of the round, the inputs carry
 //! one more value that counts the unclipped changes, and the server releases the decoded sum as
-//! DP-FedAvg releases the sum it clipped itself ([`crate::round::release`]): noised, over the
+//! DP-FedAvg releases the sum it clipped itself ([`crate::round::Private`]): noised, over the
 //! expected number of updates.
 //!
 //! `session` runs the server's side, `client` a client's, and `fold` folds what the session
@@ -28,7 +28,7 @@ mod fold;
 mod session;
 
 pub use client::{SecureClient, input};
-pub use fold::{SecureSum, fold_secure};
+pub use fold::{SecureSum, fold_sum};
 pub use session::{SessionOutcome, SessionRecord};
 
 use crate::error::{Error, Result};
@@ -36,14 +36,13 @@ use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, TrainTask};
 use fedshard_secagg::{FixedPoint, Graph, Params, ServerMessage, SessionId};
-use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::rng::{Purpose, stream};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
 /// `[secure_aggregation]` as the runtime uses it. The weights come from the run's aggregator
-/// ([`SecureWeighting::of`]).
+/// ([`fedshard_strategies::aggregation::Aggregator::sum_weight`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SecureSettings {
     /// Every client scales its change down to this L2 norm before encoding: it bounds every
@@ -59,33 +58,6 @@ pub struct SecureSettings {
     /// SecAgg+'s graph degree `k` (even): each client masks with and shares its secrets among
     /// `k` neighbours; `None`, the complete graph of SecAgg.
     pub degree: Option<usize>,
-}
-
-/// The aggregators whose fold is a per-block weighted mean with a weight each client can
-/// premultiply: the only ones a sum can serve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SecureWeighting {
-    /// FedAvg: `D_c`, the registry's sample count.
-    Samples,
-    /// Every client alike.
-    Uniform,
-}
-
-impl SecureWeighting {
-    /// The weighting of `aggregator`, or why a sum cannot fold it.
-    pub fn of(aggregator: AggregatorName) -> std::result::Result<Self, &'static str> {
-        match aggregator {
-            AggregatorName::Fedavg => Ok(SecureWeighting::Samples),
-            AggregatorName::Uniform => Ok(SecureWeighting::Uniform),
-            AggregatorName::InverseProbability => Err(
-                "its weights n_c / (p_c Σ n) are summed, not averaged, and are not wired to \
-                 secure aggregation",
-            ),
-            AggregatorName::Fesc | AggregatorName::FescOracle => {
-                Err("its weights depend on which clients answered, known only after the sum")
-            }
-        }
-    }
 }
 
 impl SecureSettings {

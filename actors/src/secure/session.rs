@@ -1,19 +1,19 @@
 //! The server's side of a secure round: who trains, the session's four exchanges as requests
 //! to the clients, and what the session came to.
 
-use super::{
-    BlockLayout, InputSpec, SecureSettings, SecureStep, SecureSum, SecureWeighting, session_id,
-};
+use super::{BlockLayout, InputSpec, SecureSettings, SecureStep, SecureSum, session_id};
 use crate::client::AfterTraining;
+use crate::collect::Ask;
 use crate::engine::RoundUpdates;
 use crate::error::{Error, Result};
 use crate::record::{PhaseSeconds, SimulatedTime};
-use crate::round::{ClientFailure, Expect, Tally, Tasks, classify};
-use crate::server::{Ask, ServerState, selection_probabilities};
+use crate::round::{ClientFailure, Expect, Tally, Tasks};
+use crate::server::{ServerState, selection_probabilities};
 use fedshard_protocol::payload::RejectionKind;
 use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, TrainTask};
 use fedshard_secagg::ServerMessage;
+use fedshard_strategies::aggregation::SumWeight;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -79,7 +79,7 @@ impl ServerState {
     pub(crate) async fn collect_secure_round(
         &mut self,
         round: u64,
-        (settings, weighting): (SecureSettings, SecureWeighting),
+        (settings, weighting): (SecureSettings, SumWeight),
         tally: &mut Tally,
         phases: &mut PhaseSeconds,
     ) -> Result<RoundUpdates> {
@@ -104,31 +104,34 @@ impl ServerState {
             end: trained.end,
             clients: trained.times,
         };
-        let answers = classify(tasks.tasks.keys().copied(), trained.outcomes, Expect::Ready);
-        let mut failures = answers.failures;
         tally.participants = tasks.tasks.len();
         tally.hand_out(&tasks);
+        let asked: Vec<ClientId> = tasks.tasks.keys().copied().collect();
+        let taken = self.take_answers(
+            round,
+            &asked,
+            trained.outcomes,
+            (Expect::Ready, &tasks.tasks),
+            tally,
+        );
+        let (ready, mut failures) = (taken.answers.ready, taken.answers.failures);
         let needed = self.fed.config.min_successful.max(1);
-        let session = if answers.ready.len() >= needed {
+        let session = if ready.len() >= needed {
             self.secure_session(
                 round,
                 (&settings, weighting),
                 (plan.as_deref(), &tasks),
-                &answers.ready,
+                &ready,
                 (tally, &mut failures, &mut time),
             )
             .await?
         } else {
             SessionOutcome::NotFinished(format!(
                 "{} clients trained, the minimum is {needed}",
-                answers.ready.len()
+                ready.len()
             ))
         };
         phases.train = started.elapsed().as_secs_f64() - phases.plan;
-        for f in failures.values() {
-            *tally.failures.entry(f.kind).or_default() += 1;
-        }
-        self.count_failures(round, tasks.tasks.len(), &failures);
         tally.time = self.clock.is_some().then_some(time);
         Ok(RoundUpdates {
             plan,
@@ -146,7 +149,7 @@ impl ServerState {
     async fn secure_session(
         &self,
         round: u64,
-        (settings, weighting): (&SecureSettings, SecureWeighting),
+        (settings, weighting): (&SecureSettings, SumWeight),
         (plan, tasks): (Option<&ShardPlan>, &Tasks),
         ready: &[ClientId],
         (tally, failures, time): (
@@ -252,23 +255,20 @@ impl ServerState {
     /// the client's own claim) for FedAvg, 1 for uniform weights.
     fn secure_weights(
         &self,
-        weighting: SecureWeighting,
+        weighting: SumWeight,
         clients: &[ClientId],
     ) -> Result<BTreeMap<ClientId, f64>> {
         let raw = clients
             .iter()
             .map(|&id| {
-                let w = match weighting {
-                    SecureWeighting::Uniform => 1.0,
-                    SecureWeighting::Samples => self
-                        .fed
-                        .registry
-                        .clients
-                        .get(&id)
-                        .map(|c| c.samples as f64)
-                        .ok_or(Error::UnknownClient(id))?,
-                };
-                Ok((id, w))
+                let samples = self
+                    .fed
+                    .registry
+                    .clients
+                    .get(&id)
+                    .map(|c| c.samples as f64)
+                    .ok_or(Error::UnknownClient(id))?;
+                Ok((id, weighting.of(samples)))
             })
             .collect::<Result<BTreeMap<_, _>>>()?;
         let largest = raw.values().copied().fold(0.0, f64::max);
@@ -299,11 +299,16 @@ impl ServerState {
             spent.upload += t.upload;
         }
         session.time.end = answered.end;
-        let answers = classify(asked, answered.outcomes, Expect::Secure);
-        session.failures.extend(answers.failures);
-        for (id, message) in answers.secure {
-            let bits = 8 * fedshard_secagg::wire::encode(&message).len() as u64;
-            *session.tally.client_uplink_bits.entry(id).or_default() += bits;
+        let no_tasks = BTreeMap::new();
+        let taken = self.take_answers(
+            session.round,
+            &asked,
+            answered.outcomes,
+            (Expect::Secure, &no_tasks),
+            session.tally,
+        );
+        session.failures.extend(taken.answers.failures);
+        for (id, message) in taken.answers.secure {
             let signed = session_id(id).is_ok_and(|s| s == message.header.sender);
             let received = if signed {
                 session.server.receive(message)

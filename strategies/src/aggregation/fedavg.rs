@@ -1,6 +1,6 @@
 //! FedAvg weights.
 
-use super::{RoundOutcome, Weighting, result_samples, validate_weights};
+use super::{RoundOutcome, SumWeight, Weighting, result_samples, validate_weights};
 use crate::{Result, StrategyError};
 
 /// `w_c = n_c / Σ_results n` (FedAvg; the "federated" baseline of docs/algorithms.md §3.2).
@@ -26,8 +26,13 @@ impl Weighting for FedAvg {
     }
 
     /// Normalised weights of the results alone: FedBuff's mean.
-    fn folds_buffered(&self) -> bool {
+    fn folds_changes(&self) -> bool {
         true
+    }
+
+    /// Each client premultiplies its change by its weight before the sum.
+    fn sum_weight(&self) -> std::result::Result<SumWeight, &'static str> {
+        Ok(SumWeight::Samples)
     }
 
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {

@@ -1,6 +1,6 @@
 //! FESC weights as an aggregator.
 
-use super::{RoundOutcome, Weighting, result_samples, validate_weights};
+use super::{RoundOutcome, SumWeight, Weighting, result_samples, validate_weights};
 use crate::fesc::{fesc_weights, water_filling};
 use crate::{Result, StrategyError};
 
@@ -12,6 +12,10 @@ pub struct Fesc;
 impl Weighting for Fesc {
     fn name(&self) -> &'static str {
         "fesc"
+    }
+
+    fn sum_weight(&self) -> std::result::Result<SumWeight, &'static str> {
+        Err("its weights depend on which clients answered, known only after the sum")
     }
 
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {
@@ -37,6 +41,10 @@ pub struct FescOracle {
 impl Weighting for FescOracle {
     fn name(&self) -> &'static str {
         "fesc-oracle"
+    }
+
+    fn sum_weight(&self) -> std::result::Result<SumWeight, &'static str> {
+        Err("its weights depend on which clients answered, known only after the sum")
     }
 
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {

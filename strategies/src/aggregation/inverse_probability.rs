@@ -1,6 +1,6 @@
 //! Inverse-probability (Horvitz–Thompson) weights for sampled clients.
 
-use super::{RoundOutcome, Scale, Weighting, result_samples, validate_weights};
+use super::{RoundOutcome, Scale, SumWeight, Weighting, result_samples, validate_weights};
 use crate::{Result, StrategyError};
 
 /// `w_c = n_c / (p_c Σ_population n)`: with these weights `Σ_c w_c U_c` is an unbiased estimate
@@ -21,6 +21,13 @@ impl Weighting for InverseProbability {
     /// The weights are unbiased only as a sum (§2.4): they do not add up to 1.
     fn scale(&self) -> Scale {
         Scale::Sum
+    }
+
+    fn sum_weight(&self) -> std::result::Result<SumWeight, &'static str> {
+        Err(
+            "its weights n_c / (p_c Σ n) are summed, not averaged, and are not wired to secure \
+             aggregation",
+        )
     }
 
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {

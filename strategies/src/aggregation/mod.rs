@@ -16,26 +16,34 @@
 //!   (§3.2, oracle version).
 //!
 //! A buffered asynchronous aggregate (FedBuff) goes through the same trait
-//! ([`Aggregator::aggregate_buffered`], see [`fold_changes`]): the aggregator's weights, times each
+//! ([`Aggregator::aggregate_changes`], see [`fold_changes`]): the aggregator's weights, times each
 //! update's staleness weight, scale the changes the updates ask for. An aggregator says whether
-//! it can ([`Aggregator::folds_buffered`]); a runtime checks that before it starts.
+//! it can ([`Aggregator::folds_changes`]); a runtime checks that before it starts.
+//!
+//! A secure aggregate goes through the same trait too ([`Aggregator::aggregate_sum`], see
+//! [`fold_sum`]): an aggregator whose weights each client can apply to its own update says how
+//! ([`Aggregator::sum_weight`]); the others say why not, and a runtime refuses them before it
+//! starts. A policy that wraps another (differential privacy's clip and noise) is an
+//! `Aggregator` over the one it wraps, so every fold of every schedule goes through this seam.
 //!
 //! Failed clients get no weight: the weights are computed over the results alone, so a failure
 //! acts like a client that was not selected. For the normalised aggregators that is the usual
 //! renormalisation; for inverse-probability it biases the estimate by the failed clients' share.
 
-mod buffered;
+mod changes;
 mod fedavg;
 mod fesc;
 mod fit;
 mod inverse_probability;
+mod summed;
 mod uniform;
 
-pub use buffered::{BufferedRound, WeightChange, fold_changes};
+pub use changes::{ChangeRound, WeightChange, fold_changes};
 pub use fedavg::FedAvg;
 pub use fesc::{Fesc, FescOracle};
 pub use fit::{BlockUpdate, Fit, FitRound, Scale, fold_weighted};
 pub use inverse_probability::InverseProbability;
+pub use summed::{SumRound, SumWeight, SummedBlock, check_sum, fold_sum};
 pub use uniform::UniformWeights;
 
 use crate::{Result, StrategyError};
@@ -82,21 +90,17 @@ pub trait Aggregator: Send + Sync + fmt::Debug {
     /// Folds the round into the global blocks (`global[b]` is block `b`), or declines with
     /// [`Fit::NoUpdate`] and leaves them untouched. On `Err` the blocks are untouched too.
     fn aggregate_fit(&self, global: &mut [&mut [f32]], round: &FitRound) -> Result<Fit>;
-    /// Whether [`Aggregator::aggregate_buffered`] folds a buffer (see [`fold_changes`]); a runtime
+    /// Whether [`Aggregator::aggregate_changes`] folds a buffer (see [`fold_changes`]); a runtime
     /// refuses to start a buffered asynchronous run with an aggregator that says no. No by
     /// default.
-    fn folds_buffered(&self) -> bool {
+    fn folds_changes(&self) -> bool {
         false
     }
     /// Folds a buffer of updates trained from different model versions,
     /// `W ← W + Σ_c w_c s(τ_c) ΔW_c`, or declines. Only called when
-    /// [`Aggregator::folds_buffered`] says yes; otherwise it is an error. On `Err` the blocks
+    /// [`Aggregator::folds_changes`] says yes; otherwise it is an error. On `Err` the blocks
     /// are untouched.
-    fn aggregate_buffered(
-        &self,
-        _global: &mut [&mut [f32]],
-        _round: &BufferedRound,
-    ) -> Result<Fit> {
+    fn aggregate_changes(&self, _global: &mut [&mut [f32]], _round: &ChangeRound) -> Result<Fit> {
         Err(StrategyError::invalid(
             "aggregator",
             format!(
@@ -104,6 +108,26 @@ pub trait Aggregator: Send + Sync + fmt::Debug {
                 self.name()
             ),
         ))
+    }
+    /// Whether a synchronous round's updates reach [`Aggregator::aggregate_fit`] as blocks
+    /// (yes by default); a policy that must see each update's weight-space change (differential
+    /// privacy clips it) says no and gets them through [`Aggregator::aggregate_changes`].
+    fn folds_blocks(&self) -> bool {
+        true
+    }
+    /// How a client weighs its own update before a secure sum, or why this aggregator's weights
+    /// cannot be applied that way (a runtime refuses secure aggregation with it, saying why).
+    fn sum_weight(&self) -> std::result::Result<SumWeight, &'static str> {
+        Err("its weights are not wired to a secure sum")
+    }
+    /// Folds a sum of the clients' changes, each premultiplied by its [`SumWeight`]: every block
+    /// moves by its sum over its holders' total weight ([`fold_sum`]). On `Err` the blocks are
+    /// untouched.
+    fn aggregate_sum(&self, global: &mut [&mut [f32]], round: &SumRound) -> Result<Fit> {
+        self.sum_weight().map_err(|why| {
+            StrategyError::invalid("aggregator", format!("{}: {why}", self.name()))
+        })?;
+        fold_sum(global, round)
     }
 }
 
@@ -121,8 +145,13 @@ pub trait Weighting: Send + Sync + fmt::Debug {
     }
     /// Whether the weights may scale a buffer's changes (see [`fold_changes`]): normalised weights
     /// that depend on nothing but the results themselves. No by default.
-    fn folds_buffered(&self) -> bool {
+    fn folds_changes(&self) -> bool {
         false
+    }
+    /// How a client applies its weight before a secure sum ([`Aggregator::sum_weight`]); none
+    /// by default.
+    fn sum_weight(&self) -> std::result::Result<SumWeight, &'static str> {
+        Err("its weights are not wired to a secure sum")
     }
 }
 
@@ -155,15 +184,19 @@ impl<W: Weighting> Aggregator for W {
         Ok(Fit::Updated)
     }
 
-    fn folds_buffered(&self) -> bool {
-        Weighting::folds_buffered(self)
+    fn folds_changes(&self) -> bool {
+        Weighting::folds_changes(self)
+    }
+
+    fn sum_weight(&self) -> std::result::Result<SumWeight, &'static str> {
+        Weighting::sum_weight(self)
     }
 
     /// An empty buffer does not move the model; otherwise the weights of
     /// [`Weighting::weights`] over the buffer, times the staleness weights, scale the changes
     /// ([`fold_changes`]).
-    fn aggregate_buffered(&self, global: &mut [&mut [f32]], round: &BufferedRound) -> Result<Fit> {
-        if !Weighting::folds_buffered(self) {
+    fn aggregate_changes(&self, global: &mut [&mut [f32]], round: &ChangeRound) -> Result<Fit> {
+        if !Weighting::folds_changes(self) {
             return Err(StrategyError::invalid(
                 "aggregator",
                 format!(
@@ -176,13 +209,13 @@ impl<W: Weighting> Aggregator for W {
             return Ok(Fit::NoUpdate("an empty buffer".into()));
         }
         let results = round.outcome.results.len();
-        if round.changes.len() != results || round.staleness.len() != results {
+        if round.changes.len() != results || round.scales.len() != results {
             return Err(StrategyError::invalid(
                 "buffered round",
                 format!(
                     "{} changes and {} staleness weights for {results} results",
                     round.changes.len(),
-                    round.staleness.len()
+                    round.scales.len()
                 ),
             ));
         }
@@ -368,13 +401,13 @@ mod tests {
         });
         let (a, b) = (Step(vec![4.0, 0.0]), Step(vec![8.0, 0.0]));
         let changes: [&dyn WeightChange; 2] = [&a, &b];
-        let round = BufferedRound {
+        let round = ChangeRound {
             outcome: RoundOutcome {
                 results: &results,
                 failures: &[],
                 population_samples: 4.0,
             },
-            staleness: &[0.5, 1.0],
+            scales: &[0.5, 1.0],
             changes: &changes,
         };
         for (name, want) in [
@@ -383,18 +416,18 @@ mod tests {
         ] {
             let mut block = [1.0f32, 0.1];
             let aggregator = name.build().unwrap();
-            assert!(aggregator.folds_buffered());
-            let fit = aggregator.aggregate_buffered(&mut [&mut block[..]], &round);
+            assert!(aggregator.folds_changes());
+            let fit = aggregator.aggregate_changes(&mut [&mut block[..]], &round);
             assert_eq!(fit.unwrap(), Fit::Updated);
             assert_eq!(block, [1.0 + want, 0.1], "{name}");
         }
         for name in [AggregatorName::InverseProbability, AggregatorName::Fesc] {
             let aggregator = name.build().unwrap();
-            assert!(!aggregator.folds_buffered(), "{name}");
+            assert!(!aggregator.folds_changes(), "{name}");
             let mut block = [1.0f32, 0.1];
             assert!(
                 aggregator
-                    .aggregate_buffered(&mut [&mut block[..]], &round)
+                    .aggregate_changes(&mut [&mut block[..]], &round)
                     .is_err()
             );
             assert_eq!(block, [1.0, 0.1]);

@@ -1,6 +1,6 @@
 //! Equal weights.
 
-use super::{RoundOutcome, Weighting, result_samples, validate_weights};
+use super::{RoundOutcome, SumWeight, Weighting, result_samples, validate_weights};
 use crate::Result;
 
 /// `w_c = 1/m` for the `m` results, whatever their sizes.
@@ -13,8 +13,13 @@ impl Weighting for UniformWeights {
     }
 
     /// Normalised weights of the results alone: FedBuff's mean.
-    fn folds_buffered(&self) -> bool {
+    fn folds_changes(&self) -> bool {
         true
+    }
+
+    /// Each client premultiplies its change by its weight before the sum.
+    fn sum_weight(&self) -> std::result::Result<SumWeight, &'static str> {
+        Ok(SumWeight::Uniform)
     }
 
     fn weights(&self, round: &RoundOutcome) -> Result<Vec<f64>> {

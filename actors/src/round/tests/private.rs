@@ -2,7 +2,9 @@
 //! included; the noise on the model has the scale `z·C/m̄`; the same seed gives the same model.
 
 use super::*;
-use crate::privacy::{Clipping, PrivacySettings};
+use crate::error::Result;
+use crate::privacy::{Clipping, PrivacyRecord, PrivacySettings};
+use fedshard_strategies::aggregation::UniformWeights;
 use fedshard_strategies::privacy::{Epsilon, Sampling};
 use proptest::prelude::*;
 
@@ -18,12 +20,12 @@ fn settings(norm: f64, z: f64, expected: f64) -> PrivacySettings {
     }
 }
 
-fn private(settings: &PrivacySettings, release: u64) -> Private<'_> {
+fn private(settings: &PrivacySettings, release: u64) -> Release<'_> {
     let clip_norm = match settings.clipping {
         Clipping::Fixed { norm } => norm,
         Clipping::Adaptive { initial, .. } => initial,
     };
-    Private {
+    Release {
         settings,
         clip_norm,
         seed: 11,
@@ -36,15 +38,42 @@ fn private(settings: &PrivacySettings, release: u64) -> Private<'_> {
     }
 }
 
-fn updates<'a>(tasks: &'a Tasks, accepted: &'a [Accepted]) -> Vec<PrivateUpdate<'a>> {
+fn updates<'a>(
+    tasks: &'a Tasks,
+    accepted: &'a [Accepted],
+) -> Vec<(&'a Accepted, &'a TrainTask, f64)> {
     accepted
         .iter()
-        .map(|a| PrivateUpdate {
-            accepted: a,
-            task: &tasks.tasks[&a.client],
-            weight: 1.0,
-        })
+        .map(|a| (a, &tasks.tasks[&a.client], 1.0))
         .collect()
+}
+
+/// A private release of `updates` through the seam: [`Private`] over uniform weights, folded
+/// as weight-space changes, with what it spent.
+fn fold_private(
+    model: &mut ModelState,
+    updates: &[(&Accepted, &TrainTask, f64)],
+    release: Release<'_>,
+) -> Result<(Folded, PrivacyRecord)> {
+    let clients: Vec<(ClientId, u64)> = updates.iter().map(|(a, _, _)| (a.client, 1)).collect();
+    let private = Private::new(&UniformWeights, release);
+    let folded = fold_changes(model, updates, &private, &registry(&clients))?;
+    Ok((folded, private.spent()))
+}
+
+/// `update`'s change against `global`, clipped to `clip_norm`.
+fn clipped(
+    global: &ModelState,
+    (accepted, task, scale): (&Accepted, &TrainTask, f64),
+    clip_norm: f64,
+) -> (Vec<Vec<f64>>, bool) {
+    let lens: Vec<usize> = global.tensors.iter().map(|t| t.data.len()).collect();
+    let change = Change {
+        global,
+        accepted,
+        task,
+    };
+    clipped_change(&change, &lens, clip_norm, scale).unwrap()
 }
 
 fn norm(change: &[Vec<f64>]) -> f64 {
@@ -72,8 +101,8 @@ proptest! {
             }
         });
         for update in updates(&tasks, &accepted) {
-            let (raw, _) = clipped_change(&global(), &update, f64::INFINITY).unwrap();
-            let (clipped, was_clipped) = clipped_change(&global(), &update, clip).unwrap();
+            let (raw, _) = clipped(&global(), update, f64::INFINITY);
+            let (clipped, was_clipped) = clipped(&global(), update, clip);
             let n = norm(&clipped);
             prop_assert!(n <= clip * (1.0 + 1e-12), "norm {} above C = {}", n, clip);
             prop_assert_eq!(was_clipped, norm(&raw) > clip);
@@ -91,8 +120,8 @@ fn the_clip_sees_the_sharded_layers_weight_change_not_its_factors() {
     let (_, tasks) = planned();
     let accepted = accepted(&tasks, |_, out| shift_factors(out, 1.0));
     let update = updates(&tasks, &accepted)[0];
-    let task = update.task;
-    let (change, _) = clipped_change(&global(), &update, f64::INFINITY).unwrap();
+    let task = update.1;
+    let (change, _) = clipped(&global(), update, f64::INFINITY);
     let shard = &task.shards[0];
     let (u, v) = (&shard.left, &shard.right);
     let mut want = 0.0;
@@ -213,11 +242,39 @@ fn adaptive_clipping_shrinks_a_clip_that_clips_nobody_and_too_few_updates_releas
 
     let fixed = settings(1.0, 1.0, 2.0);
     let mut model = global();
-    let few = Private {
+    let few = Release {
         min_successful: 3,
         ..private(&fixed, 1)
     };
     let (folded, _) = fold_private(&mut model, &updates, few).unwrap();
     assert!(matches!(folded, Folded::Unchanged(_)));
     assert_eq!(model, global());
+}
+
+/// DP-FedAvg wraps an aggregator whose updates count equally (the bound on one client's
+/// influence assumes it) and refuses the others, by their own answer; wrapped, it never folds
+/// block values (it must clip each update's weight-space change) and refuses a release under
+/// an aggregator it cannot wrap even when asked directly.
+#[test]
+fn privacy_wraps_only_equal_weights_and_folds_changes() {
+    use fedshard_strategies::aggregation::{AggregatorName, FedAvg};
+    for name in AggregatorName::ALL {
+        let Ok(aggregator) = name.build() else {
+            continue;
+        };
+        let wraps = Private::wraps(aggregator.as_ref());
+        assert_eq!(wraps.is_ok(), name == AggregatorName::Uniform, "{name}");
+    }
+    let settings = settings(1.0, 1.0, 2.0);
+    let uniform = Private::new(&UniformWeights, private(&settings, 1));
+    assert!(!uniform.folds_blocks() && uniform.folds_changes());
+    let (_, tasks) = planned();
+    let accepted = accepted(&tasks, |_, out| shift_factors(out, 0.1));
+    let updates = updates(&tasks, &accepted);
+    let clients: Vec<(ClientId, u64)> = updates.iter().map(|(a, _, _)| (a.client, 1)).collect();
+    let mut model = global();
+    let fedavg = Private::new(&FedAvg, private(&settings, 1));
+    assert!(fold_changes(&mut model, &updates, &fedavg, &registry(&clients)).is_err());
+    assert_eq!(model, global());
+    assert_eq!(fedavg.spent().clipped, 0);
 }
