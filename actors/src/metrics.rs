@@ -600,7 +600,8 @@ pub(crate) mod tests {
     }
 
     /// Idle connections to the metrics port are cut after the idle limit, and those over the
-    /// cap at once, so they cannot hold the process's file descriptors; a scrape still works.
+    /// cap as newer ones take their places, so they cannot hold the process's file
+    /// descriptors; a scrape still works.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn idle_and_excess_metrics_connections_are_cut() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -619,8 +620,8 @@ pub(crate) mod tests {
                     .unwrap(),
             );
         }
-        // Every one of them is closed by the server: the six over the cap at once, the four
-        // under it once idle. A read returns end of file (or a reset), never hangs.
+        // Every one of them is closed by the server: the first six to make room for newer
+        // ones, the last four once idle. A read returns end of file (or a reset), never hangs.
         for stream in &mut idle {
             let mut byte = [0u8; 1];
             let read =

@@ -1,25 +1,29 @@
-//! The `/metrics` listener (and the live page's, [`HttpServer`]): at most [`ScrapeLimits::max_connections`] connections at once, each
-//! cut after [`ScrapeLimits::idle`] without a byte either way. Without them, idle connections
-//! to the metrics port held one file descriptor each for ever, and enough of them starved the
-//! rest of the process (a server node then could not accept its client nodes).
+//! The `/metrics` listener (and the live page's, [`HttpServer`]): at most
+//! [`ScrapeLimits::max_connections`] connections at once, each cut after [`ScrapeLimits::idle`]
+//! without a byte either way. Without them, idle connections to the metrics port held one file
+//! descriptor each for ever, and enough of them starved the rest of the process (a server node
+//! then could not accept its client nodes). At the cap, a new connection takes the place of the
+//! one idle longest rather than being closed itself: otherwise 64 idle connections, renewed
+//! every 10 s, shut every scrape out.
 
 use axum::serve::Listener;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 /// What one scraper may hold of the metrics listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScrapeLimits {
-    /// Connections open at once; one more is closed as soon as it is accepted.
+    /// Connections open at once; one more takes the place of the one idle longest.
     pub max_connections: usize,
     /// A connection with no byte read or written for this long is closed (a scraper keeping
     /// its connection alive between scrapes opens a new one).
@@ -75,10 +79,12 @@ impl HttpServer {
     }
 }
 
-/// A TCP listener that hands axum at most `max_connections` idle-timed streams at once.
+/// A TCP listener that hands axum at most `max_connections` idle-timed streams at once. At the
+/// cap, a new connection takes the place of the one idle longest, which is closed: holding
+/// every place with idle connections would otherwise shut scrapes out until the idle cut.
 pub(crate) struct CappedListener {
     inner: TcpListener,
-    permits: Arc<Semaphore>,
+    open: Arc<Open>,
     idle: Duration,
 }
 
@@ -86,7 +92,11 @@ impl CappedListener {
     pub(crate) fn new(inner: TcpListener, limits: ScrapeLimits) -> Self {
         Self {
             inner,
-            permits: Arc::new(Semaphore::new(limits.max_connections)),
+            open: Arc::new(Open {
+                cap: limits.max_connections.max(1),
+                since: Instant::now(),
+                streams: Mutex::default(),
+            }),
             idle: limits.idle,
         }
     }
@@ -99,11 +109,9 @@ impl Listener for CappedListener {
     async fn accept(&mut self) -> (IdleStream, SocketAddr) {
         loop {
             match self.inner.accept().await {
-                Ok((stream, peer)) => match self.permits.clone().try_acquire_owned() {
-                    Ok(permit) => return (IdleStream::new(stream, permit, self.idle), peer),
-                    // Over the cap: closed at once, so the descriptor is not held.
-                    Err(_) => tracing::debug!("metrics: closed a connection from {peer} (cap)"),
-                },
+                Ok((stream, peer)) => {
+                    return (IdleStream::new(stream, &self.open, self.idle), peer);
+                }
                 Err(e) => {
                     tracing::debug!("metrics: cannot accept a connection: {e}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -117,45 +125,156 @@ impl Listener for CappedListener {
     }
 }
 
-/// A connection that fails with `TimedOut` once idle for its limit, and frees its place under
-/// the cap when dropped.
+/// The connections open, each with when it last made progress.
+struct Open {
+    cap: usize,
+    /// The origin of [`Activity::last`].
+    since: Instant,
+    streams: Mutex<Streams>,
+}
+
+/// The open connections by id.
+#[derive(Default)]
+struct Streams {
+    last_id: u64,
+    by_id: HashMap<u64, Arc<Activity>>,
+}
+
+impl Open {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Streams> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a new connection; at the cap, first closes the one idle longest.
+    fn add(&self) -> (u64, Arc<Activity>) {
+        let activity = Arc::new(Activity {
+            last: AtomicU64::new(self.now()),
+            evicted: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        });
+        let mut streams = self.lock();
+        if streams.by_id.len() >= self.cap
+            && let Some((&oldest, _)) = streams
+                .by_id
+                .iter()
+                .min_by_key(|(_, a)| a.last.load(Ordering::Relaxed))
+            && let Some(evicted) = streams.by_id.remove(&oldest)
+        {
+            tracing::debug!("metrics: closed the connection idle longest (cap)");
+            evicted.evict();
+        }
+        streams.last_id += 1;
+        let id = streams.last_id;
+        streams.by_id.insert(id, activity.clone());
+        (id, activity)
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().by_id.remove(&id);
+    }
+
+    /// Milliseconds since [`Open::since`].
+    fn now(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// One connection's last progress, and whether a newer connection took its place.
+struct Activity {
+    last: AtomicU64,
+    evicted: AtomicBool,
+    /// The task waiting on the connection, woken when it is evicted.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Activity {
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        let waker = self
+            .waker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// A connection that fails with `TimedOut` once idle for its limit, or once evicted, and frees
+/// its place under the cap when dropped.
 pub(crate) struct IdleStream {
     inner: TcpStream,
-    _permit: OwnedSemaphorePermit,
+    open: Arc<Open>,
+    id: u64,
+    activity: Arc<Activity>,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
 }
 
 impl IdleStream {
-    fn new(inner: TcpStream, permit: OwnedSemaphorePermit, idle: Duration) -> Self {
+    fn new(inner: TcpStream, open: &Arc<Open>, idle: Duration) -> Self {
+        let (id, activity) = open.add();
         Self {
             inner,
-            _permit: permit,
+            open: open.clone(),
+            id,
+            activity,
             idle,
             deadline: Box::pin(tokio::time::sleep(idle)),
         }
     }
 
-    /// After progress, the connection has `idle` again; while pending, it fails at the deadline.
+    /// After progress, the connection has `idle` again; while pending, it fails at the deadline
+    /// or when evicted.
     fn watch<T>(
         &mut self,
         cx: &mut Context<'_>,
         polled: Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
+        let evicted = || {
+            Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "metrics connection closed for a newer one (cap)",
+            )))
+        };
+        if self.activity.evicted.load(Ordering::Acquire) {
+            return evicted();
+        }
         match polled {
             Poll::Ready(result) => {
                 let next = Instant::now() + self.idle;
                 self.deadline.as_mut().reset(next);
+                self.activity.last.store(self.open.now(), Ordering::Relaxed);
                 Poll::Ready(result)
             }
-            Poll::Pending => match self.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "idle metrics connection",
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                *self
+                    .activity
+                    .waker
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(cx.waker().clone());
+                // Evicted between the check above and the waker being stored: nobody wakes us.
+                if self.activity.evicted.load(Ordering::Acquire) {
+                    return evicted();
+                }
+                match self.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "idle metrics connection",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
+    }
+}
+
+impl Drop for IdleStream {
+    fn drop(&mut self) {
+        self.open.remove(self.id);
     }
 }
 
@@ -188,5 +307,47 @@ impl AsyncWrite for IdleStream {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// 600 idle connections held against the default limits (64 at once, cut after 10 s of
+    /// idleness) shut scrapes out until the idle cut: a new connection was closed at accept.
+    /// Now it takes an idle one's place, and a scrape is answered at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scrape_is_answered_while_600_idle_connections_are_held() {
+        let app = axum::Router::new().route("/metrics", axum::routing::get(|| async { "up 1\n" }));
+        let limits = ScrapeLimits::default();
+        let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), app, limits)
+            .await
+            .unwrap();
+        let mut held = Vec::new();
+        for _ in 0..600 {
+            held.push(TcpStream::connect(server.addr).await.unwrap());
+        }
+        let scrape = async {
+            let mut s = TcpStream::connect(server.addr).await?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).await?;
+            Ok::<_, io::Error>(out)
+        };
+        let bound = Duration::from_secs(2);
+        let answer = tokio::time::timeout(bound, scrape).await;
+        assert!(bound < limits.idle);
+        let page = answer
+            .expect("no answer within 2 s")
+            .expect("the scrape's connection failed");
+        assert!(
+            page.starts_with("HTTP/1.1 200") && page.ends_with("up 1\n"),
+            "{page}"
+        );
+        drop(held);
+        server.shutdown().await;
     }
 }
