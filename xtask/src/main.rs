@@ -1,7 +1,8 @@
 //! `cargo xtask`: fedshard's project tasks, chiefly `cargo xtask test`, the README's test command,
 //! which installs what the end-to-end tests need when it is missing and then runs every test.
 //! `cargo xtask wan` runs a federation over network namespaces with rate-limited links.
-//! Depends on no crate of the workspace and on nothing outside std, so it builds in seconds.
+//! Depends on no crate of the workspace, so it builds without building fedshard; `wan` parses
+//! its flags with clap and reads fedshard's TOML and JSON with toml and serde_json.
 
 mod deps;
 mod netns;
@@ -35,10 +36,6 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(message) => fail(&message),
         },
-        Some("wan") if args[1..].iter().any(|a| a == "-h" || a == "--help") => {
-            println!("{}", wan::USAGE);
-            ExitCode::SUCCESS
-        }
         Some("wan") => wan::main(&repo, &args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

@@ -7,8 +7,8 @@
 //! deleting the namespaces removes every link. The bridge sits in a namespace of its own too.
 //!
 //! Used by `cargo xtask wan` and, through `#[path]`, by the partition tests (`tests/netns.rs`);
-//! std only, like the rest of xtask. Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and
-//! iproute2's `ip` and `tc`.
+//! std only, so that the tests can include it. Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN)
+//! and iproute2's `ip` and `tc`.
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
