@@ -8,7 +8,7 @@
 //! costs on links like theirs — and the proof that the transport changes nothing.
 //!
 //! [`options`] parses what was asked, [`process`] keeps the processes and their scratch folder,
-//! [`files`] reads what fedshard writes, [`bench`] is the `--bench-cluster` variant.
+//! [`files`] reads what fedshard writes, [`mod@bench`] is the `--bench-cluster` variant.
 
 mod bench;
 mod files;
