@@ -43,7 +43,6 @@ pub mod refusal;
 pub mod request;
 pub mod secret;
 pub mod serve;
-pub(crate) mod throttle;
 pub mod tls;
 pub mod wire;
 
