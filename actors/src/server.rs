@@ -59,7 +59,8 @@ pub struct RuntimeConfig {
     #[serde(default)]
     pub max_update_norm: Option<f64>,
     /// `[federation] over_commit` c: a round asks ⌈c · m⌉ clients and closes at the first ⌊m⌋
-    /// accepted updates ([`over_committed`]); the others are `late`. `None`: wait for all.
+    /// accepted updates ([`crate::coordinator::over_committed`]); the others are `late`. `None`:
+    /// wait for all.
     #[serde(default)]
     pub over_commit: Option<f64>,
     /// `[federation] mode = "async"` and its settings; `None`: synchronous rounds.
