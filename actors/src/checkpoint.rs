@@ -6,6 +6,7 @@ use crate::coordinator::Registry;
 use crate::record::RoundRecord;
 use crate::run_folder::CHECKPOINT_FILE;
 use fedshard_protocol::model::ModelState;
+use fedshard_protocol::stored::{FileError, Format};
 use fedshard_protocol::uplink::state::UplinkState;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
@@ -16,14 +17,21 @@ use std::path::{Path, PathBuf};
 /// Version 4: each history record carries `update_cosine`; version 5: `late` and `staleness`;
 /// version 6: `klms`; version 7: per-client KLMS blocks in the uplink state; version 8: `time`
 /// (simulated time); version 9: `privacy` (ε and the clip norms of a private run); version 10:
-/// `secure` (a secure round's session).
-pub const FORMAT_VERSION: u32 = 10;
+/// `secure` (a secure round's session); version 11: the file is a [`Format`] (magic, version,
+/// length, CRC-32) around the bincode of [`Checkpoint`], so a damaged one is refused.
+pub const FORMAT_VERSION: u32 = 11;
+
+/// The checkpoint file's header.
+pub const FORMAT: Format = Format {
+    what: "a fedshard checkpoint",
+    magic: *b"FSCHKPT\0",
+    version: FORMAT_VERSION,
+};
 
 /// Everything needed to continue a run exactly: every random stream is derived from
 /// (seed, round, client, purpose), so the seed and the round are the whole RNG state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    pub version: u32,
     pub seed: u64,
     pub rounds_completed: u64,
     pub model: ModelState,
@@ -35,13 +43,14 @@ pub struct Checkpoint {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("{path}: {source}")]
+    #[error("{}: {source}", .path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: not a fedshard checkpoint ({reason})")]
-    Malformed { path: PathBuf, reason: String },
+    /// The checkpoint file cannot be read back (not a regular file, another version, damaged).
+    #[error(transparent)]
+    File(#[from] FileError),
 }
 
 /// Writes `bytes` to `path` atomically.
@@ -65,36 +74,25 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError
 pub fn save(dir: &Path, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
     let bytes = bincode::serde::encode_to_vec(checkpoint, bincode::config::standard())
         .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"));
-    write_atomically(&dir.join(CHECKPOINT_FILE), &bytes)
+    write_atomically(&dir.join(CHECKPOINT_FILE), &FORMAT.encode(&bytes))
 }
 
-/// Loads the checkpoint of a run folder, `None` if the run has none yet.
+/// Loads the checkpoint of a run folder, `None` if the run has none yet. The file is read only
+/// if it is a regular one, only as far as its header says, and decoded only once its checksum
+/// matches.
 pub fn load(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
     let path = dir.join(CHECKPOINT_FILE);
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(CheckpointError::Io { path, source }),
+    let bytes = match FORMAT.read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
     };
-    let malformed = |reason: String| CheckpointError::Malformed {
-        path: path.clone(),
-        reason,
-    };
-    // The version comes first and is read alone: another version's records have other fields,
-    // and decoding them as this version's would fail with a less useful message, or not at all.
-    let (version, _): (u32, usize) =
-        bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
-            .map_err(|e| malformed(e.to_string()))?;
-    if version != FORMAT_VERSION {
-        return Err(malformed(format!(
-            "format version {version}, this build reads {FORMAT_VERSION}"
-        )));
-    }
+    let malformed = |reason: String| FileError::malformed(&path, FORMAT.what, reason);
     let (checkpoint, used): (Checkpoint, usize) =
-        bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
+        fedshard_protocol::bounded::decode_from_slice(&bytes)
             .map_err(|e| malformed(e.to_string()))?;
     if used != bytes.len() {
-        return Err(malformed(format!("{} trailing bytes", bytes.len() - used)));
+        return Err(malformed(format!("{} trailing bytes", bytes.len() - used)).into());
     }
     Ok(Some(checkpoint))
 }
@@ -109,7 +107,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(load(dir.path()).unwrap().is_none());
         let cp = Checkpoint {
-            version: FORMAT_VERSION,
             seed: 5,
             rounds_completed: 3,
             model: ModelState::default(),
@@ -124,17 +121,35 @@ mod tests {
         };
         save(dir.path(), &cp).unwrap();
         assert_eq!(load(dir.path()).unwrap().unwrap(), cp);
-        fs::write(dir.path().join(CHECKPOINT_FILE), b"garbage").unwrap();
+        let path = dir.path().join(CHECKPOINT_FILE);
+        fs::write(&path, b"garbage").unwrap();
         let err = load(dir.path()).unwrap_err().to_string();
         assert!(err.contains("checkpoint.bin"), "{err}");
         // An older build's checkpoint names its version, whatever follows it.
-        let mut older = bincode::serde::encode_to_vec(9u32, bincode::config::standard()).unwrap();
-        older.extend_from_slice(b"records of another layout");
-        fs::write(dir.path().join(CHECKPOINT_FILE), older).unwrap();
+        let older = Format {
+            version: 10,
+            ..FORMAT
+        };
+        fs::write(&path, older.encode(b"records of another layout")).unwrap();
         let err = load(dir.path()).unwrap_err().to_string();
         assert!(
-            err.contains("format version 9, this build reads 10"),
+            err.contains("format version 10, this build reads 11"),
             "{err}"
         );
+        // The damage: 8 bytes over the header, one flipped byte in the middle.
+        save(dir.path(), &cp).unwrap();
+        let good = fs::read(&path).unwrap();
+        let mut over_header = good.clone();
+        over_header[16..24].copy_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+        let mut flipped = good.clone();
+        flipped[good.len() / 2] ^= 0x01;
+        for bad in [over_header, flipped] {
+            fs::write(&path, bad).unwrap();
+            let err = load(dir.path()).unwrap_err().to_string();
+            assert!(
+                err.contains("checkpoint.bin: not a fedshard checkpoint"),
+                "{err}"
+            );
+        }
     }
 }

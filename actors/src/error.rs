@@ -87,6 +87,15 @@ pub enum Error {
     Round { round: u64, source: Box<Error> },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// A resume of a folder without a checkpoint: starting over from round 1 would overwrite
+    /// the outputs of whatever ran there.
+    #[error(
+        "{} holds no {file} to resume from (a run writes one after each round); start the run \
+         afresh with its config instead of --resume",
+        .dir.display(),
+        file = crate::run_folder::CHECKPOINT_FILE
+    )]
+    NoCheckpoint { dir: PathBuf },
     #[error("checkpoint in {dir} was written with seed {found}, the config says {expected}")]
     SeedMismatch {
         dir: PathBuf,

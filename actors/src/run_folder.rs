@@ -4,7 +4,8 @@
 
 /// The config the run was started with; a resumed run reads it back.
 pub const CONFIG_FILE: &str = "config.toml";
-/// Everything needed to continue the run exactly (`checkpoint::save`).
+/// Everything needed to continue the run exactly (`checkpoint::save`, a checked header, then the
+/// checkpoint).
 pub const CHECKPOINT_FILE: &str = "checkpoint.bin";
 /// One JSON record per round, appended as each round ends.
 pub const METRICS_FILE: &str = "metrics.jsonl";
@@ -12,5 +13,5 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const CSV_FILE: &str = "metrics.csv";
 /// The end-of-run summary, whose `per_round` holds the same records.
 pub const SUMMARY_FILE: &str = "summary.json";
-/// The final global model, as `ModelState::to_bytes`.
+/// The final global model, as `ModelState::to_file_bytes` (a checked header, then the model).
 pub const MODEL_FILE: &str = "model.bin";

@@ -10,7 +10,7 @@
 //! aggregation, evaluation) runs on blocking threads so the executor keeps delivering messages.
 
 use crate::asynchronous::AsyncRun;
-use crate::checkpoint::{self, Checkpoint, FORMAT_VERSION};
+use crate::checkpoint::{self, Checkpoint};
 use crate::clock::VirtualClock;
 use crate::coordinator::{Coordinator, CoordinatorMsg, Registry, RoundSelection};
 use crate::engine::Engine;
@@ -112,15 +112,20 @@ pub struct Federation {
 }
 
 impl Federation {
-    /// Continues from the checkpoint in `run_dir`, if there is one: model, registry and history
-    /// are replaced by the checkpoint's, and `metrics.jsonl` and `metrics.csv` are rewritten from
-    /// the history so they hold exactly the completed rounds.
-    pub fn resume_from_checkpoint(&mut self) -> Result<bool, Error> {
+    /// Continues from the checkpoint in `run_dir`: model, registry and history are replaced by
+    /// the checkpoint's, and `metrics.jsonl` and `metrics.csv` are rewritten from the history so
+    /// they hold exactly the completed rounds. A folder without a checkpoint is an error that
+    /// leaves it untouched: starting again from round 1 would overwrite the run's outputs.
+    pub fn resume_from_checkpoint(&mut self) -> Result<(), Error> {
         let Some(dir) = &self.run_dir else {
-            return Ok(false);
+            return Err(Error::Invalid {
+                field: "run_dir",
+                expected: "the run folder to resume",
+                found: "none".into(),
+            });
         };
         let Some(cp) = checkpoint::load(dir)? else {
-            return Ok(false);
+            return Err(Error::NoCheckpoint { dir: dir.clone() });
         };
         if cp.seed != self.config.seed {
             return Err(Error::SeedMismatch {
@@ -151,7 +156,7 @@ impl Federation {
         checkpoint::write_atomically(&dir.join(METRICS_FILE), lines.as_bytes())?;
         let csv = crate::record::csv_document(&self.history);
         checkpoint::write_atomically(&dir.join(CSV_FILE), csv.as_bytes())?;
-        Ok(true)
+        Ok(())
     }
 }
 
@@ -409,7 +414,6 @@ impl ServerState {
             .map_err(|e| Error::CoordinatorUnreachable(e.to_string()))?;
         self.fed.registry = registry.clone();
         let cp = Checkpoint {
-            version: FORMAT_VERSION,
             seed: self.fed.config.seed,
             rounds_completed: record.round,
             model: self.fed.model.clone(),

@@ -7,6 +7,7 @@
 //! anything: use TLS for that ([`crate::tls`]).
 
 use crate::error::Error;
+use fedshard_protocol::stored::{Problem, read_regular};
 use std::fmt;
 use std::path::Path;
 
@@ -105,39 +106,26 @@ pub(crate) fn entropy_bits(text: &str) -> f64 {
     per_byte * n
 }
 
-/// The text of the secret file `path`, checked before it is opened: a regular file (a FIFO
-/// would block the read forever, a device such as `/dev/zero` never end it), of at most
-/// [`MAX_FILE`] bytes, that other users cannot read.
+/// The text of the secret file `path`: a regular file of at most [`MAX_FILE`] bytes
+/// ([`read_regular`]), that other users cannot read.
 fn read_small_file(path: &Path) -> Result<String, Error> {
-    use std::io::Read;
     let in_file = |reason: String| Error::SecretFile {
         path: path.to_path_buf(),
         reason,
     };
+    let bytes = read_regular(path, MAX_FILE, "a file holding the secret").map_err(|e| {
+        in_file(match e.problem {
+            Problem::TooLarge { size, .. } => format!(
+                "{size} bytes or more, and a secret file holds at most {MAX_FILE}; make one: \
+                 `{MAKE_ONE}`"
+            ),
+            problem => problem.to_string(),
+        })
+    })?;
     let meta = std::fs::metadata(path).map_err(|e| in_file(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(in_file(
-            "not a regular file (a FIFO, a device or a folder); give a file holding the secret"
-                .into(),
-        ));
-    }
-    let too_big = |size: u64| {
-        in_file(format!(
-            "{size} bytes or more, and a secret file holds at most {MAX_FILE}; make one: `{MAKE_ONE}`"
-        ))
-    };
-    if meta.len() > MAX_FILE {
-        return Err(too_big(meta.len()));
-    }
     refuse_if_readable_by_others(path, &meta)?;
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_FILE + 1).read_to_string(&mut text))
-        .map_err(|e| in_file(e.to_string()))?;
-    if text.len() as u64 > MAX_FILE {
-        return Err(too_big(text.len() as u64));
-    }
-    Ok(text)
+    String::from_utf8(bytes)
+        .map_err(|_| in_file("not UTF-8 text; expected the secret as text".into()))
 }
 
 /// A secret other users can read is no secret: refused, with the command that fixes it.

@@ -3,7 +3,9 @@
 //! Nothing here knows what the tensors mean; models (in `fedshard`) name them and say which are
 //! decomposable for spectral sharding.
 
+use crate::stored::{FileError, Format};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// One named tensor, row-major.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -168,10 +170,11 @@ impl ModelState {
             .unwrap_or_else(|e| unreachable!("in-memory bincode encoding failed: {e}"))
     }
 
+    /// The model of [`Self::to_bytes`]; what the bytes claim to hold is bounded by their length
+    /// ([`crate::bounded`]), so a damaged length cannot ask for terabytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ModelError> {
-        let (state, used): (ModelState, usize) =
-            bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-                .map_err(|e| ModelError::Bytes(e.to_string()))?;
+        let (state, used): (ModelState, usize) = crate::bounded::decode_from_slice(bytes)
+            .map_err(|e| ModelError::Bytes(e.to_string()))?;
         if used != bytes.len() {
             return Err(ModelError::Bytes(format!(
                 "{} trailing bytes",
@@ -180,7 +183,31 @@ impl ModelState {
         }
         Ok(state)
     }
+
+    /// The bytes of a model file (`model.bin`): [`MODEL_FILE`]'s header, then [`Self::to_bytes`].
+    pub fn to_file_bytes(&self) -> Vec<u8> {
+        MODEL_FILE.encode(&self.to_bytes())
+    }
+
+    /// The model in the file `path` written from [`Self::to_file_bytes`]; a file that is not a
+    /// regular one, of another version, damaged, or whose values are not all finite is refused
+    /// naming it.
+    pub fn read_file(path: &Path) -> Result<Self, FileError> {
+        let malformed = |reason: String| FileError::malformed(path, MODEL_FILE.what, reason);
+        let state =
+            Self::from_bytes(&MODEL_FILE.read(path)?).map_err(|e| malformed(e.to_string()))?;
+        state.check_finite().map_err(|e| malformed(e.to_string()))?;
+        Ok(state)
+    }
 }
+
+/// A model file: the final model of a run (`model.bin`). Version 1: the model bytes of
+/// [`ModelState::to_bytes`].
+pub const MODEL_FILE: Format = Format {
+    what: "a fedshard model",
+    magic: *b"FSMODEL\0",
+    version: 1,
+};
 
 #[cfg(test)]
 mod tests {
@@ -209,6 +236,32 @@ mod tests {
         let mut bytes = s.to_bytes();
         bytes.push(0);
         assert!(ModelState::from_bytes(&bytes).is_err());
+    }
+
+    /// A model file round-trips; a flipped byte in the middle of its values (which bincode alone
+    /// would read as another finite or NaN value) is refused naming the file.
+    #[test]
+    fn a_model_file_round_trips_and_a_damaged_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bin");
+        let s = state();
+        std::fs::write(&path, s.to_file_bytes()).unwrap();
+        assert_eq!(ModelState::read_file(&path).unwrap(), s);
+        let mut bytes = s.to_file_bytes();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let error = ModelState::read_file(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("model.bin") && error.contains("checksum"),
+            "{error}"
+        );
+        // An intact file of a model that is not finite is no model either.
+        let mut nan = s.clone();
+        nan.get_mut("w").unwrap().data[2] = f32::NAN;
+        std::fs::write(&path, nan.to_file_bytes()).unwrap();
+        let error = ModelState::read_file(&path).unwrap_err().to_string();
+        assert!(error.contains("non-finite"), "{error}");
     }
 
     #[test]

@@ -161,9 +161,10 @@ pub enum TrainError {
 /// Why an evaluation of a model failed.
 #[derive(Debug, Error)]
 pub enum EvalError {
-    /// The model's tensors do not fit the evaluator's architecture.
-    #[error("{0}")]
-    Model(#[source] BoxError),
+    /// The model's tensors do not fit the evaluator's architecture. Transparent: the cause is
+    /// the whole message, and a chain that printed both would say it twice.
+    #[error(transparent)]
+    Model(BoxError),
     #[error("the test set is empty")]
     EmptyTestSet,
 }

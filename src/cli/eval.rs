@@ -73,21 +73,17 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// The config and final model of a run folder, with errors that name the missing file.
+/// The config and final model of a run folder, with errors that name the file: a missing,
+/// damaged or non-finite `model.bin` is refused, never evaluated into a NaN.
 fn load_run(dir: &Path) -> anyhow::Result<(Config, ModelState)> {
     let config = super::run::saved_config(dir)?;
     let model_path = dir.join(MODEL_FILE);
-    let bytes = std::fs::read(&model_path).with_context(|| {
-        format!(
-            "reading {} (a run writes it after its last round)",
-            model_path.display()
-        )
-    })?;
-    let model = ModelState::from_bytes(&bytes).with_context(|| {
-        format!(
-            "{}: not a model written by `fedshard run`",
-            model_path.display()
-        )
+    let model = ModelState::read_file(&model_path).map_err(|e| {
+        if e.is_not_found() {
+            anyhow::anyhow!("{e} (a run writes it after its last round)")
+        } else {
+            e.into()
+        }
     })?;
     Ok((config, model))
 }

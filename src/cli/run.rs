@@ -166,18 +166,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
     config.log_warnings();
     // The federation is built (data, clients, the device) before the run folder is written, so
     // a run that cannot start (no GPU, a missing data file) leaves no folder behind.
+    // A resume reads its checkpoint before anything is written: a folder without one, or with
+    // a damaged one, is left as it was.
     let (mut fed, trainers) = federation::in_process(&config)?;
-    save_config(&dir, &config)?;
     fed.run_dir = Some(dir.clone());
     if args.resume.is_some() {
-        let resumed = fed.resume_from_checkpoint().map_err(anyhow::Error::msg)?;
-        if !resumed {
-            tracing::warn!(
-                "{} has no checkpoint yet; starting from round 1",
-                dir.display()
-            );
-        }
+        fed.resume_from_checkpoint().map_err(anyhow::Error::msg)?;
     }
+    save_config(&dir, &config)?;
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let done = fed.history.len() as u64;
@@ -224,7 +220,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Summary> {
         .map_err(anyhow::Error::msg)
         .and_then(|(model, summary)| {
             progress.finish();
-            write_atomically(&dir.join(MODEL_FILE), &model.to_bytes())?;
+            write_atomically(&dir.join(MODEL_FILE), &model.to_file_bytes())?;
             summary.save(&dir)?;
             crate::report::write_run_plots(&dir, &summary.per_round)?;
             if !args.quiet {

@@ -155,16 +155,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
     let metrics_addr = metrics_addr(args.metrics_addr.as_deref(), &config)?;
     let limits = args.limits(config.data.clients())?;
     config.log_warnings();
-    save_config(&dir, &config)?;
-
     let mut fed = federation::server(&config)?;
     fed.run_dir = Some(dir.clone());
-    if args.resume.is_some() && !fed.resume_from_checkpoint().map_err(anyhow::Error::msg)? {
-        tracing::warn!(
-            "{} has no checkpoint yet; starting from round 1",
-            dir.display()
-        );
+    // As `run`: a missing or damaged checkpoint leaves the folder as it was.
+    if args.resume.is_some() {
+        fed.resume_from_checkpoint().map_err(anyhow::Error::msg)?;
     }
+    save_config(&dir, &config)?;
     let (events, mut receiver) = tokio::sync::mpsc::unbounded_channel::<RoundRecord>();
     fed.events = Some(events);
     let rounds = config.run.rounds;
@@ -232,7 +229,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<Summary> {
     let finished = result
         .map_err(anyhow::Error::msg)
         .and_then(|(model, summary)| {
-            write_atomically(&dir.join(MODEL_FILE), &model.to_bytes())?;
+            write_atomically(&dir.join(MODEL_FILE), &model.to_file_bytes())?;
             summary.save(&dir)?;
             crate::report::write_run_plots(&dir, &summary.per_round)?;
             if !args.quiet {

@@ -33,6 +33,9 @@ use fedshard_training::train::neural::LocalMethod;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// The largest config file read (shipped ones are a few kilobytes).
+pub const MAX_FILE: u64 = 1 << 20;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -141,10 +144,14 @@ impl Config {
         Self::load_with(path, &Overrides::default())
     }
 
-    /// Reads a config file, lays a command's flags over it and validates the result.
+    /// Reads a config file, lays a command's flags over it and validates the result. Only a
+    /// regular file of at most [`MAX_FILE`] bytes is read: a config is a few kilobytes, and a
+    /// path such as `/dev/zero` must not be read until memory runs out.
     pub fn load_with(path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config {}", path.display()))?;
+        let bytes = fedshard_protocol::stored::read_regular(path, MAX_FILE, "a TOML config")
+            .context("cannot read config")?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text, expected TOML", path.display()))?;
         Self::parse_with(&text, path, overrides)
     }
 

@@ -74,7 +74,12 @@ pub fn run_in(
 ) {
     let (mut fed, trainers) = fedshard::federation::in_process(config).expect("federation");
     fed.run_dir = Some(dir.to_path_buf());
-    let resumed = fed.resume_from_checkpoint().expect("resume");
+    let resumed = dir
+        .join(fedshard_actors::run_folder::CHECKPOINT_FILE)
+        .exists();
+    if resumed {
+        fed.resume_from_checkpoint().expect("resume");
+    }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (model, summary) = runtime
         .block_on(fedshard_actors::server::run(fed, trainers))
