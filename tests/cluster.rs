@@ -16,6 +16,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -1252,4 +1253,108 @@ fn a_node_turned_away_by_the_flood_limit_retries_and_joins() {
     node.expect_success();
     server.expect_success();
     drop(idle);
+}
+
+/// A stand-in for a server that answers no handshake: it closes every connection at once
+/// without a byte, or after writing `marker`; it counts the connections it got.
+fn closing_server(marker: Option<&'static [u8]>) -> (String, std::sync::Arc<AtomicUsize>) {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    // Left blocked in `accept` when the test ends, with the test process.
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            counted.fetch_add(1, Ordering::Relaxed);
+            let Some(marker) = marker else { continue };
+            std::thread::spawn(move || {
+                // Drained until the node closes, so that the marker is not lost to a reset.
+                let _ = stream.write_all(marker);
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+                let _ = stream.read_to_end(&mut Vec::new());
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// Issue 56: a server that closed a node's connection before answering its handshake (under a
+/// flood it could not even say it was busy) was taken for one that refused the node's secret,
+/// or its TLS, and `join` exited at once. It has not judged the node: `join` now retries until
+/// `--connect-timeout`, then says the server closed without answering, or turned it away;
+/// never that its secret is wrong.
+#[test]
+fn a_server_that_closes_without_answering_is_retried_and_not_blamed_on_the_secret() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = Certs::new(tmp.path());
+    let mut cluster = Cluster::new(tmp.path(), config(tmp.path(), "unanswered", 1, 0));
+    let cases: [(&str, Option<&'static [u8]>, &[&str], &str); 3] = [
+        ("0-1", None, &[], "closed the connection before answering"),
+        (
+            "2-3",
+            None,
+            &["--tls-ca", &certs.ca],
+            "closed the connection before answering",
+        ),
+        ("4-5", Some(b"FSBUSY\r\n"), &[], "turned this node away"),
+    ];
+    let mut joins = Vec::new();
+    for (clients, marker, extra, expected) in cases {
+        let (server, connections) = closing_server(marker);
+        cluster.server = server;
+        let args = [&["--connect-timeout", "2"], extra].concat();
+        joins.push((cluster.join(clients, &args), connections, expected));
+    }
+    for (mut node, connections, expected) in joins {
+        let status = node.wait();
+        let log = node.log();
+        assert_eq!(status.code(), Some(2), "{log}");
+        assert!(
+            log.contains(expected) && log.contains("tried for 2 s"),
+            "expected `{expected}`: {log}"
+        );
+        assert!(!log.contains("secret is not"), "{log}");
+        assert!(connections.load(Ordering::Relaxed) >= 2, "not retried: {log}");
+    }
+}
+
+/// Issue 56: with 1 000 idle connections opened before the nodes joined, every join exited 2
+/// within a second ("this node's secret is not the server's", or "tls handshake eof"): the
+/// idle connections took the server's 32 places for one address, then the 64 connections it
+/// keeps a moment to tell them it is busy, so the node's connection was closed without a
+/// word. Now the newest refused connection always hears that the server is busy, and the node
+/// retries until the idle ones are cut at the handshake deadline; plaintext and TLS.
+#[test]
+fn a_node_joins_while_400_idle_connections_from_its_address_hold_every_place() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = Certs::new(tmp.path());
+    for tls in [false, true] {
+        let name = if tls { "flood-tls" } else { "flood" };
+        let cluster = Cluster::new(tmp.path(), config(tmp.path(), name, 1, 0));
+        let mut serve_args = vec!["--handshake-timeout", "2"];
+        let mut join_args = vec!["--connect-timeout", "30"];
+        if tls {
+            serve_args.extend(certs.server());
+            join_args.extend(["--tls-ca", certs.ca.as_str()]);
+        }
+        let mut server = cluster.serve(
+            &format!("serve-{name}"),
+            &tmp.path().join(name),
+            &serve_args,
+        );
+        wait_for("the server to listen", || {
+            server.log().contains("listening for client nodes")
+        });
+        let idle: Vec<TcpStream> = (0..400)
+            .map(|_| TcpStream::connect(&cluster.server).unwrap())
+            .collect();
+        let mut node = cluster.join("0-5", &join_args);
+        node.expect_success();
+        server.expect_success();
+        drop(idle);
+    }
 }

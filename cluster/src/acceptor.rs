@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::guard::{GuardedStream, Pending};
 use crate::node::{self, NodeSettings, SessionEvent};
 use crate::refusal::{Refusal, Refusals, Throttle};
+use crate::turn_away::{Marker, TurnAways};
 use ractor::ActorRef;
 use ractor_cluster::NodeServerMessage;
 use std::collections::HashMap;
@@ -129,9 +130,9 @@ pub(crate) struct Front {
     /// Connections handed to ractor_cluster, by the peer address its session events carry.
     pending: Mutex<HashMap<String, Arc<Pending>>>,
     refusals: Refusals,
-    /// Connections being turned away at once ([`crate::busy::turn_away`]), each holding a
-    /// file descriptor for a moment.
-    turning_away: Arc<tokio::sync::Semaphore>,
+    /// Connections being turned away with a marker, each holding a file descriptor for a
+    /// moment.
+    turning_away: Arc<TurnAways>,
 }
 
 impl Front {
@@ -151,7 +152,7 @@ impl Front {
             )),
             pending: Mutex::new(HashMap::new()),
             refusals,
-            turning_away: Arc::new(tokio::sync::Semaphore::new(64)),
+            turning_away: TurnAways::new(64),
         }
     }
 
@@ -195,13 +196,8 @@ impl Front {
                     Err(why) => {
                         self.refusals.refuse(peer, why);
                         // Told so, the node retries rather than taking this for a wrong
-                        // secret; a bounded number at once, the rest are simply closed.
-                        if let Ok(permit) = self.turning_away.clone().try_acquire_owned() {
-                            tokio::spawn(async move {
-                                crate::busy::turn_away(stream).await;
-                                drop(permit);
-                            });
-                        }
+                        // secret.
+                        self.turning_away.turn_away(stream, Marker::Busy);
                     }
                 },
                 Err(e) => {
@@ -236,6 +232,20 @@ impl Front {
             .map_or_else(|_| "?".into(), |a| a.to_string());
         let (read, write): (ractor_cluster::BoxRead, ractor_cluster::BoxWrite) = match &self.tls {
             None => {
+                // A node speaks first in ractor_cluster's handshake, so nothing is lost by
+                // waiting for its first byte here.
+                match tokio::time::timeout_at(deadline, first_byte(&stream)).await {
+                    Err(_) => return self.refusals.refuse(peer, Refusal::HandshakeTimeout),
+                    Ok(None) => return self.refusals.refuse(peer, Refusal::NotAuthenticated),
+                    Ok(Some(TLS_HANDSHAKE)) => {
+                        // Told so, the node stops and names the flag, rather than retrying
+                        // as for a server that closed without a word.
+                        self.refusals.refuse(peer, Refusal::TlsOnPlaintext);
+                        drop(slot);
+                        return self.turning_away.turn_away(stream, Marker::NotTls);
+                    }
+                    Ok(Some(_)) => {}
+                }
                 let (read, write) = stream.into_split();
                 (Box::new(read), Box::new(write))
             }
@@ -270,6 +280,19 @@ impl Front {
             // The node is stopping.
             self.pending().remove(&label);
         }
+    }
+}
+
+/// The first byte of a TLS record that starts a handshake (a ClientHello). ractor_cluster's
+/// frames start with a big-endian length, whose first byte is 0 for any frame it accepts.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The first byte the peer sent, left unread; `None` if it closed (or failed) first.
+async fn first_byte(stream: &TcpStream) -> Option<u8> {
+    let mut byte = [0u8; 1];
+    match stream.peek(&mut byte).await {
+        Ok(1) => Some(byte[0]),
+        _ => None,
     }
 }
 

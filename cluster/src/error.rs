@@ -137,6 +137,13 @@ pub enum Error {
          authenticate there (its --max-unauthenticated or --max-unauthenticated-per-ip)"
     )]
     Busy(String),
+    /// The server closed the connection without a byte (retried until the timeout).
+    #[error(
+        "the server at {0} closed the connection before answering this node's handshake: it is \
+         likely refusing connections for load (too many waiting to authenticate there: its \
+         log says which), or stopping"
+    )]
+    Unanswered(String),
     /// Nothing answers at the server's address.
     #[error("cannot reach the server at {0}")]
     Unreachable(String),

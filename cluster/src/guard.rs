@@ -93,12 +93,6 @@ impl Frames {
         }
         Ok(())
     }
-
-    /// Whether the last length read is rather the start of a TLS handshake record (content
-    /// type 22, version 3.x): a TLS client talking to a server without TLS.
-    fn is_tls_record(&self) -> bool {
-        self.header[0] == 0x16 && self.header[1] == 0x03
-    }
 }
 
 /// The read half of an incoming connection, capped and timed until [`Pending::authenticate`].
@@ -134,11 +128,7 @@ impl AsyncRead for GuardedRead {
         {
             // An error reads nothing: the bytes of this read are dropped with the connection.
             buf.set_filled(start);
-            this.pending.refuse(if this.frames.is_tls_record() {
-                Refusal::TlsOnPlaintext
-            } else {
-                Refusal::FrameTooLarge
-            });
+            this.pending.refuse(Refusal::FrameTooLarge);
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
@@ -217,18 +207,6 @@ mod tests {
         // Everything but the big length's last byte: nothing to refuse yet.
         assert_eq!(frames.feed(&stream[..stream.len() - 1], 64), Ok(()));
         assert_eq!(frames.feed(&stream[stream.len() - 1..], 64), Err(1 << 24));
-        assert!(!frames.is_tls_record());
-    }
-
-    #[test]
-    fn a_tls_client_hello_reads_as_a_huge_length_and_is_recognised() {
-        // Record header (handshake, TLS 1.0 record version, length 512), then ClientHello.
-        let hello = [
-            0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
-        ];
-        let mut frames = Frames::default();
-        assert!(frames.feed(&hello, 64 * 1024).is_err());
-        assert!(frames.is_tls_record());
     }
 
     /// A guarded read of `inner` with a fresh slot, its deadline `deadline` from now.

@@ -8,6 +8,7 @@ use crate::metrics::ClusterMetrics;
 use crate::model_spec::ModelSpec;
 use crate::node::{self, ConnectError, NodeSettings, SessionEvent, TlsClient};
 use crate::secret::Secret;
+use crate::turn_away::{Heard, Marker};
 use crate::wire::{self, SessionKey};
 use fedshard_actors::host::ClientHost;
 use fedshard_protocol::task::{ClientId, LocalTrainer, Recipe};
@@ -16,7 +17,6 @@ use ractor_cluster::NodeId;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -151,11 +151,13 @@ pub async fn join(
 
 /// Connects to the server, retrying while nothing answers, until a session authenticates.
 ///
-/// A connection the server turned away for its flood limits is retried within the budget. Any
-/// other connection closed before authenticating is a refusal (a wrong secret, TLS at one end
-/// only) and ends the attempt at once, except while reconnecting: then it may also be the old
-/// server process still tearing down its sockets, or the new one starting, so it is retried
-/// within the budget like an unreachable server.
+/// A connection the server turned away for its flood limits, or closed without a byte, is
+/// retried within the budget: the server has not judged this node, and under a flood it may
+/// not even have a moment to say it is busy. A connection closed after the server answered
+/// the handshake is a refusal (a wrong secret, TLS at one end only) and ends the attempt at
+/// once, except while reconnecting: then it may also be the old server process still tearing
+/// down its sockets, or the new one starting, so it is retried within the budget like an
+/// unreachable server.
 async fn connect(
     node: &ractor::ActorRef<ractor_cluster::NodeServerMessage>,
     options: &JoinOptions,
@@ -167,14 +169,19 @@ async fn connect(
     let mut pause = Duration::from_millis(100);
     loop {
         let busy = || Error::Busy(options.server.clone());
+        let unanswered = || Error::Unanswered(options.server.clone());
         let retry = match node::connect(node, &options.server, options.tls.as_ref()).await {
-            Ok(turned_away) => match handshake(options, events).await? {
+            Ok(hearing) => match handshake(options, events).await? {
                 Handshake::Authenticated(session) => return Ok(session),
-                Handshake::Refused(_) if turned_away.load(Ordering::Acquire) => busy(),
-                Handshake::Refused(why) if reconnecting => why,
-                Handshake::Refused(why) => return Err(why),
+                Handshake::Refused(why) => match hearing.heard() {
+                    Heard::Marker(Marker::Busy) => busy(),
+                    Heard::Nothing => unanswered(),
+                    Heard::Marker(Marker::NotTls) | Heard::Answer if reconnecting => why,
+                    Heard::Marker(Marker::NotTls) | Heard::Answer => return Err(why),
+                },
             },
             Err(ConnectError::Busy) => busy(),
+            Err(ConnectError::Unanswered) => unanswered(),
             Err(ConnectError::Fatal(e)) => return Err(e),
             Err(ConnectError::Unreachable(e)) => Error::Unreachable(e),
         };

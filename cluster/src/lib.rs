@@ -28,7 +28,6 @@
 pub mod acceptor;
 pub(crate) mod admission;
 pub mod agent;
-pub(crate) mod busy;
 pub mod descriptors;
 pub mod error;
 pub mod gateway;
@@ -44,6 +43,7 @@ pub mod request;
 pub mod secret;
 pub mod serve;
 pub mod tls;
+pub mod turn_away;
 pub mod wire;
 
 /// Locks `mutex` even if a holder panicked: every lock of this crate guards counters and maps

@@ -7,9 +7,9 @@
 //! authenticated was refused. And ractor_cluster never reconnects by itself: the same events
 //! tell a client node its server is gone, and it reconnects ([`crate::join`]).
 
-use crate::busy::Sniffed;
 use crate::error::Error;
 use crate::secret::Secret;
+use crate::turn_away::{Heard, Hearing, Marker, Sniffed};
 use ractor::{Actor, ActorRef};
 use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
 use ractor_cluster::{
@@ -18,7 +18,6 @@ use ractor_cluster::{
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -136,6 +135,10 @@ pub(crate) fn cannot_listen(listen: SocketAddr, e: &std::io::Error) -> Error {
     }
 }
 
+/// The fix when a TLS node reaches a server without TLS.
+const NOT_TLS: &str =
+    "the server does not speak TLS: it was started without --tls-cert, so drop --tls-ca here";
+
 /// Which side of a failed TLS handshake is likely wrong, and the flag that fixes it.
 fn tls_failure_hint(error: &std::io::Error) -> &'static str {
     use std::io::ErrorKind as K;
@@ -151,17 +154,14 @@ fn tls_failure_hint(error: &std::io::Error) -> &'static str {
             "the server refused this node's TLS: it may require a client certificate \
              (--tls-cert, --tls-key) signed by its --tls-client-ca"
         }
-        Some(rustls::Error::InvalidMessage(_)) => {
-            "the server does not speak TLS: it was started without --tls-cert, so drop --tls-ca here"
-        }
+        Some(rustls::Error::InvalidMessage(_)) => NOT_TLS,
         _ if matches!(
             error.kind(),
             K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
         ) =>
         {
-            "the server closed the connection during the handshake: it does not use TLS \
-             (started without --tls-cert: drop --tls-ca here), or it refused the connection \
-             (too many waiting to authenticate: its log says which)"
+            "the server closed the connection during the handshake: it did not finish within \
+             its --handshake-timeout, or it stopped"
         }
         _ => "check --tls-ca and --tls-server-name",
     }
@@ -192,6 +192,9 @@ pub enum ConnectError {
     Unreachable(String),
     /// The server turned the connection away for its flood limits: worth retrying.
     Busy,
+    /// The server closed the connection without a byte: it could not even say it was busy,
+    /// or it is stopping. Worth retrying: it has not judged this node.
+    Unanswered,
     /// Something answered but the connection cannot work (TLS refused, node stopped).
     Fatal(Error),
 }
@@ -201,17 +204,19 @@ const CONNECT_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Opens a connection from `node` to the node at `addr`, watched for a dead link
 /// ([`crate::keepalive`]). `Ok` means only that the connection
-/// is open: the handshake follows, and its outcome arrives as a [`SessionEvent`]; the flag
-/// returned is set if the server turned the connection away for its flood limits
-/// (`busy.rs`), which then ends as a session closed before authenticating.
+/// is open: the handshake follows, and its outcome arrives as a [`SessionEvent`]; the
+/// [`Hearing`] returned says what the server sent first, so that a session closed before
+/// authenticating can be told apart: turned away for the server's flood limits, closed without
+/// a word, or refused after an answer (a wrong secret).
 ///
 /// The connection is opened here, not by ractor_cluster's `client_connect`, so that its reads
-/// pass through a check for the server's "turned away" marker (below TLS, where it arrives).
+/// pass through a check for the server's markers (`turn_away.rs`; below TLS, where they
+/// arrive).
 pub async fn connect(
     node: &ActorRef<NodeServerMessage>,
     addr: &str,
     tls: Option<&TlsClient>,
-) -> Result<Arc<AtomicBool>, ConnectError> {
+) -> Result<Arc<Hearing>, ConnectError> {
     let unreachable = |e: std::io::Error| ConnectError::Unreachable(format!("{addr}: {e}"));
     // An attempt ends after a while: over a link that is down, the kernel would retry the SYN
     // for two minutes and the node would come back long after the link.
@@ -228,8 +233,8 @@ pub async fn connect(
     crate::keepalive::watch(&tcp).map_err(unreachable)?;
     let peer = tcp.peer_addr().map_err(unreachable)?.to_string();
     let local = tcp.local_addr().map_err(unreachable)?.to_string();
-    let busy = Arc::new(AtomicBool::new(false));
-    let sniffed = Sniffed::new(tcp, busy.clone());
+    let hearing = Arc::new(Hearing::default());
+    let sniffed = Sniffed::new(tcp, hearing.clone());
     let (read, write): (BoxRead, BoxWrite) = match tls {
         Some(tls) => {
             match tls
@@ -241,12 +246,17 @@ pub async fn connect(
                     let (read, write) = tokio::io::split(stream);
                     (Box::new(read), Box::new(write))
                 }
-                Err(_) if busy.load(Ordering::Acquire) => return Err(ConnectError::Busy),
                 Err(e) => {
+                    let hint = match hearing.heard() {
+                        Heard::Marker(Marker::Busy) => return Err(ConnectError::Busy),
+                        Heard::Nothing => return Err(ConnectError::Unanswered),
+                        Heard::Marker(Marker::NotTls) => NOT_TLS,
+                        Heard::Answer => tls_failure_hint(&e),
+                    };
                     return Err(ConnectError::Fatal(Error::TlsHandshake {
                         address: addr.to_string(),
                         reason: e.to_string(),
-                        hint: tls_failure_hint(&e),
+                        hint,
                     }));
                 }
             }
@@ -270,7 +280,7 @@ pub async fn connect(
                 reason: e.to_string(),
             })
         })?;
-    Ok(busy)
+    Ok(hearing)
 }
 
 /// A client node's connection, handed to ractor_cluster as an external stream.
