@@ -1,0 +1,291 @@
+//! Turns a validated [`Config`] into the two halves of a federation: [`server`] builds the
+//! server side (model, registry with every client's D_c, evaluator, runtime config) and
+//! [`clients`] builds the trainers of the given client ids, on whichever node hosts them. Both
+//! load and partition the data the same way, so a client node trains exactly the data the
+//! in-process run gives that client.
+//!
+//! The config is resolved once, at the start of each of these, into the [`Model`] it trains;
+//! the data loading, the trainers, the evaluator and the initial model all take that.
+//!
+//! Here: the two halves and a whole run in this process. [`loaded`] loads and partitions the
+//! data (and shows the partition), [`trainers`] turns loaded data into trainers and the
+//! evaluator on the configured device, `cuda` is that device's backend (or the error saying
+//! how to build it).
+
+mod loaded;
+mod trainers;
+
+#[cfg(feature = "cuda")]
+mod cuda;
+#[cfg(not(feature = "cuda"))]
+#[path = "no_cuda.rs"]
+mod cuda;
+
+/// The CUDA device, checked usable (for `bench train --device cuda`).
+#[cfg(feature = "cuda")]
+pub use cuda::device as cuda_device;
+pub use loaded::{Partition, partition};
+pub use trainers::neural_clients;
+
+use crate::config::{Config, Model, Schedule};
+use anyhow::Context;
+use fedshard_actors::coordinator::{ClientRecord, Registry};
+use fedshard_actors::faults::FaultyTrainer;
+use fedshard_actors::record::RoundRecord;
+use fedshard_actors::schedule::AsyncConfig;
+use fedshard_actors::server::{Federation, RuntimeConfig};
+use fedshard_protocol::model::ModelState;
+use fedshard_protocol::shard_plan::ShardingPolicy;
+use fedshard_protocol::task::{ClientId, DEFAULT_CLIP_LR, Evaluator, LocalTrainer, Recipe};
+use fedshard_strategies::rng::{Purpose, stream};
+use fedshard_training::data;
+use loaded::{Loaded, load};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use trainers::Gatherer;
+
+/// Every client's trainer, by id.
+pub type Trainers = BTreeMap<ClientId, Arc<dyn LocalTrainer>>;
+
+/// The server side of `config`'s federation (no run folder, no event sink: the caller sets
+/// those): the initial model, the registry with every client's keep ratio and sample count D_c
+/// (from the data partition, never from a client), the evaluator on the held-out set and the
+/// runtime config.
+pub fn server(config: &Config) -> anyhow::Result<Federation> {
+    let model = config.model()?;
+    server_side(config, &model, load(config, &model)?)
+}
+
+/// The trainers of the clients `ids` of `config`'s federation, each training on the core pool
+/// ([`OnACore`]; with the fault wrapper around it when the config has `[faults]`): client `c`
+/// trains the same data here as in any other process built from the same config, so a node can
+/// host any subset of the clients.
+pub fn clients(config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
+    let model = config.model()?;
+    trainers_of(config, &model, &load(config, &model)?, ids)
+}
+
+/// Both halves of the federation in this process, from one load of the data: the server side
+/// and the trainers of every client.
+pub fn in_process(config: &Config) -> anyhow::Result<(Federation, Trainers)> {
+    let model = config.model()?;
+    let loaded = load(config, &model)?;
+    let ids: Vec<ClientId> = (0..loaded.sizes().len() as ClientId).collect();
+    let trainers = trainers_of(config, &model, &loaded, &ids)?;
+    Ok((server_side(config, &model, loaded)?, trainers))
+}
+
+/// The server's evaluator of `config` alone (its held-out set; clients' data is loaded and
+/// dropped): for evaluating a saved model.
+pub fn evaluator(config: &Config) -> anyhow::Result<Arc<dyn Evaluator>> {
+    let model = config.model()?;
+    load(config, &model)?.into_evaluator(&model, config.run.seed)
+}
+
+/// The training recipe tasks are built from: the config's `[training]`, with ClipLR's
+/// threshold only under a strategy that clips. Client nodes compare theirs with the server's.
+pub fn recipe(config: &Config) -> Recipe {
+    let t = &config.training;
+    Recipe {
+        clip_lr: config
+            .federation
+            .strategy
+            .uses_clip_lr()
+            .then(|| t.recipe.clip_lr.unwrap_or(DEFAULT_CLIP_LR)),
+        ..t.recipe.clone()
+    }
+}
+
+fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result<Federation> {
+    let seed = config.run.seed;
+    let sizes = loaded.sizes();
+    let evaluator = loaded.into_evaluator(model, seed)?;
+    let keep_ratios = assign_keep_ratios(config, seed);
+    let clients = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &samples)| {
+            let id = i as ClientId;
+            let record = ClientRecord {
+                id,
+                keep_ratio: keep_ratios[i],
+                samples,
+                failures: 0,
+            };
+            (id, record)
+        })
+        .collect();
+    let f = &config.federation;
+    let t = &config.training;
+    let layers = config.model.resolved_sharded_layers();
+    let sharding = (!layers.is_empty()).then_some(ShardingPolicy {
+        strategy: f.strategy,
+        sampler: f.sampler,
+        layers,
+    });
+    let runtime = RuntimeConfig {
+        seed,
+        rounds: config.run.rounds,
+        aggregator: f.aggregator,
+        sharding,
+        recipe: recipe(config),
+        cosine_schedule: t.cosine_schedule,
+        deadline: Duration::from_millis(f.deadline_ms),
+        min_successful: f.min_successful,
+        compressor: f.compressor,
+        compression: config.compression.clone().unwrap_or_default(),
+        max_update_norm: f.max_update_norm,
+        over_commit: match f.schedule {
+            Schedule::Sync { over_commit } => over_commit,
+            Schedule::Async { .. } => None,
+        },
+        asynchronous: match f.schedule {
+            Schedule::Sync { .. } => None,
+            Schedule::Async {
+                concurrency,
+                buffer,
+                staleness,
+            } => Some(AsyncConfig {
+                concurrency,
+                buffer,
+                staleness,
+            }),
+        },
+        clock: None,
+        privacy: config.privacy.as_ref().map(|p| p.settings(config)),
+        secure: config.secure_aggregation.as_ref().map(|s| s.settings()),
+    };
+    let initial = model.initial_state(seed)?;
+    let simulated = crate::config::SimulatedRun {
+        clock: config.run.clock,
+        seed,
+        samples: &sizes,
+        model,
+        initial: &initial,
+        faults: config.faults.as_ref(),
+    };
+    let runtime = RuntimeConfig {
+        clock: crate::config::simulated_clock(
+            &simulated,
+            config.devices.as_ref(),
+            config.network.as_ref(),
+        )?,
+        ..runtime
+    };
+    Ok(Federation {
+        config: runtime,
+        model: initial,
+        registry: Registry {
+            clients,
+            selector: f.selector,
+            budget: f.clients_per_round,
+            max_clusters: f.max_clusters,
+        },
+        evaluator,
+        run_dir: None,
+        history: Vec::new(),
+        events: None,
+        uplink: Default::default(),
+    })
+}
+
+fn trainers_of(
+    config: &Config,
+    model: &Model,
+    loaded: &Loaded,
+    ids: &[ClientId],
+) -> anyhow::Result<Trainers> {
+    let count = loaded.sizes().len();
+    if let Some(bad) = ids.iter().find(|&&id| id as usize >= count) {
+        anyhow::bail!(
+            "client id {bad}: expected an id in 0..{count} (field `data.clients` = {} gives {count} clients)",
+            config.data.clients()
+        );
+    }
+    let mut trainers = loaded.trainers(model, ids, &Gatherer::of(&config.training)?)?;
+    if let Some(plan) = &config.faults {
+        FaultyTrainer::wrap_all(
+            &mut trainers,
+            plan,
+            config.run.seed,
+            count,
+            fedshard_training::train::slots::take_held,
+            config.run.clock == fedshard_actors::clock::ClockKind::Wall,
+        );
+    }
+    Ok(trainers)
+}
+
+/// Builds the federation of `config` with all its clients in this process and runs it to its
+/// last round on a tokio runtime of its own, without a run folder: for tests and for programs
+/// that embed fedshard.
+pub fn run_to_end(
+    config: &Config,
+) -> anyhow::Result<(
+    fedshard_protocol::model::ModelState,
+    fedshard_actors::record::Summary,
+)> {
+    run_to_end_watching(config, &mut |_| {})
+}
+
+/// [`run_to_end`], calling `on_round` with each round's record as the round ends (a grid's
+/// progress lines).
+pub fn run_to_end_watching(
+    config: &Config,
+    on_round: &mut dyn FnMut(&RoundRecord),
+) -> anyhow::Result<(
+    fedshard_protocol::model::ModelState,
+    fedshard_actors::record::Summary,
+)> {
+    let (mut federation, trainers) = in_process(config)?;
+    let (events, mut records) = tokio::sync::mpsc::unbounded_channel();
+    federation.events = Some(events);
+    let runtime = crate::runtime::build().context("starting the tokio runtime")?;
+    runtime
+        .block_on(async {
+            // The records end when the run drops the federation, and with it the sender.
+            let watch = async {
+                while let Some(record) = records.recv().await {
+                    on_round(&record);
+                }
+            };
+            tokio::join!(fedshard_actors::server::run(federation, trainers), watch).0
+        })
+        .map_err(anyhow::Error::msg)
+}
+
+/// Keep ratio of each client: the configured shares, rounded to whole clients (the last share
+/// takes the remainder), laid over a seeded permutation of the clients.
+pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
+    let k = config.data.clients();
+    let mut order: Vec<usize> = (0..k).collect();
+    data::shuffle(&mut order, &mut stream(seed, 0, 0, Purpose::KeepRatios));
+    let mut ratios = vec![1.0; k];
+    let shares = &config.federation.keep_ratios;
+    let mut start = 0;
+    for (g, share) in shares.iter().enumerate() {
+        let count = if g + 1 == shares.len() {
+            k - start
+        } else {
+            ((share.share * k as f64).round() as usize).min(k - start)
+        };
+        for &c in &order[start..start + count] {
+            ratios[c] = share.ratio;
+        }
+        start += count;
+    }
+    ratios
+}
+
+/// The initial global model of `config` (see [`Model::initial_state`]).
+///
+/// # Panics
+/// For a config that [`Config::validate`] refuses (its model does not fit its data or does not
+/// build).
+pub fn initial_model(config: &Config, seed: u64) -> ModelState {
+    config
+        .model()
+        .and_then(|model| model.initial_state(seed))
+        .unwrap_or_else(|e| panic!("a validated config builds its model: {e:#}"))
+}
