@@ -1317,7 +1317,10 @@ fn a_server_that_closes_without_answering_is_retried_and_not_blamed_on_the_secre
             "expected `{expected}`: {log}"
         );
         assert!(!log.contains("secret is not"), "{log}");
-        assert!(connections.load(Ordering::Relaxed) >= 2, "not retried: {log}");
+        assert!(
+            connections.load(Ordering::Relaxed) >= 2,
+            "not retried: {log}"
+        );
     }
 }
 

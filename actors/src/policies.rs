@@ -87,13 +87,13 @@ impl Policies {
         };
         let privacy = match self.privacy {
             Some(settings) => {
+                let accountant = settings.checked_accountant(self.schedule, self.selector)?;
                 Private::wraps(aggregator.as_ref()).map_err(|why| Error::Unsupported {
                     policy: Policy::Aggregator,
                     name: self.aggregator.to_string(),
                     schedule: "differential privacy (`[privacy]`)",
                     why,
                 })?;
-                let accountant = settings.checked_accountant(self.schedule, self.selector)?;
                 Some((settings, accountant))
             }
             None => None,
@@ -192,6 +192,7 @@ impl Policies {
             return Err(refuse(Policy::Compressor, self.compressor.to_string(), why));
         }
         let dp_clip = self.privacy.map(|p| p.clip_norm(&[]));
+        settings.validate(dp_clip)?;
         if dp_clip.is_some() && !self.sharded_layers.is_empty() {
             return Err(Error::Unsupported {
                 policy: Policy::ShardedLayers,
@@ -201,7 +202,6 @@ impl Policies {
                       sharded layer is over its factor columns",
             });
         }
-        settings.validate(dp_clip)?;
         Ok(weighting)
     }
 }
