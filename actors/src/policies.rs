@@ -1,6 +1,6 @@
 //! What the round engine cannot combine, written once: the schedule against the aggregator and
 //! the selector, secure aggregation against everything a sum cannot serve, and differential
-//! privacy against what its accountant cannot bound ([`PrivacySettings::checked_accountant`]).
+//! privacy against what its accountant cannot bound (`PrivacySettings::checked_accountant`).
 //!
 //! [`Policies`] is the run's policies as plain names and settings, so that the rules can be
 //! asked without starting anything: [`crate::engine::Engine::new`] asks them before a client

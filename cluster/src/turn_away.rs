@@ -5,8 +5,8 @@
 //! deadline. A TLS node that reached a server without TLS is misconfigured and should stop. To
 //! the node both looked like a session that ended before authenticating, the same as a wrong
 //! secret. So the server writes a [`Marker`] (bytes no handshake starts with) before closing
-//! such a connection ([`TurnAways`]), and a client node reads its connection through
-//! [`Sniffed`], which recognises them and records what the server said first ([`Heard`]).
+//! such a connection (`TurnAways`), and a client node reads its connection through
+//! `Sniffed`, which recognises them and records what the server said first ([`Heard`]).
 //!
 //! Under a flood the markers are bounded (each lingering connection holds a descriptor), but
 //! never by refusing the newest connection its marker: one more takes the place of the oldest.
@@ -148,7 +148,7 @@ pub enum Heard {
     Answer,
 }
 
-/// What a connection has heard, shared by its reader ([`Sniffed`]) and the node that waits
+/// What a connection has heard, shared by its reader (`Sniffed`) and the node that waits
 /// for the handshake's outcome.
 #[derive(Debug, Default)]
 pub struct Hearing(Mutex<Heard>);

@@ -93,12 +93,13 @@ pub struct ServeArgs {
 /// apply.
 const MAX_PREAUTH_FRAME_CAP: u64 = 16 << 20;
 
-/// A duration in seconds for `--handshake-timeout`: from 0.05 (a TLS handshake and the
-/// secret's challenge take a few round trips; less cuts every node) to an hour.
-/// The longest `--linger` (of `serve` and `run`): a day outlasts any scrape interval, and a larger number is a typo
-/// that would keep the server and its port for ever (and overflow the sleep's deadline).
+/// The longest `--linger` (of `serve` and `run`): a day outlasts any scrape interval, and a
+/// larger number is a typo that would keep the server and its port for ever (and overflow the
+/// sleep's deadline).
 pub(crate) const MAX_LINGER_SECONDS: u64 = 86_400;
 
+/// A duration in seconds for `--handshake-timeout`: from 0.05 (a TLS handshake and the
+/// secret's challenge take a few round trips; less cuts every node) to an hour.
 fn positive_seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if (0.05..=3600.0).contains(&s) => Ok(s),
@@ -275,20 +276,23 @@ fn progress_line(r: &RoundRecord, rounds: u64) -> String {
 mod tests {
     use super::positive_seconds;
 
+    /// `fedshard serve c.toml --listen 127.0.0.1:1 FLAG VALUE`, parsed.
+    fn serve_with(flag: &str, value: &str) -> Result<crate::cli::Cli, clap::Error> {
+        use clap::Parser;
+        crate::cli::Cli::try_parse_from([
+            "fedshard",
+            "serve",
+            "c.toml",
+            "--listen",
+            "127.0.0.1:1",
+            flag,
+            value,
+        ])
+    }
+
     #[test]
     fn a_preauth_frame_cap_above_ractor_clusters_frame_cap_is_refused_naming_the_option() {
-        use clap::Parser;
-        let parse = |cap: &str| {
-            crate::cli::Cli::try_parse_from([
-                "fedshard",
-                "serve",
-                "c.toml",
-                "--listen",
-                "127.0.0.1:1",
-                "--preauth-frame-cap",
-                cap,
-            ])
-        };
+        let parse = |cap: &str| serve_with("--preauth-frame-cap", cap);
         let error = parse("99999999999999").err().unwrap().to_string();
         assert!(error.contains("--preauth-frame-cap"), "{error}");
         assert!(parse("16777216").is_ok() && parse("4096").is_ok());
@@ -298,17 +302,7 @@ mod tests {
     #[test]
     fn a_linger_above_a_day_is_refused_naming_the_option() {
         use clap::Parser;
-        let serve = |seconds: &str| {
-            crate::cli::Cli::try_parse_from([
-                "fedshard",
-                "serve",
-                "c.toml",
-                "--listen",
-                "127.0.0.1:1",
-                "--linger",
-                seconds,
-            ])
-        };
+        let serve = |seconds: &str| serve_with("--linger", seconds);
         let run = |seconds: &str| {
             crate::cli::Cli::try_parse_from(["fedshard", "run", "c.toml", "--linger", seconds])
         };

@@ -7,8 +7,8 @@
 //! The config is resolved once, at the start of each of these, into the [`Model`] it trains;
 //! the data loading, the trainers, the evaluator and the initial model all take that.
 //!
-//! Here: the two halves and a whole run in this process. [`loaded`] loads and partitions the
-//! data (and shows the partition), [`trainers`] turns loaded data into trainers and the
+//! Here: the two halves and a whole run in this process. `loaded` loads and partitions the
+//! data (and shows the partition), `trainers` turns loaded data into trainers and the
 //! evaluator on the configured device, `cuda` is that device's backend (or the error saying
 //! how to build it).
 
@@ -58,7 +58,7 @@ pub fn server(config: &Config) -> anyhow::Result<Federation> {
 }
 
 /// The trainers of the clients `ids` of `config`'s federation, each training on the core pool
-/// ([`OnACore`]; with the fault wrapper around it when the config has `[faults]`): client `c`
+/// ([`fedshard_training::train::slots::OnACore`]; with the fault wrapper around it when the config has `[faults]`): client `c`
 /// trains the same data here as in any other process built from the same config, so a node can
 /// host any subset of the clients.
 pub fn clients(config: &Config, ids: &[ClientId]) -> anyhow::Result<Trainers> {
