@@ -476,17 +476,49 @@ fn images_of_another_size_are_refused() {
     assert!(e.to_string().contains("9999.png: image: expected channels × height × width [1, 8, 8], as the first image, found [1, 4, 4]"), "{e}");
 }
 
-/// Damaged copies of a valid NPZ, CSV and PNG (bytes flipped, cut short) give errors, never a
-/// panic.
+/// Damaged copies of a valid NPZ, CSV, PNG and JPEG (bits flipped, cut short) give errors or
+/// rows, never a panic.
 #[test]
 fn damaged_files_never_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let exported = export_digits(dir.path()).unwrap();
-    let png = exported.png.join("1").join("0001.png");
-    let originals = [
-        (exported.npz.clone(), std::fs::read(&exported.npz).unwrap()),
-        (png.clone(), std::fs::read(&png).unwrap()),
-    ];
+    // Small files of the first 50 digits, so that many damaged copies are read quickly.
+    let digits = digits::load()
+        .unwrap()
+        .subset(&(0..50).collect::<Vec<_>>())
+        .unwrap();
+    let labels: Vec<i64> = digits.labels.iter().map(|&l| i64::from(l)).collect();
+    let npz = dir.path().join("small.npz");
+    write_npz(
+        &npz,
+        &[
+            NamedArray::F32("x", vec![50, 8, 8], &digits.features),
+            NamedArray::I64("y", vec![50], &labels),
+        ],
+    )
+    .unwrap();
+    let csv = dir.path().join("small.csv");
+    user::table::write_csv(&csv, &digits.features, &digits.labels, 64).unwrap();
+    // A small image folder of its own: one digit PNG and the JPEG fixture.
+    let images = dir.path().join("images");
+    for class in ["a", "b"] {
+        std::fs::create_dir_all(images.join(class)).unwrap();
+    }
+    let png = images.join("a").join("0001.png");
+    user::images::write_gray_png(&png, 8, 8, digits.row(1)).unwrap();
+    let jpeg = images.join("b").join("python.jpg");
+    std::fs::copy("tests/fixtures/images/python.jpg", &jpeg).unwrap();
+    let originals: Vec<(PathBuf, Vec<u8>, Format, PathBuf)> = vec![
+        (npz.clone(), Format::Npz, npz),
+        (csv.clone(), csv_format("label"), csv),
+        (png, Format::Images, images.clone()),
+        (jpeg, Format::Images, images.clone()),
+    ]
+    .into_iter()
+    .map(|(path, format, root)| {
+        let bytes = std::fs::read(&path).unwrap();
+        (path, bytes, format, root)
+    })
+    .collect();
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
         state ^= state << 13;
@@ -495,7 +527,7 @@ fn damaged_files_never_panic() {
         state
     };
     for round in 0..200 {
-        for (path, bytes) in &originals {
+        for (path, bytes, format, root) in &originals {
             let mut damaged = bytes.clone();
             for _ in 0..1 + round % 4 {
                 let at = (next() as usize) % damaged.len();
@@ -505,16 +537,86 @@ fn damaged_files_never_panic() {
                 damaged.truncate((next() as usize) % bytes.len());
             }
             std::fs::write(path, &damaged).unwrap();
-            let format = if path == &png {
-                Format::Images
-            } else {
-                Format::Npz
-            };
-            let root = if path == &png { &exported.png } else { path };
-            let _ = load(root, &format, &Classes::default());
+            let _ = load(root, format, &Classes::default());
+            std::fs::write(path, bytes).unwrap();
         }
     }
-    for (path, bytes) in &originals {
-        std::fs::write(path, bytes).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// JPEG and palette PNG, against raw pixels.
+
+/// The fixture's raw pixels (binary PPM, `P6\n16 16\n255\n`), channels-first in `[0, 1]`.
+fn ppm_pixels() -> Vec<f32> {
+    let bytes = std::fs::read("tests/fixtures/images/python.ppm").unwrap();
+    let header = b"P6\n16 16\n255\n";
+    assert!(bytes.starts_with(header));
+    let rgb = &bytes[header.len()..];
+    assert_eq!(rgb.len(), 16 * 16 * 3);
+    (0..3)
+        .flat_map(|c| rgb.iter().skip(c).step_by(3).map(|&v| f32::from(v) / 255.0))
+        .collect()
+}
+
+#[test]
+fn a_palette_png_and_a_jpeg_decode_to_channels_first_rgb() {
+    let dir = tempfile::tempdir().unwrap();
+    for (class, file) in [("a-png", "python.png"), ("b-jpeg", "python.jpg")] {
+        std::fs::create_dir(dir.path().join(class)).unwrap();
+        std::fs::copy(
+            Path::new("tests/fixtures/images").join(file),
+            dir.path().join(class).join(file),
+        )
+        .unwrap();
+    }
+    let t = load(dir.path(), &Format::Images, &Classes::default()).unwrap();
+    assert_eq!(
+        (t.shape.clone(), t.data.labels.clone()),
+        (vec![3, 16, 16], vec![0, 1])
+    );
+    let raw = ppm_pixels();
+    // The PNG is lossless: its palette expands to the PPM's pixels exactly.
+    assert_eq!(t.data.row(0), raw.as_slice());
+    // The JPEG is lossy: close to the pixels on average, and never far off.
+    let errors: Vec<f32> = (t.data.row(1).iter().zip(&raw))
+        .map(|(a, b)| (a - b).abs())
+        .collect();
+    let mean = errors.iter().sum::<f32>() / errors.len() as f32;
+    let worst = errors.iter().copied().fold(0.0, f32::max);
+    assert!(
+        mean < 0.05 && worst < 0.5,
+        "JPEG error mean {mean}, worst {worst}"
+    );
+}
+
+/// Reading the digits back from NPZ or CSV gives a federation that trains the very model of
+/// `dataset = "digits"`: the same bytes after two rounds.
+#[test]
+fn npz_and_csv_runs_give_the_model_bytes_of_dataset_digits() {
+    let dir = tempfile::tempdir().unwrap();
+    let exported = export_digits(dir.path()).unwrap();
+    let split =
+        "clients = 20\ntest_fraction = 0.2\nalpha = 1.0\nsize_sigma = 0.5\nmin_samples = 20";
+    let two_rounds = |text: String| parse(&text.replace("rounds = 30", "rounds = 2"));
+    let model = |config: &Config| {
+        fedshard::federation::run_to_end(config)
+            .expect("runs")
+            .0
+            .to_bytes()
+    };
+    let digits = model(&two_rounds(
+        files_config(&format!("{split}\n")).replace("dataset = \"files\"", "dataset = \"digits\""),
+    ));
+    for (format, path, extra) in [
+        ("npz", &exported.npz, ""),
+        ("csv", &exported.csv, "label_column = \"label\"\n"),
+    ] {
+        let files = two_rounds(files_config(&format!(
+            "format = {format:?}\npath = {path:?}\n{extra}normalize = \"none\"\nclasses = 10\n{split}"
+        )));
+        assert!(
+            model(&files) == digits,
+            "{format}: another model than digits'"
+        );
     }
 }
