@@ -273,7 +273,7 @@ fn a_negative_label_is_refused_with_its_row() {
     assert!(matches!(e, FileError::Label { row: 1, .. }), "{e}");
     assert!(
         e.to_string()
-            .contains("neg.npz: row 1: label -1 is not a class index ≥ 0"),
+            .contains("neg.npz: row 1 (from 0): label -1 is not a class index ≥ 0"),
         "{e}"
     );
 }
@@ -291,7 +291,7 @@ fn a_label_out_of_the_stated_classes_is_refused() {
     let e = load(&path, &csv_format("label"), &classes).unwrap_err();
     assert!(
         e.to_string()
-            .contains("t.csv: row 1: label 3 is not below classes = 3"),
+            .contains("t.csv: row 1 (from 0): label 3 is not below classes = 3"),
         "{e}"
     );
 }
@@ -619,4 +619,58 @@ fn npz_and_csv_runs_give_the_model_bytes_of_dataset_digits() {
             "{format}: another model than digits'"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `[data]` fields: a field of another format or split is refused by name.
+
+#[test]
+fn files_fields_of_another_format_or_split_are_refused_by_name() {
+    let base = "format = \"npz\"\npath = \"d.npz\"\nclients = 4\nnormalize = \"none\"";
+    let refused = |extra: &str, base: &str| {
+        let text = files_config(&format!("{base}\n{extra}"));
+        format!(
+            "{:#}",
+            Config::parse(&text, Path::new("f.toml")).unwrap_err()
+        )
+    };
+    for (extra, field, expected) in [
+        (
+            "label_column = \"y\"",
+            "data.label_column",
+            "it is a field of format = \"csv\"",
+        ),
+        (
+            "test_path = \"t.npz\"\ntest_fraction = 0.1",
+            "data.test_fraction",
+            "no value with `data.test_path`",
+        ),
+        (
+            "natural_split = true\nalpha = 0.5",
+            "data.alpha",
+            "no value with natural_split = true",
+        ),
+        (
+            "test_fraction = 1.5",
+            "data.test_fraction",
+            "a fraction in (0, 1)",
+        ),
+        ("classes = 1", "data.classes", "at least 2"),
+        ("shape = [8, 8]", "data.shape", "unknown field"),
+    ] {
+        let e = refused(extra, base);
+        assert!(e.contains(field) && e.contains(expected), "{extra}: {e}");
+    }
+    let e = refused(
+        "",
+        &base.replace("normalize = \"none\"", "normalize = \"z-score\""),
+    );
+    assert!(
+        e.contains("field `data.normalize`") && e.contains("expected \"none\", \"standardize\""),
+        "{e}"
+    );
+    let e = refused("", &base.replace("normalize = \"none\"", ""));
+    assert!(e.contains("normalize"), "{e}");
+    let e = refused("", &base.replace("\"npz\"", "\"csv\""));
+    assert!(e.contains("field `data.label_column`"), "{e}");
 }

@@ -102,8 +102,9 @@ impl TryFrom<RawFiles> for FilesSection {
     /// Refuses a field of another format or split, and two test sets.
     fn try_from(raw: RawFiles) -> Result<Self, String> {
         let refuse = |name: &str, expected: &str, found: String| {
+            // The first name in backticks is the field (`config::data_field` reads it).
             Err(format!(
-                "field `data.{name}`: expected {expected}, found {found}"
+                "field `{name}`: expected {expected}, found {found}"
             ))
         };
         let csv_only = [

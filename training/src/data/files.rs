@@ -118,8 +118,9 @@ pub enum FileError {
         expected: String,
         found: String,
     },
-    /// A label that is not a class index: negative, not an integer, or not below `classes`.
-    #[error("{}: row {row}: label {value} is not {expected}", path.display())]
+    /// A label that is not a class index: negative, not an integer, or not below `classes`;
+    /// `row` counts the file's data rows from 0 (NumPy's index; a CSV's header not counted).
+    #[error("{}: row {row} (from 0): label {value} is not {expected}", path.display())]
     Label {
         path: PathBuf,
         row: usize,

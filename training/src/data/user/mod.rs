@@ -232,7 +232,7 @@ mod tests {
         let e = finish(path, rows(vec![0, -1]), &Classes::default()).unwrap_err();
         assert!(
             e.to_string()
-                .contains("row 1: label -1 is not a class index ≥ 0"),
+                .contains("row 1 (from 0): label -1 is not a class index ≥ 0"),
             "{e}"
         );
         let given = Classes {

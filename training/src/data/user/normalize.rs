@@ -34,7 +34,7 @@ impl Normalization {
                     value: format!("mean {mean:?}, std {std:?}"),
                     expected,
                 };
-                if blocks == 0 || std.len() != blocks || dim % blocks != 0 {
+                if blocks == 0 || std.len() != blocks || !dim.is_multiple_of(blocks) {
                     return Err(invalid(
                         "mean and std of the same length L: 1, the number of features, or a \
                          divisor of it (one value per channel)",
