@@ -174,7 +174,16 @@ mod tests {
         assert!(Architecture::MnistCnn { classes: 10 }.accepts(Inputs::Mnist));
         assert!(Architecture::Resnet18 { classes: 10 }.accepts(Inputs::Cifar { classes: 10 }));
         assert!(!Architecture::Cct { classes: 10 }.accepts(Inputs::Cifar { classes: 100 }));
+        // A `files` table: read by any architecture of its row size and classes.
+        let table = |dim, classes| Inputs::Table { dim, classes };
+        assert!(mlp(64, 10).accepts(table(64, 10)));
+        assert!(!mlp(64, 10).accepts(table(32, 10)));
+        assert!(Architecture::DigitsCnn { classes: 3 }.accepts(table(64, 3)));
+        assert!(Architecture::MnistCnn { classes: 10 }.accepts(table(784, 10)));
+        assert!(Architecture::Resnet18 { classes: 7 }.accepts(table(3072, 7)));
+        assert!(!Architecture::Cct { classes: 7 }.accepts(table(3072, 8)));
         let chars = Architecture::CharTransformer(CharShape::default());
+        assert!(!chars.accepts(table(64, 10)));
         assert!(chars.accepts(Inputs::Characters));
         assert!(!chars.accepts(Inputs::Digits));
         assert!(MaskedNetwork::for_inputs(Inputs::Cifar { classes: 10 }, &[], &[8]).is_none());
