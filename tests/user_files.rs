@@ -674,3 +674,77 @@ fn files_fields_of_another_format_or_split_are_refused_by_name() {
     let e = refused("", &base.replace("\"npz\"", "\"csv\""));
     assert!(e.contains("field `data.label_column`"), "{e}");
 }
+
+/// `root/CLIENT/CLASS/*.png`: clients from the first level, classes the sorted union of the
+/// second; a test folder's classes are looked up by name, and one the training data lacks is
+/// refused.
+#[test]
+fn an_image_folder_by_client_is_a_natural_split_and_its_test_folder_shares_its_classes() {
+    use user::images::write_gray_png;
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train");
+    for (client, class, name, value) in [
+        ("alice", "cat", "1.png", 0.0),
+        ("alice", "dog", "2.png", 1.0),
+        ("bob", "dog", "3.png", 0.2), // 51 / 255 exactly
+    ] {
+        std::fs::create_dir_all(train.join(client).join(class)).unwrap();
+        write_gray_png(
+            &train.join(client).join(class).join(name),
+            2,
+            1,
+            &[value; 2],
+        )
+        .unwrap();
+    }
+    let table = user::load(&train, &Format::Images, &Classes::default(), true).unwrap();
+    assert_eq!(table.class_names, Some(vec!["cat".into(), "dog".into()]));
+    assert_eq!(table.data.labels, vec![0, 1, 1]);
+    assert_eq!(
+        (table.client_names.clone(), table.clients.clone()),
+        (vec!["alice".into(), "bob".into()], Some(vec![0, 0, 1]))
+    );
+    assert_eq!(table.data.features, vec![0.0, 0.0, 1.0, 1.0, 0.2, 0.2]);
+    let known = Classes {
+        count: Some(2),
+        names: table.class_names.clone(),
+        every_class: false,
+    };
+    let test = dir.path().join("test");
+    std::fs::create_dir_all(test.join("dog")).unwrap();
+    write_gray_png(&test.join("dog").join("4.png"), 2, 1, &[0.0; 2]).unwrap();
+    let t = user::load(&test, &Format::Images, &known, false).unwrap();
+    assert_eq!(t.data.labels, vec![1]);
+    std::fs::create_dir_all(test.join("emu")).unwrap();
+    let e = user::load(&test, &Format::Images, &known, false).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("emu: class folder: expected one of the training classes [\"cat\", \"dog\"]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_csv_client_column_is_a_natural_split_and_listed_features_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.csv");
+    std::fs::write(&path, "user,b,label,a\nu2,1,0,10\nu1,2,1,20\nu2,3,1,30\n").unwrap();
+    let format = Format::Csv(CsvColumns {
+        label: "label".into(),
+        features: Some(vec!["a".into(), "b".into()]),
+        client: "user".into(),
+    });
+    let t = user::load(&path, &format, &Classes::default(), true).unwrap();
+    assert_eq!(t.data.features, vec![10.0, 1.0, 20.0, 2.0, 30.0, 3.0]);
+    assert_eq!(t.client_names, vec!["u1", "u2"]);
+    assert_eq!(t.clients, Some(vec![1, 0, 1]));
+    // Without a natural split the client column is not read, and with no list every other
+    // column is a feature.
+    let t = user::load(&path, &csv_format("label"), &Classes::default(), false);
+    let e = t.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("line 2, column `user`: expected a number, found \"u2\""),
+        "{e}"
+    );
+}
