@@ -1291,7 +1291,9 @@ fn a_server_that_closes_without_answering_is_retried_and_not_blamed_on_the_secre
     let tmp = tempfile::tempdir().unwrap();
     let certs = Certs::new(tmp.path());
     let mut cluster = Cluster::new(tmp.path(), config(tmp.path(), "unanswered", 1, 0));
-    let cases: [(&str, Option<&'static [u8]>, &[&str], &str); 3] = [
+    /// The nodes, what the fake server writes before closing, the join's flags, what it says.
+    type Case<'a> = (&'a str, Option<&'static [u8]>, &'a [&'a str], &'a str);
+    let cases: [Case; 3] = [
         ("0-1", None, &[], "closed the connection before answering"),
         (
             "2-3",
@@ -1317,7 +1319,10 @@ fn a_server_that_closes_without_answering_is_retried_and_not_blamed_on_the_secre
             "expected `{expected}`: {log}"
         );
         assert!(!log.contains("secret is not"), "{log}");
-        assert!(connections.load(Ordering::Relaxed) >= 2, "not retried: {log}");
+        assert!(
+            connections.load(Ordering::Relaxed) >= 2,
+            "not retried: {log}"
+        );
     }
 }
 

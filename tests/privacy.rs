@@ -144,6 +144,7 @@ fn async_buffers_are_private_and_accounted_without_amplification() {
     let text = std::fs::read_to_string(SHIPPED)
         .unwrap()
         .replace("clients = 1000", "clients = 60")
+        .replace("clients_per_round = 200", "clients_per_round = 20")
         .replace("rounds = 40", "rounds = 3")
         .replace("adaptive_quantile = 0.5\n", "")
         .replace("selector = \"poisson\"", "selector = \"uniform\"")

@@ -16,12 +16,13 @@
 //! buffer or a private round, a sum for a secure round).
 //!
 //! What cannot combine is refused when the engine is built ([`Engine::new`]), before a client
-//! trains: an aggregator that cannot fold a buffer ([`Aggregator::folds_changes`]) or a
-//! two-phase selector ([`fedshard_strategies::selection::ClientSelector::needs_update_norms`])
-//! in async mode.
+//! trains, by the rules of [`crate::policies`]: for instance an aggregator that cannot fold a
+//! buffer ([`Aggregator::folds_changes`]) or a two-phase selector
+//! ([`fedshard_strategies::selection::ClientSelector::needs_update_norms`]) in async mode.
 
 use crate::coordinator::Registry;
 use crate::error::{Error, Result};
+use crate::policies::{Checked, Policies};
 use crate::privacy::{PrivacyRecord, PrivacySettings};
 use crate::record::PhaseSeconds;
 use crate::round::{
@@ -55,84 +56,16 @@ pub struct Engine {
 
 impl Engine {
     /// Resolves the run's schedule and builds its aggregator, refusing a combination the
-    /// schedule cannot run with [`Error::Unsupported`].
+    /// schedule cannot run with [`Error::Unsupported`] ([`Policies::check`]).
     pub fn new(config: &RuntimeConfig, registry: &Registry) -> Result<Self> {
-        let aggregator: Arc<dyn Aggregator> = config
-            .aggregator
-            .build()
-            .map_err(|source| Error::Aggregator {
-                name: config.aggregator.as_str(),
-                source,
-            })?
-            .into();
-        let schedule = Schedule::of(config);
-        if let Schedule::Buffered(_) = schedule {
-            const FEDBUFF: &str = "buffered asynchronous aggregation (`mode = \"async\"`)";
-            if !aggregator.folds_changes() {
-                return Err(Error::Unsupported {
-                    policy: "aggregator",
-                    name: aggregator.name().into(),
-                    schedule: FEDBUFF,
-                    why: "its weights cannot scale the staleness-weighted changes of updates \
-                          trained from different model versions",
-                });
-            }
-            if registry.two_phase() {
-                return Err(Error::Unsupported {
-                    policy: "selector",
-                    name: registry.selector.to_string(),
-                    schedule: FEDBUFF,
-                    why: "it needs every client's update norm at once, and idle clients are \
-                          drawn one at a time",
-                });
-            }
-        }
-        let mut secure = None;
-        if let Some(settings) = config.secure {
-            const SECURE: &str = "secure aggregation (`[secure_aggregation]`)";
-            let refused = |policy, name: String, why| Error::Unsupported {
-                policy,
-                name,
-                schedule: SECURE,
-                why,
-            };
-            if let Schedule::Buffered(_) = schedule {
-                return Err(refused(
-                    "mode",
-                    "async".into(),
-                    "a buffer folds updates of several model versions one by one as they \
-                     arrive; a secure sum needs one session of clients that trained the same \
-                     version",
-                ));
-            }
-            if registry.two_phase() {
-                return Err(refused(
-                    "selector",
-                    registry.selector.to_string(),
-                    "it picks who uploads from every client's update norm, which a secure round \
-                     never reveals",
-                ));
-            }
-            let weighting = aggregator
-                .sum_weight()
-                .map_err(|why| refused("aggregator", aggregator.name().into(), why))?;
-            secure = Some((settings, weighting));
-        }
-        let privacy = match &config.privacy {
-            Some(settings) => {
-                Private::wraps(aggregator.as_ref()).map_err(|why| Error::Unsupported {
-                    policy: "aggregator",
-                    name: aggregator.name().into(),
-                    schedule: "differential privacy (`[privacy]`)",
-                    why,
-                })?;
-                Some((*settings, settings.checked_accountant(schedule, registry)?))
-            }
-            None => None,
-        };
-        Ok(Self {
-            schedule,
+        let Checked {
             aggregator,
+            privacy,
+            secure,
+        } = Policies::of(config, registry.selector).check()?;
+        Ok(Self {
+            schedule: Schedule::of(config),
+            aggregator: aggregator.into(),
             privacy,
             secure,
         })
@@ -484,6 +417,7 @@ impl ServerState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Policy;
     use crate::round::tests::{recipe, registry};
     use crate::schedule::AsyncConfig;
     use fedshard_strategies::aggregation::AggregatorName;
@@ -530,7 +464,7 @@ mod tests {
                 Err(Error::Unsupported {
                     policy, name: n, ..
                 }) => {
-                    assert_eq!((policy, n.as_str()), ("aggregator", name.as_str()));
+                    assert_eq!((policy, n.as_str()), (Policy::Aggregator, name.as_str()));
                 }
                 other => panic!("{name}: {other:?}"),
             }
@@ -545,7 +479,7 @@ mod tests {
             matches!(
                 &refused,
                 Error::Unsupported {
-                    policy: "selector",
+                    policy: Policy::Selector,
                     ..
                 }
             ),

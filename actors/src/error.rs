@@ -11,10 +11,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A policy the run was configured with cannot take part in its schedule (checked when the
-    /// round engine is built, before any client trains).
+    /// round engine is built, before any client trains, by [`crate::policies::Policies::check`]).
     #[error("{policy} `{name}` cannot run {schedule}: {why}")]
     Unsupported {
-        policy: &'static str,
+        policy: Policy,
         name: String,
         schedule: &'static str,
         why: &'static str,
@@ -118,6 +118,40 @@ pub enum Error {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+}
+
+/// The policy an [`Error::Unsupported`] refuses: a caller that reads a config maps it to its
+/// field, and its `Display` is the policy's name in a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    Aggregator,
+    Selector,
+    /// Buffered asynchronous aggregation as a whole.
+    Mode,
+    /// Closing a round at its first accepted updates.
+    OverCommit,
+    /// The server's bound on each update's norm.
+    MaxUpdateNorm,
+    Compressor,
+    /// How the clients of a private release are drawn.
+    Sampling,
+    /// The layers sent as factor columns.
+    ShardedLayers,
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Policy::Aggregator => "aggregator",
+            Policy::Selector => "selector",
+            Policy::Mode => "mode",
+            Policy::OverCommit => "over-commitment",
+            Policy::MaxUpdateNorm => "update-norm bound",
+            Policy::Compressor => "compressor",
+            Policy::Sampling => "sampling",
+            Policy::ShardedLayers => "sharded layers",
+        })
+    }
 }
 
 impl Error {

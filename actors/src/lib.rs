@@ -30,6 +30,7 @@ pub mod faults;
 pub mod host;
 pub mod live;
 pub mod metrics;
+pub mod policies;
 pub mod privacy;
 pub mod record;
 pub mod round;
@@ -40,7 +41,7 @@ pub mod secure;
 pub mod server;
 pub(crate) mod synchronous;
 
-pub use error::Error;
+pub use error::{Error, Policy};
 
 // With ractor's `cluster` feature (always on, see Cargo.toml) there is no blanket `Message`
 // impl: each message type opts in. These stay in-process (the default impl is "not

@@ -4,11 +4,11 @@
 //! ([`PrivacySummary`]). The fold itself is [`crate::round::Private`], a wrapper over the run's
 //! aggregator; the accountant and the clipping arithmetic are `fedshard_strategies::privacy`.
 
-use crate::coordinator::Registry;
-use crate::error::{Error, Result};
+use crate::error::{Error, Policy, Result};
 use crate::record::RoundRecord;
 use crate::schedule::Schedule;
 use fedshard_strategies::privacy::{Accountant, AdaptiveClip, Sampling, update_noise_multiplier};
+use fedshard_strategies::selection::SelectorName;
 use serde::{Deserialize, Serialize};
 
 /// How the clip norm is chosen.
@@ -49,13 +49,16 @@ impl PrivacySettings {
         Accountant::new(self.sampling, self.noise_multiplier).map_err(Error::Privacy)
     }
 
-    /// The accountant of a private run, after checking that the schedule samples the way the
-    /// settings say: the config refuses what cannot be accounted for, and this refuses it again
-    /// for a [`crate::server::RuntimeConfig`] built by other means.
+    /// The accountant of a private run, after checking that the rest of the run is what it
+    /// accounts for: a sample drawn the way the settings say, by a selector whose probabilities
+    /// do not depend on the clients' data. The one place these rules are written: the engine
+    /// asks it when it is built, the config when it is validated
+    /// ([`crate::policies::Policies::check`], which also asks [`crate::round::Private::wraps`]
+    /// whether the aggregator weighs updates as DP-FedAvg does).
     pub(crate) fn checked_accountant(
         &self,
         schedule: Schedule,
-        registry: &Registry,
+        selector: SelectorName,
     ) -> Result<Accountant> {
         let settings = self;
         const PRIVACY: &str = "differential privacy (`[privacy]`)";
@@ -73,7 +76,7 @@ impl PrivacySettings {
                 _,
             ) => {
                 return Err(refuse(
-                    "over-commitment",
+                    Policy::OverCommit,
                     c.to_string(),
                     "the first updates to arrive are not a uniform sample the accountant can bound",
                 ));
@@ -81,17 +84,29 @@ impl PrivacySettings {
             (Schedule::Buffered(_), Sampling::None) | (Schedule::Rounds { .. }, _) => {}
             (Schedule::Buffered(_), _) => {
                 return Err(refuse(
-                    "sampling",
+                    Policy::Sampling,
                     format!("{:?}", settings.sampling),
                     "an async buffer holds whoever answered first: it is accounted without sampling",
                 ));
             }
         }
-        if registry.two_phase() {
+        if let Schedule::Buffered(_) = schedule
+            && selector != SelectorName::Uniform
+        {
             return Err(refuse(
-                "selector",
-                registry.selector.to_string(),
-                "its inclusion probabilities depend on the clients' update norms",
+                Policy::Selector,
+                selector.to_string(),
+                "in async mode idle clients are handed work one at a time and buffers are \
+                 accounted without sampling: use `uniform`",
+            ));
+        }
+        if selector.build().needs_update_norms() {
+            return Err(refuse(
+                Policy::Selector,
+                selector.to_string(),
+                "its inclusion probabilities depend on the clients' update norms (data the \
+                 guarantee protects) and differ from client to client, so the accountant cannot \
+                 bound its rounds",
             ));
         }
         settings.update_noise_multiplier()?;
@@ -172,13 +187,12 @@ impl PrivacySummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::tests::registry;
     use crate::schedule::{AsyncConfig, Staleness};
-    use fedshard_strategies::selection::SelectorName;
 
     /// The engine refuses, by policy, what the accountant cannot bound even when the settings
-    /// did not come through the config: over-commitment, a sampled async buffer, a selector
-    /// whose probabilities depend on update norms.
+    /// did not come through the config: over-commitment, a sampled async buffer, an async
+    /// selector other than `uniform`, a selector whose probabilities depend on update norms, and
+    /// a count noise that leaves none for the updates.
     #[test]
     fn the_engine_refuses_what_the_accountant_cannot_bound() {
         let settings = PrivacySettings {
@@ -190,9 +204,9 @@ mod tests {
             target_epsilon: None,
             domain: None,
         };
-        let uniform = registry(&[(1, 1), (2, 1)]);
+        let uniform = SelectorName::Uniform;
         let rounds = Schedule::Rounds { over_commit: None };
-        assert!(settings.checked_accountant(rounds, &uniform).is_ok());
+        assert!(settings.checked_accountant(rounds, uniform).is_ok());
         let policy = |r: Result<Accountant>| match r {
             Err(Error::Unsupported { policy, .. }) => policy,
             other => panic!("{other:?}"),
@@ -201,8 +215,8 @@ mod tests {
             over_commit: Some(1.5),
         };
         assert_eq!(
-            policy(settings.checked_accountant(over, &uniform)),
-            "over-commitment"
+            policy(settings.checked_accountant(over, uniform)),
+            Policy::OverCommit
         );
         let buffered = Schedule::Buffered(AsyncConfig {
             concurrency: 2,
@@ -210,21 +224,36 @@ mod tests {
             staleness: Staleness::Constant,
         });
         assert_eq!(
-            policy(settings.checked_accountant(buffered, &uniform)),
-            "sampling"
+            policy(settings.checked_accountant(buffered, uniform)),
+            Policy::Sampling
         );
         let unsampled = PrivacySettings {
             sampling: Sampling::None,
             ..settings
         };
-        assert!(unsampled.checked_accountant(buffered, &uniform).is_ok());
-        let two_phase = Registry {
-            selector: SelectorName::OptimalPartial,
-            ..uniform
-        };
+        assert!(unsampled.checked_accountant(buffered, uniform).is_ok());
         assert_eq!(
-            policy(settings.checked_accountant(rounds, &two_phase)),
-            "selector"
+            policy(unsampled.checked_accountant(buffered, SelectorName::Poisson)),
+            Policy::Selector
         );
+        assert_eq!(
+            policy(settings.checked_accountant(rounds, SelectorName::OptimalPartial)),
+            Policy::Selector
+        );
+        let adaptive = PrivacySettings {
+            clipping: Clipping::Adaptive {
+                initial: 1.0,
+                rule: AdaptiveClip {
+                    quantile: 0.5,
+                    learning_rate: 0.2,
+                    count_stddev: 0.4,
+                },
+            },
+            ..settings
+        };
+        assert!(matches!(
+            adaptive.checked_accountant(rounds, uniform),
+            Err(Error::Privacy(_))
+        ));
     }
 }

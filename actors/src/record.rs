@@ -9,12 +9,12 @@ use fedshard_protocol::shard_plan::GroupStats;
 use fedshard_protocol::task::ClientId;
 use fedshard_protocol::uplink::UplinkSide;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
     pub round: u64,
     /// Clients asked to train.
@@ -171,135 +171,149 @@ impl RoundRecord {
         self.rejected.values().sum()
     }
 
-    /// This round as one line of `metrics.csv` (no newline), in the order of [`csv_header`].
+    /// This round as `metrics.csv`'s named cells, in column order. The header is the names of
+    /// any record's cells, so a column and its cell are written side by side and cannot drift
+    /// apart.
     ///
-    /// Every cell is a number or `true`/`false`, so nothing needs quoting. A non-finite float
-    /// (the train loss of a round with no accepted update is NaN) is an empty cell, as it is
-    /// `null` in `metrics.jsonl`; finite floats are written in Rust's shortest round-trip form,
-    /// so a cell parses back to the very value of the JSON line.
-    pub fn csv_row(&self) -> String {
+    /// The columns: the scalar fields under their JSON names; the maps `failures` and
+    /// `rejected` flattened into a total and one column per kind (`failures_timeout`,
+    /// `rejected_stale`, …, every kind always present, so rows of different rounds line up); the
+    /// per-cluster `groups` as their count and the least and largest cluster ANME (`anme` is
+    /// their mean); `client_train_seconds` as count, mean and maximum (the slowest client is
+    /// what a deadline has to cover); `update_cosine`, empty when the model did not change; then
+    /// `late` and the mean and largest `staleness` (empty in synchronous rounds); the
+    /// [`KlmsStats`] as `klms_block_uploads`, `klms_block_kl_bits` and `klms_drift_ratio` (empty
+    /// without KLMS, and where no client reported the value); then the [`PhaseSeconds`].
+    ///
+    /// Every cell is a number or `true`/`false`. A non-finite float (the train loss of a round
+    /// with no accepted update is NaN) is an empty cell, as it is `null` in `metrics.jsonl`;
+    /// finite floats are written in Rust's shortest round-trip form, so a cell parses back to
+    /// the very value of the JSON line.
+    pub fn csv_cells(&self) -> Vec<(Cow<'static, str>, String)> {
         let count = |n: usize| n.to_string();
+        let named = |name: &'static str, cell: String| (Cow::Borrowed(name), cell);
         let mut cells = vec![
-            self.round.to_string(),
-            count(self.participants),
-            count(self.successes),
-            count(self.failures_total()),
+            named("round", self.round.to_string()),
+            named("participants", count(self.participants)),
+            named("successes", count(self.successes)),
+            named("failures_total", count(self.failures_total())),
         ];
-        for kind in FailureKind::ALL {
-            cells.push(count(self.failures.get(&kind).copied().unwrap_or(0)));
-        }
-        cells.push(count(self.rejected_total()));
-        for kind in RejectionKind::ALL {
-            cells.push(count(self.rejected.get(&kind).copied().unwrap_or(0)));
-        }
+        cells.extend(FailureKind::ALL.map(|kind| {
+            (
+                Cow::Owned(format!("failures_{}", kind.label())),
+                count(self.failures.get(&kind).copied().unwrap_or(0)),
+            )
+        }));
+        cells.push(named("rejected_total", count(self.rejected_total())));
+        cells.extend(RejectionKind::ALL.map(|kind| {
+            (
+                Cow::Owned(format!("rejected_{}", kind.label())),
+                count(self.rejected.get(&kind).copied().unwrap_or(0)),
+            )
+        }));
         let group_anme = || self.groups.iter().map(|g| g.anme);
         let seconds = &self.client_train_seconds;
-        cells.extend([
-            self.model_updated.to_string(),
-            csv_float(self.accuracy),
-            csv_float(self.loss),
-            csv_float(self.train_loss),
-            self.uplink_bits.to_string(),
-            self.downlink_bits.to_string(),
-            csv_float(self.bits_per_parameter),
-            csv_float(self.anme),
-            count(self.groups.len()),
-            csv_float(group_anme().fold(f64::NAN, f64::min)),
-            csv_float(group_anme().fold(f64::NAN, f64::max)),
-            csv_float(self.learning_rate),
-            count(seconds.len()),
-            csv_float(seconds.iter().sum::<f64>() / seconds.len() as f64),
-            csv_float(seconds.iter().copied().fold(f64::NAN, f64::max)),
-            csv_float(self.seconds),
-            csv_float(self.update_cosine.unwrap_or(f64::NAN)),
-            count(self.late),
-            csv_float(self.staleness.iter().sum::<u64>() as f64 / self.staleness.len() as f64),
-            self.staleness
-                .iter()
-                .max()
-                .map_or(String::new(), u64::to_string),
-        ]);
         let klms = self.klms.as_ref();
         cells.extend([
-            klms.map_or(String::new(), |k| count(k.block_uploads)),
-            csv_float(klms.and_then(|k| k.block_kl_bits).unwrap_or(f64::NAN)),
-            csv_float(klms.and_then(|k| k.drift_ratio).unwrap_or(f64::NAN)),
+            named("model_updated", self.model_updated.to_string()),
+            named("accuracy", csv_float(self.accuracy)),
+            named("loss", csv_float(self.loss)),
+            named("train_loss", csv_float(self.train_loss)),
+            named("uplink_bits", self.uplink_bits.to_string()),
+            named("downlink_bits", self.downlink_bits.to_string()),
+            named("bits_per_parameter", csv_float(self.bits_per_parameter)),
+            named("anme", csv_float(self.anme)),
+            named("groups", count(self.groups.len())),
+            named(
+                "groups_anme_min",
+                csv_float(group_anme().fold(f64::NAN, f64::min)),
+            ),
+            named(
+                "groups_anme_max",
+                csv_float(group_anme().fold(f64::NAN, f64::max)),
+            ),
+            named("learning_rate", csv_float(self.learning_rate)),
+            named("client_train_seconds_count", count(seconds.len())),
+            named(
+                "client_train_seconds_mean",
+                csv_float(seconds.iter().sum::<f64>() / seconds.len() as f64),
+            ),
+            named(
+                "client_train_seconds_max",
+                csv_float(seconds.iter().copied().fold(f64::NAN, f64::max)),
+            ),
+            named("seconds", csv_float(self.seconds)),
+            named(
+                "update_cosine",
+                csv_float(self.update_cosine.unwrap_or(f64::NAN)),
+            ),
+            named("late", count(self.late)),
+            named(
+                "staleness_mean",
+                csv_float(self.staleness.iter().sum::<u64>() as f64 / self.staleness.len() as f64),
+            ),
+            named(
+                "staleness_max",
+                self.staleness
+                    .iter()
+                    .max()
+                    .map_or(String::new(), u64::to_string),
+            ),
+            named(
+                "klms_block_uploads",
+                klms.map_or(String::new(), |k| count(k.block_uploads)),
+            ),
+            named(
+                "klms_block_kl_bits",
+                csv_float(klms.and_then(|k| k.block_kl_bits).unwrap_or(f64::NAN)),
+            ),
+            named(
+                "klms_drift_ratio",
+                csv_float(klms.and_then(|k| k.drift_ratio).unwrap_or(f64::NAN)),
+            ),
         ]);
-        cells.extend(self.phases.columns().map(|(_, s)| csv_float(s)));
-        cells.join(",")
+        cells.extend(
+            self.phases
+                .columns()
+                .map(|(name, s)| named(name, csv_float(s))),
+        );
+        cells
     }
 }
 
-/// The header of `metrics.csv` (no newline): the scalar fields of [`RoundRecord`] under their
-/// JSON names; the maps `failures` and `rejected` flattened into a total and one column per kind
-/// (`failures_timeout`, `rejected_stale`, …, every kind always present, so rows of different
-/// rounds line up); the per-cluster `groups` as their count and the least and largest cluster
-/// ANME (`anme` is their mean); `client_train_seconds` as count, mean and maximum (the slowest
-/// client is what a deadline has to cover); `update_cosine`, empty when the model did not
-/// change; then `late` and the mean and largest `staleness` (empty in synchronous rounds); the
-/// [`KlmsStats`] as `klms_block_uploads`, `klms_block_kl_bits` and `klms_drift_ratio` (empty
-/// without KLMS, and where no client reported the value); then the [`PhaseSeconds`] as
-/// `plan_seconds`, `train_seconds`, `aggregate_seconds` and `evaluate_seconds`.
-pub fn csv_header() -> String {
-    let mut columns = vec![
-        "round".to_string(),
-        "participants".into(),
-        "successes".into(),
-        "failures_total".into(),
-    ];
-    columns.extend(FailureKind::ALL.map(|k| format!("failures_{}", k.label())));
-    columns.push("rejected_total".into());
-    columns.extend(RejectionKind::ALL.map(|k| format!("rejected_{}", k.label())));
-    columns.extend(
-        [
-            "model_updated",
-            "accuracy",
-            "loss",
-            "train_loss",
-            "uplink_bits",
-            "downlink_bits",
-            "bits_per_parameter",
-            "anme",
-            "groups",
-            "groups_anme_min",
-            "groups_anme_max",
-            "learning_rate",
-            "client_train_seconds_count",
-            "client_train_seconds_mean",
-            "client_train_seconds_max",
-            "seconds",
-            "update_cosine",
-            "late",
-            "staleness_mean",
-            "staleness_max",
-            "klms_block_uploads",
-            "klms_block_kl_bits",
-            "klms_drift_ratio",
-        ]
-        .map(String::from),
-    );
-    columns.extend(
-        PhaseSeconds::default()
-            .columns()
-            .map(|(name, _)| name.to_string()),
-    );
-    columns.join(",")
+/// Writes `records` as lines of `metrics.csv` through the csv crate, after the header when
+/// `header` is set. The writer refuses a row whose length differs from the header's.
+fn write_csv<'a>(
+    out: impl std::io::Write,
+    header: bool,
+    records: impl IntoIterator<Item = &'a RoundRecord>,
+) -> std::io::Result<()> {
+    let mut writer = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(out);
+    if header {
+        let names = RoundRecord::default().csv_cells();
+        writer.write_record(names.iter().map(|(name, _)| name.as_bytes()))?;
+    }
+    for record in records {
+        writer.write_record(record.csv_cells().iter().map(|(_, cell)| cell))?;
+    }
+    writer.flush()
 }
 
 /// A whole `metrics.csv`: the header and one line per round of `history`.
-pub fn csv_document(history: &[RoundRecord]) -> String {
-    let mut text = csv_header();
-    text.push('\n');
-    for record in history {
-        let _ = writeln!(text, "{}", record.csv_row());
-    }
-    text
+pub fn csv_document(history: &[RoundRecord]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    // Writing into memory fails only on a row of the wrong length, which `csv_cells` cannot
+    // produce (every record has the same columns).
+    write_csv(&mut bytes, true, history).expect("every record has the header's columns");
+    bytes
 }
 
-/// Appends one [`RoundRecord::csv_row`] to `path`, writing the header first when the file is new
-/// or empty, so a run folder's CSV grows round by round like `metrics.jsonl` (a resumed run
-/// rewrites both whole with [`csv_document`]).
-pub fn append_csv_row(path: &Path, row: &str) -> Result<(), Error> {
+/// Appends `record`'s line to `path`, writing the header first when the file is new or empty,
+/// so a run folder's CSV grows round by round like `metrics.jsonl` (a resumed run rewrites both
+/// whole with [`csv_document`]).
+pub fn append_csv_row(path: &Path, record: &RoundRecord) -> Result<(), Error> {
     let failed = |source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -309,14 +323,11 @@ pub fn append_csv_row(path: &Path, row: &str) -> Result<(), Error> {
         .append(true)
         .open(path)
         .map_err(failed)?;
-    let mut text = String::new();
-    if file.metadata().map_err(failed)?.len() == 0 {
-        text.push_str(&csv_header());
-        text.push('\n');
-    }
-    text.push_str(row);
-    text.push('\n');
-    file.write_all(text.as_bytes()).map_err(failed)
+    let empty = file.metadata().map_err(failed)?.len() == 0;
+    // One write of the whole line (and header), as before: an interrupted run leaves whole rows.
+    let mut line = Vec::new();
+    write_csv(&mut line, empty, [record]).map_err(failed)?;
+    file.write_all(&line).map_err(failed)
 }
 
 /// A float cell: empty for NaN and infinities, which CSV has no agreed spelling for.
@@ -472,15 +483,67 @@ mod tests {
         }
     }
 
-    /// Every header column has its cell; maps are flattened with a column per kind (zero for the
-    /// kinds that did not occur), lists summarised, NaN left empty.
+    /// The cells of `record` by column name.
+    fn cells(record: &RoundRecord) -> BTreeMap<String, String> {
+        let cells = record.csv_cells();
+        let named: BTreeMap<String, String> = cells
+            .iter()
+            .map(|(name, cell)| (name.to_string(), cell.clone()))
+            .collect();
+        assert_eq!(named.len(), cells.len(), "duplicate column");
+        named
+    }
+
+    /// `metrics.csv` byte for byte as the hand-written writer wrote it before the csv crate
+    /// wrote it (the header, a round with every kind of cell, and one with empty, huge, tiny,
+    /// negative-zero and long floats): the file did not change.
     #[test]
-    fn a_row_lines_up_with_the_header() {
-        let header = csv_header();
-        let row = record().csv_row();
-        let cells: BTreeMap<&str, &str> = header.split(',').zip(row.split(',')).collect();
-        assert_eq!(header.split(',').count(), row.split(',').count());
-        assert_eq!(cells.len(), header.split(',').count(), "duplicate column");
+    fn metrics_csv_keeps_its_bytes() {
+        const ORACLE: &str = concat!(
+            "round,participants,successes,failures_total,failures_error,failures_panic,",
+            "failures_timeout,failures_unreachable,rejected_total,rejected_malformed,",
+            "rejected_shape,rejected_non_finite,rejected_indices,rejected_stale,",
+            "rejected_forged,rejected_non_finite_aggregate,rejected_norm_bound,model_updated,",
+            "accuracy,loss,train_loss,uplink_bits,downlink_bits,bits_per_parameter,anme,",
+            "groups,groups_anme_min,groups_anme_max,learning_rate,client_train_seconds_count,",
+            "client_train_seconds_mean,client_train_seconds_max,seconds,update_cosine,late,",
+            "staleness_mean,staleness_max,klms_block_uploads,klms_block_kl_bits,",
+            "klms_drift_ratio,plan_seconds,train_seconds,aggregate_seconds,evaluate_seconds\n",
+            "3,5,3,1,0,0,1,0,1,0,0,0,0,1,0,0,0,true,0.875,0.4,,12000,48000,32,0.25,2,0.1,0.4,",
+            "0.05,3,3,6,7.5,0.5,0,,,,,,0.001,0.5,0.01,0.002\n",
+            "4,5,3,9,2,0,0,7,3,0,0,0,0,0,0,0,3,false,0.0000001,1000000000000000000000,2.5,",
+            "12000,48000,32,0.25,2,0.1,0.4,0.30000000000000004,3,3,6,,,2,3.5,5,0,-0,,0.001,",
+            "0.5,0.01,0.002\n",
+        );
+        let odd = RoundRecord {
+            round: 4,
+            failures: BTreeMap::from([(FailureKind::Error, 2), (FailureKind::Unreachable, 7)]),
+            rejected: BTreeMap::from([(RejectionKind::NormBound, 3)]),
+            model_updated: false,
+            accuracy: 1e-7,
+            loss: 1e21,
+            train_loss: 2.5,
+            learning_rate: 0.1 + 0.2,
+            seconds: f64::NAN,
+            update_cosine: None,
+            late: 2,
+            staleness: vec![2, 5],
+            klms: Some(KlmsStats {
+                block_uploads: 0,
+                block_kl_bits: Some(-0.0),
+                drift_ratio: None,
+            }),
+            ..record()
+        };
+        let history = [record(), odd];
+        assert_eq!(String::from_utf8(csv_document(&history)).unwrap(), ORACLE);
+    }
+
+    /// Maps are flattened with a column per kind (zero for the kinds that did not occur), lists
+    /// summarised, NaN left empty.
+    #[test]
+    fn a_row_names_each_cell() {
+        let cells = cells(&record());
         let expected = [
             ("round", "3"),
             ("failures_total", "1"),
@@ -515,47 +578,42 @@ mod tests {
         let mut r = record();
         r.client_train_seconds.clear();
         r.groups.clear();
-        let header = csv_header();
-        let row = r.csv_row();
-        let cells: BTreeMap<&str, &str> = header.split(',').zip(row.split(',')).collect();
+        let row = cells(&r);
         for column in [
             "client_train_seconds_mean",
             "client_train_seconds_max",
             "groups_anme_min",
         ] {
-            assert_eq!(cells[column], "", "column {column}");
+            assert_eq!(row[column], "", "column {column}");
         }
-        assert_eq!(cells["groups"], "0");
+        assert_eq!(row["groups"], "0");
         for column in [
             "klms_block_uploads",
             "klms_block_kl_bits",
             "klms_drift_ratio",
         ] {
-            assert_eq!(cells[column], "", "no KLMS: column {column}");
+            assert_eq!(row[column], "", "no KLMS: column {column}");
         }
         r.klms = Some(KlmsStats {
             block_uploads: 2,
             block_kl_bits: None,
             drift_ratio: Some(0.93),
         });
-        let row = r.csv_row();
-        let cells: BTreeMap<&str, &str> = header.split(',').zip(row.split(',')).collect();
+        let row = cells(&r);
         assert_eq!(
             [
-                cells["klms_block_uploads"],
-                cells["klms_block_kl_bits"],
-                cells["klms_drift_ratio"]
+                row["klms_block_uploads"].as_str(),
+                &row["klms_block_kl_bits"],
+                &row["klms_drift_ratio"]
             ],
             ["2", "", "0.93"]
         );
         // A round that left the model unchanged has no cosine.
-        let row = RoundRecord {
+        let row = cells(&RoundRecord {
             update_cosine: None,
             ..record()
-        }
-        .csv_row();
-        let cells: BTreeMap<&str, &str> = header.split(',').zip(row.split(',')).collect();
-        assert_eq!(cells["update_cosine"], "");
+        });
+        assert_eq!(row["update_cosine"], "");
     }
 
     #[test]
@@ -563,14 +621,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(crate::run_folder::CSV_FILE);
         let mut history = vec![record()];
-        append_csv_row(&path, &history[0].csv_row()).unwrap();
+        append_csv_row(&path, &history[0]).unwrap();
         history.push(RoundRecord {
             round: 4,
             ..record()
         });
-        append_csv_row(&path, &history[1].csv_row()).unwrap();
+        append_csv_row(&path, &history[1]).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text, csv_document(&history));
+        assert_eq!(text.as_bytes(), csv_document(&history));
         assert_eq!(text.lines().count(), 3);
         // A history written before `update_cosine` existed still loads.
         let finite = RoundRecord {
@@ -581,7 +639,7 @@ mod tests {
         old.as_object_mut().unwrap().remove("update_cosine");
         let back: RoundRecord = serde_json::from_value(old).unwrap();
         assert_eq!(back.update_cosine, None);
-        let err = append_csv_row(&dir.path().join("missing/metrics.csv"), "1").unwrap_err();
+        let err = append_csv_row(&dir.path().join("missing/metrics.csv"), &record()).unwrap_err();
         assert!(err.to_string().contains("missing/metrics.csv"), "{err}");
     }
 }

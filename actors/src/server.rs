@@ -155,7 +155,7 @@ impl Federation {
         }
         checkpoint::write_atomically(&dir.join(METRICS_FILE), lines.as_bytes())?;
         let csv = crate::record::csv_document(&self.history);
-        checkpoint::write_atomically(&dir.join(CSV_FILE), csv.as_bytes())?;
+        checkpoint::write_atomically(&dir.join(CSV_FILE), &csv)?;
         Ok(())
     }
 }
@@ -422,7 +422,7 @@ impl ServerState {
             uplink: self.fed.uplink.clone(),
         };
         let line = serde_json::to_string(record)?;
-        let csv_row = record.csv_row();
+        let record = record.clone();
         tokio::task::spawn_blocking(move || -> Result<(), Error> {
             checkpoint::save(&dir, &cp)?;
             let path = dir.join(METRICS_FILE);
@@ -436,7 +436,7 @@ impl ServerState {
                 .open(&path)
                 .map_err(io)?;
             writeln!(file, "{line}").map_err(io)?;
-            crate::record::append_csv_row(&dir.join(CSV_FILE), &csv_row)
+            crate::record::append_csv_row(&dir.join(CSV_FILE), &record)
         })
         .await
         .map_err(|e| Error::panicked("checkpoint writer", e))?

@@ -42,6 +42,7 @@ pub mod refusal;
 pub mod request;
 pub mod secret;
 pub mod serve;
+pub(crate) mod throttle;
 pub mod tls;
 pub mod turn_away;
 pub mod wire;

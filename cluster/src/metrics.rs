@@ -2,11 +2,13 @@
 //! them beside the run's (`fedshard_cluster_*`), and readable in-process for tests and benches.
 
 use crate::refusal::Refusal;
+use crate::throttle::Throttle;
 use crate::wire::RejectionKind;
 use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A client node as the server's live page shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,28 +216,25 @@ impl Default for ClusterMetrics {
     }
 }
 
-/// Logs rejected frames without flooding the log under attack: the first few in full, then one
-/// line per thousand.
+/// Logs rejected frames without flooding the log under attack: at most one line per
+/// [`RejectionLog::INTERVAL`], saying how many were rejected since the previous line
+/// (`fedshard_cluster_frames_rejected_total` counts every one).
 #[derive(Debug, Default)]
 pub(crate) struct RejectionLog {
-    seen: u64,
+    throttle: Throttle,
 }
 
 impl RejectionLog {
-    const IN_FULL: u64 = 20;
+    pub(crate) const INTERVAL: Duration = Duration::from_secs(10);
 
     pub(crate) fn log(&mut self, what: &str, rejection: &crate::wire::Rejection) {
-        self.seen += 1;
-        if self.seen <= Self::IN_FULL {
-            tracing::warn!("{what}: rejected a frame ({rejection})");
-            if self.seen == Self::IN_FULL {
-                tracing::warn!("{what}: further rejected frames are logged once per thousand");
-            }
-        } else if self.seen.is_multiple_of(1000) {
-            tracing::warn!(
-                "{what}: {} frames rejected so far (latest: {rejection})",
-                self.seen
-            );
+        match self.throttle.admit(Instant::now(), Self::INTERVAL) {
+            Some(0) => tracing::warn!("{what}: rejected a frame ({rejection})"),
+            Some(missed) => tracing::warn!(
+                "{what}: rejected a frame ({rejection}; {missed} more rejected in the last {} s)",
+                Self::INTERVAL.as_secs()
+            ),
+            None => {}
         }
     }
 }

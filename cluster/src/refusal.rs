@@ -1,8 +1,10 @@
 //! Connections a server node closes before they authenticate: why ([`Refusal`]), counted in
 //! `fedshard_cluster_sessions_refused_total{reason}` and logged at most once per source address,
-//! reason and interval ([`Refusals`]), so an attacker can neither hide nor flood the log.
+//! reason and interval ([`Refusals`], a `Throttle` each), so an attacker can neither hide nor
+//! flood the log.
 
 use crate::metrics::ClusterMetrics;
+use crate::throttle::Throttle;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -103,11 +105,10 @@ impl Refusal {
     }
 }
 
-/// Per source address and reason: when its last line was logged and how many refusals went
-/// unlogged since.
+/// Per source address and reason, a [`Throttle`] of its log lines.
 #[derive(Debug, Default)]
 struct RateLimit {
-    sources: HashMap<(IpAddr, Refusal), (Instant, u64)>,
+    sources: HashMap<(IpAddr, Refusal), Throttle>,
 }
 
 impl RateLimit {
@@ -124,53 +125,14 @@ impl RateLimit {
     ) -> Option<u64> {
         if self.sources.len() >= Self::MAX_SOURCES && !self.sources.contains_key(&source) {
             self.sources
-                .retain(|_, (last, _)| now.duration_since(*last) < interval);
+                .retain(|_, throttle| !throttle.is_quiet(now, interval));
             if self.sources.len() >= Self::MAX_SOURCES {
                 // Every remembered source is recent: an attack from many addresses. Log none
                 // of the new ones (they are still counted).
                 return None;
             }
         }
-        match self.sources.get_mut(&source) {
-            Some((last, unlogged)) if now.duration_since(*last) < interval => {
-                *unlogged += 1;
-                None
-            }
-            Some((last, unlogged)) => {
-                let missed = *unlogged;
-                (*last, *unlogged) = (now, 0);
-                Some(missed)
-            }
-            None => {
-                self.sources.insert(source, (now, 0));
-                Some(0)
-            }
-        }
-    }
-}
-
-/// At most one log line per interval for an event that can repeat in a tight loop (an accept
-/// failing for want of file descriptors), each line saying how many were not logged.
-#[derive(Debug, Default)]
-pub(crate) struct Throttle {
-    last: Option<Instant>,
-    unlogged: u64,
-}
-
-impl Throttle {
-    /// `Some(n)` when the event at `now` is to be logged, `n` being how many were not logged
-    /// since the previous line; `None` when it is only counted.
-    pub(crate) fn admit(&mut self, now: Instant, interval: Duration) -> Option<u64> {
-        match self.last {
-            Some(last) if now.duration_since(last) < interval => {
-                self.unlogged += 1;
-                None
-            }
-            _ => {
-                self.last = Some(now);
-                Some(std::mem::take(&mut self.unlogged))
-            }
-        }
+        self.sources.entry(source).or_default().admit(now, interval)
     }
 }
 
@@ -263,20 +225,6 @@ mod tests {
         let late = ("192.168.1.1".parse().unwrap(), Refusal::FrameTooLarge);
         assert_eq!(limit.admit(late, t0 + interval, interval), Some(0));
         assert_eq!(limit.sources.len(), 1);
-    }
-
-    #[test]
-    fn a_repeated_event_is_logged_once_per_interval_with_the_count_it_missed() {
-        let mut throttle = Throttle::default();
-        let second = Duration::from_secs(1);
-        let t0 = Instant::now();
-        assert_eq!(throttle.admit(t0, second), Some(0));
-        // An accept failing every 100 ms: nine silent ones, then a line that counts them.
-        for i in 1..10 {
-            assert_eq!(throttle.admit(t0 + i * second / 10, second), None);
-        }
-        assert_eq!(throttle.admit(t0 + second, second), Some(9));
-        assert_eq!(throttle.admit(t0 + 3 * second, second), Some(0));
     }
 
     #[test]

@@ -136,3 +136,10 @@ pub enum Error {
     #[error("participant {0} without a stream")]
     NoStream(ClientId),
 }
+
+/// A field the bit reader could not read is a wire error like any other code's.
+impl From<fedshard_bits::BitsError> for Error {
+    fn from(e: fedshard_bits::BitsError) -> Self {
+        Error::Wire(e.into())
+    }
+}

@@ -1,7 +1,7 @@
 //! **fedshard-protocol**: the data that crosses a wire (models, tasks, shard plans, payloads)
 //! and the pure functions that build and check it.
-//! May depend on: `fedshard-strategies`; serde, bincode, thiserror, crc32fast (no actors, no async,
-//! no burn).
+//! May depend on: `fedshard-strategies`, `fedshard-bits`; serde, bincode, thiserror, crc32fast (no
+//! actors, no async, no burn).
 //!
 //! The data that crosses a wire between fedshard nodes, and the pure functions that produce and
 //! check it: model states ([`model`]), what a client is asked to do and returns ([`task`]), the

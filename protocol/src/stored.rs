@@ -37,9 +37,13 @@ pub struct FileError {
 pub enum Problem {
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// A FIFO would block the read forever, a device such as `/dev/zero` never end it.
-    #[error("not a regular file (a FIFO, a device or a folder); expected {what}")]
-    NotRegular { what: &'static str },
+    /// A FIFO would block the read forever, a device such as `/dev/zero` never end it; `kind`
+    /// says which it is (`a folder`, `a FIFO`, `a device`, `a socket`).
+    #[error("{kind}, not a regular file; expected {what}")]
+    NotRegular {
+        kind: &'static str,
+        what: &'static str,
+    },
     #[error("{size} bytes or more, expected {what} of at most {max} bytes")]
     TooLarge {
         size: u64,
@@ -76,9 +80,26 @@ impl FileError {
 fn regular(path: &Path, what: &'static str) -> Result<Metadata, FileError> {
     let meta = std::fs::metadata(path).map_err(|e| FileError::new(path, e))?;
     if !meta.is_file() {
-        return Err(FileError::new(path, Problem::NotRegular { what }));
+        let kind = file_kind(meta.file_type());
+        return Err(FileError::new(path, Problem::NotRegular { kind, what }));
     }
     Ok(meta)
+}
+
+/// What a path that is not a regular file is, for its error.
+fn file_kind(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_dir() {
+        "a folder"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "a device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "something else"
+    }
 }
 
 /// The bytes of `path`, `what` (a secret file, …) of at most `max` bytes: a regular file, whose

@@ -9,6 +9,7 @@
 //! codings compose with the sum.
 
 use crate::error::Error;
+use crate::params::Param;
 
 /// Integers in `[min, max]`, shifted to `[0, max − min]` so that `n` of them sum without a
 /// sign: the sum of `n` encodings is at most `n · (max − min)`.
@@ -90,9 +91,13 @@ impl FixedPoint {
         let half = range * scale;
         let finite = range.is_finite() && scale.is_finite() && range > 0.0 && scale > 0.0;
         if !finite || half > (1u64 << 52) as f64 {
-            return Err(Error::Params(format!(
-                "fixed point range {range} scale {scale}"
-            )));
+            return Err(Error::OutOfRange {
+                param: Param::FixedPoint,
+                expected: "a positive range and scale whose product is at most 2⁵², where f64 \
+                           stops representing every integer"
+                    .into(),
+                found: format!("range {range} × scale {scale}"),
+            });
         }
         Ok(FixedPoint { range, scale })
     }

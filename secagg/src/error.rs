@@ -5,13 +5,23 @@
 //! client raises on a consistency check abort that client for the rest of the session.
 
 use crate::message::{ClientId, Round, SessionId};
+use crate::params::Param;
 
 /// Every way a secure-aggregation step can fail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// The parameters cannot describe a session (empty client list, threshold out of range, …).
+    /// The parameters cannot describe a session (empty client list, unsorted ids, …).
     #[error("invalid secure-aggregation parameters: {0}")]
     Params(String),
+    /// A parameter a user chooses (the threshold, the graph's degree, the fixed-point range and
+    /// scale) outside the range that keeps a session private and useful; `param` says which, so
+    /// that a caller can name its own setting.
+    #[error("{param}: expected {expected}, found {found}")]
+    OutOfRange {
+        param: Param,
+        expected: String,
+        found: String,
+    },
     /// A message of another session: a replay or a misrouted message.
     #[error("message from another session (expected session {expected}, got {got})")]
     WrongSession { expected: SessionId, got: SessionId },

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::message::ClientId;
+use crate::params::Param;
 
 /// The communication graph of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,18 +32,34 @@ pub enum Graph {
     RandomRegular { degree: usize, seed: u64 },
 }
 
+/// The largest SecAgg+ degree. SecAgg+'s point is a degree of `O(log n)` (Bell et al. 2020;
+/// docs/secagg.md takes `k ≈ 2 log₂ n`, 40 at [`crate::params::MAX_CLIENTS`]): 1024 leaves
+/// ample room for stricter choices, and a larger degree is the complete graph (no degree) in all
+/// but name, at a cost per client that grows with `k`.
+pub const MAX_DEGREE: usize = 1024;
+
 /// Every client's neighbours (never itself), symmetric.
 pub type Neighbourhoods = BTreeMap<ClientId, BTreeSet<ClientId>>;
 
 impl Graph {
-    /// Checks the degree: SecAgg+'s Harary construction needs an even degree of at least 2.
+    /// Checks the degree: SecAgg+'s Harary construction needs an even degree of at least 2,
+    /// and one above [`MAX_DEGREE`] is refused.
     pub fn validate(&self) -> Result<(), Error> {
         match *self {
             Graph::Complete => Ok(()),
-            Graph::RandomRegular { degree, .. } if degree >= 2 && degree % 2 == 0 => Ok(()),
-            Graph::RandomRegular { degree, .. } => Err(Error::Params(format!(
-                "graph degree {degree} must be even and at least 2"
-            ))),
+            Graph::RandomRegular { degree, .. }
+                if (2..=MAX_DEGREE).contains(&degree) && degree % 2 == 0 =>
+            {
+                Ok(())
+            }
+            Graph::RandomRegular { degree, .. } => Err(Error::OutOfRange {
+                param: Param::Degree,
+                expected: format!(
+                    "an even number of neighbours in 2..={MAX_DEGREE} (omit the degree for the \
+                     complete graph)"
+                ),
+                found: degree.to_string(),
+            }),
         }
     }
 
@@ -107,5 +124,26 @@ mod tests {
                 .validate()
                 .is_err()
         );
+    }
+
+    /// An odd degree, one below 2 or one above [`MAX_DEGREE`] is refused as the degree.
+    #[test]
+    fn a_degree_outside_its_range_is_refused() {
+        for degree in [2, 16, MAX_DEGREE] {
+            assert_eq!(Graph::RandomRegular { degree, seed: 1 }.validate(), Ok(()));
+        }
+        for degree in [0, 1, 5, MAX_DEGREE + 2, 1_000_000] {
+            let refused = Graph::RandomRegular { degree, seed: 1 }.validate();
+            assert!(
+                matches!(
+                    refused,
+                    Err(Error::OutOfRange {
+                        param: Param::Degree,
+                        ..
+                    })
+                ),
+                "{degree}: {refused:?}"
+            );
+        }
     }
 }

@@ -2,8 +2,9 @@
 //! "Practical Secure Aggregation for Privacy-Preserving Machine Learning") and SecAgg+ (Bell,
 //! Bengtsson et al. 2020, "Secure Single-Server Aggregation with (Poly)Logarithmic Overhead"),
 //! as plain state machines over typed messages.
-//! May depend on: x25519-dalek, chacha20poly1305, hkdf, sha2, rand, rand_chacha, serde,
-//! bincode, thiserror (no actors, no async, no networking, no other fedshard crate).
+//! May depend on: `fedshard-bits`; x25519-dalek, chacha20poly1305, hkdf, sha2, rand,
+//! rand_chacha, serde, bincode, thiserror (no actors, no async, no networking, no other fedshard
+//! crate).
 //!
 //! What it is for: a server learns `Σ_{u ∈ U3} x_u mod 2^bits` over the clients `U3` whose
 //! masked inputs arrived, and nothing else about any `x_u`, even when clients drop out
@@ -55,6 +56,6 @@ pub use encoding::{FixedPoint, IntegerRange, UplinkCoding};
 pub use error::Error;
 pub use graph::Graph;
 pub use message::{ClientId, ClientMessage, Round, ServerMessage, SessionId};
-pub use params::Params;
+pub use params::{Param, Params};
 pub use server::{Aggregate, Server};
 pub use simulate::{Dropouts, RoundCost, Simulation, simulate};

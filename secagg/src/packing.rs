@@ -1,6 +1,10 @@
 //! Vectors of `bits`-bit values packed into exactly `⌈len · bits / 8⌉` bytes, little-endian,
 //! for the masked input: the largest message of a session costs its information content
 //! rather than bincode's variable-length integers (5 bytes for a 32-bit value, 9 for 64).
+//! Least significant bit first through `fedshard-bits`, the bit writer and reader the uplink
+//! codecs use.
+
+use fedshard_bits::{BitReader, BitWriter};
 
 /// The bytes of `len` values of `bits` bits.
 pub fn packed_len(len: usize, bits: u32) -> usize {
@@ -9,29 +13,11 @@ pub fn packed_len(len: usize, bits: u32) -> usize {
 
 /// Packs `values`, each below `2^bits` (`1 ≤ bits ≤ 64`; higher bits are dropped).
 pub fn pack(values: &[u64], bits: u32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(packed_len(values.len(), bits));
-    if bits.is_multiple_of(8) {
-        let width = bits as usize / 8;
-        values
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()[..width]));
-        return out;
-    }
-    let mut buffer: u128 = 0;
-    let mut filled = 0u32;
+    let mut writer = BitWriter::with_capacity(packed_len(values.len(), bits));
     for &value in values {
-        buffer |= u128::from(value & low_bits(bits)) << filled;
-        filled += bits;
-        while filled >= 8 {
-            out.push(buffer as u8);
-            buffer >>= 8;
-            filled -= 8;
-        }
+        writer.bits_u64(value & low_bits(bits), bits);
     }
-    if filled > 0 {
-        out.push(buffer as u8);
-    }
-    out
+    writer.finish()
 }
 
 /// The `len` values packed in `bytes`, or `None` when `bytes` has the wrong length or sets
@@ -40,33 +26,12 @@ pub fn unpack(bytes: &[u8], bits: u32, len: usize) -> Option<Vec<u64>> {
     if bytes.len() != packed_len(len, bits) || !(1..=64).contains(&bits) {
         return None;
     }
-    if bits.is_multiple_of(8) {
-        let width = bits as usize / 8;
-        return Some(
-            bytes
-                .chunks_exact(width)
-                .map(|chunk| {
-                    let mut word = [0u8; 8];
-                    word[..width].copy_from_slice(chunk);
-                    u64::from_le_bytes(word)
-                })
-                .collect(),
-        );
-    }
-    let mut out = Vec::with_capacity(len);
-    let mut buffer: u128 = 0;
-    let mut filled = 0u32;
-    let mut next = bytes.iter();
-    for _ in 0..len {
-        while filled < bits {
-            buffer |= u128::from(*next.next()?) << filled;
-            filled += 8;
-        }
-        out.push(buffer as u64 & low_bits(bits));
-        buffer >>= bits;
-        filled -= bits;
-    }
-    (buffer == 0).then_some(out)
+    let mut reader = BitReader::new(bytes);
+    let values = (0..len)
+        .map(|_| reader.bits_u64(bits).ok())
+        .collect::<Option<Vec<u64>>>()?;
+    reader.finish().ok()?;
+    Some(values)
 }
 
 fn low_bits(bits: u32) -> u64 {
@@ -91,6 +56,14 @@ mod tests {
             assert_eq!(bytes.len(), packed_len(13, bits), "bits {bits}");
             assert_eq!(unpack(&bytes, bits, 13), Some(values), "bits {bits}");
         }
+    }
+
+    /// The bytes the hand-written packer sent before `fedshard-bits` wrote them: 1, 2, 3 in
+    /// three bits each, least significant first, are `0b11_010_001` and one bit of 0.
+    #[test]
+    fn the_packed_bytes_stay_least_significant_bit_first() {
+        assert_eq!(pack(&[1, 2, 3], 3), [0b1101_0001, 0]);
+        assert_eq!(pack(&[0x0102, 0x0304], 16), [2, 1, 4, 3]);
     }
 
     #[test]

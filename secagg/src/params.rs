@@ -11,6 +11,53 @@ pub const MAX_CLIENTS: usize = 1 << 20;
 /// The longest vector a session may sum (2²⁸ values, 2 GiB of `u64`).
 pub const MAX_VECTOR_LEN: usize = 1 << 28;
 
+/// A parameter a user chooses, as [`Error::OutOfRange`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Param {
+    /// `t`, or the fraction of the holders of each secret it is taken as.
+    Threshold,
+    /// SecAgg+'s graph degree `k`.
+    Degree,
+    /// A [`crate::FixedPoint`]'s range and scale.
+    FixedPoint,
+}
+
+impl std::fmt::Display for Param {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Param::Threshold => "threshold",
+            Param::Degree => "graph degree",
+            Param::FixedPoint => "fixed-point range × scale",
+        })
+    }
+}
+
+/// Why `t` must exceed half of the holders of each secret, for the messages that refuse less.
+const MAJORITY: &str = "so that the server cannot split the clients into two sessions and \
+                        unmask a client in one of them (Bonawitz et al. 2017)";
+
+/// Refuses a threshold fraction outside `(1/2, 1]`: `t = ⌈fraction · holders⌉` is then more
+/// than half of the holders of every secret whatever their number (see [`Params::threshold`]),
+/// and at most all of them.
+pub fn check_threshold_fraction(fraction: f64) -> Result<(), Error> {
+    if fraction > 0.5 && fraction <= 1.0 {
+        Ok(())
+    } else {
+        Err(Error::OutOfRange {
+            param: Param::Threshold,
+            expected: format!("a fraction in (0.5, 1] of the holders of each secret, {MAJORITY}"),
+            found: fraction.to_string(),
+        })
+    }
+}
+
+/// `t = ⌈fraction · holders⌉` for `holders` holders of each secret, after
+/// [`check_threshold_fraction`].
+pub fn threshold_of(fraction: f64, holders: usize) -> Result<usize, Error> {
+    check_threshold_fraction(fraction)?;
+    Ok(((fraction * holders as f64).ceil() as usize).clamp(1, holders.max(1)))
+}
+
 /// What every party of a session knows in advance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Params {
@@ -20,7 +67,8 @@ pub struct Params {
     pub clients: Vec<ClientId>,
     /// `t`: shares needed to rebuild a secret, and the fewest clients that may finish. Any
     /// `t − 1` holders learn nothing of a secret; Bonawitz et al. take `t > n/2` (`> 2n/3`
-    /// against an active server) so that the server cannot split the clients in two sessions.
+    /// against an active server) so that the server cannot split the clients in two sessions:
+    /// [`Params::validate`] refuses less, so a client refuses a server that proposes less.
     pub threshold: usize,
     /// Who masks and shares with whom.
     pub graph: Graph,
@@ -32,8 +80,8 @@ pub struct Params {
 }
 
 impl Params {
-    /// Checks that the parameters describe a session every client can finish: distinct sorted
-    /// clients, a valid graph, `1 ≤ t ≤` the smallest number of holders of a secret
+    /// Checks that the parameters describe a private session every client can finish: distinct
+    /// sorted clients, a valid graph, `holders/2 < t ≤ holders` for the holders of each secret
     /// (a neighbourhood plus its owner), `bits` in `1..=64` and a non-empty vector.
     pub fn validate(&self) -> Result<(), Error> {
         let n = self.clients.len();
@@ -49,11 +97,16 @@ impl Params {
         }
         self.graph.validate()?;
         let holders = self.holders_per_secret();
-        if self.threshold == 0 || self.threshold > holders {
-            return Err(Error::Params(format!(
-                "threshold {} outside 1..={holders} (holders of each secret)",
-                self.threshold
-            )));
+        if self.threshold <= holders / 2 || self.threshold > holders {
+            return Err(Error::OutOfRange {
+                param: Param::Threshold,
+                expected: format!(
+                    "{}..={holders}, more than half of the {holders} holders of each secret, \
+                     {MAJORITY}",
+                    holders / 2 + 1
+                ),
+                found: self.threshold.to_string(),
+            });
         }
         if !(1..=64).contains(&self.bits) {
             return Err(Error::Params(format!("bits {} outside 1..=64", self.bits)));
@@ -110,3 +163,72 @@ impl Params {
 pub const PER_PEER_BYTES: usize = 160;
 /// Header, enum tags and vector lengths.
 const FRAME_OVERHEAD: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(n: u32, threshold: usize, graph: Graph) -> Params {
+        Params {
+            session: SessionId([0; 16]),
+            clients: (0..n).collect(),
+            threshold,
+            graph,
+            bits: 16,
+            vector_len: 1,
+        }
+    }
+
+    fn refused_param(result: Result<impl std::fmt::Debug, Error>) -> Param {
+        match result {
+            Err(Error::OutOfRange { param, .. }) => param,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The threat model's majority: of 4 holders, t = 3 or 4; of 5, t = 3 to 5. With SecAgg+'s
+    /// degree 2 a secret has 3 holders (two neighbours and its owner), so t = 2 is enough.
+    #[test]
+    fn a_threshold_of_half_the_holders_or_fewer_is_refused() {
+        for (n, t) in [(4, 3), (4, 4), (5, 3), (5, 5), (1, 1)] {
+            assert!(
+                params(n, t, Graph::Complete).validate().is_ok(),
+                "{t} of {n}"
+            );
+        }
+        for (n, t) in [(4, 2), (4, 1), (5, 2), (4, 5), (4, 0)] {
+            let refused = params(n, t, Graph::Complete).validate();
+            assert_eq!(refused_param(refused), Param::Threshold, "{t} of {n}");
+        }
+        let sparse = Graph::RandomRegular { degree: 2, seed: 1 };
+        assert!(params(9, 2, sparse).validate().is_ok());
+        assert_eq!(
+            refused_param(params(9, 1, sparse).validate()),
+            Param::Threshold
+        );
+        let message = params(4, 2, Graph::Complete).validate().unwrap_err();
+        assert!(message.to_string().contains("3..=4"), "{message}");
+    }
+
+    /// A fraction in (1/2, 1] gives a majority of any number of holders; 1/2 does not (2 of 4).
+    #[test]
+    fn a_threshold_fraction_must_exceed_one_half() {
+        for holders in 1..=40 {
+            for fraction in [0.51, 0.6, 2.0 / 3.0, 1.0] {
+                let t = threshold_of(fraction, holders).unwrap();
+                assert!(
+                    2 * t > holders && t <= holders,
+                    "{fraction} of {holders}: {t}"
+                );
+            }
+        }
+        assert_eq!(threshold_of(0.6, 5), Ok(3));
+        for fraction in [0.5, 0.0, -1.0, 1.01, f64::NAN] {
+            assert_eq!(
+                refused_param(threshold_of(fraction, 4)),
+                Param::Threshold,
+                "{fraction}"
+            );
+        }
+    }
+}

@@ -29,6 +29,13 @@ fn params(n: u32, threshold: usize, graph: Graph, bits: u32, vector_len: usize) 
     }
 }
 
+/// A threshold more than half of `holders` (what [`Params::validate`] asks), spread over the
+/// range by `fraction` in `[0, 1)`.
+fn majority(fraction: f64, holders: usize) -> usize {
+    let least = holders / 2 + 1;
+    least + (fraction * (holders + 1 - least) as f64) as usize
+}
+
 fn random_inputs(p: &Params, rng: &mut ChaCha20Rng) -> Vec<Vec<u64>> {
     let mask = p.modulus_mask();
     p.clients
@@ -75,7 +82,7 @@ proptest! {
         bits in prop::sample::select(vec![1u32, 7, 32, 61, 64]),
         seed in any::<u64>(),
     ) {
-        let t = 1 + (t_frac * f64::from(n)) as usize;
+        let t = majority(t_frac, n as usize);
         let p = params(n, t, Graph::Complete, bits, len);
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let inputs = random_inputs(&p, &mut rng);
@@ -91,7 +98,7 @@ proptest! {
     /// SecAgg (complete graph): more than n − t dropouts is a typed error, never a sum.
     #[test]
     fn too_many_dropouts_is_an_error(n in 2u32..=7, t_frac in 0.0f64..1.0, seed in any::<u64>()) {
-        let t = 1 + (t_frac * f64::from(n)) as usize;
+        let t = majority(t_frac, n as usize);
         let p = params(n, t, Graph::Complete, 16, 3);
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let inputs = random_inputs(&p, &mut rng);
@@ -117,7 +124,7 @@ proptest! {
     ) {
         let degree = 2 * half_degree;
         let holders = (degree + 1).min(n as usize);
-        let t = 1 + (t_frac * holders as f64) as usize;
+        let t = majority(t_frac, holders);
         let graph = Graph::RandomRegular { degree, seed: graph_seed };
         let p = params(n, t, graph, 20, 5);
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
@@ -146,7 +153,7 @@ proptest! {
         phase_of in prop::collection::vec(0u8..4, 7),
         seed in any::<u64>(),
     ) {
-        let t = 1 + (t_frac * f64::from(n)) as usize;
+        let t = majority(t_frac, n as usize);
         let p = params(n, t, Graph::Complete, 12, 3);
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let inputs = random_inputs(&p, &mut rng);
@@ -208,19 +215,19 @@ proptest! {
 
 #[test]
 fn dropouts_in_every_round_leave_the_survivors_sum() {
-    // 19 never advertises keys, 1 never shares keys (no masks with it at all), 7 shares then
+    // 25 never advertises keys, 1 never shares keys (no masks with it at all), 7 shares then
     // drops (its pair masks are removed with its rebuilt key), 13 sends its input then never
-    // unmasks (its input counts).
-    let p = params(7, 3, Graph::Complete, 32, 8);
+    // unmasks (its input counts); t = 5 of 9, and 5 are left to unmask.
+    let p = params(9, 5, Graph::Complete, 32, 8);
     let mut rng = ChaCha20Rng::seed_from_u64(11);
     let inputs = random_inputs(&p, &mut rng);
     let dropouts = Dropouts::none()
-        .before(Round::AdvertiseKeys, [19])
+        .before(Round::AdvertiseKeys, [25])
         .before(Round::ShareKeys, [1])
         .before(Round::MaskedInput, [7])
         .before(Round::Unmask, [13]);
     let run = simulate(&p, &inputs, &dropouts, &mut rng).unwrap();
-    let survivors = BTreeSet::from([4, 10, 13, 16]);
+    let survivors = BTreeSet::from([4, 10, 13, 16, 19, 22]);
     assert_eq!(run.aggregate.sum, plain_sum(&p, &inputs, &survivors));
     assert_eq!(run.aggregate.dropped, vec![7]);
 }

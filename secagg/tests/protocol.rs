@@ -149,7 +149,7 @@ fn unmask_request(
 
 #[test]
 fn a_client_refuses_to_reveal_both_secrets_of_one_client() {
-    let p = params(8, 4, 2);
+    let p = params(8, 4, 3);
     let (mut s, _) = up_to_round_3(&p);
     // Client 3 named both a survivor (reveal b_3) and dropped (reveal s_3): that reveals x_3.
     let greedy = unmask_request(&p, vec![0, 1, 2, 3], vec![3]);
@@ -165,7 +165,7 @@ fn a_client_refuses_to_reveal_both_secrets_of_one_client() {
 #[test]
 fn a_client_answers_one_unmask_request_only() {
     // Asking first for b_3 (3 survived) and then for s_3 (3 dropped) would reveal x_3 too.
-    let p = params(9, 4, 2);
+    let p = params(9, 4, 3);
     let (mut s, request) = up_to_round_3(&p);
     assert!(s.clients[0].unmask(&request).is_ok());
     let second = unmask_request(&p, vec![0, 1, 2], vec![3]);
@@ -366,7 +366,7 @@ fn unmasking_by_hand_gives_the_sum_and_out_of_order_calls_are_refused() {
 
 #[test]
 fn the_server_refuses_an_unmask_reply_that_reveals_a_survivors_key() {
-    let p = params(16, 4, 2);
+    let p = params(16, 4, 3);
     let (mut s, request) = up_to_round_3(&p);
     let mut reply = s.clients[0].unmask(&request).unwrap();
     let ClientBody::Unmask(shares) = &mut reply.body else {
@@ -382,9 +382,10 @@ fn the_server_refuses_an_unmask_reply_that_reveals_a_survivors_key() {
 
 #[test]
 fn a_wrong_self_mask_share_is_caught_by_the_commitment() {
-    // Holder 1 alters its share of b_0; the server rebuilds b_0 from holders 0 and 1 (the first
-    // t in id order), and the result does not match 0's commitment: an error, not a wrong sum.
-    let p = params(17, 4, 2);
+    // Holder 1 alters its share of b_0; the server rebuilds b_0 from holders 0, 1 and 2 (the
+    // first t in id order), and the result does not match 0's commitment: an error, not a wrong
+    // sum.
+    let p = params(17, 4, 3);
     let (mut s, request) = up_to_round_3(&p);
     for client in &mut s.clients {
         let mut reply = client.unmask(&request).unwrap();

@@ -217,10 +217,11 @@ pub fn nearest(wanted: &Path, shipped: &[String]) -> Option<String> {
         .map(|(_, name)| name.clone())
 }
 
-/// Fails with the nearest shipped config and the list of them when `path` is not a file.
+/// Fails with the nearest shipped config and the list of them when nothing is at `path`, and
+/// says what is there when it is not a readable regular file (a directory, a FIFO, a device).
 fn check_config(path: &Path) -> anyhow::Result<()> {
-    if path.is_file() {
-        return Ok(());
+    if path.exists() {
+        return crate::config::read_config_file(path).map(drop);
     }
     let names = shipped();
     let hint = match nearest(path, &names) {
@@ -339,6 +340,23 @@ mod tests {
             Some("mnist-mlp.toml")
         );
         assert_eq!(nearest(Path::new("/tmp/my-experiment.toml"), &names), None);
+    }
+
+    /// A directory or a device at the config's path is named for what it is, not "not found",
+    /// and /dev/zero is refused before a byte of it is read.
+    #[test]
+    fn a_config_path_that_is_no_regular_file_says_what_it_is() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let e = format!("{:#}", check_config(dir.path()).expect_err("a directory"));
+        assert!(
+            e.contains("a folder, not a regular file") && !e.contains("not found"),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            check_config(Path::new("/dev/zero")).expect_err("a device")
+        );
+        assert!(e.contains("/dev/zero: a device, not a regular file"), "{e}");
     }
 
     #[test]

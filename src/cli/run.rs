@@ -48,8 +48,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR|off")]
     pub metrics_addr: Option<String>,
     /// Keep serving /metrics this many seconds after the last round, so a scraper reads the
-    /// final values.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    /// final values (at most a day).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=super::serve::MAX_LINGER_SECONDS))]
     pub linger: u64,
     /// Where neural clients train; overrides `training.device` (`cuda` needs a build with
     /// `--features cuda` and a GPU).

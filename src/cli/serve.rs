@@ -54,8 +54,9 @@ pub struct ServeArgs {
     /// 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR|off")]
     pub metrics_addr: Option<String>,
-    /// Keep serving /metrics this many seconds after the last round.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    /// Keep serving /metrics this many seconds after the last round (at most a day).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_LINGER_SECONDS))]
     pub linger: u64,
     /// After the last round, wait up to this many seconds for client nodes to hear that the
     /// run is over, and for nodes lost during the run (frozen, cut off, displaced) to come back
@@ -94,6 +95,10 @@ const MAX_PREAUTH_FRAME_CAP: u64 = 16 << 20;
 
 /// A duration in seconds for `--handshake-timeout`: from 0.05 (a TLS handshake and the
 /// secret's challenge take a few round trips; less cuts every node) to an hour.
+/// The longest `--linger` (of `serve` and `run`): a day outlasts any scrape interval, and a larger number is a typo
+/// that would keep the server and its port for ever (and overflow the sleep's deadline).
+pub(crate) const MAX_LINGER_SECONDS: u64 = 86_400;
+
 fn positive_seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if (0.05..=3600.0).contains(&s) => Ok(s),
@@ -288,6 +293,34 @@ mod tests {
         assert!(error.contains("--preauth-frame-cap"), "{error}");
         assert!(parse("16777216").is_ok() && parse("4096").is_ok());
         assert!(parse("16777217").is_err() && parse("4095").is_err());
+    }
+
+    #[test]
+    fn a_linger_above_a_day_is_refused_naming_the_option() {
+        use clap::Parser;
+        let serve = |seconds: &str| {
+            crate::cli::Cli::try_parse_from([
+                "fedshard",
+                "serve",
+                "c.toml",
+                "--listen",
+                "127.0.0.1:1",
+                "--linger",
+                seconds,
+            ])
+        };
+        let run = |seconds: &str| {
+            crate::cli::Cli::try_parse_from(["fedshard", "run", "c.toml", "--linger", seconds])
+        };
+        for parse in [&serve as &dyn Fn(&str) -> _, &run] {
+            let error = parse("18446744073709551615").err().unwrap().to_string();
+            assert!(
+                error.contains("--linger") && error.contains("86400"),
+                "{error}"
+            );
+            assert!(parse("86401").is_err());
+            assert!(parse("0").is_ok() && parse("86400").is_ok());
+        }
     }
 
     #[test]

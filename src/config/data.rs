@@ -166,10 +166,12 @@ impl DataSection {
     /// The ranges the types cannot express, and that a dataset folder exists.
     pub(super) fn validate(&self) -> anyhow::Result<()> {
         let clients = self.clients();
+        // One client is centralized training under another name, and its secure sum would be
+        // its update in the clear.
         check(
             "data.clients",
-            clients >= 1,
-            "at least 1 client",
+            clients >= 2,
+            "at least 2 clients (a federation of one is centralized training)",
             clients.to_string(),
         )?;
         if let Some(split) = self.label_split() {

@@ -112,13 +112,14 @@ impl Schedule {
 
 impl FederationSection {
     /// The ranges the types cannot express, for a federation of `clients` clients: the
-    /// budget, the keep-ratio shares, the bounds, and what each schedule needs of the selector
-    /// and the aggregator.
+    /// budget, the keep-ratio shares, the bounds and the schedule's sizes.
     pub(super) fn validate(&self, clients: usize) -> anyhow::Result<()> {
+        // A budget above the population would be silently cut to it: asking for more clients
+        // than exist is a mistake to name, not to run.
         check(
             "federation.clients_per_round",
-            self.clients_per_round > 0.0 && self.clients_per_round.is_finite(),
-            "a positive number",
+            self.clients_per_round > 0.0 && self.clients_per_round <= clients as f64,
+            &format!("a positive number, at most the {clients} clients of `data.clients`"),
             self.clients_per_round.to_string(),
         )?;
         check(
@@ -194,7 +195,8 @@ impl FederationSection {
     }
 
     /// The schedule's ranges: an over-commitment of at least 1; in async mode a concurrency
-    /// the `clients` can fill, a buffer, and the selector and aggregator FedBuff works with.
+    /// the `clients` can fill and a buffer. The selector and the aggregator FedBuff works with
+    /// are the engine's rules (`super::rules`).
     fn validate_schedule(&self, clients: usize) -> anyhow::Result<()> {
         match self.schedule {
             Schedule::Sync { over_commit: None } => Ok(()),
@@ -225,23 +227,7 @@ impl FederationSection {
                     "with `mode = \"async\"`, the accepted updates per aggregate, at least 1",
                     buffer.to_string(),
                 )?;
-                staleness.validate().map_err(anyhow::Error::msg)?;
-                // The policies' own requirements, the ones the round engine enforces
-                // (fedshard_actors::engine::Engine::new), asked here to name the field.
-                check(
-                    "federation.selector",
-                    !self.selector.build().needs_update_norms(),
-                    "with `mode = \"async\"`, a selector that draws idle clients one at a time, \
-                     such as `uniform` (a two-phase selector needs every client's norm at once)",
-                    format!("`{}`", self.selector),
-                )?;
-                check(
-                    "federation.aggregator",
-                    self.aggregator.build().is_ok_and(|a| a.folds_changes()),
-                    "with `mode = \"async\"`, an aggregator that folds a buffer of updates \
-                     trained from different model versions: `fedavg` or `uniform`",
-                    format!("`{}`", self.aggregator),
-                )
+                staleness.validate().map_err(anyhow::Error::msg)
             }
         }
     }

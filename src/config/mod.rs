@@ -12,6 +12,7 @@ mod files;
 mod model;
 mod overrides;
 mod privacy;
+mod rules;
 mod secure;
 mod simulation;
 mod uplink;
@@ -94,6 +95,28 @@ pub struct RunSection {
     pub clock: ClockKind,
 }
 
+impl RunSection {
+    /// The longest run name.
+    const MAX_NAME: usize = 100;
+
+    /// The run's name is a folder's name under `runs/` (and a metrics label): letters, digits,
+    /// `-`, `_` and `.`, not beginning with `.`, so that no name (`../../escape`, `/etc`, `..`)
+    /// can put the run folder anywhere else.
+    fn validate(&self) -> anyhow::Result<()> {
+        let name = &self.name;
+        check(
+            "run.name",
+            (1..=Self::MAX_NAME).contains(&name.len())
+                && !name.starts_with('.')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')),
+            "a folder name of 1 to 100 letters, digits, `-`, `_` and `.`, not beginning with `.`",
+            format!("{name:?}"),
+        )
+    }
+}
+
 /// Fails with "field `name`: expected …, found …" unless `ok`.
 fn check(name: &str, ok: bool, expected: &str, found: String) -> anyhow::Result<()> {
     if ok {
@@ -104,17 +127,45 @@ fn check(name: &str, ok: bool, expected: &str, found: String) -> anyhow::Result<
 }
 
 /// The field an error in the `[data]` table is about: the dataset's tagged choice is read as a
-/// whole, so the parser points at the table and names the field only in its message
-/// (``unknown field `fine_alpha` ``, ``missing field `path` ``).
+/// whole, so the parser points at the table and names the field only in some messages
+/// (``unknown field `fine_alpha` ``, ``missing field `path` ``). A message about a value
+/// (``invalid value: integer `-5`, expected usize``) names no field: it is the one key of the
+/// table whose value the message quotes, when exactly one key does (else none is named, never a
+/// wrong one).
 fn data_field(text: &str, error: &toml::de::Error) -> Option<String> {
     let table = text.get(error.span()?)?;
     if table.trim() != "[data]" {
         return None;
     }
     let message = error.message();
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(message[start..start + len].to_string())
+    for prefix in ["unknown field `", "missing field `", "duplicate field `"] {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            return Some(rest[..rest.find('`')?].to_string());
+        }
+    }
+    let parsed: toml::Table = toml::from_str(text).ok()?;
+    let data = parsed.get("data")?.as_table()?;
+    let mut quoted = data.iter().filter(|(_, value)| {
+        let shown = match value {
+            toml::Value::String(s) => format!("\"{s}\""),
+            other => format!("`{other}`"),
+        };
+        message.contains(&shown)
+    });
+    match (quoted.next(), quoted.next()) {
+        (Some((key, _)), None) => Some(key.clone()),
+        _ => None,
+    }
+}
+
+/// The text of the config file at `path`: only a regular file of at most [`MAX_FILE`] bytes is
+/// read (a config is a few kilobytes, and a path such as `/dev/zero` or a FIFO must fail, naming
+/// what it is, instead of filling the memory or blocking).
+pub fn read_config_file(path: &Path) -> anyhow::Result<String> {
+    let bytes = fedshard_protocol::stored::read_regular(path, MAX_FILE, "a TOML config")
+        .context("cannot read config")?;
+    String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text, expected TOML", path.display()))
 }
 
 impl Config {
@@ -146,14 +197,10 @@ impl Config {
         Self::load_with(path, &Overrides::default())
     }
 
-    /// Reads a config file, lays a command's flags over it and validates the result. Only a
-    /// regular file of at most [`MAX_FILE`] bytes is read: a config is a few kilobytes, and a
-    /// path such as `/dev/zero` must not be read until memory runs out.
+    /// Reads a config file ([`read_config_file`]), lays a command's flags over it and validates
+    /// the result.
     pub fn load_with(path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
-        let bytes = fedshard_protocol::stored::read_regular(path, MAX_FILE, "a TOML config")
-            .context("cannot read config")?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text, expected TOML", path.display()))?;
+        let text = read_config_file(path)?;
         Self::parse_with(&text, path, overrides)
     }
 
@@ -231,6 +278,7 @@ impl Config {
 
     /// Checks every field against its domain; the error names the field.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.run.validate()?;
         check(
             "run.rounds",
             self.run.rounds >= 1,
@@ -259,9 +307,7 @@ impl Config {
         if let Some(p) = &self.privacy {
             p.validate(self)?;
         }
-        if let Some(s) = &self.secure_aggregation {
-            s.validate(self)?;
-        }
+        rules::check(self)?;
         if let Some(m) = &self.metrics
             && let Err(e) = parse_metrics_addr(&m.addr)
         {

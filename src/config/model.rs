@@ -311,6 +311,11 @@ fn default_cohort_size() -> usize {
     16
 }
 
+/// The most local epochs per round. FedAvg runs from 1 to 20 (McMahan et al. 2017); far more
+/// and each client fits its own data alone (client drift) while a round takes days. 1000 leaves
+/// room for any experiment and refuses a typo that would run for ever.
+pub const MAX_EPOCHS: usize = 1000;
+
 impl TrainingSection {
     /// The recipe's ranges, and a ClipLR threshold only under a `strategy` that clips.
     pub(super) fn validate(&self, strategy: StrategySpec) -> anyhow::Result<()> {
@@ -329,8 +334,8 @@ impl TrainingSection {
         )?;
         check(
             "training.epochs",
-            t.epochs >= 1,
-            "at least 1",
+            (1..=MAX_EPOCHS).contains(&t.epochs),
+            &format!("local epochs per round in 1..={MAX_EPOCHS}"),
             t.epochs.to_string(),
         )?;
         check(

@@ -1,14 +1,14 @@
 //! `[privacy]`: client-level differential privacy (DP-FedAvg with its accountant;
-//! docs/privacy.md). The section is checked on its own ranges, then against the federation it
-//! protects: a run whose client sampling the accountant cannot bound is refused here, before
-//! anything starts, never run with a wrong ε.
+//! docs/privacy.md). The section is checked here on the ranges no other type owns; what the
+//! accountant cannot bound (the noise, the sampling, the federation it protects) is its own
+//! rule ([`PrivacySettings`]' checked accountant, asked through `super::rules`), so a run is
+//! refused before anything starts, never run with a wrong ε.
 
 use super::{Config, ModelSection, Schedule, check};
 use anyhow::bail;
 use fedshard_actors::privacy::{Clipping, PrivacySettings};
 use fedshard_protocol::uplink::fedpm::{MASK_HIGH, MASK_LOW};
-use fedshard_strategies::aggregation::AggregatorName;
-use fedshard_strategies::privacy::{AdaptiveClip, Sampling, update_noise_multiplier};
+use fedshard_strategies::privacy::{AdaptiveClip, Sampling};
 use fedshard_strategies::selection::SelectorName;
 use serde::{Deserialize, Serialize};
 
@@ -47,9 +47,8 @@ fn positive(name: &str, value: f64) -> anyhow::Result<()> {
 }
 
 impl PrivacySection {
-    /// The section's ranges, then what it needs of the federation.
+    /// The section's ranges that no other type owns.
     pub fn validate(&self, config: &Config) -> anyhow::Result<()> {
-        positive("privacy.noise_multiplier", self.noise_multiplier)?;
         positive("privacy.clip_norm", self.clip_norm)?;
         check(
             "privacy.delta",
@@ -85,19 +84,8 @@ impl PrivacySection {
         if let Some(eta) = self.clip_learning_rate {
             positive("privacy.clip_learning_rate", eta)?;
         }
-        accountable(config)?;
-        let settings = self.settings(config);
-        if let Clipping::Adaptive { rule, .. } = settings.clipping {
+        if let Clipping::Adaptive { rule, .. } = self.settings(config).clipping {
             positive("privacy.clipped_count_stddev", rule.count_stddev)?;
-            if update_noise_multiplier(self.noise_multiplier, rule.count_stddev).is_err() {
-                bail!(
-                    "field `privacy.clipped_count_stddev`: expected more than half of \
-                     noise_multiplier ({}) so that the count leaves noise for the updates \
-                     (Andrew et al. 2021: z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)), found {}",
-                    self.noise_multiplier / 2.0,
-                    rule.count_stddev
-                );
-            }
         }
         Ok(())
     }
@@ -149,48 +137,4 @@ impl PrivacySection {
                 .then_some((MASK_LOW, MASK_HIGH)),
         }
     }
-}
-
-/// Refuses a federation whose releases the accountant cannot bound: it knows uniform samples
-/// of fixed size (`uniform`), Poisson samples of one rate (`poisson`) and async buffers counted
-/// without amplification, and DP-FedAvg's equal weights over a fixed denominator (`uniform`
-/// aggregator).
-fn accountable(config: &Config) -> anyhow::Result<()> {
-    let f = &config.federation;
-    if f.selector == SelectorName::OptimalPartial {
-        bail!(
-            "field `federation.selector`: expected `uniform` or `poisson` with [privacy], found \
-             `optimal-partial`: its inclusion probabilities are computed from the clients' \
-             update norms (data the guarantee protects) and differ from client to client, so no \
-             accountant here can bound the privacy of its rounds"
-        );
-    }
-    if f.aggregator != AggregatorName::Uniform {
-        bail!(
-            "field `federation.aggregator`: expected `uniform` with [privacy] (DP-FedAvg weighs \
-             every clipped update equally over the expected number of updates, so one client's \
-             influence is bounded), found `{}`",
-            f.aggregator
-        );
-    }
-    if let Schedule::Sync {
-        over_commit: Some(c),
-    } = f.schedule
-    {
-        bail!(
-            "field `federation.over_commit`: expected none with [privacy], found {c}: the first \
-             updates to arrive are not the uniform sample the accountant bounds"
-        );
-    }
-    if let Schedule::Async { .. } = f.schedule
-        && f.selector != SelectorName::Uniform
-    {
-        bail!(
-            "field `federation.selector`: expected `uniform` in async mode with [privacy] (idle \
-             clients are handed work one at a time and buffers are accounted without \
-             sampling), found `{}`",
-            f.selector
-        );
-    }
-    Ok(())
 }

@@ -6,7 +6,6 @@ use super::figure::{Figure, Legend, Series, ValueAxis};
 use crate::compare::{self, FULL_MODEL, NO_SHARDING, RunResult, Setup};
 use anyhow::Context;
 use fedshard_strategies::sharding::plan::StrategySpec;
-use std::fmt::Write as _;
 use std::path::Path;
 
 /// Writes every output into `dir` (created if missing). `markdown` is the table as printed,
@@ -39,59 +38,92 @@ pub fn write(
 /// accuracy: accuracy as a fraction (not %), empty fields where no run of the cell completed
 /// (the interval also where only one did).
 pub fn table_csv(results: &[RunResult], strategies: &[StrategySpec], setups: &[Setup]) -> String {
-    let mut out = String::from(
-        "strategy,setup,accuracy_mean,accuracy_std,ci95_low,ci95_high,anme_mean,completed,failed\n",
-    );
-    for (strategy, setup) in cells(strategies, setups) {
-        let Some(c) = compare::cell(results, &strategy, &setup) else {
-            continue;
-        };
-        let number = |v: f64| {
-            if c.completed > 0 {
-                v.to_string()
-            } else {
-                String::new()
-            }
-        };
-        let (low, high) = c.interval_95().unzip();
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{}",
-            csv_text(&strategy),
-            csv_text(&setup),
-            number(c.accuracy_mean),
-            number(c.accuracy_std),
-            low.map(|v| v.to_string()).unwrap_or_default(),
-            high.map(|v| v.to_string()).unwrap_or_default(),
-            number(c.anme_mean),
-            c.completed,
-            c.failed
-        );
-    }
-    out
+    let columns = [
+        "strategy",
+        "setup",
+        "accuracy_mean",
+        "accuracy_std",
+        "ci95_low",
+        "ci95_high",
+        "anme_mean",
+        "completed",
+        "failed",
+    ];
+    let rows = cells(strategies, setups)
+        .into_iter()
+        .filter_map(|(strategy, setup)| {
+            let c = compare::cell(results, &strategy, &setup)?;
+            let number = |v: f64| {
+                if c.completed > 0 {
+                    v.to_string()
+                } else {
+                    String::new()
+                }
+            };
+            let (low, high) = c.interval_95().unzip();
+            Some([
+                strategy,
+                setup,
+                number(c.accuracy_mean),
+                number(c.accuracy_std),
+                optional(low),
+                optional(high),
+                number(c.anme_mean),
+                c.completed.to_string(),
+                c.failed.to_string(),
+            ])
+        });
+    csv_text(columns, rows)
 }
 
 /// Every run: its labels, seed, outcome, wall time and error (quoted: errors hold commas).
 pub fn runs_csv(results: &[RunResult]) -> String {
-    let mut out = String::from(
-        "strategy,setup,seed,final_accuracy,mean_anme,mean_update_cosine,seconds,error\n",
-    );
-    let number = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
-    for r in results {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{}",
-            csv_text(&r.strategy),
-            csv_text(&r.setup),
-            r.seed,
-            number(r.final_accuracy),
-            number(r.mean_anme),
-            number(r.mean_update_cosine),
-            r.seconds,
-            csv_text(r.error.as_deref().unwrap_or_default())
-        );
-    }
-    out
+    let columns = [
+        "strategy",
+        "setup",
+        "seed",
+        "final_accuracy",
+        "mean_anme",
+        "mean_update_cosine",
+        "seconds",
+        "error",
+    ];
+    let rows = results.iter().map(|r| {
+        [
+            r.strategy.clone(),
+            r.setup.clone(),
+            r.seed.to_string(),
+            optional(r.final_accuracy),
+            optional(r.mean_anme),
+            optional(r.mean_update_cosine),
+            r.seconds.to_string(),
+            r.error.clone().unwrap_or_default(),
+        ]
+    });
+    csv_text(columns, rows)
+}
+
+/// A number's cell, empty when there is none.
+fn optional(value: Option<f64>) -> String {
+    value.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// A CSV document through the csv crate, which quotes a cell holding a comma, a quote or a line
+/// break; each row has as many cells as there are columns, by its type.
+fn csv_text<const N: usize>(
+    columns: [&str; N],
+    rows: impl IntoIterator<Item = [String; N]>,
+) -> String {
+    let mut writer = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
+    // Into memory and with rows of one length, writing cannot fail.
+    let written: csv::Result<()> = std::iter::once(columns.map(String::from))
+        .chain(rows)
+        .try_for_each(|row| writer.write_record(&row));
+    written.expect("rows of the header's length, written into memory");
+    let bytes = writer.into_inner().expect("a writer into memory flushes");
+    String::from_utf8(bytes).expect("cells are UTF-8 strings")
 }
 
 /// Per setup, `(file stem, figure)`: the test accuracy after each round, averaged over the
@@ -202,15 +234,6 @@ fn file_stem(name: &str) -> String {
         .collect()
 }
 
-/// A CSV text cell, quoted (with doubled quotes) when it holds a comma, quote or line break.
-fn csv_text(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,8 +306,8 @@ mod tests {
 
     #[test]
     fn csv_text_quotes_only_when_needed() {
-        assert_eq!(csv_text("top-n+scaled"), "top-n+scaled");
-        assert_eq!(csv_text("a \"b\", c"), "\"a \"\"b\"\", c\"");
+        let text = csv_text(["a", "b"], [["top-n+scaled".into(), "a \"b\", c".into()]]);
+        assert_eq!(text, "a,b\ntop-n+scaled,\"a \"\"b\"\", c\"\n");
         assert_eq!(file_stem("0.1"), "0.1");
         assert_eq!(file_stem("a/b c"), "a_b_c");
     }

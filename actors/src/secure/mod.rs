@@ -60,7 +60,63 @@ pub struct SecureSettings {
     pub degree: Option<usize>,
 }
 
+/// The coarsest fixed-point scale: a step of at most 2⁻¹⁰ ≈ 0.001. A coarser one rounds the
+/// typical change of one coordinate in a round (a learning rate of 0.01 or so times a gradient
+/// entry below 1) to zero, and a model summed at it would not move.
+pub const MIN_SCALE: f64 = 1024.0;
+
 impl SecureSettings {
+    /// Checks the settings on their own, for clients that clip to `clip_norm` (this section's,
+    /// or with `[privacy]` DP-FedAvg's, given as `dp_clip`), and returns the fixed-point
+    /// encoding they use: one clip norm, given once; a scale of at least [`MIN_SCALE`]; the
+    /// secure-aggregation parameters' own ranges (the threshold, the degree, the fixed point).
+    pub fn validate(&self, dp_clip: Option<f64>) -> Result<FixedPoint> {
+        const FIELD: &str = "secure_aggregation.clip_norm";
+        let invalid = |field, expected, found: String| Error::Invalid {
+            field,
+            expected,
+            found,
+        };
+        let clip = match (self.clip_norm, dp_clip) {
+            (Some(clip), None) if clip.is_finite() && clip > 0.0 => clip,
+            (Some(clip), None) => {
+                return Err(invalid(FIELD, "a positive number", clip.to_string()));
+            }
+            (None, None) => {
+                return Err(invalid(
+                    FIELD,
+                    "a positive number (each client's change is scaled down to it before \
+                     encoding)",
+                    "none".into(),
+                ));
+            }
+            (Some(clip), Some(_)) => {
+                return Err(invalid(
+                    FIELD,
+                    "no value with [privacy], whose `clip_norm` the clients clip to",
+                    clip.to_string(),
+                ));
+            }
+            (None, Some(clip)) => clip,
+        };
+        if !(self.scale >= MIN_SCALE && self.scale.is_finite()) {
+            return Err(invalid(
+                "secure_aggregation.scale",
+                "fixed-point steps per unit of at least 1024 (a coarser step rounds a round's \
+                 change of a coordinate to zero), with clip_norm × scale at most 2⁵²",
+                self.scale.to_string(),
+            ));
+        }
+        fedshard_secagg::params::check_threshold_fraction(self.threshold)
+            .map_err(Error::SecureAggregation)?;
+        if let Some(degree) = self.degree {
+            Graph::RandomRegular { degree, seed: 0 }
+                .validate()
+                .map_err(Error::SecureAggregation)?;
+        }
+        self.fixed_point(clip)
+    }
+
     /// The fixed-point encoding of inputs clipped to `clip_norm`.
     pub fn fixed_point(&self, clip_norm: f64) -> Result<FixedPoint> {
         FixedPoint::new(clip_norm, self.scale).map_err(Error::SecureAggregation)
@@ -101,8 +157,9 @@ impl SecureSettings {
             graph,
             vector_len,
         };
-        let holders = params.holders_per_secret();
-        params.threshold = ((self.threshold * holders as f64).ceil() as usize).clamp(1, holders);
+        params.threshold =
+            fedshard_secagg::params::threshold_of(self.threshold, params.holders_per_secret())
+                .map_err(Error::SecureAggregation)?;
         params.validate().map_err(Error::SecureAggregation)?;
         Ok(params)
     }

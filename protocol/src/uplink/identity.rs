@@ -2,7 +2,7 @@
 
 use super::codec::{Codec, Symbols, Update};
 use super::flatten;
-use super::wire::WireError;
+use super::wire::BitsError;
 use crate::error::Error;
 use crate::model::ModelState;
 use crate::task::{LayerShard, TrainOutput, TrainTask};
@@ -42,7 +42,7 @@ impl Codec for IdentityCodec {
         let (body, used): (UpdateBody, usize) =
             crate::bounded::decode_from_slice(bytes).map_err(|e| Error::Bincode(e.to_string()))?;
         if used != bytes.len() {
-            return Err(WireError::TrailingBytes((bytes.len() - used) as u64).into());
+            return Err(BitsError::TrailingBytes((bytes.len() - used) as u64).into());
         }
         let symbols = values(&body.dense, &body.shards);
         Ok((

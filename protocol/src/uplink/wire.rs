@@ -1,19 +1,17 @@
-//! A bit-exact writer and reader for compressed uplinks: candidate indices in `⌈log2 K⌉` bits,
-//! block sizes in `⌈log2 MAX_BLOCK_SIZE⌉` bits, signs and mask bits in one bit, QSGD symbols five
-//! to a byte. The bytes written are the bytes sent, so `8 × bytes.len()` is the uplink's size.
+//! The codes of compressed uplinks over `fedshard-bits`' [`BitWriter`] and [`BitReader`]:
+//! candidate indices in `⌈log2 K⌉` bits, block sizes in `⌈log2 MAX_BLOCK_SIZE⌉` bits, signs and
+//! mask bits in one bit, QSGD symbols five to a byte, Elias gamma and exp-Golomb codes. The
+//! bytes written are the bytes sent, so `8 × bytes.len()` is the uplink's size.
+
+pub use fedshard_bits::{BitReader, BitWriter, BitsError};
 
 /// Why a payload's bits do not read as the fields its task expects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    /// A field runs past the last byte.
-    #[error("payload ends at bit {len}, a field needs bits {from}..{to}")]
-    End { len: u64, from: u64, to: u64 },
-    /// Whole bytes left after the last field.
-    #[error("{0} trailing bytes")]
-    TrailingBytes(u64),
-    /// The zero padding of the last byte is not zero.
-    #[error("non-zero padding bits")]
-    Padding,
+    /// A field runs past the last byte, whole bytes follow the last field, or the last byte's
+    /// padding is not zero.
+    #[error(transparent)]
+    Bits(#[from] BitsError),
     /// A QSGD symbol byte above 242 (five base-3 digits reach 242).
     #[error("symbol byte {0} is not five base-3 digits")]
     TritByte(u32),
@@ -35,119 +33,6 @@ pub enum WireError {
     /// An Elias-coded gap that runs past the message.
     #[error("a symbol gap runs to value {at} of {len}")]
     Gap { at: i64, len: usize },
-}
-
-/// Appends fields of any width (≤ 32 bits) to a byte vector, least significant bit first.
-#[derive(Debug, Default)]
-pub struct BitWriter {
-    bytes: Vec<u8>,
-    /// Bits used in the last byte (0 when it is full or there is none).
-    used: u32,
-}
-
-impl BitWriter {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Writes the low `width` bits of `value`.
-    pub fn bits(&mut self, value: u32, width: u32) {
-        debug_assert!(width <= 32 && (width == 32 || value >> width == 0));
-        let mut value = u64::from(value);
-        let mut left = width;
-        while left > 0 {
-            if self.used == 0 {
-                self.bytes.push(0);
-            }
-            let room = 8 - self.used;
-            let take = room.min(left);
-            let last = self.bytes.len() - 1;
-            self.bytes[last] |= ((value & ((1 << take) - 1)) as u8) << self.used;
-            value >>= take;
-            left -= take;
-            self.used = (self.used + take) % 8;
-        }
-    }
-
-    pub fn f32(&mut self, value: f32) {
-        self.bits(value.to_bits(), 32);
-    }
-
-    pub fn u32(&mut self, value: u32) {
-        self.bits(value, 32);
-    }
-
-    /// The bytes, the last one zero-padded.
-    pub fn finish(self) -> Vec<u8> {
-        self.bytes
-    }
-}
-
-/// Reads what a [`BitWriter`] wrote; running past the end is an error, never a panic.
-#[derive(Debug)]
-pub struct BitReader<'a> {
-    bytes: &'a [u8],
-    /// Bit position.
-    position: u64,
-}
-
-impl<'a> BitReader<'a> {
-    pub fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes, position: 0 }
-    }
-
-    pub fn bits(&mut self, width: u32) -> Result<u32, WireError> {
-        let end = self.position + u64::from(width);
-        if end > 8 * self.bytes.len() as u64 {
-            return Err(WireError::End {
-                len: 8 * self.bytes.len() as u64,
-                from: self.position,
-                to: end,
-            });
-        }
-        let mut value = 0u64;
-        let mut got = 0;
-        while got < width {
-            let byte = self.bytes[(self.position / 8) as usize];
-            let offset = (self.position % 8) as u32;
-            let take = (8 - offset).min(width - got);
-            let chunk = (u64::from(byte) >> offset) & ((1 << take) - 1);
-            value |= chunk << got;
-            got += take;
-            self.position += u64::from(take);
-        }
-        Ok(value as u32)
-    }
-
-    pub fn f32(&mut self) -> Result<f32, WireError> {
-        self.bits(32).map(f32::from_bits)
-    }
-
-    pub fn u32(&mut self) -> Result<u32, WireError> {
-        self.bits(32)
-    }
-
-    /// Succeeds if only the zero padding of the last byte is left.
-    pub fn finish(self) -> Result<(), WireError> {
-        let total = 8 * self.bytes.len() as u64;
-        if total - self.position >= 8 {
-            return Err(WireError::TrailingBytes((total - self.position) / 8));
-        }
-        let tail = self.bits_left_value();
-        if tail != 0 {
-            return Err(WireError::Padding);
-        }
-        Ok(())
-    }
-
-    fn bits_left_value(&self) -> u64 {
-        let total = 8 * self.bytes.len() as u64;
-        if self.position >= total {
-            return 0;
-        }
-        let byte = self.bytes[(self.position / 8) as usize];
-        u64::from(byte >> (self.position % 8))
-    }
 }
 
 /// QSGD symbols `{−1, 0, +1}` five to a byte (3⁵ = 243 ≤ 256): 1.6 bits per symbol.
@@ -269,43 +154,6 @@ pub fn read_elias_symbols(reader: &mut BitReader, len: usize) -> Result<Vec<i8>,
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fields_of_any_width_round_trip() {
-        let mut w = BitWriter::new();
-        let fields = [
-            (5u32, 3u32),
-            (0, 1),
-            (1, 1),
-            (300, 9),
-            (u32::MAX, 32),
-            (2, 2),
-        ];
-        for (v, width) in fields {
-            w.bits(v, width);
-        }
-        w.f32(-0.25);
-        let bytes = w.finish();
-        assert_eq!(bytes.len(), (3 + 1 + 1 + 9 + 32 + 2 + 32usize).div_ceil(8));
-        let mut r = BitReader::new(&bytes);
-        for (v, width) in fields {
-            assert_eq!(r.bits(width).unwrap(), v);
-        }
-        assert_eq!(r.f32().unwrap(), -0.25);
-        r.finish().unwrap();
-    }
-
-    #[test]
-    fn reading_past_the_end_is_an_error() {
-        let mut r = BitReader::new(&[0xff]);
-        assert!(r.bits(9).is_err());
-        let mut r = BitReader::new(&[0x00, 0x00]);
-        r.bits(3).unwrap();
-        assert!(r.finish().unwrap_err().to_string().contains("trailing"));
-        let mut r = BitReader::new(&[0b1000_0000]);
-        r.bits(3).unwrap();
-        assert!(r.finish().unwrap_err().to_string().contains("padding"));
-    }
 
     #[test]
     fn trits_round_trip_five_to_a_byte() {

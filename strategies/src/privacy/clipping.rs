@@ -36,8 +36,10 @@ pub fn update_noise_multiplier(z: f64, count_stddev: f64) -> Result<f64> {
         return Err(StrategyError::invalid(
             "clipped count noise",
             format!(
-                "σ_b = {count_stddev} spends the whole noise multiplier {z}: adaptive clipping \
-                 needs 2σ_b > z"
+                "σ_b = {count_stddev} spends the whole noise multiplier z = {z}: adaptive \
+                 clipping needs σ_b above z / 2 = {} so that the count leaves noise for the \
+                 updates (z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2), Andrew et al. 2021)",
+                z / 2.0
             ),
         ));
     }
