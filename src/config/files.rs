@@ -85,6 +85,17 @@ enum FormatName {
     Images,
 }
 
+impl FormatName {
+    fn as_str(self) -> &'static str {
+        match self {
+            FormatName::Npz => "npz",
+            FormatName::Npy => "npy",
+            FormatName::Csv => "csv",
+            FormatName::Images => "images",
+        }
+    }
+}
+
 /// `normalize = "none" | "standardize" | { mean = [...], std = [...] }`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -102,9 +113,8 @@ impl TryFrom<RawFiles> for FilesSection {
     /// Refuses a field of another format or split, and two test sets.
     fn try_from(raw: RawFiles) -> Result<Self, String> {
         let refuse = |name: &str, expected: &str, found: String| {
-            // The first name in backticks is the field (`config::data_field` reads it).
             Err(format!(
-                "field `{name}`: expected {expected}, found {found}"
+                "field `data.{name}`: expected {expected}, found {found}"
             ))
         };
         let csv_only = [
@@ -138,7 +148,7 @@ impl TryFrom<RawFiles> for FilesSection {
             other => {
                 if let Some((name, _)) = csv_only.iter().find(|(_, set)| *set) {
                     return refuse(name, "no value: it is a field of format = \"csv\"", {
-                        format!("a value with format = {other:?}")
+                        format!("a value with format = {:?}", other.as_str())
                     });
                 }
                 match other {
