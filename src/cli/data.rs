@@ -1,5 +1,6 @@
 //! `fedshard data`: fetch datasets that cannot be embedded into the cache, once
-//! (`data shakespeare`, `data mnist`), and show a config's partition (`data partition`).
+//! (`data shakespeare`, `data mnist`), show a config's partition (`data partition`), and write
+//! the embedded digits in the `files` formats (`data export-digits`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -22,6 +23,16 @@ pub enum DataCommand {
     /// Print which rows each client of a config's federation trains on and which are held out,
     /// as JSON (labelled tables only): to run another program on the same data.
     Partition(PartitionArgs),
+    /// Write the embedded 8×8 digits as `digits.npz`, `digits.csv` and a `digits-png/` image
+    /// folder, the files `config/files-digits-*.toml` read (`dataset = "files"`).
+    ExportDigits(ExportDigitsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportDigitsArgs {
+    /// The folder to write into (created if missing); the shipped configs read `data/digits`.
+    #[arg(long, value_name = "DIR", default_value = "data/digits")]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -69,6 +80,17 @@ pub fn run(command: DataCommand) -> anyhow::Result<()> {
     match command {
         DataCommand::Shakespeare(args) => shakespeare(&args),
         DataCommand::Mnist(args) => mnist(&args),
+        DataCommand::ExportDigits(args) => {
+            let exported = fedshard_training::data::user::export::export_digits(&args.out)?;
+            eprintln!(
+                "wrote {} digits as {}, {} and {}/",
+                exported.rows,
+                exported.npz.display(),
+                exported.csv.display(),
+                exported.png.display()
+            );
+            Ok(())
+        }
         DataCommand::Partition(args) => {
             let overrides = crate::config::Overrides {
                 seed: args.seed,

@@ -2,6 +2,7 @@
 //! cannot express.
 
 use super::check;
+use super::files::FilesSection;
 use fedshard_training::models::accepts::Inputs;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -87,6 +88,9 @@ pub enum DataSection {
         #[serde(flatten)]
         split: LabelSplit,
     },
+    /// The user's own data: NPZ/NPY arrays, a CSV table or an image folder
+    /// ([`FilesSection`]).
+    Files(FilesSection),
 }
 
 /// How a labelled training set is dealt to the clients: Dirichlet(α·p) label skew and
@@ -113,6 +117,7 @@ impl DataSection {
             | Self::Cifar10 { clients, .. }
             | Self::Cifar100 { clients, .. }
             | Self::Mnist { clients, .. } => *clients,
+            Self::Files(files) => files.clients,
         }
     }
 
@@ -125,12 +130,15 @@ impl DataSection {
             Self::Cifar10 { .. } => "cifar10",
             Self::Cifar100 { .. } => "cifar100",
             Self::Mnist { .. } => "mnist",
+            Self::Files(_) => "files",
         }
     }
 
-    /// The label split of a labelled dataset (all but synthetic-linear and shakespeare).
+    /// The label split of a labelled dataset (all but synthetic-linear, shakespeare and files
+    /// with a natural split).
     pub fn label_split(&self) -> Option<&LabelSplit> {
         match self {
+            Self::Files(files) => files.label_split(),
             Self::Digits { split, .. }
             | Self::Cifar10 { split, .. }
             | Self::Cifar100 { split, .. }
@@ -140,7 +148,8 @@ impl DataSection {
     }
 
     /// What the dataset feeds a model; `None` for synthetic-linear, whose features only ridge
-    /// regression reads.
+    /// regression reads, and for files, whose shape is known once they are read (the model is
+    /// checked against it then).
     pub fn inputs(&self) -> Option<Inputs> {
         match self {
             Self::Digits { .. } => Some(Inputs::Digits),
@@ -150,7 +159,7 @@ impl DataSection {
                 classes: fedshard_training::data::cifar::CIFAR100_FINE,
             }),
             Self::Shakespeare { .. } => Some(Inputs::Characters),
-            Self::SyntheticLinear { .. } => None,
+            Self::SyntheticLinear { .. } | Self::Files(_) => None,
         }
     }
 
@@ -198,6 +207,7 @@ impl DataSection {
                 )
             }
             DataSection::Shakespeare { .. } => Ok(()),
+            DataSection::Files(files) => files.validate(),
             DataSection::Mnist {
                 path: None,
                 test_fraction,

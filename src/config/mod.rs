@@ -8,6 +8,7 @@
 
 mod data;
 mod federation;
+mod files;
 mod model;
 mod overrides;
 mod privacy;
@@ -19,6 +20,7 @@ mod uplink;
 pub(crate) use data::default_test_fraction;
 pub use data::{DataSection, LabelSplit};
 pub use federation::{FederationSection, KeepRatioShare, Mode, Schedule};
+pub use files::{ClientSplit, FilesSection, TestSet};
 pub use model::{CUDA_NOT_BUILT, Device, Model, ModelSection, TrainingSection};
 pub use overrides::Overrides;
 pub use privacy::PrivacySection;

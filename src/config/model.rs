@@ -186,6 +186,11 @@ impl ModelSection {
         let expected = match data.inputs() {
             Some(inputs) if net.accepts(inputs) => None,
             Some(inputs) => Some(Architecture::accepted_for(inputs)),
+            // Checked against the rows once they are read (federation::loaded).
+            None if matches!(data, DataSection::Files(_)) => match net.table_shape() {
+                Some(_) => None,
+                None => Some("a network that reads rows of features: mlp, digits-cnn, mnist-cnn, resnet18 or cct".into()),
+            },
             None => Some("no network: synthetic-linear data is for the ridge model".into()),
         };
         if let Some(expected) = expected {

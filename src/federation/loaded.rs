@@ -2,7 +2,10 @@
 //! of a federation (and `fedshard data partition`) run, so every process that hosts client `c`
 //! trains the same rows.
 
-use crate::config::{Config, DataSection, LabelSplit, Model, default_test_fraction};
+use crate::config::{
+    ClientSplit, Config, DataSection, FilesSection, LabelSplit, Model, TestSet,
+    default_test_fraction,
+};
 use anyhow::Context;
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_training::data;
@@ -153,6 +156,7 @@ pub(super) fn load(config: &Config, model: &Model) -> anyhow::Result<Loaded> {
             );
             Loaded::Text { train, test }
         }
+        DataSection::Files(files) => load_files(files, model, seed)?,
         DataSection::SyntheticLinear {
             clients,
             dim,
@@ -164,6 +168,122 @@ pub(super) fn load(config: &Config, model: &Model) -> anyhow::Result<Loaded> {
                     .map_err(anyhow::Error::msg)?;
             Loaded::Linear { clients, test }
         }
+    })
+}
+
+/// A `files` dataset: the training file, its test file or held-out rows, the rows checked
+/// against the model, normalised, and dealt to the clients by the file's client ids or a
+/// Dirichlet split.
+fn load_files(files: &FilesSection, model: &Model, seed: u64) -> anyhow::Result<Loaded> {
+    use data::files::FileError;
+    use data::user::{self, Classes, Format};
+    let natural = files.split == ClientSplit::Natural;
+    let classes = Classes {
+        count: files.classes,
+        names: None,
+        // An image class folder without images is always a mistake; a gap in numeric labels
+        // only when `classes` says every class occurs.
+        every_class: files.classes.is_some() || files.format == Format::Images,
+    };
+    for (field, path) in std::iter::once(("path", &files.path)).chain(match &files.test {
+        TestSet::File(path) => Some(("test_path", path)),
+        TestSet::Fraction(_) => None,
+    }) {
+        if !path.exists() {
+            anyhow::bail!(
+                "field `data.{field}`: {} does not exist (the shipped files-digits configs read \
+                 what `fedshard data export-digits` writes)",
+                path.display()
+            );
+        }
+    }
+    let path_field = format!("field `data.path` ({})", files.path.display());
+    let table = user::load(&files.path, &files.format, &classes, natural).context(path_field)?;
+    if natural && table.client_names.len() != files.clients {
+        return Err(FileError::ClientCount {
+            path: files.path.clone(),
+            found: table.client_names.len(),
+            expected: files.clients,
+        })
+        .context("field `data.clients`");
+    }
+    let user::Table {
+        data: all,
+        clients: of_row,
+        class_names,
+        shape,
+        ..
+    } = table;
+    let (mut train, mut test, rows) = match &files.test {
+        TestSet::File(path) => {
+            let known = Classes {
+                count: Some(all.classes),
+                names: class_names,
+                every_class: false,
+            };
+            let context = || format!("field `data.test_path` ({})", path.display());
+            let test = user::load(path, &files.format, &known, false).with_context(context)?;
+            if test.data.dim != all.dim {
+                return Err(FileError::Shape {
+                    path: path.clone(),
+                    part: "rows".into(),
+                    expected: format!("{shape:?} features per row, as the training data"),
+                    found: format!("{:?}", test.shape),
+                })
+                .with_context(context);
+            }
+            (all, test.data, None)
+        }
+        TestSet::Fraction(fraction) => {
+            let (train, test, rows) = drawn_split(&all, *fraction, seed)?;
+            (train, test, Some(rows))
+        }
+    };
+    if let Model::Network { architecture, .. } = model {
+        let inputs = fedshard_training::models::accepts::Inputs::Table {
+            dim: train.dim,
+            classes: train.classes,
+        };
+        if !architecture.accepts(inputs) {
+            return Err(FileError::ModelShape {
+                path: files.path.clone(),
+                dim: train.dim,
+                classes: train.classes,
+                expected: match architecture.table_shape() {
+                    Some((dim, classes)) => format!("{dim} features and {classes} classes"),
+                    None => "no rows of features".into(),
+                },
+            })
+            .context(format!("field `model.network` ({architecture:?})"));
+        }
+    }
+    (files.normalize)
+        .apply(&mut train, &mut test)
+        .context("field `data.normalize`")?;
+    let parts = match (&files.split, of_row) {
+        (ClientSplit::Natural, Some(of_row)) => {
+            let train_rows: Vec<usize> = match &rows {
+                Some((train_rows, _)) => train_rows.clone(),
+                None => (0..train.len()).collect(),
+            };
+            let parts = user::natural_parts(&of_row, &train_rows, files.clients);
+            if let Some(client) = parts.iter().position(Vec::is_empty) {
+                anyhow::bail!(
+                    "field `data.natural_split`: client {client} of {} has no training rows \
+                     once the test rows are held out",
+                    files.path.display()
+                );
+            }
+            parts
+        }
+        (ClientSplit::Dirichlet(split), _) => dirichlet_parts(files.clients, split, &train, seed)?,
+        (ClientSplit::Natural, None) => anyhow::bail!("field `data.natural_split`: no client ids"),
+    };
+    Ok(Loaded::Table {
+        train,
+        test,
+        parts,
+        rows,
     })
 }
 
@@ -221,7 +341,7 @@ pub fn partition(config: &Config) -> anyhow::Result<Partition> {
     let model = config.model()?;
     let Loaded::Table { parts, rows, .. } = load(config, &model)? else {
         anyhow::bail!(
-            "field `data.dataset`: a partition is shown for the labelled tables (digits, mnist, cifar10, cifar100)"
+            "field `data.dataset`: a partition is shown for the labelled tables (digits, mnist, cifar10, cifar100, files)"
         );
     };
     let (clients, test) = match rows {

@@ -95,6 +95,76 @@ pub enum FileError {
         expected: &'static str,
         cause: String,
     },
+    /// A named part of a file (an NPZ array, a CSV column) that the loader needs is absent;
+    /// `found` lists what the file does hold.
+    #[error(
+        "{}: no {what} `{name}` ({expected}); the file holds {}",
+        path.display(),
+        if found.is_empty() { "none".to_owned() } else { found.join(", ") }
+    )]
+    MissingPart {
+        path: PathBuf,
+        what: &'static str,
+        name: String,
+        expected: &'static str,
+        found: Vec<String>,
+    },
+    /// A part of a file is there but has the wrong type or shape: an array's dtype or
+    /// dimensions, a cell that is not a number, an image of another size.
+    #[error("{}: {part}: expected {expected}, found {found}", path.display())]
+    Shape {
+        path: PathBuf,
+        part: String,
+        expected: String,
+        found: String,
+    },
+    /// A label that is not a class index: negative, not an integer, or not below `classes`;
+    /// `row` counts the file's data rows from 0 (NumPy's index; a CSV's header not counted).
+    #[error("{}: row {row} (from 0): label {value} is not {expected}", path.display())]
+    Label {
+        path: PathBuf,
+        row: usize,
+        value: String,
+        expected: String,
+    },
+    /// `classes` was given but one class index has no row in the training data.
+    #[error(
+        "{}: class {class} has no rows, but classes = {classes} says every label in 0..{classes} occurs; lower `classes` or add rows of class {class}",
+        path.display()
+    )]
+    EmptyClass {
+        path: PathBuf,
+        class: usize,
+        classes: usize,
+    },
+    /// The client ids of a natural split do not name the configured number of clients.
+    #[error(
+        "{}: the client ids name {found} clients, but data.clients = {expected}",
+        path.display()
+    )]
+    ClientCount {
+        path: PathBuf,
+        found: usize,
+        expected: usize,
+    },
+    /// An image that the PNG or JPEG decoder refused.
+    #[error("{}: not a readable {format} image: {cause}", path.display())]
+    Image {
+        path: PathBuf,
+        format: &'static str,
+        cause: String,
+    },
+    /// The data's rows do not fit the configured model's input layer or output classes.
+    #[error(
+        "{}: the data has {dim} features per row and {classes} classes, but the model expects {expected}",
+        path.display()
+    )]
+    ModelShape {
+        path: PathBuf,
+        dim: usize,
+        classes: usize,
+        expected: String,
+    },
 }
 
 /// The whole file, gunzipped when it starts with the gzip magic bytes `1f 8b`. Detecting the

@@ -17,6 +17,7 @@ pub mod partition;
 pub mod shakespeare;
 pub mod split;
 pub mod synthetic;
+pub mod user;
 
 use fedshard_strategies::rng::{ChaCha20Rng, Purpose, stream, uniform};
 use thiserror::Error;

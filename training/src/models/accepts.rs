@@ -20,6 +20,8 @@ pub enum Inputs {
     Cifar { classes: usize },
     /// Shakespeare: windows of character codes, next-character prediction.
     Characters,
+    /// A user's `files` dataset: rows of `dim` features, `classes` classes, known once read.
+    Table { dim: usize, classes: usize },
 }
 
 impl Inputs {
@@ -29,6 +31,7 @@ impl Inputs {
             Inputs::Digits => Some((digits::DIM, digits::CLASSES)),
             Inputs::Mnist => Some((mnist::IMAGE_DIM, mnist::CLASSES)),
             Inputs::Cifar { classes } => Some((cifar::IMAGE_DIM, classes)),
+            Inputs::Table { dim, classes } => Some((dim, classes)),
             Inputs::Characters => None,
         }
     }
@@ -57,13 +60,37 @@ impl Architecture {
             (Architecture::CharTransformer(shape), Inputs::Characters) => {
                 shape.vocab == shakespeare::VOCAB_SIZE
             }
+            (net, Inputs::Table { dim, classes }) => net.table_shape() == Some((dim, classes)),
             _ => false,
+        }
+    }
+
+    /// The features per row and classes this architecture reads and predicts, for every
+    /// architecture that reads rows of features (all but the character transformer).
+    pub fn table_shape(&self) -> Option<(usize, usize)> {
+        match self {
+            Architecture::Mlp {
+                inputs, classes, ..
+            } => Some((*inputs, *classes)),
+            Architecture::DigitsCnn { classes } => Some((digits::DIM, *classes)),
+            Architecture::MnistCnn { classes } => Some((mnist::IMAGE_DIM, *classes)),
+            Architecture::Resnet18 { classes } | Architecture::Cct { classes } => {
+                Some((cifar::IMAGE_DIM, *classes))
+            }
+            Architecture::CharTransformer(_) => None,
         }
     }
 
     /// The architectures that accept `inputs`, in words, for an error message.
     pub fn accepted_for(inputs: Inputs) -> String {
         match inputs {
+            Inputs::Table { dim, classes } => format!(
+                "mlp with inputs = {dim} and classes = {classes}, or a CNN of that input size \
+                 (digits-cnn {}, mnist-cnn {}, resnet18 or cct {}) with classes = {classes}",
+                digits::DIM,
+                mnist::IMAGE_DIM,
+                cifar::IMAGE_DIM
+            ),
             Inputs::Characters => format!(
                 "char-transformer with vocab = {} (the default)",
                 CharShape::default().vocab
@@ -113,7 +140,7 @@ impl MaskedNetwork {
     pub fn for_inputs(inputs: Inputs, conv: &[usize], hidden: &[usize]) -> Option<Self> {
         let (inputs, classes) = match inputs {
             Inputs::Digits | Inputs::Mnist => inputs.image()?,
-            Inputs::Cifar { .. } | Inputs::Characters => return None,
+            Inputs::Cifar { .. } | Inputs::Characters | Inputs::Table { .. } => return None,
         };
         Some(MaskedNetwork {
             inputs,
@@ -147,7 +174,16 @@ mod tests {
         assert!(Architecture::MnistCnn { classes: 10 }.accepts(Inputs::Mnist));
         assert!(Architecture::Resnet18 { classes: 10 }.accepts(Inputs::Cifar { classes: 10 }));
         assert!(!Architecture::Cct { classes: 10 }.accepts(Inputs::Cifar { classes: 100 }));
+        // A `files` table: read by any architecture of its row size and classes.
+        let table = |dim, classes| Inputs::Table { dim, classes };
+        assert!(mlp(64, 10).accepts(table(64, 10)));
+        assert!(!mlp(64, 10).accepts(table(32, 10)));
+        assert!(Architecture::DigitsCnn { classes: 3 }.accepts(table(64, 3)));
+        assert!(Architecture::MnistCnn { classes: 10 }.accepts(table(784, 10)));
+        assert!(Architecture::Resnet18 { classes: 7 }.accepts(table(3072, 7)));
+        assert!(!Architecture::Cct { classes: 7 }.accepts(table(3072, 8)));
         let chars = Architecture::CharTransformer(CharShape::default());
+        assert!(!chars.accepts(table(64, 10)));
         assert!(chars.accepts(Inputs::Characters));
         assert!(!chars.accepts(Inputs::Digits));
         assert!(MaskedNetwork::for_inputs(Inputs::Cifar { classes: 10 }, &[], &[8]).is_none());
