@@ -85,6 +85,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("data", "fedshard data mnist"),
     ("data shakespeare", "fedshard data shakespeare"),
     ("data mnist", "fedshard data mnist"),
+    (
+        "data export-digits",
+        "fedshard data export-digits --out data/digits",
+    ),
 ];
 
 /// The clap command with each example attached as `after_help` (hidden commands keep none).

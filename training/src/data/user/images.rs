@@ -167,11 +167,27 @@ fn decode(path: &Path) -> Result<(Vec<usize>, Vec<f32>), FileError> {
     Ok((vec![kept, height, width], pixels))
 }
 
+/// The most pixels an image of a dataset may have (4096 × 4096): a training sample is far
+/// smaller, and a damaged or hostile header must not make the decoder allocate gigabytes.
+const MAX_PIXELS: usize = 4096 * 4096;
+
+/// Refuses a header whose image would exceed [`MAX_PIXELS`], before anything is decoded.
+fn check_size(width: usize, height: usize) -> Result<(), String> {
+    if width.saturating_mul(height) > MAX_PIXELS {
+        return Err(format!(
+            "{width} × {height} pixels, more than the {MAX_PIXELS} (4096 × 4096) a sample may have"
+        ));
+    }
+    Ok(())
+}
+
 /// Width, height, channels and interleaved 8-bit samples of a PNG.
 fn decode_png(bytes: &[u8]) -> Result<(usize, usize, usize, Vec<u8>), String> {
     let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
     decoder.set_transformations(png::Transformations::normalize_to_color8());
     let mut reader = decoder.read_info().map_err(|e| e.to_string())?;
+    let header = reader.info();
+    check_size(header.width as usize, header.height as usize)?;
     let size = reader
         .output_buffer_size()
         .ok_or("the image is too large")?;
@@ -195,6 +211,7 @@ fn decode_jpeg(bytes: &[u8]) -> Result<(usize, usize, usize, Vec<u8>), String> {
     let mut probe = zune_jpeg::JpegDecoder::new(ZCursor::new(bytes));
     probe.decode_headers().map_err(|e| e.to_string())?;
     let info = probe.info().ok_or("no JPEG header")?;
+    check_size(usize::from(info.width), usize::from(info.height))?;
     let (out, channels) = match info.components {
         1 => (ColorSpace::Luma, 1),
         _ => (ColorSpace::RGB, 3),
@@ -233,4 +250,30 @@ pub fn write_gray_png(
     let mut writer = encoder.write_header().map_err(encoding)?;
     writer.write_image_data(&bytes).map_err(encoding)?;
     writer.finish().map_err(encoding)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PNG whose header says more than [`MAX_PIXELS`] is refused from its header, and one
+    /// at the limit's side decodes.
+    #[test]
+    fn an_image_over_the_pixel_limit_is_refused_from_its_header() {
+        let png = |width: u32, height: u32| {
+            let mut bytes = Vec::new();
+            let mut encoder = png::Encoder::new(&mut bytes, width, height);
+            encoder.set_color(png::ColorType::Grayscale);
+            encoder.set_depth(png::BitDepth::Eight);
+            let mut writer = encoder.write_header().expect("header");
+            let samples = vec![0u8; width as usize * height as usize];
+            writer.write_image_data(&samples).expect("pixels");
+            writer.finish().expect("finished");
+            bytes
+        };
+        let e = decode_png(&png(4097, 4096)).expect_err("too many pixels");
+        assert!(e.contains("4097 × 4096 pixels"), "{e}");
+        let (width, height, channels, _) = decode_png(&png(16, 8)).expect("decodes");
+        assert_eq!((width, height, channels), (16, 8, 1));
+    }
 }
