@@ -330,6 +330,21 @@ pub enum NamedArray<'a> {
     I64(&'a str, Vec<u64>, &'a [i64]),
 }
 
+/// Writes one array of `shape` in NPY's format (its default dtype, C order) to `out`.
+fn write_npy<T: npyz::AutoSerialize + Copy>(
+    out: &mut impl std::io::Write,
+    shape: &[u64],
+    values: &[T],
+) -> std::io::Result<()> {
+    let mut writer = npyz::WriteOptions::<T>::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(out)
+        .begin_nd()?;
+    writer.extend(values.iter().copied())?;
+    writer.finish()
+}
+
 /// Writes `arrays` as an uncompressed `.npz` archive at `path` (what `np.savez` writes;
 /// `np.load` reads it back).
 pub fn write_npz(path: &Path, arrays: &[NamedArray]) -> Result<(), FileError> {
@@ -343,32 +358,16 @@ pub fn write_npz(path: &Path, arrays: &[NamedArray]) -> Result<(), FileError> {
     let stored =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for array in arrays {
+        let name = match array {
+            NamedArray::F32(name, ..) | NamedArray::I64(name, ..) => name,
+        };
+        zip.start_file(format!("{name}.npy"), stored)
+            .map_err(zip_io)?;
         match array {
-            NamedArray::F32(name, shape, values) => {
-                zip.start_file(format!("{name}.npy"), stored)
-                    .map_err(zip_io)?;
-                let mut writer = npyz::WriteOptions::<f32>::new()
-                    .default_dtype()
-                    .shape(shape)
-                    .writer(&mut zip)
-                    .begin_nd()
-                    .map_err(io)?;
-                writer.extend(values.iter().copied()).map_err(io)?;
-                writer.finish().map_err(io)?;
-            }
-            NamedArray::I64(name, shape, values) => {
-                zip.start_file(format!("{name}.npy"), stored)
-                    .map_err(zip_io)?;
-                let mut writer = npyz::WriteOptions::<i64>::new()
-                    .default_dtype()
-                    .shape(shape)
-                    .writer(&mut zip)
-                    .begin_nd()
-                    .map_err(io)?;
-                writer.extend(values.iter().copied()).map_err(io)?;
-                writer.finish().map_err(io)?;
-            }
+            NamedArray::F32(_, shape, values) => write_npy(&mut zip, shape, values),
+            NamedArray::I64(_, shape, values) => write_npy(&mut zip, shape, values),
         }
+        .map_err(io)?;
     }
     zip.finish().map_err(zip_io)?;
     Ok(())
