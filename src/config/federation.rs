@@ -108,6 +108,24 @@ impl Schedule {
     pub fn step(&self) -> &'static str {
         self.mode().step()
     }
+
+    /// The round engine's schedule for this one: the one translation, for the runtime config
+    /// and for the engine's rules asked when the config is read.
+    pub fn engine(self) -> fedshard_actors::schedule::Schedule {
+        use fedshard_actors::schedule::{AsyncConfig, Schedule as Engine};
+        match self {
+            Schedule::Sync { over_commit } => Engine::Rounds { over_commit },
+            Schedule::Async {
+                concurrency,
+                buffer,
+                staleness,
+            } => Engine::Buffered(AsyncConfig {
+                concurrency,
+                buffer,
+                staleness,
+            }),
+        }
+    }
 }
 
 impl FederationSection {

@@ -3,11 +3,10 @@
 //! privacy accountant's, each with a typed error; the config asks them before anything starts
 //! and only translates each refusal into the field it is about.
 
-use super::{Config, Schedule};
+use super::Config;
 use fedshard_actors::Policy;
 use fedshard_actors::error::Error;
 use fedshard_actors::policies::Policies;
-use fedshard_actors::schedule::{AsyncConfig, Schedule as EngineSchedule};
 use fedshard_secagg::Param;
 use fedshard_strategies::StrategyError;
 
@@ -20,18 +19,7 @@ pub(super) fn check(config: &Config) -> anyhow::Result<()> {
 fn policies(config: &Config) -> Policies {
     let f = &config.federation;
     Policies {
-        schedule: match f.schedule {
-            Schedule::Sync { over_commit } => EngineSchedule::Rounds { over_commit },
-            Schedule::Async {
-                concurrency,
-                buffer,
-                staleness,
-            } => EngineSchedule::Buffered(AsyncConfig {
-                concurrency,
-                buffer,
-                staleness,
-            }),
-        },
+        schedule: f.schedule.engine(),
         aggregator: f.aggregator,
         selector: f.selector,
         compressor: f.compressor,

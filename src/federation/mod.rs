@@ -27,12 +27,12 @@ pub use cuda::device as cuda_device;
 pub use loaded::{Partition, partition};
 pub use trainers::neural_clients;
 
-use crate::config::{Config, Model, Schedule};
+use crate::config::{Config, Model};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::faults::FaultyTrainer;
 use fedshard_actors::record::RoundRecord;
-use fedshard_actors::schedule::AsyncConfig;
+use fedshard_actors::schedule::Schedule as EngineSchedule;
 use fedshard_actors::server::{Federation, RuntimeConfig};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardingPolicy;
@@ -136,21 +136,13 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         compressor: f.compressor,
         compression: config.compression.clone().unwrap_or_default(),
         max_update_norm: f.max_update_norm,
-        over_commit: match f.schedule {
-            Schedule::Sync { over_commit } => over_commit,
-            Schedule::Async { .. } => None,
+        over_commit: match f.schedule.engine() {
+            EngineSchedule::Rounds { over_commit } => over_commit,
+            EngineSchedule::Buffered(_) => None,
         },
-        asynchronous: match f.schedule {
-            Schedule::Sync { .. } => None,
-            Schedule::Async {
-                concurrency,
-                buffer,
-                staleness,
-            } => Some(AsyncConfig {
-                concurrency,
-                buffer,
-                staleness,
-            }),
+        asynchronous: match f.schedule.engine() {
+            EngineSchedule::Rounds { .. } => None,
+            EngineSchedule::Buffered(settings) => Some(settings),
         },
         clock: None,
         privacy: config.privacy.as_ref().map(|p| p.settings(config)),
