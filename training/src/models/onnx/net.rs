@@ -270,6 +270,13 @@ impl<B: Kernels> OnnxNet<B> {
                 Act::R4(t) => Act::R4(t.mean_dim(3).mean_dim(2)),
                 _ => unreachable!("the plan checks a pooling's input is NCHW"),
             },
+            Kernel::Mean(axes) => {
+                let mut x = input(0);
+                for &axis in axes {
+                    x = each!(x, t => t.mean_dim(axis));
+                }
+                x
+            }
             Kernel::InstanceNormalization { epsilon } => {
                 let x = input(0);
                 let dims = x.dims();

@@ -24,6 +24,7 @@ pub const SUPPORTED: &[&str] = &[
     "MaxPool",
     "Mul",
     "Relu",
+    "ReduceMean",
     "Reshape",
     "Shape",
     "Sub",
@@ -74,7 +75,15 @@ pub enum Op {
         epsilon: f32,
     },
     Constant(Constant),
-    Shape,
+    Shape {
+        start: i64,
+        end: Option<i64>,
+    },
+    /// A mean over `axes` (an attribute before opset 18, an input from it), never the batch.
+    ReduceMean {
+        axes: Option<Vec<i64>>,
+        keep_dims: bool,
+    },
     Gather {
         axis: i64,
     },
@@ -284,8 +293,22 @@ impl Op {
                 }
             },
             "Shape" => {
-                a.only(&[])?;
-                Op::Shape
+                a.only(&["start", "end"])?;
+                Op::Shape {
+                    start: a.int("start", 0)?,
+                    end: match node.attributes.get("end") {
+                        None => None,
+                        Some(_) => Some(a.int("end", 0)?),
+                    },
+                }
+            }
+            "ReduceMean" => {
+                a.only(&["axes", "keepdims", "noop_with_empty_axes"])?;
+                a.exactly("noop_with_empty_axes", 0, 0)?;
+                Op::ReduceMean {
+                    axes: a.ints("axes")?,
+                    keep_dims: a.int("keepdims", 1)? != 0,
+                }
             }
             "Gather" => Op::Gather {
                 axis: a.int("axis", 0)?,

@@ -7,8 +7,11 @@
 use crate::models::onnx::Problem;
 use crate::models::onnx::graph::{Constant, Dim, Graph, Node, Values};
 use crate::models::onnx::ops::{Binary, Op, Window};
-use fedshard_protocol::model::{ModelState, NamedTensor};
+use fedshard_protocol::model::ModelState;
 use std::collections::{BTreeMap, HashMap};
+
+mod fold;
+mod initial;
 
 /// A layer the [`Builder`](crate::models::builder::Builder) makes, named by the file's
 /// initializers.
@@ -59,6 +62,8 @@ pub enum Kernel {
     MaxPool(usize),
     AveragePool(usize),
     GlobalAveragePool,
+    /// A mean over these axes of the activation (never 0, the batch), keeping them as 1.
+    Mean(Vec<usize>),
     InstanceNormalization {
         epsilon: f32,
     },
@@ -216,7 +221,9 @@ impl Resolver<'_> {
             ));
         };
         let v = match c.values {
+            // Integers (shapes, axes) and scalars (GELU's √2, ½, 1) are constants.
             Values::I64(_) => Value::Const(c.clone()),
+            Values::F32(_) if c.shape.is_empty() => Value::Const(c.clone()),
             Values::F32(_) => {
                 if let Some(layer) = self.taken.get(name) {
                     return Err(node_error(
@@ -367,6 +374,7 @@ impl Resolver<'_> {
                 );
                 Ok(())
             }
+            Op::ReduceMean { axes, keep_dims } => self.reduce_mean(node, axes, keep_dims),
             Op::Binary(op) => self.binary(node, op),
             Op::Reshape { allow_zero } => {
                 if allow_zero && self.sym(node, 1)?.contains(&Some(0)) {
@@ -378,7 +386,12 @@ impl Resolver<'_> {
                 let (slot, tail) = self.act(node, 0)?;
                 let mut inputs = vec![Operand::Act(slot)];
                 for i in [1, 2] {
-                    let v = self.value(node, &node.inputs[i])?;
+                    // An initializer here is a constant: PyTorch's GroupNorm export feeds
+                    // fixed ones and zeros, its γ and β follow in a Mul and an Add.
+                    let v = match self.graph.initializers.get(&node.inputs[i]) {
+                        Some(c) if c.floats().is_some() => Value::Const(c.clone()),
+                        _ => self.value(node, &node.inputs[i])?,
+                    };
                     match operand(v) {
                         // Viewed as `C × 1` against the normalised `N × C × (spatial)`.
                         Some(Operand::Tensor { index, shape }) if shape == [tail[0]] => inputs
@@ -412,88 +425,64 @@ impl Resolver<'_> {
                 self.set(node, Value::Const(c));
                 Ok(())
             }
-            Op::Shape => {
-                let v = self.value(node, &node.inputs[0])?;
-                let values = match v {
-                    Value::Act { tail, .. } => std::iter::once(None)
-                        .chain(tail.iter().map(|&d| Some(d as i64)))
-                        .collect(),
-                    Value::Tensor { shape, .. } | Value::Const(Constant { shape, .. }) => {
-                        shape.iter().map(|&d| Some(d as i64)).collect()
-                    }
-                    Value::Sym { values, scalar } => {
-                        vec![Some(if scalar { 0 } else { values.len() as i64 })]
-                    }
-                };
-                self.set(
-                    node,
-                    Value::Sym {
-                        values,
-                        scalar: false,
-                    },
-                );
-                Ok(())
-            }
-            Op::Gather { axis } => {
-                let data = self.sym(node, 0)?;
-                let Some(Value::Const(index)) = self.value(node, &node.inputs[1]).ok() else {
-                    return Err(node_error(node, "indices must be constant"));
-                };
-                let (Some(idx), 0) = (index.ints(), axis) else {
-                    return Err(node_error(
-                        node,
-                        "only integer indices along axis 0 of a shape",
-                    ));
-                };
-                let n = data.len() as i64;
-                let mut values = Vec::new();
-                for &i in idx {
-                    let i = if i < 0 { i + n } else { i };
-                    let v = data.get(i as usize).filter(|_| i >= 0).ok_or_else(|| {
-                        node_error(node, format!("index {i} outside a shape of {n}"))
-                    })?;
-                    values.push(*v);
-                }
-                let scalar = index.shape.is_empty();
-                self.set(node, Value::Sym { values, scalar });
-                Ok(())
-            }
+            Op::Shape { start, end } => self.shape(node, start, end),
+            Op::Gather { axis } => self.gather(node, axis),
             Op::Unsqueeze { axes } => self.unsqueeze(node, axes),
-            Op::Concat { axis } => {
-                if axis != 0 && axis != -1 {
-                    return Err(node_error(node, "only shapes (1-D) are concatenated"));
-                }
-                let mut values = Vec::new();
-                for i in 0..node.inputs.len() {
-                    values.extend(self.sym(node, i)?);
-                }
-                self.set(
-                    node,
-                    Value::Sym {
-                        values,
-                        scalar: false,
-                    },
-                );
-                Ok(())
-            }
+            Op::Concat { axis } => self.concat(node, axis),
         }
     }
 
-    /// Input `i` as integers (a shape, or an integer constant).
-    fn sym(&mut self, node: &Node, i: usize) -> Result<Vec<Option<i64>>, Problem> {
-        match self.value(node, &node.inputs[i])? {
-            Value::Sym { values, .. } => Ok(values),
-            Value::Const(c) if c.ints().is_some() => Ok(c
-                .ints()
-                .unwrap_or_default()
-                .iter()
-                .map(|&v| Some(v))
-                .collect()),
-            other => Err(node_error(
-                node,
-                format!("input {i} is {}, expected integers", describe(Some(&other))),
-            )),
+    fn reduce_mean(
+        &mut self,
+        node: &Node,
+        axes: Option<Vec<i64>>,
+        keep_dims: bool,
+    ) -> Result<(), Problem> {
+        let (slot, tail) = self.act(node, 0)?;
+        let axes = match axes {
+            Some(a) => a,
+            None if node.inputs.len() > 1 => self
+                .sym(node, 1)?
+                .into_iter()
+                .map(|a| a.ok_or_else(|| node_error(node, "axes depend on the batch")))
+                .collect::<Result<_, _>>()?,
+            None => return Err(node_error(node, "a mean over every axis mixes the batch")),
+        };
+        let rank = tail.len() as i64 + 1;
+        let mut axes: Vec<usize> = axes
+            .iter()
+            .map(|&a| if a < 0 { a + rank } else { a })
+            .map(|a| match a {
+                1.. if a < rank => Ok(a as usize),
+                _ => Err(node_error(
+                    node,
+                    format!("axis {a}: only axes after the batch"),
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        axes.sort();
+        axes.dedup();
+        let kept: Vec<usize> = (1..=tail.len())
+            .map(|i| if axes.contains(&i) { 1 } else { tail[i - 1] })
+            .collect();
+        if tail.len() - axes.len() + 1 > 4 && !keep_dims {
+            return Err(node_error(node, "rank above 4"));
         }
+        self.emit(
+            node,
+            Kernel::Mean(axes.clone()),
+            vec![Operand::Act(slot)],
+            kept,
+        );
+        if !keep_dims {
+            let out: Vec<usize> = (1..=tail.len())
+                .filter(|i| !axes.contains(i))
+                .map(|i| tail[i - 1])
+                .collect();
+            let mean = Operand::Act(self.plan.slots - 1);
+            self.emit(node, Kernel::Reshape(out.clone()), vec![mean], out);
+        }
+        Ok(())
     }
 
     fn unary(&mut self, node: &Node, kernel: Kernel) -> Result<(), Problem> {
@@ -658,221 +647,6 @@ impl Resolver<'_> {
         self.emit(node, Kernel::Binary(op), inputs, tail);
         Ok(())
     }
-
-    fn reshape(&mut self, node: &Node) -> Result<(), Problem> {
-        let spec = self.sym(node, 1)?;
-        match self.value(node, &node.inputs[0])? {
-            Value::Act { slot, tail } => {
-                let total: usize = tail.iter().product();
-                let mut out = Vec::new();
-                let mut batch_seen = false;
-                let mut infer = None;
-                for (i, s) in spec.iter().enumerate() {
-                    match s {
-                        None if i == 0 => batch_seen = true,
-                        Some(0) if i == 0 => batch_seen = true,
-                        Some(0) => out.push(*tail.get(i - 1).unwrap_or(&0)),
-                        Some(-1) if i == 0 => {}
-                        Some(-1) => infer = Some(out.len()),
-                        Some(d) if *d > 0 && i > 0 => out.push(*d as usize),
-                        _ => return Err(node_error(node, format!("shape {spec:?}"))),
-                    }
-                }
-                let _ = batch_seen;
-                if let Some(at) = infer {
-                    let known: usize = out.iter().product();
-                    if known == 0 || total % known != 0 {
-                        return Err(node_error(node, format!("shape {spec:?} of [N, {tail:?}]")));
-                    }
-                    out.insert(at, total / known);
-                }
-                if out.iter().product::<usize>() != total {
-                    return Err(node_error(
-                        node,
-                        format!("shape {spec:?} keeps the batch first only for [N, {tail:?}]"),
-                    ));
-                }
-                self.emit(
-                    node,
-                    Kernel::Reshape(out.clone()),
-                    vec![Operand::Act(slot)],
-                    out,
-                );
-            }
-            Value::Tensor { index, shape } => {
-                let shape = reshape_fixed(node, &shape, &spec)?;
-                self.set(node, Value::Tensor { index, shape });
-            }
-            Value::Const(c) => {
-                let shape = reshape_fixed(node, &c.shape, &spec)?;
-                self.set(node, Value::Const(Constant { shape, ..c }));
-            }
-            Value::Sym { .. } => return Err(node_error(node, "reshaping a shape")),
-        }
-        Ok(())
-    }
-
-    fn unsqueeze(&mut self, node: &Node, axes: Option<Vec<i64>>) -> Result<(), Problem> {
-        let axes = match axes {
-            Some(a) => a,
-            None => self
-                .sym(node, 1)?
-                .into_iter()
-                .map(|a| a.ok_or_else(|| node_error(node, "axes depend on the batch")))
-                .collect::<Result<_, _>>()?,
-        };
-        let insert = |shape: &[usize]| -> Result<Vec<usize>, Problem> {
-            let rank = (shape.len() + axes.len()) as i64;
-            let mut axes: Vec<i64> = axes
-                .iter()
-                .map(|&a| if a < 0 { a + rank } else { a })
-                .collect();
-            axes.sort();
-            let mut out = shape.to_vec();
-            for a in axes {
-                if a < 0 || a as usize > out.len() {
-                    return Err(node_error(node, format!("axis {a} of rank {rank}")));
-                }
-                out.insert(a as usize, 1);
-            }
-            Ok(out)
-        };
-        let v = match self.value(node, &node.inputs[0])? {
-            Value::Sym {
-                values,
-                scalar: true,
-            } if axes == [0] => Value::Sym {
-                values,
-                scalar: false,
-            },
-            Value::Tensor { index, shape } => Value::Tensor {
-                index,
-                shape: insert(&shape)?,
-            },
-            Value::Const(c) => Value::Const(Constant {
-                shape: insert(&c.shape)?,
-                ..c
-            }),
-            Value::Act { slot, tail } => {
-                if axes.iter().any(|&a| a == 0) {
-                    return Err(node_error(node, "an axis before the batch"));
-                }
-                let full = insert(&[&[0][..], &tail].concat())?;
-                let out = full[1..].to_vec();
-                self.emit(
-                    node,
-                    Kernel::Reshape(out.clone()),
-                    vec![Operand::Act(slot)],
-                    out,
-                );
-                return Ok(());
-            }
-            Value::Sym { .. } => return Err(node_error(node, "unsqueezing a 1-D shape")),
-        };
-        self.set(node, v);
-        Ok(())
-    }
-
-    /// The trainable tensors' initial values, in the builder's layout (a transposed weight
-    /// `c_out × c_in`).
-    fn initial(&self) -> Result<ModelState, Problem> {
-        let inits = &self.graph.initializers;
-        let floats = |name: &str| -> Vec<f32> {
-            inits[name]
-                .floats()
-                .map(<[f32]>::to_vec)
-                .unwrap_or_default()
-        };
-        let mut tensors = Vec::new();
-        for layer in &self.plan.layers {
-            let (weight, bias, shape) = match layer {
-                Layer::Affine {
-                    weight,
-                    bias,
-                    c_in,
-                    c_out,
-                } => {
-                    let mut data = floats(weight);
-                    if inits[weight].shape != [*c_out, *c_in] {
-                        data = transpose(&data, *c_in, *c_out);
-                    }
-                    let w = NamedTensor {
-                        name: weight.clone(),
-                        shape: vec![*c_out, *c_in],
-                        data,
-                    };
-                    (w, bias, *c_out)
-                }
-                Layer::Conv {
-                    weight,
-                    bias,
-                    c_out,
-                    ..
-                } => {
-                    let w = NamedTensor {
-                        name: weight.clone(),
-                        shape: inits[weight].shape.clone(),
-                        data: floats(weight),
-                    };
-                    (w, bias, *c_out)
-                }
-            };
-            tensors.push(weight);
-            if let Some(b) = bias {
-                tensors.push(NamedTensor {
-                    name: b.clone(),
-                    shape: vec![shape],
-                    data: floats(b),
-                });
-            }
-        }
-        for (name, shape) in &self.plan.tensors {
-            tensors.push(NamedTensor {
-                name: name.clone(),
-                shape: shape.clone(),
-                data: floats(name),
-            });
-        }
-        ModelState::new(tensors).map_err(|e| Problem::Graph(e.to_string()))
-    }
-}
-
-/// `rows × cols` row-major transposed.
-fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0.0; data.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = data[r * cols + c];
-        }
-    }
-    out
-}
-
-/// A fixed shape reshaped by an ONNX shape spec (0 copies, -1 infers).
-fn reshape_fixed(
-    node: &Node,
-    shape: &[usize],
-    spec: &[Option<i64>],
-) -> Result<Vec<usize>, Problem> {
-    let total: usize = shape.iter().product();
-    let mut out = Vec::new();
-    let mut infer = None;
-    for (i, s) in spec.iter().enumerate() {
-        match s {
-            Some(0) => out.push(*shape.get(i).unwrap_or(&0)),
-            Some(-1) => infer = Some(i),
-            Some(d) if *d > 0 => out.push(*d as usize),
-            _ => return Err(node_error(node, format!("shape {spec:?} of {shape:?}"))),
-        }
-    }
-    if let Some(at) = infer {
-        let known: usize = out.iter().product();
-        out.insert(at, total / known.max(1));
-    }
-    if out.iter().product::<usize>() != total {
-        return Err(node_error(node, format!("shape {spec:?} of {shape:?}")));
-    }
-    Ok(out)
 }
 
 /// A non-activation value as an operand.
