@@ -143,3 +143,48 @@ impl OnnxModel {
         &self.plan.initial
     }
 }
+
+/// An ONNX model named by its path, as a config names it: read and checked when the config is
+/// (deserialising it reads the file), written back as the path. Two are equal when their
+/// paths are.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "std::path::PathBuf", into = "std::path::PathBuf")]
+pub struct OnnxFile {
+    pub path: std::path::PathBuf,
+    pub model: Arc<OnnxModel>,
+}
+
+impl OnnxFile {
+    pub fn read(path: &Path) -> Result<Self, OnnxError> {
+        Ok(Self {
+            path: path.to_path_buf(),
+            model: Arc::new(OnnxModel::read(path)?),
+        })
+    }
+}
+
+impl TryFrom<std::path::PathBuf> for OnnxFile {
+    type Error = OnnxError;
+
+    fn try_from(path: std::path::PathBuf) -> Result<Self, OnnxError> {
+        Self::read(&path)
+    }
+}
+
+impl From<OnnxFile> for std::path::PathBuf {
+    fn from(file: OnnxFile) -> Self {
+        file.path
+    }
+}
+
+impl PartialEq for OnnxFile {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+impl std::fmt::Debug for OnnxFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.path)
+    }
+}

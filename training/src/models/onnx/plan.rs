@@ -36,6 +36,15 @@ pub enum Layer {
     },
 }
 
+impl Layer {
+    /// The weight's name (the file's initializer).
+    pub fn weight(&self) -> &str {
+        match self {
+            Layer::Affine { weight, .. } | Layer::Conv { weight, .. } => weight,
+        }
+    }
+}
+
 /// An input of a step.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Operand {
