@@ -36,14 +36,14 @@ pub const MAX_FILE_BYTES: u64 = 512 << 20;
 #[error("{file}: {problem}")]
 pub struct OnnxError {
     pub file: String,
-    pub problem: Problem,
+    pub problem: Box<Problem>,
 }
 
 impl OnnxError {
     pub fn new(file: &str, problem: Problem) -> Self {
         Self {
             file: file.to_string(),
-            problem,
+            problem: Box::new(problem),
         }
     }
 }

@@ -82,7 +82,7 @@ impl<B: Backend> Act<B> {
     }
 
     /// `self` padded with leading ones to `rank`.
-    fn to_rank(self, rank: usize) -> Self {
+    fn padded_to(self, rank: usize) -> Self {
         let mut dims = self.dims();
         while dims.len() < rank {
             dims.insert(0, 1);
@@ -92,7 +92,7 @@ impl<B: Backend> Act<B> {
 
     fn binary(self, other: Self, op: Binary) -> Self {
         let rank = self.rank().max(other.rank());
-        let (a, b) = (self.to_rank(rank), other.to_rank(rank));
+        let (a, b) = (self.padded_to(rank), other.padded_to(rank));
         macro_rules! apply {
             ($x:expr, $y:expr, $v:ident) => {
                 Act::$v(match op {

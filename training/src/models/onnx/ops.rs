@@ -100,7 +100,7 @@ struct Attrs<'n> {
     node: &'n Node,
 }
 
-impl<'n> Attrs<'n> {
+impl Attrs<'_> {
     fn bad(&self, attribute: &str, found: String, expected: &str) -> Problem {
         Problem::Attribute {
             node: self.node.name.clone(),

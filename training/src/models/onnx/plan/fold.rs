@@ -107,23 +107,20 @@ impl Resolver<'_> {
             Value::Act { slot, tail } => {
                 let total: usize = tail.iter().product();
                 let mut out = Vec::new();
-                let mut batch_seen = false;
                 let mut infer = None;
                 for (i, s) in spec.iter().enumerate() {
                     match s {
-                        None if i == 0 => batch_seen = true,
-                        Some(0) if i == 0 => batch_seen = true,
+                        // The batch first: kept as it is (a 0 copies it, -1 infers it).
+                        None | Some(0 | -1) if i == 0 => {}
                         Some(0) => out.push(*tail.get(i - 1).unwrap_or(&0)),
-                        Some(-1) if i == 0 => {}
                         Some(-1) => infer = Some(out.len()),
                         Some(d) if *d > 0 && i > 0 => out.push(*d as usize),
                         _ => return Err(node_error(node, format!("shape {spec:?}"))),
                     }
                 }
-                let _ = batch_seen;
                 if let Some(at) = infer {
                     let known: usize = out.iter().product();
-                    if known == 0 || total % known != 0 {
+                    if known == 0 || !total.is_multiple_of(known) {
                         return Err(node_error(node, format!("shape {spec:?} of [N, {tail:?}]")));
                     }
                     out.insert(at, total / known);
@@ -196,7 +193,7 @@ impl Resolver<'_> {
                 ..c
             }),
             Value::Act { slot, tail } => {
-                if axes.iter().any(|&a| a == 0) {
+                if axes.contains(&0) {
                     return Err(node_error(node, "an axis before the batch"));
                 }
                 let full = insert(&[&[0][..], &tail].concat())?;
