@@ -206,6 +206,17 @@ impl ModelSection {
             None => Some("no network: synthetic-linear data is for the ridge model".into()),
         };
         if let Some(expected) = expected {
+            if let Architecture::Onnx { path } = net {
+                let plan = &path.model.plan;
+                bail!(
+                    "field `model.path`: expected a model of {:?}'s examples, found {} with input \
+                     [N, {:?}] and {} classes",
+                    data.name(),
+                    path.path.display(),
+                    plan.input_tail,
+                    plan.classes
+                );
+            }
             bail!(
                 "field `model.network`: expected an architecture for {:?} ({expected}), found \
                  {net:?}",
