@@ -11,6 +11,7 @@ use fedshard_protocol::work::Arithmetic;
 use fedshard_strategies::sharding::plan::StrategySpec;
 use fedshard_training::models::masked::MaskedNetwork;
 use fedshard_training::models::net::Architecture;
+use fedshard_training::models::onnx::OnnxFile;
 use fedshard_training::train::neural::LocalMethod;
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +41,16 @@ pub enum ModelSection {
         sharded_layers: Vec<String>,
         network: Architecture,
     },
+    /// A model exported to ONNX (docs/onnx.md), read from `path` when the config is: every
+    /// Gemm/MatMul and Conv weight is a shardable layer, its initial values the file's.
+    Onnx {
+        /// The ONNX file (relative to the working directory).
+        path: OnnxFile,
+        /// Tensors trained as spectral shards: weight (initializer) names, or `["all"]` for
+        /// every Gemm/MatMul and Conv weight.
+        #[serde(default)]
+        sharded_layers: Vec<String>,
+    },
     /// FedPM (docs/algorithms.md §4.6): frozen random ±c weights and trained Bernoulli mask
     /// probabilities θ, which are the global model; nothing is sharded. The network is an MLP
     /// of masked linear layers without biases, optionally after masked 3×3 convolutions; its
@@ -62,6 +73,7 @@ impl ModelSection {
             ModelSection::Softmax { .. } => "softmax",
             ModelSection::Ridge {} => "ridge",
             ModelSection::Neural { .. } => "neural",
+            ModelSection::Onnx { .. } => "onnx",
             ModelSection::Fedpm { .. } => "fedpm",
         }
     }
@@ -71,6 +83,7 @@ impl ModelSection {
     pub fn architecture(&self) -> Option<Architecture> {
         match self {
             ModelSection::Neural { network, .. } => Some(network.clone()),
+            ModelSection::Onnx { path, .. } => Some(Architecture::Onnx { path: path.clone() }),
             ModelSection::Softmax { .. } => Some(Architecture::Mlp {
                 inputs: 64,
                 hidden: Vec::new(),
@@ -84,7 +97,8 @@ impl ModelSection {
     pub fn sharded_layers(&self) -> &[String] {
         match self {
             ModelSection::Softmax { sharded_layers }
-            | ModelSection::Neural { sharded_layers, .. } => sharded_layers,
+            | ModelSection::Neural { sharded_layers, .. }
+            | ModelSection::Onnx { sharded_layers, .. } => sharded_layers,
             ModelSection::Ridge {} | ModelSection::Fedpm { .. } => &[],
         }
     }
@@ -92,7 +106,8 @@ impl ModelSection {
     /// Trains every tensor densely (the reference arm of `fedshard compare`).
     pub fn clear_sharded_layers(&mut self) {
         if let ModelSection::Softmax { sharded_layers }
-        | ModelSection::Neural { sharded_layers, .. } = self
+        | ModelSection::Neural { sharded_layers, .. }
+        | ModelSection::Onnx { sharded_layers, .. } = self
         {
             sharded_layers.clear();
         }
@@ -159,7 +174,9 @@ impl ModelSection {
                 )?;
                 Ok(Model::Masked(network))
             }
-            ModelSection::Softmax { .. } | ModelSection::Neural { .. } => {
+            ModelSection::Softmax { .. }
+            | ModelSection::Neural { .. }
+            | ModelSection::Onnx { .. } => {
                 if matches!(self, ModelSection::Softmax { .. })
                     && !matches!(data, DataSection::Digits { .. })
                 {
@@ -167,7 +184,7 @@ impl ModelSection {
                 }
                 let architecture = self
                     .architecture()
-                    .unwrap_or_else(|| unreachable!("softmax and neural have a network"));
+                    .unwrap_or_else(|| unreachable!("softmax, neural and onnx have a network"));
                 self.check_network(&architecture, data)?;
                 if device == Device::Cuda && !cfg!(feature = "cuda") {
                     bail!(CUDA_NOT_BUILT);
@@ -194,6 +211,17 @@ impl ModelSection {
             None => Some("no network: synthetic-linear data is for the ridge model".into()),
         };
         if let Some(expected) = expected {
+            if let Architecture::Onnx { path } = net {
+                let plan = &path.model.plan;
+                bail!(
+                    "field `model.path`: expected a model of {:?}'s examples, found {} with input \
+                     [N, {:?}] and {} classes",
+                    data.name(),
+                    path.path.display(),
+                    plan.input_tail,
+                    plan.classes
+                );
+            }
             bail!(
                 "field `model.network`: expected an architecture for {:?} ({expected}), found \
                  {net:?}",

@@ -57,6 +57,9 @@ impl Architecture {
                 Architecture::Resnet18 { classes: c } | Architecture::Cct { classes: c },
                 Inputs::Cifar { classes },
             ) => *c == classes,
+            (Architecture::Onnx { path }, inputs) => {
+                inputs.image() == Some((path.model.input_width(), path.model.plan.classes))
+            }
             (Architecture::CharTransformer(shape), Inputs::Characters) => {
                 shape.vocab == shakespeare::VOCAB_SIZE
             }

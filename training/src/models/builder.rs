@@ -14,7 +14,7 @@
 //! values, one client after another; a single task is a cohort of one.
 
 use crate::models::NetError;
-use crate::models::kernels::Kernels;
+use crate::models::kernels::{ConvGeometry, Kernels};
 use crate::models::layers::{Affine, Conv, Factors, Weight, param};
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::Tensor;
@@ -49,6 +49,8 @@ enum Role {
 enum Mode<'a> {
     Init {
         rng: Box<ChaCha20Rng>,
+        /// Initial values by name instead of draws (a model file's initializers).
+        given: Option<&'a ModelState>,
         tensors: Vec<NamedTensor>,
         shardable: Vec<String>,
     },
@@ -101,6 +103,7 @@ impl<'a, B: Backend> Builder<'a, B> {
             device: device.clone(),
             mode: Mode::Init {
                 rng: Box::new(stream(seed, 0, 0, Purpose::Init)),
+                given: None,
                 tensors: Vec::new(),
                 shardable: Vec::new(),
             },
@@ -108,6 +111,16 @@ impl<'a, B: Backend> Builder<'a, B> {
             positions: 1,
             arithmetic: Arithmetic::default(),
         }
+    }
+
+    /// An init-mode builder that takes each tensor's initial value from `given` by name (an
+    /// imported model's initializers) instead of drawing it; a name `given` lacks is an error.
+    pub fn given(given: &'a ModelState, device: &B::Device) -> Self {
+        let mut builder = Self::init(0, device);
+        if let Mode::Init { given: g, .. } = &mut builder.mode {
+            *g = Some(given);
+        }
+        builder
     }
 
     /// A builder that reads the dense tensors and shards of a cohort's tasks (at least one),
@@ -205,6 +218,20 @@ impl<'a, B: Backend> Builder<'a, B> {
         Ok(p)
     }
 
+    /// A dense trainable tensor of any `shape` per client, held flat (`C × len`).
+    pub fn tensor(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        init: Init,
+    ) -> Result<Param<Tensor<B, 2>>, NetError> {
+        let data = self.values(name, shape, init)?;
+        let len = shape.iter().product();
+        let p = param(data, [self.clients(), len], &self.device);
+        self.roles.insert(p.id, Role::Dense(name.to_string()));
+        Ok(p)
+    }
+
     /// A dense trainable matrix per client (`C × rows × cols`: embeddings, positional tables).
     pub fn matrix(
         &mut self,
@@ -228,9 +255,24 @@ impl<'a, B: Backend> Builder<'a, B> {
         bias: bool,
         shardable: bool,
     ) -> Result<Affine<B>, NetError> {
+        let bias = bias.then(|| format!("{name}.bias"));
+        let weight = format!("{name}.weight");
+        self.affine_named(&weight, bias.as_deref(), c_in, c_out, shardable)
+    }
+
+    /// [`Builder::affine`] with the weight's and bias's names given in full (an imported
+    /// model's initializer names).
+    pub fn affine_named(
+        &mut self,
+        weight: &str,
+        bias: Option<&str>,
+        c_in: usize,
+        c_out: usize,
+        shardable: bool,
+    ) -> Result<Affine<B>, NetError> {
         let fan_in = c_in as f64;
-        let weight = self.weight(name, &[c_out, c_in], (6.0 / fan_in).sqrt(), shardable)?;
-        let bias = self.bias(name, c_out, bias, 1.0 / fan_in.sqrt())?;
+        let weight = self.weight(weight, &[c_out, c_in], (6.0 / fan_in).sqrt(), shardable)?;
+        let bias = self.bias(bias, c_out, 1.0 / fan_in.sqrt())?;
         Ok(Affine { weight, bias })
     }
 
@@ -248,42 +290,62 @@ impl<'a, B: Backend> Builder<'a, B> {
         bias: bool,
         shardable: bool,
     ) -> Result<Conv<B>, NetError> {
-        let fan_in = (c_in * kernel * kernel) as f64;
-        let shape = [c_out, c_in, kernel, kernel];
-        let weight = self.weight(name, &shape, (6.0 / fan_in).sqrt(), shardable)?;
-        let bias = self.bias(name, c_out, bias, 1.0 / fan_in.sqrt())?;
+        let bias = bias.then(|| format!("{name}.bias"));
+        let geometry = ConvGeometry {
+            kernel: [kernel, kernel],
+            stride: [stride, stride],
+            padding: [padding, padding],
+        };
+        let weight = format!("{name}.weight");
+        self.conv_named(&weight, bias.as_deref(), c_in, c_out, geometry, shardable)
+    }
+
+    /// [`Builder::conv`] with the weight's and bias's names given in full (an imported
+    /// model's initializer names) and any rectangular geometry.
+    pub fn conv_named(
+        &mut self,
+        weight: &str,
+        bias: Option<&str>,
+        c_in: usize,
+        c_out: usize,
+        geometry: ConvGeometry,
+        shardable: bool,
+    ) -> Result<Conv<B>, NetError> {
+        let [kh, kw] = geometry.kernel;
+        let fan_in = (c_in * kh * kw) as f64;
+        let shape = [c_out, c_in, kh, kw];
+        let weight = self.weight(weight, &shape, (6.0 / fan_in).sqrt(), shardable)?;
+        let bias = self.bias(bias, c_out, 1.0 / fan_in.sqrt())?;
         Ok(Conv {
             weight,
             bias,
             in_channels: c_in,
-            kernel: [kernel, kernel],
-            stride: [stride, stride],
-            padding: [padding, padding],
+            kernel: geometry.kernel,
+            stride: geometry.stride,
+            padding: geometry.padding,
         })
     }
 
     fn bias(
         &mut self,
-        layer: &str,
+        name: Option<&str>,
         c_out: usize,
-        present: bool,
         bound: f64,
     ) -> Result<Option<Param<Tensor<B, 2>>>, NetError> {
-        if !present {
+        let Some(name) = name else {
             return Ok(None);
-        }
-        self.vector(&format!("{layer}.bias"), c_out, Init::Uniform(bound))
-            .map(Some)
+        };
+        self.vector(name, c_out, Init::Uniform(bound)).map(Some)
     }
 
     fn weight(
         &mut self,
-        layer: &str,
+        name: &str,
         shape: &[usize],
         bound: f64,
         shardable: bool,
     ) -> Result<Weight<B>, NetError> {
-        let name = format!("{layer}.weight");
+        let name = name.to_string();
         self.arithmetic.weights.insert(
             name.clone(),
             WeightUse {
@@ -341,9 +403,29 @@ impl<'a, B: Backend> Builder<'a, B> {
     /// The values of a dense tensor: drawn (init) or looked up and shape-checked (load).
     fn values(&mut self, name: &str, shape: &[usize], init: Init) -> Result<Vec<f32>, NetError> {
         match &mut self.mode {
-            Mode::Init { rng, tensors, .. } => {
+            Mode::Init {
+                rng,
+                given,
+                tensors,
+                ..
+            } => {
                 let len = shape.iter().product();
-                let data = draw(rng, init, len);
+                let data = match given {
+                    None => draw(rng, init, len),
+                    Some(given) => {
+                        let t = given.get(name).ok_or_else(|| NetError::MissingTensor {
+                            name: name.to_string(),
+                        })?;
+                        if t.data.len() != len {
+                            return Err(NetError::TensorShape {
+                                name: name.to_string(),
+                                found: t.shape.clone(),
+                                expected: shape.to_vec(),
+                            });
+                        }
+                        t.data.clone()
+                    }
+                };
                 // The recorded initial state keeps its own copy; init runs once per run.
                 tensors.push(NamedTensor {
                     name: name.to_string(),

@@ -8,6 +8,7 @@ use crate::models::cnn::{Cnn, CnnShape};
 use crate::models::kernels::{Cohort, Kernels};
 use crate::models::layers::Weight;
 use crate::models::mlp::Mlp;
+use crate::models::onnx::{OnnxFile, OnnxNet};
 use crate::models::resnet::ResNet18;
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -37,6 +38,9 @@ pub enum Architecture {
     Resnet18 { classes: usize },
     /// CCT-6/3x2 for 3×32×32 inputs.
     Cct { classes: usize },
+    /// A model read from an ONNX file (docs/onnx.md): every Gemm/MatMul and Conv weight
+    /// shardable, its initial values the file's initializers.
+    Onnx { path: OnnxFile },
 }
 
 impl Architecture {
@@ -57,6 +61,7 @@ impl Architecture {
             Architecture::MnistCnn { .. } => CnnShape::MNIST.input_width(),
             Architecture::CharTransformer(s) => s.context,
             Architecture::Resnet18 { .. } | Architecture::Cct { .. } => 3 * 32 * 32,
+            Architecture::Onnx { path } => path.model.input_width(),
         }
     }
 
@@ -79,6 +84,9 @@ impl Architecture {
             }
             Architecture::Resnet18 { classes } => Net::Resnet18(ResNet18::new(builder, *classes)?),
             Architecture::Cct { classes } => Net::Cct(Cct::new(builder, *classes)?),
+            Architecture::Onnx { path } => {
+                Net::Onnx(OnnxNet::new(builder, path.model.plan.clone())?)
+            }
         })
     }
 
@@ -86,7 +94,10 @@ impl Architecture {
     /// sharding may factorise (everything affine or convolutional but the first and last layer).
     pub fn initial_state(&self, seed: u64) -> Result<(ModelState, Vec<String>), NetError> {
         let device = Default::default();
-        let mut builder = Builder::<burn::backend::NdArray>::init(seed, &device);
+        let mut builder = match self {
+            Architecture::Onnx { path } => Builder::given(path.model.initial_state(), &device),
+            _ => Builder::<burn::backend::NdArray>::init(seed, &device),
+        };
         self.build(&mut builder)?;
         let (_, init) = builder.finish()?;
         Ok(init.expect("an init-mode builder always records its state"))
@@ -96,7 +107,10 @@ impl Architecture {
     /// multiply-adds by ([`fedshard_protocol::work`]). Builds the model once.
     pub fn arithmetic(&self) -> Result<Arithmetic, NetError> {
         let device = Default::default();
-        let mut builder = Builder::<burn::backend::NdArray>::init(0, &device);
+        let mut builder = match self {
+            Architecture::Onnx { path } => Builder::given(path.model.initial_state(), &device),
+            _ => Builder::<burn::backend::NdArray>::init(0, &device),
+        };
         self.build(&mut builder)?;
         Ok(builder.arithmetic().clone())
     }
@@ -133,6 +147,7 @@ pub enum Net<B: Backend> {
     CharTransformer(CharTransformer<B>),
     Resnet18(ResNet18<B>),
     Cct(Cct<B>),
+    Onnx(OnnxNet<B>),
 }
 
 impl<B: Kernels> Net<B> {
@@ -145,6 +160,7 @@ impl<B: Kernels> Net<B> {
             Net::CharTransformer(m) => m.forward(x, cohort),
             Net::Resnet18(m) => m.forward(x, cohort),
             Net::Cct(m) => m.forward(x, cohort),
+            Net::Onnx(m) => m.forward(x, cohort),
         }
     }
 
@@ -156,6 +172,7 @@ impl<B: Kernels> Net<B> {
             Net::CharTransformer(m) => m.weights(),
             Net::Resnet18(m) => m.weights(),
             Net::Cct(m) => m.weights(),
+            Net::Onnx(m) => m.weights(),
         }
     }
 

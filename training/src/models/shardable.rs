@@ -40,6 +40,14 @@ impl Architecture {
                 .flat_map(transformer_block)
                 .chain(std::iter::once("tokenizer1.weight".to_string()))
                 .collect(),
+            // Every Gemm/MatMul and Conv weight, in the graph's order.
+            Architecture::Onnx { path } => path
+                .model
+                .plan
+                .layers
+                .iter()
+                .map(|l| l.weight().to_string())
+                .collect(),
             Architecture::Resnet18 { .. } => {
                 let mut names = Vec::new();
                 for stage in 0..4 {
