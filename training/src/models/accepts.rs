@@ -57,9 +57,7 @@ impl Architecture {
                 Architecture::Resnet18 { classes: c } | Architecture::Cct { classes: c },
                 Inputs::Cifar { classes },
             ) => *c == classes,
-            (Architecture::Onnx { path }, inputs) => {
-                inputs.image() == Some((path.model.input_width(), path.model.plan.classes))
-            }
+            (Architecture::Onnx { .. }, inputs) => inputs.image() == self.table_shape(),
             (Architecture::CharTransformer(shape), Inputs::Characters) => {
                 shape.vocab == shakespeare::VOCAB_SIZE
             }
@@ -79,6 +77,9 @@ impl Architecture {
             Architecture::MnistCnn { classes } => Some((mnist::IMAGE_DIM, *classes)),
             Architecture::Resnet18 { classes } | Architecture::Cct { classes } => {
                 Some((cifar::IMAGE_DIM, *classes))
+            }
+            Architecture::Onnx { path } => {
+                Some((path.model.input_width(), path.model.plan.classes))
             }
             Architecture::CharTransformer(_) => None,
         }
