@@ -438,7 +438,7 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
         round: 1,
         client: 0,
     };
-    let trained = cohort::train::<B>(&arch, &recipe, &[member], &device())
+    let trained = cohort::train::<B, _>(&arch, &recipe, &[member], &device())
         .pop()
         .expect("one result")
         .expect("zero epochs");

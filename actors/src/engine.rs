@@ -55,17 +55,26 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Resolves the run's schedule and builds its aggregator, refusing a combination the
-    /// schedule cannot run with [`Error::Unsupported`] ([`Policies::check`]).
-    pub fn new(config: &RuntimeConfig, registry: &Registry) -> Result<Self> {
+    /// Resolves the run's schedule and builds its aggregator (or takes `given`, a program's
+    /// own, in place of the one `config` names), refusing a combination the schedule cannot
+    /// run with [`Error::Unsupported`] ([`Policies::check`]).
+    pub fn new(
+        config: &RuntimeConfig,
+        registry: &Registry,
+        given: Option<Arc<dyn Aggregator>>,
+    ) -> Result<Self> {
+        let policies = Policies::of(config, registry.selector);
         let Checked {
             aggregator,
             privacy,
             secure,
-        } = Policies::of(config, registry.selector).check()?;
+        } = match given {
+            Some(aggregator) => policies.check_with(aggregator)?,
+            None => policies.check()?,
+        };
         Ok(Self {
             schedule: Schedule::of(config),
-            aggregator: aggregator.into(),
+            aggregator,
             privacy,
             secure,
         })
@@ -456,11 +465,11 @@ mod tests {
     fn async_mode_refuses_what_cannot_fold_a_buffer_when_the_engine_is_built() {
         let uniform = registry(&[(1, 1), (2, 1)]);
         for name in [AggregatorName::Fedavg, AggregatorName::Uniform] {
-            let engine = Engine::new(&config(name, true), &uniform).unwrap();
+            let engine = Engine::new(&config(name, true), &uniform, None).unwrap();
             assert!(matches!(engine.schedule, Schedule::Buffered(_)));
         }
         for name in [AggregatorName::InverseProbability, AggregatorName::Fesc] {
-            match Engine::new(&config(name, true), &uniform) {
+            match Engine::new(&config(name, true), &uniform, None) {
                 Err(Error::Unsupported {
                     policy, name: n, ..
                 }) => {
@@ -468,13 +477,14 @@ mod tests {
                 }
                 other => panic!("{name}: {other:?}"),
             }
-            assert!(Engine::new(&config(name, false), &uniform).is_ok());
+            assert!(Engine::new(&config(name, false), &uniform, None).is_ok());
         }
         let two_phase = Registry {
             selector: SelectorName::OptimalPartial,
             ..uniform
         };
-        let refused = Engine::new(&config(AggregatorName::Fedavg, true), &two_phase).unwrap_err();
+        let refused =
+            Engine::new(&config(AggregatorName::Fedavg, true), &two_phase, None).unwrap_err();
         assert!(
             matches!(
                 &refused,
@@ -486,7 +496,7 @@ mod tests {
             "{refused:?}"
         );
         assert!(refused.to_string().contains("optimal-partial"), "{refused}");
-        let engine = Engine::new(&config(AggregatorName::Fedavg, false), &two_phase).unwrap();
+        let engine = Engine::new(&config(AggregatorName::Fedavg, false), &two_phase, None).unwrap();
         assert_eq!(engine.schedule, Schedule::Rounds { over_commit: None });
     }
 }

@@ -18,6 +18,7 @@ use fedshard_secagg::UplinkCoding;
 use fedshard_strategies::aggregation::{Aggregator, AggregatorName, SumWeight};
 use fedshard_strategies::privacy::Accountant;
 use fedshard_strategies::selection::SelectorName;
+use std::sync::Arc;
 
 /// The policies of a run that must agree with one another.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,7 +39,7 @@ pub struct Policies {
 /// how each client of a secure one premultiplies its change.
 #[derive(Debug)]
 pub struct Checked {
-    pub aggregator: Box<dyn Aggregator>,
+    pub aggregator: Arc<dyn Aggregator>,
     pub privacy: Option<(PrivacySettings, Accountant)>,
     pub secure: Option<(SecureSettings, SumWeight)>,
 }
@@ -78,6 +79,13 @@ impl Policies {
                 name: self.aggregator.as_str(),
                 source,
             })?;
+        self.check_with(aggregator.into())
+    }
+
+    /// [`Policies::check`] with `aggregator` in place of the one [`Policies::aggregator`]
+    /// names: a program's own [`Aggregator`] (`Federation::aggregator`) meets the same rules as
+    /// a shipped one, and a refusal names it by [`Aggregator::name`].
+    pub fn check_with(&self, aggregator: Arc<dyn Aggregator>) -> Result<Checked> {
         if let Schedule::Buffered(_) = self.schedule {
             self.check_buffered(aggregator.as_ref())?;
         }
@@ -90,7 +98,7 @@ impl Policies {
                 let accountant = settings.checked_accountant(self.schedule, self.selector)?;
                 Private::wraps(aggregator.as_ref()).map_err(|why| Error::Unsupported {
                     policy: Policy::Aggregator,
-                    name: self.aggregator.to_string(),
+                    name: aggregator.name().to_string(),
                     schedule: "differential privacy (`[privacy]`)",
                     why,
                 })?;
@@ -125,7 +133,7 @@ impl Policies {
         if !aggregator.folds_changes() {
             return Err(refuse(
                 Policy::Aggregator,
-                self.aggregator.to_string(),
+                aggregator.name().to_string(),
                 "its weights cannot scale the staleness-weighted changes of updates trained from \
                  different model versions: use `fedavg` or `uniform`",
             ));
@@ -179,7 +187,7 @@ impl Policies {
         }
         let weighting = aggregator
             .sum_weight()
-            .map_err(|why| refuse(Policy::Aggregator, self.aggregator.to_string(), why))?;
+            .map_err(|why| refuse(Policy::Aggregator, aggregator.name().to_string(), why))?;
         if let Some(bound) = self.max_update_norm {
             return Err(refuse(
                 Policy::MaxUpdateNorm,

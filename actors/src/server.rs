@@ -24,7 +24,7 @@ use fedshard_protocol::shard_plan::ShardingPolicy;
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe};
 use fedshard_protocol::uplink::state::UplinkState;
 use fedshard_protocol::uplink::{CompressionConfig, Compressor};
-use fedshard_strategies::aggregation::AggregatorName;
+use fedshard_strategies::aggregation::{Aggregator, AggregatorName};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -109,6 +109,11 @@ pub struct Federation {
     pub events: Option<mpsc::UnboundedSender<RoundRecord>>,
     /// What the compressor remembers between rounds (block ends, QSGD's symbol counts).
     pub uplink: UplinkState,
+    /// A program's own aggregation policy, used in place of the one `config.aggregator`
+    /// names (`examples/custom_aggregator.rs`); the engine checks it against the schedule,
+    /// privacy and secure aggregation by the same rules ([`crate::policies::Policies::check_with`]).
+    /// `None`: the named one.
+    pub aggregator: Option<Arc<dyn Aggregator>>,
 }
 
 impl Federation {
@@ -256,7 +261,7 @@ impl Actor for Server {
         myself: ActorRef<Self::Msg>,
         (fed, done): Self::Arguments,
     ) -> Result<ServerState, ActorProcessingErr> {
-        let engine = match Engine::new(&fed.config, &fed.registry) {
+        let engine = match Engine::new(&fed.config, &fed.registry, fed.aggregator.clone()) {
             Ok(engine) => engine,
             Err(refused) => {
                 let why = refused.to_string();

@@ -197,6 +197,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
         history: vec![],
         events: None,
         uplink: Default::default(),
+        aggregator: None,
     };
     let runtime = crate::runtime::build()?;
     let trainers = ids.map(|id| (id, Arc::clone(&trainer))).collect();

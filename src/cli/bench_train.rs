@@ -278,7 +278,7 @@ fn client_rate<B: TrainingBackend>(
             round,
             client: 0,
         };
-        let trained = cohort::train::<B>(&s.architecture, &recipe, &[member], device)
+        let trained = cohort::train::<B, _>(&s.architecture, &recipe, &[member], device)
             .pop()
             .expect("one result per member")
             .map_err(anyhow::Error::msg)?;

@@ -13,6 +13,7 @@
 //! how to build it).
 
 mod loaded;
+mod own;
 mod trainers;
 
 #[cfg(feature = "cuda")]
@@ -25,18 +26,22 @@ mod cuda;
 #[cfg(feature = "cuda")]
 pub use cuda::device as cuda_device;
 pub use loaded::{Partition, partition};
+pub use own::{Own, OwnError};
 pub use trainers::neural_clients;
 
-use crate::config::{Config, Model};
+use crate::config::{
+    Config, FederationSection, KeepRatioShare, Model, RunSection, TrainingSection,
+};
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::faults::FaultyTrainer;
-use fedshard_actors::record::RoundRecord;
+use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_actors::schedule::Schedule as EngineSchedule;
 use fedshard_actors::server::{Federation, RuntimeConfig};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardingPolicy;
 use fedshard_protocol::task::{ClientId, DEFAULT_CLIP_LR, Evaluator, LocalTrainer, Recipe};
+use fedshard_protocol::uplink::CompressionConfig;
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_training::data;
 use loaded::{Loaded, load};
@@ -86,10 +91,13 @@ pub fn evaluator(config: &Config) -> anyhow::Result<Arc<dyn Evaluator>> {
 /// The training recipe tasks are built from: the config's `[training]`, with ClipLR's
 /// threshold only under a strategy that clips. Client nodes compare theirs with the server's.
 pub fn recipe(config: &Config) -> Recipe {
-    let t = &config.training;
+    recipe_of(&config.federation, &config.training)
+}
+
+/// [`recipe`] from the two sections it reads.
+fn recipe_of(f: &FederationSection, t: &TrainingSection) -> Recipe {
     Recipe {
-        clip_lr: config
-            .federation
+        clip_lr: f
             .strategy
             .uses_clip_lr()
             .then(|| t.recipe.clip_lr.unwrap_or(DEFAULT_CLIP_LR)),
@@ -97,44 +105,32 @@ pub fn recipe(config: &Config) -> Recipe {
     }
 }
 
-fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result<Federation> {
-    let seed = config.run.seed;
-    let sizes = loaded.sizes();
-    let evaluator = loaded.into_evaluator(model, seed)?;
-    let keep_ratios = assign_keep_ratios(config, seed);
-    let clients = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &samples)| {
-            let id = i as ClientId;
-            let record = ClientRecord {
-                id,
-                keep_ratio: keep_ratios[i],
-                samples,
-                failures: 0,
-            };
-            (id, record)
-        })
-        .collect();
-    let f = &config.federation;
-    let t = &config.training;
-    let layers = config.model.resolved_sharded_layers();
+/// The runtime config of `[run]`, `[federation]` and `[training]` with `layers` sharded, in
+/// the clear and on the wall clock (the caller adds simulated time, privacy and secure
+/// aggregation where its config has them).
+fn runtime_config(
+    run: &RunSection,
+    f: &FederationSection,
+    t: &TrainingSection,
+    compression: CompressionConfig,
+    layers: Vec<String>,
+) -> RuntimeConfig {
     let sharding = (!layers.is_empty()).then_some(ShardingPolicy {
         strategy: f.strategy,
         sampler: f.sampler,
         layers,
     });
-    let runtime = RuntimeConfig {
-        seed,
-        rounds: config.run.rounds,
+    RuntimeConfig {
+        seed: run.seed,
+        rounds: run.rounds,
         aggregator: f.aggregator,
         sharding,
-        recipe: recipe(config),
+        recipe: recipe_of(f, t),
         cosine_schedule: t.cosine_schedule,
         deadline: Duration::from_millis(f.deadline_ms),
         min_successful: f.min_successful,
         compressor: f.compressor,
-        compression: config.compression.clone().unwrap_or_default(),
+        compression,
         max_update_norm: f.max_update_norm,
         over_commit: match f.schedule.engine() {
             EngineSchedule::Rounds { over_commit } => over_commit,
@@ -145,9 +141,49 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
             EngineSchedule::Buffered(settings) => Some(settings),
         },
         clock: None,
-        privacy: config.privacy.as_ref().map(|p| p.settings(config)),
-        secure: config.secure_aggregation.as_ref().map(|s| s.settings()),
-    };
+        privacy: None,
+        secure: None,
+    }
+}
+
+/// The registry of clients with `samples[c]` examples each (D_c), their keep ratios drawn by
+/// [`keep_ratios`] under `f`.
+fn registry(f: &FederationSection, samples: &[u64], seed: u64) -> Registry {
+    let ratios = keep_ratios(samples.len(), &f.keep_ratios, seed);
+    let clients = samples
+        .iter()
+        .zip(ratios)
+        .enumerate()
+        .map(|(i, (&samples, keep_ratio))| {
+            let id = i as ClientId;
+            let record = ClientRecord {
+                id,
+                keep_ratio,
+                samples,
+                failures: 0,
+            };
+            (id, record)
+        })
+        .collect();
+    Registry {
+        clients,
+        selector: f.selector,
+        budget: f.clients_per_round,
+        max_clusters: f.max_clusters,
+    }
+}
+
+fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result<Federation> {
+    let seed = config.run.seed;
+    let sizes = loaded.sizes();
+    let evaluator = loaded.into_evaluator(model, seed)?;
+    let runtime = runtime_config(
+        &config.run,
+        &config.federation,
+        &config.training,
+        config.compression.clone().unwrap_or_default(),
+        config.model.resolved_sharded_layers(),
+    );
     let initial = model.initial_state(seed)?;
     let simulated = crate::config::SimulatedRun {
         clock: config.run.clock,
@@ -163,22 +199,20 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
             config.devices.as_ref(),
             config.network.as_ref(),
         )?,
+        privacy: config.privacy.as_ref().map(|p| p.settings(config)),
+        secure: config.secure_aggregation.as_ref().map(|s| s.settings()),
         ..runtime
     };
     Ok(Federation {
         config: runtime,
         model: initial,
-        registry: Registry {
-            clients,
-            selector: f.selector,
-            budget: f.clients_per_round,
-            max_clusters: f.max_clusters,
-        },
+        registry: registry(&config.federation, &sizes, seed),
         evaluator,
         run_dir: None,
         history: Vec::new(),
         events: None,
         uplink: Default::default(),
+        aggregator: None,
     })
 }
 
@@ -212,12 +246,7 @@ fn trainers_of(
 /// Builds the federation of `config` with all its clients in this process and runs it to its
 /// last round on a tokio runtime of its own, without a run folder: for tests and for programs
 /// that embed fedshard.
-pub fn run_to_end(
-    config: &Config,
-) -> anyhow::Result<(
-    fedshard_protocol::model::ModelState,
-    fedshard_actors::record::Summary,
-)> {
+pub fn run_to_end(config: &Config) -> anyhow::Result<(ModelState, Summary)> {
     run_to_end_watching(config, &mut |_| {})
 }
 
@@ -226,11 +255,25 @@ pub fn run_to_end(
 pub fn run_to_end_watching(
     config: &Config,
     on_round: &mut dyn FnMut(&RoundRecord),
-) -> anyhow::Result<(
-    fedshard_protocol::model::ModelState,
-    fedshard_actors::record::Summary,
-)> {
-    let (mut federation, trainers) = in_process(config)?;
+) -> anyhow::Result<(ModelState, Summary)> {
+    let (federation, trainers) = in_process(config)?;
+    run_watching(federation, trainers, on_round)
+}
+
+/// Runs `federation` with `trainers` (every client in this process) to its last round on a
+/// tokio runtime of its own, and returns the final model and summary: for programs that
+/// assemble or adjust a federation before it runs (`examples/`: an own aggregator in
+/// [`Federation::aggregator`], an own network and data from [`Own::federation`]).
+pub fn run(federation: Federation, trainers: Trainers) -> anyhow::Result<(ModelState, Summary)> {
+    run_watching(federation, trainers, &mut |_| {})
+}
+
+/// [`run`], calling `on_round` with each round's record as the round ends.
+pub fn run_watching(
+    mut federation: Federation,
+    trainers: Trainers,
+    on_round: &mut dyn FnMut(&RoundRecord),
+) -> anyhow::Result<(ModelState, Summary)> {
     let (events, mut records) = tokio::sync::mpsc::unbounded_channel();
     federation.events = Some(events);
     let runtime = crate::runtime::build().context("starting the tokio runtime")?;
@@ -250,11 +293,14 @@ pub fn run_to_end_watching(
 /// Keep ratio of each client: the configured shares, rounded to whole clients (the last share
 /// takes the remainder), laid over a seeded permutation of the clients.
 pub fn assign_keep_ratios(config: &Config, seed: u64) -> Vec<f64> {
-    let k = config.data.clients();
+    keep_ratios(config.data.clients(), &config.federation.keep_ratios, seed)
+}
+
+/// [`assign_keep_ratios`] for `k` clients and the `shares` of `[federation] keep_ratios`.
+fn keep_ratios(k: usize, shares: &[KeepRatioShare], seed: u64) -> Vec<f64> {
     let mut order: Vec<usize> = (0..k).collect();
     data::shuffle(&mut order, &mut stream(seed, 0, 0, Purpose::KeepRatios));
     let mut ratios = vec![1.0; k];
-    let shares = &config.federation.keep_ratios;
     let mut start = 0;
     for (g, share) in shares.iter().enumerate() {
         let count = if g + 1 == shares.len() {

@@ -16,6 +16,7 @@ pub mod layers;
 pub mod masked;
 pub mod mlp;
 pub mod net;
+pub mod network;
 pub mod onnx;
 pub mod resnet;
 pub mod shardable;

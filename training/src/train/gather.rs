@@ -218,7 +218,7 @@ impl<B: TrainingBackend> Cohorts<B> {
 fn train_jobs<B: TrainingBackend>(jobs: &[Job<B>]) -> Vec<Result<TrainOutput, TrainError>> {
     let members: Vec<Member<'_>> = jobs.iter().map(|j| j.client.member(&j.task)).collect();
     let first = &jobs[0].client;
-    cohort::train::<B>(
+    cohort::train::<B, _>(
         &first.architecture,
         &jobs[0].task.recipe,
         &members,

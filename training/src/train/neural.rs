@@ -5,10 +5,12 @@
 
 use crate::models::kernels::{self, Cohort, Kernels, TrainingBackend};
 use crate::models::layers::Weight;
-use crate::models::net::{Architecture, Net};
+use crate::models::net::Architecture;
+use crate::models::network::{Forward, Network};
 use crate::train::batches;
 use crate::train::cohort::{self, Member, Trained};
 use crate::train::sgld;
+use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -140,7 +142,11 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
 /// more than the layer's own forward and backward at the federated batch sizes (two Gram
 /// products forward and four more backward, each a graph node); here it is two Gram products
 /// and two `n × n` by `n × c` products, and a dense weight's is one scaled copy.
-pub fn add_frobenius_decay<B: TrainingBackend>(net: &Net<B>, grads: &mut GradientsParams, mu: f64) {
+pub fn add_frobenius_decay<B: TrainingBackend>(
+    net: &impl Forward<B>,
+    grads: &mut GradientsParams,
+    mu: f64,
+) {
     if mu == 0.0 {
         return;
     }
@@ -176,7 +182,7 @@ pub fn add_frobenius_decay<B: TrainingBackend>(net: &Net<B>, grads: &mut Gradien
 }
 
 /// Scales the gradient of term i of every shard's U and V by `min(1, τ/ω_i)`.
-pub fn clip_lr<B: TrainingBackend>(net: &Net<B>, grads: &mut GradientsParams, tau: f64) {
+pub fn clip_lr<B: TrainingBackend>(net: &impl Forward<B>, grads: &mut GradientsParams, tau: f64) {
     for weight in net.weights() {
         if let Weight::Factorized(f) = weight {
             let scale = f.clip_scale(tau).inner();
@@ -246,15 +252,16 @@ pub enum LocalMethod {
     Sgld,
 }
 
-/// A client training a neural model on its own examples with backend `B`.
-pub struct NeuralClient<B: AutodiffBackend> {
-    pub architecture: Architecture,
+/// A client training a neural network on its own examples with backend `B`: a shipped
+/// [`Architecture`] or a program's own [`Network`].
+pub struct NeuralClient<B: AutodiffBackend, N = Architecture> {
+    pub architecture: N,
     pub examples: Box<dyn Examples>,
     pub device: B::Device,
     pub method: LocalMethod,
 }
 
-impl<B: TrainingBackend> NeuralClient<B> {
+impl<B: TrainingBackend, N> NeuralClient<B, N> {
     /// Which tasks this client can train in one computation with others: those of clients of
     /// the same architecture and device (the caller's concern: one run's clients share them)
     /// whose keys are equal. `None` for a client that trains alone (federated SGLD's one
@@ -316,14 +323,17 @@ impl From<Trained> for TrainOutput {
     }
 }
 
-impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
+impl<B: TrainingBackend, N: Network> LocalTrainer for NeuralClient<B, N>
+where
+    N::Module<B>: AutodiffModule<B>,
+{
     fn samples(&self) -> u64 {
         self.examples.len() as u64
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         let trained = match self.method {
-            LocalMethod::Sgd => cohort::train::<B>(
+            LocalMethod::Sgd => cohort::train::<B, N>(
                 &self.architecture,
                 &task.recipe,
                 &[self.member(task)],
@@ -331,7 +341,7 @@ impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
             )
             .pop()
             .expect("one result per member")?,
-            LocalMethod::Sgld => sgld::potential_step::<B>(
+            LocalMethod::Sgld => sgld::potential_step::<B, N>(
                 &self.architecture,
                 self.examples.as_ref(),
                 task,
@@ -346,17 +356,19 @@ impl<B: TrainingBackend> LocalTrainer for NeuralClient<B> {
 ///
 /// For the character model only the last position of each window is scored, which is the
 /// LEAF definition of a sample (80 characters → the next one).
-pub struct NeuralEvaluator<B: Backend> {
-    pub architecture: Architecture,
+pub struct NeuralEvaluator<B: Backend, N = Architecture> {
+    pub architecture: N,
     pub examples: Box<dyn Examples>,
     pub device: B::Device,
     /// Rows per forward pass.
     pub batch_size: usize,
 }
 
-impl<B: Kernels> Evaluator for NeuralEvaluator<B> {
+impl<B: Kernels, N: Network> Evaluator for NeuralEvaluator<B, N> {
     fn evaluate(&self, model: &ModelState) -> Result<Evaluation, EvalError> {
-        let (net, _) = self.architecture.load::<B>(model, &[], &self.device)?;
+        let (net, _) = self
+            .architecture
+            .load_cohort::<B>(&[(model, &[])], &self.device)?;
         let per_row = self.examples.targets_per_row();
         batches::evaluate::<B>(
             self.examples.as_ref(),

@@ -17,9 +17,10 @@
 //! [`cohort::train`]: crate::train::cohort::train
 
 use crate::models::kernels::TrainingBackend;
-use crate::models::net::Architecture;
+use crate::models::network::Network;
 use crate::train::cohort::{self, Member, Trained};
 use crate::train::neural::{Examples, Rows};
+use burn::module::AutodiffModule;
 use fedshard_protocol::task::{Recipe, TrainError, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream};
 
@@ -39,12 +40,15 @@ pub fn potential_step_recipe(recipe: &Recipe, examples: usize, population: usize
 
 /// `θ − H_c` for the client that holds `examples`, from the model the task sends; returns the
 /// client's tensors after the step and the minibatch's mean cross-entropy.
-pub fn potential_step<B: TrainingBackend>(
-    architecture: &Architecture,
+pub fn potential_step<B: TrainingBackend, N: Network>(
+    network: &N,
     examples: &dyn Examples,
     task: &TrainTask,
     device: &B::Device,
-) -> Result<Trained, TrainError> {
+) -> Result<Trained, TrainError>
+where
+    N::Module<B>: AutodiffModule<B>,
+{
     let scaling = task.uplink.langevin.ok_or(TrainError::MissingCohort)?;
     scaling.check().map_err(TrainError::Scaling)?;
     if examples.is_empty() {
@@ -72,7 +76,7 @@ pub fn potential_step<B: TrainingBackend>(
         round: task.round,
         client: task.client,
     };
-    cohort::train::<B>(architecture, &recipe, &[member], device)
+    cohort::train::<B, N>(network, &recipe, &[member], device)
         .pop()
         .expect("one result per member")
 }

@@ -11,11 +11,12 @@
 //! bit (the cohort kernels run the one-client kernels on each client's slice).
 
 use crate::models::NetError;
-use crate::models::builder::{Layout, Task};
+use crate::models::builder::{Layout, Task, export};
 use crate::models::kernels::{Cohort, TrainingBackend};
-use crate::models::net::{Architecture, Net};
+use crate::models::network::{Forward, Network};
 use crate::train::batches::LocalSteps;
 use crate::train::neural::{Examples, add_frobenius_decay, clip_lr, cross_entropy};
+use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
@@ -49,12 +50,15 @@ pub struct Trained {
 /// result per member, in order. A member refused before training (no samples) or diverged gets
 /// its own error; a cohort whose tasks do not load together is trained one client at a time,
 /// so each gets its own verdict.
-pub fn train<B: TrainingBackend>(
-    architecture: &Architecture,
+pub fn train<B: TrainingBackend, N: Network>(
+    network: &N,
     recipe: &Recipe,
     members: &[Member<'_>],
     device: &B::Device,
-) -> Vec<Result<Trained, TrainError>> {
+) -> Vec<Result<Trained, TrainError>>
+where
+    N::Module<B>: AutodiffModule<B>,
+{
     let mut results: Vec<Option<Result<Trained, TrainError>>> =
         members.iter().map(|_| None).collect();
     let mut schedules = Vec::new();
@@ -69,10 +73,10 @@ pub fn train<B: TrainingBackend>(
             .iter()
             .map(|&(i, _)| (members[i].dense, members[i].shards))
             .collect();
-        match architecture.load_cohort::<B>(&tasks, device) {
+        match network.load_cohort::<B>(&tasks, device) {
             Ok(loaded) => {
                 let run = Run {
-                    architecture,
+                    network,
                     recipe,
                     members,
                     device,
@@ -84,7 +88,7 @@ pub fn train<B: TrainingBackend>(
             Err(e) if schedules.len() == 1 => results[schedules[0].0] = Some(Err(e.into())),
             Err(_) => {
                 for (i, _) in schedules {
-                    let alone = train::<B>(architecture, recipe, &members[i..=i], device);
+                    let alone = train::<B, N>(network, recipe, &members[i..=i], device);
                     results[i] = alone.into_iter().next();
                 }
             }
@@ -97,8 +101,8 @@ pub fn train<B: TrainingBackend>(
 }
 
 /// The fixed inputs of one cohort's training.
-struct Run<'r, 'm, B: Backend> {
-    architecture: &'r Architecture,
+struct Run<'r, 'm, B: Backend, N> {
+    network: &'r N,
     recipe: &'r Recipe,
     members: &'r [Member<'m>],
     device: &'r B::Device,
@@ -112,12 +116,15 @@ struct Active {
     state: Option<(ModelState, Vec<LayerShard>)>,
 }
 
-impl<B: TrainingBackend> Run<'_, '_, B> {
+impl<B: TrainingBackend, N: Network> Run<'_, '_, B, N>
+where
+    N::Module<B>: AutodiffModule<B>,
+{
     /// The step loop: every active client takes its next batch; clients whose batches are done
     /// leave with their results.
     fn steps(
         &self,
-        (mut net, mut layout): (Net<B>, Layout),
+        (mut net, mut layout): (N::Module<B>, Layout),
         schedules: Vec<(usize, Vec<Vec<usize>>)>,
     ) -> Vec<(usize, Result<Trained, TrainError>)> {
         let mut done = Vec::new();
@@ -178,11 +185,11 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
                         (dense, shards.as_slice())
                     })
                     .collect();
-                let (rebuilt, new_layout) =
-                    match self.architecture.load_cohort::<B>(&tasks, self.device) {
-                        Ok(loaded) => loaded,
-                        Err(e) => return fail_all(done, &active, &e),
-                    };
+                let (rebuilt, new_layout) = match self.network.load_cohort::<B>(&tasks, self.device)
+                {
+                    Ok(loaded) => loaded,
+                    Err(e) => return fail_all(done, &active, &e),
+                };
                 optimizer.keep(&layout, &new_layout, &keep, self.device);
                 loss_sums = loss_sums.select(0, index::<B>(&keep, self.device));
                 (net, layout) = (rebuilt, new_layout);
@@ -210,7 +217,7 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
     /// The tensors of every active client, in the server's form.
     fn export(
         &self,
-        net: &Net<B>,
+        net: &N::Module<B>,
         layout: &Layout,
         active: &[Active],
     ) -> Result<Vec<(ModelState, Vec<LayerShard>)>, NetError> {
@@ -221,7 +228,7 @@ impl<B: TrainingBackend> Run<'_, '_, B> {
                 None => (self.members[a.member].dense, self.members[a.member].shards),
             })
             .collect();
-        net.export(layout, &tasks)
+        export(net, layout, &tasks)
     }
 
     /// Step `step`'s batch: every active client's rows one client after another, and how many

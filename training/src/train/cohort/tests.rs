@@ -119,9 +119,9 @@ fn same_alone_and_together_or_same_divergence(
     let members = members(tasks, examples);
     let mut diverged = 0;
     let device = Default::default();
-    let together = train::<B>(arch, recipe, &members, &device);
+    let together = train::<B, _>(arch, recipe, &members, &device);
     for (c, (member, cohort)) in members.iter().zip(together).enumerate() {
-        let alone = train::<B>(arch, recipe, std::slice::from_ref(member), &device)
+        let alone = train::<B, _>(arch, recipe, std::slice::from_ref(member), &device)
             .pop()
             .expect("one result");
         let (cohort, alone) = match (cohort, alone) {
@@ -298,7 +298,7 @@ fn a_client_without_samples_fails_alone() {
             client: 1,
         },
     ];
-    let results = train::<B>(&arch, &recipe(4, 1, false), &members, &Default::default());
+    let results = train::<B, _>(&arch, &recipe(4, 1, false), &members, &Default::default());
     assert!(matches!(results[0], Err(TrainError::NoSamples)));
     assert!(results[1].is_ok());
 }
@@ -323,7 +323,7 @@ fn a_diverging_client_fails_alone_in_its_cohort() {
     let examples: Vec<&dyn Examples> = data.iter().map(|d| d as &dyn Examples).collect();
     let tasks = tasks(&arch, 3, 0.5);
     let recipe = recipe(1, 2, true);
-    let results = train::<B>(
+    let results = train::<B, _>(
         &arch,
         &recipe,
         &members(&tasks, &examples),
@@ -423,14 +423,14 @@ fn cuda_cohorts_stay_as_near_the_cpus_training_as_a_client_alone() {
                 })
                 .collect();
             let recipe = recipe(4, 1, false);
-            let together = train::<G>(&arch, &recipe, &members, &device);
+            let together = train::<G, _>(&arch, &recipe, &members, &device);
             for (c, (member, cohort)) in members.iter().zip(together).enumerate() {
                 let member = std::slice::from_ref(member);
                 let only = |mut results: Vec<Result<Trained, TrainError>>| {
                     results.pop().expect("one result").expect("trains alone")
                 };
-                let cpu = only(train::<Cpu>(&arch, &recipe, member, &Default::default()));
-                let alone = only(train::<G>(&arch, &recipe, member, &device));
+                let cpu = only(train::<Cpu, _>(&arch, &recipe, member, &Default::default()));
+                let alone = only(train::<G, _>(&arch, &recipe, member, &device));
                 let cohort = cohort.expect("trains in the cohort");
                 let start = member[0].dense;
                 let (apart, alone) = (
