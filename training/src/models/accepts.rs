@@ -80,6 +80,9 @@ impl Architecture {
             Architecture::Resnet18 { classes } | Architecture::Cct { classes } => {
                 Some((cifar::IMAGE_DIM, *classes))
             }
+            Architecture::Onnx { path } => {
+                Some((path.model.input_width(), path.model.plan.classes))
+            }
             Architecture::CharTransformer(_) => None,
         }
     }
