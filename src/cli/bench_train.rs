@@ -38,8 +38,17 @@ pub enum BenchModel {
 
 #[derive(Debug, Args)]
 pub struct TrainBenchArgs {
-    #[arg(long, value_enum)]
-    pub model: BenchModel,
+    #[arg(
+        long,
+        value_enum,
+        required_unless_present = "onnx",
+        conflicts_with = "onnx"
+    )]
+    pub model: Option<BenchModel>,
+    /// An ONNX model instead of a shipped one (docs/onnx.md), batch 32: trained on the digits
+    /// when it reads 64 features into at most 10 classes, else on random rows of its input.
+    #[arg(long, value_name = "FILE")]
+    pub onnx: Option<std::path::PathBuf>,
     /// Clients training at once, one thread each (burn's ndarray kernels are single-threaded
     /// in this build, so threads run whole clients, as the federation runtime does).
     #[arg(long, default_value_t = 1)]
@@ -64,7 +73,11 @@ pub struct TrainBenchArgs {
 
 #[derive(Debug, Serialize)]
 pub struct TrainBenchReport {
-    pub model: BenchModel,
+    /// The shipped model's name, or `onnx`.
+    pub model: String,
+    /// The ONNX file of `--onnx`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub onnx: Option<std::path::PathBuf>,
     pub device: Device,
     pub batch: usize,
     pub threads: usize,
@@ -83,31 +96,62 @@ pub(crate) struct Setup {
     pub architecture: Architecture,
     pub examples: Box<dyn Examples>,
     pub batch: usize,
+    /// The recipe's Frobenius decay: none for the digits-mlp reference, which
+    /// scripts/torch_reference.py trains with plain SGD and momentum.
+    pub weight_decay: f64,
+}
+
+/// 64 random rows of `width` features in `classes` classes.
+fn random_rows(width: usize, classes: usize) -> anyhow::Result<Box<dyn Examples>> {
+    let mut rng = stream(0, 0, 0, Purpose::Experiment);
+    let n = 64;
+    let features = (0..n * width).map(|_| uniform(&mut rng) as f32).collect();
+    let labels = (0..n).map(|i| (i % classes) as u32).collect();
+    Ok(Box::new(fedshard_training::data::Dataset::new(
+        features, labels, width, classes,
+    )?))
+}
+
+/// The set-up of `--onnx FILE`: the digits when the model reads them, else random rows.
+pub(crate) fn setup_onnx(path: &std::path::Path) -> anyhow::Result<Setup> {
+    let file = fedshard_training::models::onnx::OnnxFile::read(path)?;
+    let (width, classes) = (file.model.input_width(), file.model.plan.classes);
+    let digits = fedshard_training::data::digits::DIM;
+    let examples: Box<dyn Examples> = if width == digits && classes >= 10 {
+        Box::new(fedshard_training::data::digits::load()?)
+    } else {
+        random_rows(width, classes)?
+    };
+    Ok(Setup {
+        architecture: Architecture::Onnx { path: file },
+        examples,
+        batch: 32,
+        weight_decay: 1e-4,
+    })
 }
 
 pub(crate) fn setup(model: BenchModel) -> anyhow::Result<Setup> {
     let digits = || -> anyhow::Result<Box<dyn Examples>> {
         Ok(Box::new(fedshard_training::data::digits::load()?))
     };
-    let images = |classes: usize| -> anyhow::Result<Box<dyn Examples>> {
-        let mut rng = stream(0, 0, 0, Purpose::Experiment);
-        let n = 64;
-        let features = (0..n * 3072).map(|_| uniform(&mut rng) as f32).collect();
-        let labels = (0..n).map(|i| (i % classes) as u32).collect();
-        Ok(Box::new(fedshard_training::data::Dataset::new(
-            features, labels, 3072, classes,
-        )?))
+    let images = |classes: usize| random_rows(3072, classes);
+    let weight_decay = if model == BenchModel::DigitsMlp {
+        0.0
+    } else {
+        1e-4
     };
     Ok(match model {
         BenchModel::DigitsMlp => Setup {
             architecture: Architecture::digits_mlp(),
             examples: digits()?,
             batch: 32,
+            weight_decay,
         },
         BenchModel::DigitsCnn => Setup {
             architecture: Architecture::DigitsCnn { classes: 10 },
             examples: digits()?,
             batch: 32,
+            weight_decay,
         },
         BenchModel::CharTransformer => {
             let shape = CharShape::default();
@@ -119,17 +163,20 @@ pub(crate) fn setup(model: BenchModel) -> anyhow::Result<Setup> {
                 architecture: Architecture::CharTransformer(shape),
                 examples: Box::new(CharWindows::all(text, shape.context)),
                 batch: 10,
+                weight_decay,
             }
         }
         BenchModel::Resnet18 => Setup {
             architecture: Architecture::Resnet18 { classes: 10 },
             examples: images(10)?,
             batch: 8,
+            weight_decay,
         },
         BenchModel::Cct => Setup {
             architecture: Architecture::Cct { classes: 10 },
             examples: images(10)?,
             batch: 8,
+            weight_decay,
         },
     })
 }
@@ -145,7 +192,11 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
         "--keep-ratio: expected a ratio in (0, 1], found {}",
         args.keep_ratio
     );
-    let mut s = setup(args.model)?;
+    let mut s = match (args.model, &args.onnx) {
+        (_, Some(path)) => setup_onnx(path)?,
+        (Some(model), None) => setup(model)?,
+        (None, None) => unreachable!("clap requires --model or --onnx"),
+    };
     if let Some(batch) = args.batch {
         anyhow::ensure!(batch >= 1, "--batch: expected at least 1, found {batch}");
         s.batch = batch;
@@ -162,8 +213,10 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
         Device::Cuda => cuda::rates(&mut s, &task, args)?,
     };
     let total: f64 = rates.iter().sum();
+    let model = args.model.and_then(|m| m.to_possible_value());
     Ok(TrainBenchReport {
-        model: args.model,
+        model: model.map_or("onnx".into(), |m| m.get_name().to_string()),
+        onnx: args.onnx.clone(),
         device: args.device,
         batch,
         threads: args.threads,
@@ -185,9 +238,7 @@ fn rates_on<B: TrainingBackend>(
     let setup: &Setup = s;
     let rates = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..args.threads)
-            .map(|_| {
-                scope.spawn(|| client_rate::<B>(setup, task, args.model, args.seconds, device))
-            })
+            .map(|_| scope.spawn(|| client_rate::<B>(setup, task, args.seconds, device)))
             .collect();
         workers
             .into_iter()
@@ -199,7 +250,7 @@ fn rates_on<B: TrainingBackend>(
     })?;
     s.batch = 1;
     let seconds = (args.seconds / 5.0).max(0.5);
-    let steps_per_second = client_rate::<B>(s, task, args.model, seconds, device)?;
+    let steps_per_second = client_rate::<B>(s, task, seconds, device)?;
     Ok((rates, steps_per_second))
 }
 
@@ -239,7 +290,6 @@ mod cuda {
 fn client_rate<B: TrainingBackend>(
     s: &Setup,
     (dense, shards): &(ModelState, Vec<LayerShard>),
-    model: BenchModel,
     seconds: f64,
     device: &B::Device,
 ) -> anyhow::Result<f64> {
@@ -248,13 +298,7 @@ fn client_rate<B: TrainingBackend>(
         epochs: 1,
         batch_size: s.batch,
         momentum: 0.9,
-        // The digits-mlp reference is plain SGD with momentum, as scripts/torch_reference.py
-        // trains it.
-        weight_decay: if model == BenchModel::DigitsMlp {
-            0.0
-        } else {
-            1e-4
-        },
+        weight_decay: s.weight_decay,
         clip_lr: (!shards.is_empty()).then_some(10.0),
     };
     // One pass over a slice of the data per call; the first call is the warm-up. Each call
@@ -294,9 +338,13 @@ fn client_rate<B: TrainingBackend>(
 
 /// The human-readable line of a report.
 pub fn describe(r: &TrainBenchReport) -> String {
+    let model = match &r.onnx {
+        Some(path) => format!("onnx {}", path.display()),
+        None => r.model.clone(),
+    };
     let mut line = format!(
-        "train {:?} on {:?}: batch {}, {} thread(s), keep ratio {}: {:.0} samples/s",
-        r.model, r.device, r.batch, r.threads, r.keep_ratio, r.samples_per_second
+        "train {model} on {:?}: batch {}, {} thread(s), keep ratio {}: {:.0} samples/s",
+        r.device, r.batch, r.threads, r.keep_ratio, r.samples_per_second
     );
     if r.threads > 1 {
         line += &format!(" in all, {:.0} per thread", r.samples_per_second_per_thread);
@@ -305,7 +353,7 @@ pub fn describe(r: &TrainBenchReport) -> String {
         "; one step at batch 1: {:.0} µs",
         r.microseconds_per_step_at_batch_1
     );
-    if r.keep_ratio == 1.0 {
+    if r.keep_ratio == 1.0 && r.onnx.is_none() {
         line += &format!("\n{}", torch_beside(r));
     }
     line
@@ -314,10 +362,6 @@ pub fn describe(r: &TrainBenchReport) -> String {
 /// The command that measures PyTorch on this machine with the same network, recipe and batch
 /// (dense: the script has no shards), to compare with the per-thread rate above.
 fn torch_beside(r: &TrainBenchReport) -> String {
-    let model = r
-        .model
-        .to_possible_value()
-        .expect("every benchmark model has a command-line name");
     let device = match r.device {
         Device::Cpu => "",
         Device::Cuda => " --device cuda",
@@ -325,8 +369,7 @@ fn torch_beside(r: &TrainBenchReport) -> String {
     format!(
         "PyTorch beside it (one thread, same network, recipe and batch; PyTorch in a venv, see \
          the script's header): python3 scripts/torch_reference.py --runs {}:{}{device}",
-        model.get_name(),
-        r.batch
+        r.model, r.batch
     )
 }
 
@@ -340,7 +383,8 @@ mod tests {
     #[test]
     fn cuda_without_the_feature_is_a_clear_error() {
         let args = TrainBenchArgs {
-            model: BenchModel::DigitsMlp,
+            model: Some(BenchModel::DigitsMlp),
+            onnx: None,
             threads: 1,
             keep_ratio: 1.0,
             batch: Some(4),
@@ -357,7 +401,8 @@ mod tests {
 
     fn report(keep_ratio: f64, device: Device) -> TrainBenchReport {
         TrainBenchReport {
-            model: BenchModel::DigitsCnn,
+            model: "digits-cnn".into(),
+            onnx: None,
             device,
             batch: 8,
             threads: 1,

@@ -75,7 +75,7 @@ pub fn eval(args: &EvalArgs) -> anyhow::Result<Vec<Row>> {
 
 /// The config and final model of a run folder, with errors that name the file: a missing,
 /// damaged or non-finite `model.bin` is refused, never evaluated into a NaN.
-fn load_run(dir: &Path) -> anyhow::Result<(Config, ModelState)> {
+pub(crate) fn load_run(dir: &Path) -> anyhow::Result<(Config, ModelState)> {
     let config = super::run::saved_config(dir)?;
     let model_path = dir.join(MODEL_FILE);
     let model = ModelState::read_file(&model_path).map_err(|e| {

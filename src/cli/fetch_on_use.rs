@@ -32,6 +32,8 @@ fn config_of(command: &Command) -> Option<PathBuf> {
             .map(saved)
             .or_else(|| args.config.clone()),
         Command::Eval(args) => Some(saved(&args.run)),
+        // Export reads a model, never the data.
+        Command::Export(_) => None,
         _ => super::first_run::config_arg(command).map(Path::to_path_buf),
     }
 }

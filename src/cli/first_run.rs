@@ -71,6 +71,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("eval", "fedshard eval runs/tour-seed1 --keep-top 0.2,1"),
     (
+        "export",
+        "fedshard export runs/tour-seed1 --onnx runs/tour-seed1/model.onnx",
+    ),
+    (
         "report",
         "fedshard report runs/tour-seed1 runs/tour-seed2 --out runs/tour-report",
     ),
@@ -250,6 +254,7 @@ pub fn config_arg(command: &Command) -> Option<&Path> {
         Command::Bench(super::bench::BenchArgs {
             what: super::bench::BenchWhat::Job(args),
         }) => Some(args.config.as_path()),
+        Command::Export(args) => args.initial.as_deref(),
         _ => None,
     }
 }

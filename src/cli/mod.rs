@@ -10,6 +10,7 @@ pub mod cert;
 pub mod compare;
 pub mod data;
 pub mod eval;
+pub mod export;
 mod fetch_on_use;
 pub mod first_run;
 mod input;
@@ -55,6 +56,8 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Test accuracy and loss of a finished run's model, and of its spectral truncations.
     Eval(eval::EvalArgs),
+    /// A finished run's model (or a config's initial one) as an ONNX file.
+    Export(export::ExportArgs),
     /// One self-contained HTML page overlaying finished runs: a figure per metric and a table.
     Report(report::ReportArgs),
     /// One-shot federated learning experiments.
@@ -150,6 +153,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", eval::markdown(&rows));
                 Ok(())
             }
+        }
+        Command::Export(args) => {
+            println!("{}", export::export(&args)?);
+            Ok(())
         }
         Command::Cert(args) => cert::run(&args),
         Command::Sample(args) => print_json(&sample::sample(&args)?),

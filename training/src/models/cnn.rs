@@ -81,7 +81,7 @@ pub struct Cnn<B: Backend> {
 }
 
 /// Groups of the GroupNorm layers.
-const GROUPS: usize = 2;
+pub const GROUPS: usize = 2;
 
 impl<B: Kernels> Cnn<B> {
     pub fn new(b: &mut Builder<B>, shape: CnnShape, classes: usize) -> Result<Self, NetError> {

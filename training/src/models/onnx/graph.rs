@@ -9,15 +9,15 @@ use protobuf::Message;
 use std::collections::BTreeMap;
 
 /// ONNX's `TensorProto.DataType` codes the loader reads.
-const FLOAT: i32 = 1;
+pub(crate) const FLOAT: i32 = 1;
 const INT64: i32 = 7;
 /// `AttributeProto.AttributeType` codes.
-const ATTR_FLOAT: i32 = 1;
-const ATTR_INT: i32 = 2;
+pub(crate) const ATTR_FLOAT: i32 = 1;
+pub(crate) const ATTR_INT: i32 = 2;
 const ATTR_STRING: i32 = 3;
 const ATTR_TENSOR: i32 = 4;
 const ATTR_FLOATS: i32 = 6;
-const ATTR_INTS: i32 = 7;
+pub(crate) const ATTR_INTS: i32 = 7;
 
 /// A constant tensor: an initializer or a `Constant` node's value.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,12 +7,15 @@
 //! [`graph`] decodes the file into plain data, [`ops`] parses and checks each node's operator,
 //! [`plan`] resolves the graph against its input shape into steps over activations,
 //! parameters and constants (refusing what it cannot run, before any run), and [`net`] is
-//! the burn module that interprets those steps.
+//! the burn module that interprets those steps. [`export`] writes a trained model back as
+//! ONNX through [`write`], with the same protobuf types.
 
+pub mod export;
 pub mod graph;
 pub mod net;
 pub mod ops;
 pub mod plan;
+pub mod write;
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,9 @@
 
 use crate::models::NetError;
 use crate::models::builder::{Builder, Init};
-use crate::models::kernels::{Cohort, ConvGeometry, Kernels, Pool, pool};
+use crate::models::kernels::{
+    Cohort, ConvGeometry, Kernels, Pool, cohort_group_norm, cohort_layer_norm, pool,
+};
 use crate::models::layers::{Affine, Conv, Weight, gather_rows};
 use crate::models::onnx::graph::Constant;
 use crate::models::onnx::ops::Binary;
@@ -125,6 +127,7 @@ impl<B: Kernels> OnnxNet<B> {
                     bias,
                     c_in,
                     c_out,
+                    ..
                 } => {
                     b.at_positions(1);
                     affines.push(b.affine_named(weight, bias.as_deref(), *c_in, *c_out, true)?);
@@ -277,6 +280,17 @@ impl<B: Kernels> OnnxNet<B> {
                 }
                 x
             }
+            Kernel::GroupNorm { groups, relu } => match input(0) {
+                Act::R4(t) => {
+                    let [gamma, beta] = self.scale_and_bias(step);
+                    Act::R4(cohort_group_norm(t, gamma, beta, *groups, *relu, c))
+                }
+                _ => unreachable!("the plan checks a GroupNorm's input is NCHW"),
+            },
+            Kernel::LayerNorm => {
+                let [gamma, beta] = self.scale_and_bias(step);
+                each!(input(0), t => cohort_layer_norm(t, gamma.clone(), beta.clone(), c))
+            }
             Kernel::InstanceNormalization { epsilon } => {
                 let x = input(0);
                 let dims = x.dims();
@@ -294,6 +308,15 @@ impl<B: Kernels> OnnxNet<B> {
                 scaled.reshape(&dims)
             }
         }
+    }
+
+    /// A GroupNorm's or LayerNorm's γ and β (`C × len`), as the shipped models' blocks pass
+    /// them to the kernels.
+    fn scale_and_bias(&self, step: &Step) -> [Tensor<B, 2>; 2] {
+        [1, 2].map(|i| match &step.inputs[i] {
+            Operand::Tensor { index, .. } => self.tensors[*index].val(),
+            _ => unreachable!("the plan makes a norm's scale and bias dense tensors"),
+        })
     }
 
     fn device(&self) -> B::Device {

@@ -2,6 +2,7 @@
 //! checked: anything else is refused before a run, naming the node, its operator and what is
 //! supported.
 
+use crate::models::kernels::NORM_EPS;
 use crate::models::onnx::Problem;
 use crate::models::onnx::graph::{Attribute, Constant, Node};
 
@@ -18,8 +19,10 @@ pub const SUPPORTED: &[&str] = &[
     "Gather",
     "Gemm",
     "GlobalAveragePool",
+    "GroupNormalization",
     "Identity",
     "InstanceNormalization",
+    "LayerNormalization",
     "MatMul",
     "MaxPool",
     "Mul",
@@ -74,6 +77,12 @@ pub enum Op {
     InstanceNormalization {
         epsilon: f32,
     },
+    /// `groups` groups of channels, ε = [`NORM_EPS`] (the shipped models' GroupNorm).
+    GroupNormalization {
+        groups: usize,
+    },
+    /// Over the last axis, ε = [`NORM_EPS`] (the shipped models' LayerNorm).
+    LayerNormalization,
     Constant(Constant),
     Shape {
         start: i64,
@@ -286,6 +295,7 @@ impl Op {
             "InstanceNormalization" => Op::InstanceNormalization {
                 epsilon: a.float("epsilon", 1e-5)?,
             },
+            "GroupNormalization" | "LayerNormalization" => norm(&a)?,
             "Constant" => match node.attributes.get("value") {
                 Some(Attribute::Tensor(t)) => Op::Constant(t.clone()),
                 other => {
@@ -327,5 +337,32 @@ impl Op {
             }
         };
         Ok(op)
+    }
+}
+
+/// `GroupNormalization` or `LayerNormalization`: they run on the shipped models' GroupNorm and
+/// LayerNorm kernels, whose ε is fixed at [`NORM_EPS`] (PyTorch's default), in float32.
+fn norm(a: &Attrs) -> Result<Op, Problem> {
+    let group = a.node.op == "GroupNormalization";
+    if group {
+        a.only(&["epsilon", "num_groups", "stash_type"])?;
+    } else {
+        a.only(&["axis", "epsilon", "stash_type"])?;
+        a.exactly("axis", -1, -1)?;
+    }
+    let epsilon = a.float("epsilon", 1e-5)?;
+    if epsilon != NORM_EPS {
+        return Err(a.bad("epsilon", epsilon.to_string(), &NORM_EPS.to_string()));
+    }
+    a.exactly("stash_type", 1, 1)?;
+    if a.node.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+        return Err(a.bad("outputs", "Mean, InvStdDev".into(), "one output"));
+    }
+    if !group {
+        return Ok(Op::LayerNormalization);
+    }
+    match a.int("num_groups", 0)? {
+        g if g > 0 => Ok(Op::GroupNormalization { groups: g as usize }),
+        g => Err(a.bad("num_groups", g.to_string(), "a positive integer")),
     }
 }

@@ -11,19 +11,21 @@ use fedshard_protocol::model::ModelState;
 use std::collections::{BTreeMap, HashMap};
 
 mod fold;
-mod initial;
+pub(crate) mod initial;
+mod norm;
 
 /// A layer the [`Builder`](crate::models::builder::Builder) makes, named by the file's
 /// initializers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Layer {
     /// `y = W x + b` on the last dimension; the weight `c_out × c_in` (a `MatMul` or
-    /// `transB = 0` weight is held transposed).
+    /// `transB = 0` weight, `transposed`, is held transposed: the file has it `c_in × c_out`).
     Affine {
         weight: String,
         bias: Option<String>,
         c_in: usize,
         c_out: usize,
+        transposed: bool,
     },
     /// A convolution `c_in → c_out` at `positions` output positions.
     Conv {
@@ -76,6 +78,13 @@ pub enum Kernel {
     InstanceNormalization {
         epsilon: f32,
     },
+    /// The shipped GroupNorm (activation, γ, β), fused with the ReLU reading it when `relu`.
+    GroupNorm {
+        groups: usize,
+        relu: bool,
+    },
+    /// The shipped models' LayerNorm over the last axis (the activation, γ, β).
+    LayerNorm,
 }
 
 /// One step: `output` slot ← kernel(inputs).
@@ -326,7 +335,9 @@ impl Resolver<'_> {
             Op::Gemm { trans_b } => self.affine(node, trans_b, node.inputs.get(2)),
             Op::MatMul => self.affine(node, false, None),
             Op::Conv(window) => self.conv(node, window),
-            Op::Relu => self.unary(node, Kernel::Relu),
+            Op::Relu => self.relu(node),
+            Op::GroupNormalization { groups } => self.group_norm(node, groups),
+            Op::LayerNormalization => self.layer_norm(node),
             Op::Erf => self.unary(node, Kernel::Erf),
             Op::Identity => {
                 let v = self.value(node, &node.inputs[0])?;
@@ -494,12 +505,6 @@ impl Resolver<'_> {
         Ok(())
     }
 
-    fn unary(&mut self, node: &Node, kernel: Kernel) -> Result<(), Problem> {
-        let (slot, tail) = self.act(node, 0)?;
-        self.emit(node, kernel, vec![Operand::Act(slot)], tail);
-        Ok(())
-    }
-
     fn affine(&mut self, node: &Node, trans_b: bool, bias: Option<&String>) -> Result<(), Problem> {
         let (slot, tail) = self.act(node, 0)?;
         if node.op == "Gemm" && tail.len() != 1 {
@@ -540,6 +545,7 @@ impl Resolver<'_> {
             bias,
             c_in,
             c_out,
+            transposed: !trans_b,
         });
         let mut out = tail;
         *out.last_mut().expect("a tail") = c_out;

@@ -24,9 +24,10 @@ impl Resolver<'_> {
                     bias,
                     c_in,
                     c_out,
+                    transposed,
                 } => {
                     let mut data = floats(weight);
-                    if inits[weight].shape != [*c_out, *c_in] {
+                    if *transposed {
                         data = transpose(&data, *c_in, *c_out);
                     }
                     let w = NamedTensor {
@@ -71,7 +72,7 @@ impl Resolver<'_> {
 }
 
 /// `rows × cols` row-major transposed.
-fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0.0; data.len()];
     for r in 0..rows {
         for c in 0..cols {
