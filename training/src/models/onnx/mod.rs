@@ -16,6 +16,8 @@ pub mod plan;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ops;
 
 use crate::models::onnx::graph::Graph;
 use crate::models::onnx::ops::SUPPORTED;
