@@ -40,6 +40,16 @@ so resnet_gn.dynamo.onnx names no GroupNorm parameter at all ("shared_initialize
 summed "tied_grad" a loader training that tensor would get). The JSON grads follow PyTorch (one
 gradient per parameter), keyed by the value names of <name>.onnx.
 
+Two further models exercise the operators added later, with per-model options (OPTIONS):
+`bn_cnn` (input [N,1,8,8]: BatchNorm2d, LeakyReLU, a dilated depthwise and a dilated conv,
+overlapping padded pools, Dropout, LogSoftmax; TorchScript at opset 13, dynamo at opset 18
+without its optimizer, which would fold BatchNorm into the convolutions) whose oracle runs in
+train mode (batch statistics, fedshard's rule; Dropout kept in eval mode), and `mixer` (input
+[N,64]: LayerNorm, transpose, softmax, GELU, tanh, sigmoid, unsqueeze/squeeze; TorchScript at
+opset 17 for LayerNormalization, dynamo at opset 20 for Gelu). resnet_gn is also exported by
+dynamo at opset 21 (resnet_gn.opset21.onnx: GroupNormalization nodes, their equal gamma/beta
+merged, "shared_initializers" with the tied gradient).
+
 Every exported file is run in onnxruntime (CPU, one thread) on the fixed batch and on batches of
 1 and 3; the logits must match PyTorch to 1e-5 (max abs diff) or the script fails; and the
 grads, applied with lr 0.1 to the initializers of each file that can hold an untied step (all

@@ -167,6 +167,32 @@ fn onnx_a_final_softmax_runs_as_log_softmax() {
     assert!(diff <= 1e-5, "log-probabilities differ by {diff}");
 }
 
+/// `Gelu` with `approximate = "tanh"` (opset 20) on mlp's logits: PyTorch's formula
+/// `x/2 · (1 + tanh(√(2/π) (x + 0.044715 x³)))` (checked equal to `F.gelu(x,
+/// approximate="tanh")`), evaluated in f64, within 1e-5.
+#[test]
+fn onnx_gelu_tanh_is_pytorchs_approximation() {
+    let o = oracle("mlp");
+    let mut graph = decode("mlp.onnx");
+    graph.opset = 20;
+    let logits_name = graph.output.clone();
+    let mut gelu = node("gelu", "Gelu", &[&logits_name], "gelu");
+    gelu.attributes
+        .insert("approximate".into(), Attribute::String("tanh".into()));
+    graph.nodes.push(gelu);
+    graph.output = "gelu".into();
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let expected: Vec<f32> = floats(&o["output"])
+        .iter()
+        .map(|&x| {
+            let x = x as f64;
+            (0.5 * x * (1.0 + (c * (x + 0.044715 * x.powi(3))).tanh())) as f32
+        })
+        .collect();
+    let diff = max_diff(&forward_of(&graph, &o), &expected);
+    assert!(diff <= 1e-5, "tanh GELU differs by {diff}");
+}
+
 /// Each new operator's unsupported attributes are refused before a run, naming the node, its
 /// operator and what is supported.
 #[test]
