@@ -40,6 +40,16 @@ so resnet_gn.dynamo.onnx names no GroupNorm parameter at all ("shared_initialize
 summed "tied_grad" a loader training that tensor would get). The JSON grads follow PyTorch (one
 gradient per parameter), keyed by the value names of <name>.onnx.
 
+Two further models exercise the operators added later, with per-model options (OPTIONS):
+`bn_cnn` (input [N,1,8,8]: BatchNorm2d, LeakyReLU, a dilated depthwise and a dilated conv,
+overlapping padded pools, Dropout, LogSoftmax; TorchScript at opset 13, dynamo at opset 18
+without its optimizer, which would fold BatchNorm into the convolutions) whose oracle runs in
+train mode (batch statistics, fedshard's rule; Dropout kept in eval mode), and `mixer` (input
+[N,64]: LayerNorm, transpose, softmax, GELU, tanh, sigmoid, unsqueeze/squeeze; TorchScript at
+opset 17 for LayerNormalization, dynamo at opset 20 for Gelu). resnet_gn is also exported by
+dynamo at opset 21 (resnet_gn.opset21.onnx: GroupNormalization nodes, their equal gamma/beta
+merged, "shared_initializers" with the tied gradient).
+
 Every exported file is run in onnxruntime (CPU, one thread) on the fixed batch and on batches of
 1 and 3; the logits must match PyTorch to 1e-5 (max abs diff) or the script fails; and the
 grads, applied with lr 0.1 to the initializers of each file that can hold an untied step (all
@@ -138,11 +148,101 @@ class ResNetGn(nn.Module):
         return self.fc(self.flatten(self.pool(x)))
 
 
+class BnCnn(nn.Module):
+    """[N,1,8,8] -> Conv3x3(1,8,pad 1) -> BatchNorm2d(8) -> LeakyReLU(0.1)
+    -> depthwise dilated Conv3x3(8,8,groups 8,dilation 2,pad 2) -> BatchNorm2d(8) -> ReLU
+    -> MaxPool(3,stride 2,pad 1) -> dilated Conv3x3(8,16,dilation 2,pad 2) -> ReLU
+    -> AvgPool(3,stride 1,pad 1) -> Dropout(0.25) -> AdaptiveAvgPool2d(1) -> Flatten
+    -> Linear(16,10) -> LogSoftmax.
+
+    The oracle runs it in train mode (BatchNorm on the batch's statistics, fedshard's rule)
+    with Dropout in eval mode (an identity, fedshard's rule); the files are exported in eval
+    mode. BatchNorm's affine parameters and running statistics are seeded away from 1 and 0
+    so that no exporter deduplicates them."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.act1 = nn.LeakyReLU(0.1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.pool1 = nn.MaxPool2d(3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=2, dilation=2)
+        self.pool2 = nn.AvgPool2d(3, stride=1, padding=1)
+        self.drop = nn.Dropout(0.25)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.flatten = nn.Flatten()
+        self.fc = nn.Linear(16, 10)
+        g = torch.Generator().manual_seed(11)
+        with torch.no_grad():
+            for bn in (self.bn1, self.bn2):
+                bn.weight.copy_(0.5 + torch.rand(8, generator=g))
+                bn.bias.copy_(0.1 * torch.randn(8, generator=g))
+                bn.running_mean.copy_(0.1 * torch.randn(8, generator=g))
+                bn.running_var.copy_(0.5 + torch.rand(8, generator=g))
+
+    def forward(self, x):
+        x = self.act1(self.bn1(self.conv1(x)))
+        x = self.pool1(F.relu(self.bn2(self.dw(x))))
+        x = self.pool2(F.relu(self.conv2(x)))
+        x = self.flatten(self.gap(self.drop(x)))
+        return F.log_softmax(self.fc(x), dim=1)
+
+
+class Mixer(nn.Module):
+    """[N,64] -> view [N,4,16] -> LayerNorm(16) -> transpose(1,2) -> softmax(-1) -> flatten
+    -> Linear(64,32) -> LayerNorm(32) -> GELU -> Linear(32,32) -> tanh * sigmoid
+    -> unsqueeze(1).squeeze(1) -> Dropout(0.1) -> Linear(32,10).
+
+    LayerNorm's affine parameters are seeded away from 1 and 0 (no deduplication)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(16)
+        self.fc1 = nn.Linear(64, 32)
+        self.ln2 = nn.LayerNorm(32)
+        self.fc2 = nn.Linear(32, 32)
+        self.drop = nn.Dropout(0.1)
+        self.fc3 = nn.Linear(32, 10)
+        g = torch.Generator().manual_seed(12)
+        with torch.no_grad():
+            for ln in (self.ln1, self.ln2):
+                ln.weight.copy_(0.5 + torch.rand(ln.weight.shape, generator=g))
+                ln.bias.copy_(0.1 * torch.randn(ln.bias.shape, generator=g))
+
+    def forward(self, x):
+        x = self.ln1(x.view(-1, 4, 16)).transpose(1, 2)
+        x = torch.softmax(x, dim=-1).flatten(1)
+        x = F.gelu(self.ln2(self.fc1(x)))
+        h = self.fc2(x)
+        x = (torch.tanh(h) * torch.sigmoid(h)).unsqueeze(1).squeeze(1)
+        return self.fc3(self.drop(x))
+
+
+def doc_line(cls):
+    return " ".join(l.strip() for l in cls.__doc__.split("\n\n")[0].split("\n"))
+
+
+# Per model: the TorchScript exporter's opset (LayerNormalization needs 17), the dynamo
+# exporter's (20 has Gelu), and whether the oracle trains in train mode (BatchNorm's batch
+# statistics; Dropout kept in eval mode).
+# "extra": further dynamo exports at other opsets (resnet_gn at 21, where GroupNorm is one
+# GroupNormalization node rather than its decomposition).
+OPTIONS = {
+    "resnet_gn": {"legacy_opset": 13, "dynamo_opset": 18, "train_mode": False,
+                  "extra": [("resnet_gn.opset21.onnx", 21)]},
+    "bn_cnn": {"legacy_opset": 13, "dynamo_opset": 18, "train_mode": True},
+    "mixer": {"legacy_opset": 17, "dynamo_opset": 20, "train_mode": False},
+}
+
 MODELS = [
     # name, class, model seed, input shape of one sample, description
     ("mlp", Mlp, 1, (64,), "8x8 digits flattened; Linear(64,32) -> ReLU -> Linear(32,10)"),
     ("lenet", LeNet, 2, (1, 28, 28), LeNet.__doc__.split("\n")[0] + " " + LeNet.__doc__.split("\n")[1].strip()),
     ("resnet_gn", ResNetGn, 3, (1, 8, 8), " ".join(l.strip() for l in ResNetGn.__doc__.split("\n")[:4])),
+    ("bn_cnn", BnCnn, 4, (1, 8, 8), doc_line(BnCnn)),
+    ("mixer", Mixer, 5, (64,), doc_line(Mixer)),
 ]
 
 
@@ -271,19 +371,22 @@ def check_file(path, torch_model, x, extra_batches):
     }
 
 
-def export_legacy(m, x, path):
+def export_legacy(m, x, path, opset=13):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(m, (x,), path, dynamo=False, opset_version=13, input_names=["input"],
+        torch.onnx.export(m, (x,), path, dynamo=False, opset_version=opset, input_names=["input"],
                           output_names=["logits"], dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}},
                           do_constant_folding=False, export_params=True, keep_initializers_as_inputs=False)
 
 
-def export_dynamo(m, x, path):
+def export_dynamo(m, x, path, opset=18):
     n = torch.export.Dim("N", min=1, max=1024)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prog = torch.onnx.export(m, (x,), dynamo=True, opset_version=18, input_names=["input"],
+        # The optimizer folds an eval-mode BatchNorm into the convolution before it (the
+        # running statistics into the weights); a trained BatchNorm must stay a node.
+        optimize = not any(isinstance(mod, nn.BatchNorm2d) for mod in m.modules())
+        prog = torch.onnx.export(m, (x,), dynamo=True, opset_version=opset, optimize=optimize, input_names=["input"],
                                  output_names=["logits"], dynamic_shapes=({0: n},), external_data=False)
     prog.save(path, external_data=False)
 
@@ -297,13 +400,14 @@ def run_model(name, cls, seed, sample_shape, desc, out_dir, want_dynamo):
 
     # Export first, from the untouched model.
     files, ops, notes = {}, {}, []
-    exports = [(f"{name}.onnx", "torchscript (dynamo=False)", 13, export_legacy)]
+    opts = OPTIONS.get(name, {"legacy_opset": 13, "dynamo_opset": 18, "train_mode": False})
+    exports = [(f"{name}.onnx", "torchscript (dynamo=False)", opts["legacy_opset"], export_legacy)]
     if want_dynamo:
-        exports.append((f"{name}.dynamo.onnx", "dynamo (torch.export)", 18, export_dynamo))
+        exports.append((f"{name}.dynamo.onnx", "dynamo (torch.export)", opts["dynamo_opset"], export_dynamo))
     for fname, exporter, opset, fn in exports:
         path = os.path.join(out_dir, fname)
         try:
-            fn(copy.deepcopy(model), x, path)
+            fn(copy.deepcopy(model), x, path, opset)
         except Exception as e:  # noqa: BLE001 -- record why and go on without this file
             msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             print(f"  {fname}: export FAILED, skipped: {msg}")
@@ -337,12 +441,47 @@ def run_model(name, cls, seed, sample_shape, desc, out_dir, want_dynamo):
         for s in mnotes:
             print(f"    note: {s}")
 
+    for fname, opset in (opts.get("extra", []) if want_dynamo else []):
+        path = os.path.join(out_dir, fname)
+        export_dynamo(copy.deepcopy(model), x, path, opset)
+        onnx_model, info = check_file(path, model, x, extra)
+        ops[fname] = op_counts(onnx_model)
+        # The optimizer merges initializers of equal values (a fresh GroupNorm's γ = 1, β = 0):
+        # a named parameter's initializer then stands for the equal parameters left unnamed.
+        inits = {i.name: numpy_helper.to_array(i) for i in onnx_model.graph.initializer}
+        params = {k: v.detach().numpy() for k, v in model.named_parameters()}
+        shared = {}
+        for iname, arr in inits.items():
+            if iname not in params:
+                continue
+            hits = [k for k, v in params.items() if k not in inits and v.shape == arr.shape
+                    and np.array_equal(v, arr)]
+            if hits:
+                shared[iname] = {"params": [iname] + hits,
+                                 "how": "merged (equal values) by the exporter's optimizer"}
+        missing = sorted(set(params) - set(inits) - {p for v in shared.values() for p in v["params"]})
+        if missing:
+            raise SystemExit(f"{path}: parameters with no initializer: {missing}")
+        files[fname] = {"exists": True, "exporter": "dynamo (torch.export)", "opset": opset,
+                        "shared_initializers": shared, **info}
+        print(f"  {fname}: opset {opset}, {info['nodes']} nodes, ORT max|diff| {info['ort_max_abs_diff']:.3g}")
+        print(f"    ops: {ops[fname]}")
+        for k, v in shared.items():
+            print(f"    initializer {k} stands for {v['params']} ({v['how']})")
+
     # Grads are keyed by the legacy file's ONNX value names: the initializer names, or for a
     # deduplicated parameter the output of its Identity node; both are the PyTorch names here.
     legacy = files[f"{name}.onnx"]
     param_to_onnx = {p: o for o, p in legacy["onnx_to_param"].items()}
 
     m = copy.deepcopy(model)
+    if opts["train_mode"]:
+        m.train()
+        for mod in m.modules():
+            if isinstance(mod, nn.Dropout):
+                mod.eval()
+        notes.append("oracle in train mode: BatchNorm normalises by the batch's statistics "
+                     "(biased variance); Dropout in eval mode (an identity)")
     logits = m(x)
     loss = F.cross_entropy(logits, y)  # mean over the batch
     loss.backward()
@@ -375,6 +514,7 @@ def run_model(name, cls, seed, sample_shape, desc, out_dir, want_dynamo):
         "versions": {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": ort.__version__,
                      "numpy": np.__version__},
         "seeds": {"model": seed, "input": 100 + seed},
+        "train_mode": opts["train_mode"],
         "files": files,
         "ops": ops,
         "notes": notes,
@@ -454,6 +594,9 @@ def main():
         print(f"  loss {fixture['loss']!r}, after one SGD step {fixture['after_step_loss']!r}")
         for fname, f in fixture["files"].items():
             # a folded, merged initializer cannot hold the untied step; Identity aliases are untied
+            # a train-mode oracle (batch statistics) is not what onnxruntime computes
+            if fixture["train_mode"]:
+                continue
             if f["exists"] and all(v["how"] == "Identity aliases" for v in f["shared_initializers"].values()):
                 d = check_after_step(os.path.join(args.out, fname), fixture)
                 print(f"  {fname}: grads applied in the ONNX graph reproduce after_step_output (max|diff| {d:.3g})")

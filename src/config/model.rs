@@ -47,7 +47,7 @@ pub enum ModelSection {
         /// The ONNX file (relative to the working directory).
         path: OnnxFile,
         /// Tensors trained as spectral shards: weight (initializer) names, or `["all"]` for
-        /// every Gemm/MatMul and Conv weight.
+        /// every Gemm/MatMul and Conv weight but the first and last layer's.
         #[serde(default)]
         sharded_layers: Vec<String>,
     },
@@ -117,7 +117,7 @@ impl ModelSection {
     /// (read off its description, nothing is built).
     pub fn resolved_sharded_layers(&self) -> Vec<String> {
         match (&self.architecture(), self.sharded_layers()) {
-            (Some(net), [all]) if all == "all" => net.shardable_layers(),
+            (Some(net), [all]) if all == "all" => net.sharded_by_all(),
             (_, layers) => layers.to_vec(),
         }
     }

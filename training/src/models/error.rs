@@ -60,6 +60,9 @@ pub enum NetError {
     Cohort { name: String, what: String },
     #[error("the trained model lost {0}")]
     Lost(String),
+    /// A model this backend cannot train as it is (the reason says what and where it can).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl From<NetError> for TrainError {

@@ -17,8 +17,22 @@ fn transformer_block(i: usize) -> impl Iterator<Item = String> {
 }
 
 impl Architecture {
+    /// What `sharded_layers = ["all"]` expands to: [`Self::shardable_layers`], except that an
+    /// ONNX model keeps its first and last Gemm/MatMul/Conv in graph order (the layer reading
+    /// the input and the layer producing the logits) dense, as the shipped models do: a
+    /// rank-r truncation of those loses the most, the input layer's few input channels and the
+    /// logits' few classes leaving little spectrum to drop. A model of one layer shards it
+    /// (like softmax regression); naming a first or last layer shards it.
+    pub fn sharded_by_all(&self) -> Vec<String> {
+        let all = self.shardable_layers();
+        match self {
+            Architecture::Onnx { .. } if all.len() > 1 => all[1..all.len() - 1].to_vec(),
+            _ => all,
+        }
+    }
+
     /// The names of the weights spectral sharding may factorise, in the order the model builds
-    /// them (what `sharded_layers = ["all"]` expands to).
+    /// them (what `sharded_layers = ["all"]` expands to, see [`Self::sharded_by_all`]).
     pub fn shardable_layers(&self) -> Vec<String> {
         match self {
             Architecture::Mlp { hidden, .. } => {
@@ -40,7 +54,7 @@ impl Architecture {
                 .flat_map(transformer_block)
                 .chain(std::iter::once("tokenizer1.weight".to_string()))
                 .collect(),
-            // Every Gemm/MatMul and Conv weight, in the graph's order.
+            // Every Gemm/MatMul and Conv weight of one group, in the graph's order.
             Architecture::Onnx { path } => path
                 .model
                 .plan

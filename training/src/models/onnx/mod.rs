@@ -19,6 +19,8 @@ pub mod write;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ops;
 
 use crate::models::onnx::graph::Graph;
 use crate::models::onnx::ops::SUPPORTED;

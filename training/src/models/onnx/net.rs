@@ -48,6 +48,10 @@ macro_rules! each {
     };
 }
 
+mod norm;
+mod unary;
+mod window;
+
 impl<B: Backend> Act<B> {
     fn dims(&self) -> Vec<usize> {
         match self {
@@ -119,6 +123,7 @@ impl<B: Kernels> OnnxNet<B> {
     /// Builds the plan's layers through `b`: every Gemm/MatMul and Conv weight shardable, the
     /// other float initializers dense.
     pub fn new(b: &mut Builder<B>, plan: Arc<Plan>) -> Result<Self, NetError> {
+        norm::check_backend::<B>(&plan)?;
         let (mut affines, mut convs) = (Vec::new(), Vec::new());
         for layer in &plan.layers {
             match layer {
@@ -306,6 +311,16 @@ impl<B: Kernels> OnnxNet<B> {
                     .binary(self.operand(&step.inputs[1], slots, [n, 3], c), Binary::Mul)
                     .binary(self.operand(&step.inputs[2], slots, [n, 3], c), Binary::Add);
                 scaled.reshape(&dims)
+            }
+            Kernel::Unary(u) => unary::apply(u, input(0)),
+            Kernel::Norm(norm) => self.norm(norm, step, slots, n, c),
+            Kernel::Pool {
+                max,
+                window,
+                count_include_pad,
+            } => window::pool(input(0), *max, window, *count_include_pad),
+            Kernel::GroupedConv { window, groups } => {
+                self.grouped_conv(input(0), step, window, *groups, c)
             }
         }
     }

@@ -2,27 +2,31 @@
 //! checked: anything else is refused before a run, naming the node, its operator and what is
 //! supported.
 
-use crate::models::kernels::NORM_EPS;
 use crate::models::onnx::Problem;
-use crate::models::onnx::graph::{Attribute, Constant, Node};
+use crate::models::onnx::graph::{Attribute, Constant, Node, Values};
 
 /// The supported operators, as the refusal lists them.
 pub const SUPPORTED: &[&str] = &[
     "Add",
     "AveragePool",
+    "BatchNormalization",
     "Concat",
     "Constant",
     "Conv",
     "Div",
+    "Dropout",
     "Erf",
     "Flatten",
     "Gather",
+    "Gelu",
     "Gemm",
     "GlobalAveragePool",
     "GroupNormalization",
     "Identity",
     "InstanceNormalization",
     "LayerNormalization",
+    "LeakyRelu",
+    "LogSoftmax",
     "MatMul",
     "MaxPool",
     "Mul",
@@ -30,7 +34,12 @@ pub const SUPPORTED: &[&str] = &[
     "ReduceMean",
     "Reshape",
     "Shape",
+    "Sigmoid",
+    "Softmax",
+    "Squeeze",
     "Sub",
+    "Tanh",
+    "Transpose",
     "Unsqueeze",
 ];
 
@@ -43,12 +52,31 @@ pub enum Binary {
     Div,
 }
 
-/// A 2-D window: kernel, stride and symmetric zero padding per side.
+/// A 2-D window: kernel, stride, symmetric zero padding per side and dilation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
     pub kernel: [usize; 2],
     pub stride: [usize; 2],
     pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+}
+
+impl Window {
+    /// Whether the window pools disjoint blocks (the fused pooling kernels' case).
+    pub fn disjoint(&self) -> bool {
+        self.kernel[0] == self.kernel[1]
+            && self.stride == self.kernel
+            && self.padding == [0, 0]
+            && self.dilation == [1, 1]
+    }
+
+    /// Output positions along side `i` of length `len`, if the window fits.
+    pub fn side(&self, len: usize, i: usize) -> Option<usize> {
+        let span = self.dilation[i] * (self.kernel[i] - 1) + 1;
+        (len + 2 * self.padding[i])
+            .checked_sub(span)
+            .map(|d| d / self.stride[i] + 1)
+    }
 }
 
 /// One supported operator with its attributes.
@@ -61,6 +89,31 @@ pub enum Op {
     MatMul,
     Binary(Binary),
     Relu,
+    /// `max(x, 0) + alpha · min(x, 0)`.
+    LeakyRelu {
+        alpha: f32,
+    },
+    /// Opset 20's `Gelu`: exact (erf) or `approximate = "tanh"`.
+    Gelu {
+        tanh: bool,
+    },
+    Sigmoid,
+    Tanh,
+    /// `Softmax` or (`log`) `LogSoftmax` along one axis (opset 13's semantics).
+    Softmax {
+        axis: i64,
+        log: bool,
+    },
+    /// `perm` absent reverses the axes.
+    Transpose {
+        perm: Option<Vec<i64>>,
+    },
+    /// Axes from the attribute (before opset 13) or the second input.
+    Squeeze {
+        axes: Option<Vec<i64>>,
+    },
+    /// An identity: fedshard runs no dropout (docs/onnx.md).
+    Dropout,
     Erf,
     Identity,
     /// Flattens to rank 2 at `axis` 1.
@@ -70,19 +123,36 @@ pub enum Op {
     Reshape {
         allow_zero: bool,
     },
-    Conv(Window),
+    /// A convolution of `groups` groups (1: a shardable layer).
+    Conv {
+        window: Window,
+        groups: usize,
+    },
     MaxPool(Window),
-    AveragePool(Window),
+    /// `count_include_pad`: the padding's zeros count in each window's mean.
+    AveragePool {
+        window: Window,
+        count_include_pad: bool,
+    },
     GlobalAveragePool,
     InstanceNormalization {
         epsilon: f32,
     },
-    /// `groups` groups of channels, ε = [`NORM_EPS`] (the shipped models' GroupNorm).
+    /// Normalised by the batch's statistics, in training and evaluation (docs/onnx.md).
+    BatchNormalization {
+        epsilon: f32,
+    },
+    /// Normalised per sample over each of `groups` groups of channels (opset 21: scale and
+    /// bias per channel).
     GroupNormalization {
         groups: usize,
+        epsilon: f32,
     },
-    /// Over the last axis, ε = [`NORM_EPS`] (the shipped models' LayerNorm).
-    LayerNormalization,
+    /// Normalised over the axes from `axis` to the last.
+    LayerNormalization {
+        axis: i64,
+        epsilon: f32,
+    },
     Constant(Constant),
     Shape {
         start: i64,
@@ -153,6 +223,18 @@ impl Attrs<'_> {
         Ok(())
     }
 
+    /// The node's optional outputs after the first must be unused (`without` says which).
+    fn one_output(&self, without: &str) -> Result<(), Problem> {
+        if self.node.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err(self.bad(
+                "outputs",
+                format!("{} outputs", self.node.outputs.len()),
+                &format!("one output ({without})"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Every attribute must be one of `known`.
     fn only(&self, known: &[&str]) -> Result<(), Problem> {
         match self
@@ -197,11 +279,7 @@ impl Attrs<'_> {
                 return Err(self.bad("pads", format!("{p:?}"), "symmetric [t, l, t, l]"));
             }
         };
-        if let Some(d) = self.ints("dilations")?
-            && d.iter().any(|&x| x != 1)
-        {
-            return Err(self.bad("dilations", format!("{d:?}"), "[1, 1]"));
-        }
+        let dilation = pair("dilations", self.ints("dilations")?, [1, 1])?;
         match self.node.attributes.get("auto_pad") {
             None => {}
             Some(Attribute::String(s)) if s == "NOTSET" => {}
@@ -211,6 +289,7 @@ impl Attrs<'_> {
             kernel,
             stride,
             padding,
+            dilation,
         })
     }
 }
@@ -239,6 +318,51 @@ impl Op {
             "Mul" => Op::Binary(Binary::Mul),
             "Div" => Op::Binary(Binary::Div),
             "Relu" => Op::Relu,
+            "LeakyRelu" => Op::LeakyRelu {
+                alpha: a.float("alpha", 0.01)?,
+            },
+            "Gelu" => {
+                a.only(&["approximate"])?;
+                let tanh = match node.attributes.get("approximate") {
+                    None => false,
+                    Some(Attribute::String(s)) if s == "none" => false,
+                    Some(Attribute::String(s)) if s == "tanh" => true,
+                    Some(other) => {
+                        return Err(a.bad("approximate", format!("{other:?}"), "none, tanh"));
+                    }
+                };
+                Op::Gelu { tanh }
+            }
+            "Sigmoid" => Op::Sigmoid,
+            "Tanh" => Op::Tanh,
+            "Softmax" | "LogSoftmax" => {
+                a.only(&["axis"])?;
+                Op::Softmax {
+                    axis: a.int("axis", -1)?,
+                    log: node.op == "LogSoftmax",
+                }
+            }
+            "Transpose" => {
+                a.only(&["perm"])?;
+                Op::Transpose {
+                    perm: a.ints("perm")?,
+                }
+            }
+            "Squeeze" => {
+                a.only(&["axes"])?;
+                Op::Squeeze {
+                    axes: a.ints("axes")?,
+                }
+            }
+            "Dropout" => {
+                a.only(&["seed", "ratio", "is_test"])?;
+                // The mask output would have to be a real mask; dropout in training mode a
+                // random one (fedshard runs Dropout as an identity, docs/onnx.md).
+                if node.outputs.get(1).is_some_and(|m| !m.is_empty()) {
+                    return Err(a.bad("outputs", "a mask".into(), "one output"));
+                }
+                Op::Dropout
+            }
             "Erf" => Op::Erf,
             "Identity" => Op::Identity,
             "Flatten" => {
@@ -257,8 +381,14 @@ impl Op {
                     "pads",
                     "strides",
                 ])?;
-                a.exactly("group", 1, 1)?;
-                Op::Conv(a.window(kernel)?)
+                let groups = a.int("group", 1)?;
+                if groups < 1 {
+                    return Err(a.bad("group", groups.to_string(), "a positive integer"));
+                }
+                Op::Conv {
+                    window: a.window(kernel)?,
+                    groups: groups as usize,
+                }
             }
             "MaxPool" | "AveragePool" => {
                 a.only(&[
@@ -274,34 +404,86 @@ impl Op {
                 a.exactly("ceil_mode", 0, 0)?;
                 a.exactly("storage_order", 0, 0)?;
                 let w = a.window(None)?;
-                // The kernels pool disjoint square blocks.
-                if w.kernel[0] != w.kernel[1] || w.stride != w.kernel || w.padding != [0, 0] {
-                    return Err(a.bad(
-                        "kernel_shape",
-                        format!("{w:?}"),
-                        "a square kernel, strides equal to it and no padding",
-                    ));
-                }
+                // Disjoint blocks run on the fused kernels, other windows on burn's pooling,
+                // which dilates max pooling only.
                 if node.op == "MaxPool" {
                     if node.outputs.len() > 1 {
                         return Err(a.bad("outputs", "Indices".into(), "one output"));
                     }
                     Op::MaxPool(w)
                 } else {
-                    Op::AveragePool(w)
+                    if w.dilation != [1, 1] {
+                        return Err(a.bad("dilations", format!("{:?}", w.dilation), "[1, 1]"));
+                    }
+                    Op::AveragePool {
+                        window: w,
+                        count_include_pad: a.int("count_include_pad", 0)? != 0,
+                    }
                 }
             }
             "GlobalAveragePool" => Op::GlobalAveragePool,
             "InstanceNormalization" => Op::InstanceNormalization {
                 epsilon: a.float("epsilon", 1e-5)?,
             },
-            "GroupNormalization" | "LayerNormalization" => norm(&a)?,
-            "Constant" => match node.attributes.get("value") {
-                Some(Attribute::Tensor(t)) => Op::Constant(t.clone()),
-                other => {
-                    return Err(a.bad("value", format!("{other:?}"), "a tensor `value`"));
+            "BatchNormalization" => {
+                a.only(&["epsilon", "momentum", "training_mode", "spatial"])?;
+                a.exactly("spatial", 1, 1)?;
+                // Running statistics are not tracked (docs/onnx.md): no output carries them.
+                a.one_output("no running mean and variance")?;
+                Op::BatchNormalization {
+                    epsilon: a.float("epsilon", 1e-5)?,
                 }
-            },
+            }
+            "GroupNormalization" => {
+                a.only(&["num_groups", "epsilon", "stash_type"])?;
+                a.exactly("stash_type", 1, 1)?;
+                let groups = a.int("num_groups", 0)?;
+                if groups < 1 {
+                    return Err(a.bad("num_groups", groups.to_string(), "a positive integer"));
+                }
+                Op::GroupNormalization {
+                    groups: groups as usize,
+                    epsilon: a.float("epsilon", 1e-5)?,
+                }
+            }
+            "LayerNormalization" => {
+                a.only(&["axis", "epsilon", "stash_type"])?;
+                a.exactly("stash_type", 1, 1)?;
+                a.one_output("no mean and inverse deviation")?;
+                Op::LayerNormalization {
+                    axis: a.int("axis", -1)?,
+                    epsilon: a.float("epsilon", 1e-5)?,
+                }
+            }
+            // `value`, or (opset 12) a scalar or list the dynamo exporter writes unoptimised.
+            "Constant" => {
+                a.only(&[
+                    "value",
+                    "value_int",
+                    "value_ints",
+                    "value_float",
+                    "value_floats",
+                ])?;
+                let constant = |shape: Vec<usize>, values| Op::Constant(Constant { shape, values });
+                match node.attributes.iter().next() {
+                    Some((_, Attribute::Tensor(t))) => Op::Constant(t.clone()),
+                    Some((_, Attribute::Int(i))) => constant(vec![], Values::I64(vec![*i])),
+                    Some((_, Attribute::Ints(v))) => {
+                        constant(vec![v.len()], Values::I64(v.clone()))
+                    }
+                    Some((_, Attribute::Float(f))) => constant(vec![], Values::F32(vec![*f])),
+                    Some((_, Attribute::Floats(v))) => {
+                        constant(vec![v.len()], Values::F32(v.clone()))
+                    }
+                    other => {
+                        return Err(a.bad(
+                            "value",
+                            format!("{other:?}"),
+                            "a tensor, int, ints, float or floats",
+                        ));
+                    }
+                }
+            }
             "Shape" => {
                 a.only(&["start", "end"])?;
                 Op::Shape {
@@ -340,29 +522,3 @@ impl Op {
     }
 }
 
-/// `GroupNormalization` or `LayerNormalization`: they run on the shipped models' GroupNorm and
-/// LayerNorm kernels, whose ε is fixed at [`NORM_EPS`] (PyTorch's default), in float32.
-fn norm(a: &Attrs) -> Result<Op, Problem> {
-    let group = a.node.op == "GroupNormalization";
-    if group {
-        a.only(&["epsilon", "num_groups", "stash_type"])?;
-    } else {
-        a.only(&["axis", "epsilon", "stash_type"])?;
-        a.exactly("axis", -1, -1)?;
-    }
-    let epsilon = a.float("epsilon", 1e-5)?;
-    if epsilon != NORM_EPS {
-        return Err(a.bad("epsilon", epsilon.to_string(), &NORM_EPS.to_string()));
-    }
-    a.exactly("stash_type", 1, 1)?;
-    if a.node.outputs.iter().skip(1).any(|o| !o.is_empty()) {
-        return Err(a.bad("outputs", "Mean, InvStdDev".into(), "one output"));
-    }
-    if !group {
-        return Ok(Op::LayerNormalization);
-    }
-    match a.int("num_groups", 0)? {
-        g if g > 0 => Ok(Op::GroupNormalization { groups: g as usize }),
-        g => Err(a.bad("num_groups", g.to_string(), "a positive integer")),
-    }
-}

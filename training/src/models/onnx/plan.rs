@@ -10,9 +10,16 @@ use crate::models::onnx::ops::{Binary, Op, Window};
 use fedshard_protocol::model::ModelState;
 use std::collections::{BTreeMap, HashMap};
 
+mod binary;
 mod fold;
 pub(crate) mod initial;
 mod norm;
+mod unary;
+mod window;
+
+use binary::operand;
+pub use norm::Norm;
+pub use unary::Unary;
 
 /// A layer the [`Builder`](crate::models::builder::Builder) makes, named by the file's
 /// initializers.
@@ -85,6 +92,22 @@ pub enum Kernel {
     },
     /// The shipped models' LayerNorm over the last axis (the activation, γ, β).
     LayerNorm,
+    /// An activation function, softmax or transposition (plan/unary.rs).
+    Unary(Unary),
+    /// A batch or layer normalisation; its scale and bias are inputs 1 and 2 (plan/norm.rs).
+    Norm(Norm),
+    /// Pooling of overlapping or padded windows (plan/window.rs).
+    Pool {
+        max: bool,
+        window: Window,
+        count_include_pad: bool,
+    },
+    /// A grouped or dilated convolution of dense tensors: the weight is input 1, the bias
+    /// (if any) input 2 (plan/window.rs).
+    GroupedConv {
+        window: Window,
+        groups: usize,
+    },
 }
 
 /// One step: `output` slot ← kernel(inputs).
@@ -198,6 +221,7 @@ impl Plan {
         for node in &graph.nodes {
             r.node(node)?;
         }
+        r.final_softmax_as_log();
         match r.values.get(&graph.output) {
             Some(Value::Act { slot, tail }) if tail.len() == 1 => {
                 r.plan.output = *slot;
@@ -334,10 +358,22 @@ impl Resolver<'_> {
         match Op::parse(node, kernel)? {
             Op::Gemm { trans_b } => self.affine(node, trans_b, node.inputs.get(2)),
             Op::MatMul => self.affine(node, false, None),
-            Op::Conv(window) => self.conv(node, window),
+            Op::Conv { window, groups } if groups == 1 && window.dilation == [1, 1] => {
+                self.conv(node, window)
+            }
+            Op::Conv { window, groups } => self.grouped_conv(node, window, groups),
+            Op::LeakyRelu { alpha } => self.unary(node, Kernel::Unary(Unary::LeakyRelu(alpha))),
+            Op::Gelu { tanh } => self.unary(node, Kernel::Unary(Unary::Gelu { tanh })),
+            Op::Sigmoid => self.unary(node, Kernel::Unary(Unary::Sigmoid)),
+            Op::Tanh => self.unary(node, Kernel::Unary(Unary::Tanh)),
+            Op::Softmax { axis, log } => self.softmax(node, axis, log),
+            Op::Transpose { perm } => self.transpose(node, perm),
+            Op::Squeeze { axes } => self.squeeze(node, axes),
+            Op::Dropout => self.dropout(node),
+            Op::BatchNormalization { epsilon } => self.batch_norm(node, epsilon),
+            Op::LayerNormalization { axis, epsilon } => self.layer_norm(node, axis, epsilon),
+            Op::GroupNormalization { groups, epsilon } => self.group_norm(node, groups, epsilon),
             Op::Relu => self.relu(node),
-            Op::GroupNormalization { groups } => self.group_norm(node, groups),
-            Op::LayerNormalization => self.layer_norm(node),
             Op::Erf => self.unary(node, Kernel::Erf),
             Op::Identity => {
                 let v = self.value(node, &node.inputs[0])?;
@@ -355,7 +391,7 @@ impl Resolver<'_> {
                 );
                 Ok(())
             }
-            Op::MaxPool(w) | Op::AveragePool(w) => {
+            Op::MaxPool(w) | Op::AveragePool { window: w, .. } if w.disjoint() => {
                 let (slot, tail) = self.act(node, 0)?;
                 let k = w.kernel[0];
                 let [c, h, wd] = tail[..] else {
@@ -394,6 +430,11 @@ impl Resolver<'_> {
                 );
                 Ok(())
             }
+            Op::MaxPool(w) => self.pool(node, w, true, false),
+            Op::AveragePool {
+                window,
+                count_include_pad,
+            } => self.pool(node, window, false, count_include_pad),
             Op::ReduceMean { axes, keep_dims } => self.reduce_mean(node, axes, keep_dims),
             Op::Binary(op) => self.binary(node, op),
             Op::Reshape { allow_zero } => {
@@ -610,90 +651,4 @@ impl Resolver<'_> {
         );
         Ok(())
     }
-
-    fn binary(&mut self, node: &Node, op: Binary) -> Result<(), Problem> {
-        let a = self.value(node, &node.inputs[0])?;
-        let b = self.value(node, &node.inputs[1])?;
-        let tail = match (&a, &b) {
-            (Value::Act { tail, .. }, other) | (other, Value::Act { tail, .. }) => {
-                let other_shape = match other {
-                    Value::Act { tail, .. } => {
-                        if let Value::Act { tail: t, .. } = &a
-                            && let Value::Act { tail: u, .. } = &b
-                        {
-                            broadcast(t, u).ok_or_else(|| {
-                                node_error(node, format!("[N, {t:?}] and [N, {u:?}] differ"))
-                            })?
-                        } else {
-                            tail.clone()
-                        }
-                    }
-                    other => {
-                        let s = operand(other.clone())
-                            .and_then(|o| shape_of(&o))
-                            .ok_or_else(|| node_error(node, "an operand is no tensor"))?;
-                        // A non-activation broadcasts over the batch: its dimension aligned
-                        // with the batch (if any) must be 1.
-                        let skip = (s.len() + 1).saturating_sub(tail.len() + 1);
-                        if s.len() > tail.len() && s[..skip].iter().any(|&d| d != 1) {
-                            return Err(node_error(node, format!("{s:?} spans the batch")));
-                        }
-                        s[skip.min(s.len())..].to_vec()
-                    }
-                };
-                broadcast(tail, &other_shape).ok_or_else(|| {
-                    node_error(
-                        node,
-                        format!("[N, {tail:?}] and {other_shape:?} do not broadcast"),
-                    )
-                })?
-            }
-            _ => {
-                return Err(node_error(node, "neither input is an activation"));
-            }
-        };
-        let inputs = [a, b]
-            .into_iter()
-            .map(|v| match v {
-                Value::Act { slot, .. } => Ok(Operand::Act(slot)),
-                other => operand(other).ok_or_else(|| node_error(node, "an operand is no tensor")),
-            })
-            .collect::<Result<_, _>>()?;
-        self.emit(node, Kernel::Binary(op), inputs, tail);
-        Ok(())
-    }
-}
-
-/// A non-activation value as an operand.
-fn operand(v: Value) -> Option<Operand> {
-    match v {
-        Value::Tensor { index, shape } => Some(Operand::Tensor { index, shape }),
-        Value::Const(c) if c.floats().is_some() => Some(Operand::Const(c)),
-        _ => None,
-    }
-}
-
-fn shape_of(o: &Operand) -> Option<Vec<usize>> {
-    match o {
-        Operand::Tensor { shape, .. } => Some(shape.clone()),
-        Operand::Const(c) => Some(c.shape.clone()),
-        Operand::Act(_) => None,
-    }
-}
-
-/// Numpy broadcasting of two shapes aligned at the right.
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let at = |s: &[usize], i: usize| {
-        let pad = rank - s.len();
-        if i < pad { 1 } else { s[i - pad] }
-    };
-    (0..rank)
-        .map(|i| match (at(a, i), at(b, i)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
 }

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::models::char_transformer::CharShape;
+use crate::models::net::Architecture;
 use crate::train::neural::{CharWindows, CpuTraining, round_tasks, single_client_task};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use proptest::prelude::*;

@@ -146,9 +146,32 @@ impl Resolver<'_> {
                 let shape = reshape_fixed(node, &c.shape, &spec)?;
                 self.set(node, Value::Const(Constant { shape, ..c }));
             }
+            // A shape (or the batch size as a scalar) as a 1-D list of its values: the dynamo
+            // exporter's unoptimised graphs reshape `Squeeze(Shape(x)[0:1])` to `[-1]`.
+            Value::Sym { values, .. }
+                if spec == [Some(-1)] || spec == [Some(values.len() as i64)] =>
+            {
+                self.set(
+                    node,
+                    Value::Sym {
+                        values,
+                        scalar: false,
+                    },
+                );
+            }
             Value::Sym { .. } => return Err(node_error(node, "reshaping a shape")),
         }
         Ok(())
+    }
+
+    /// Activation `slot` reshaped to the batch then `tail` (no data moves).
+    pub(super) fn emit_reshape(&mut self, node: &Node, slot: usize, tail: Vec<usize>) {
+        self.emit(
+            node,
+            Kernel::Reshape(tail.clone()),
+            vec![Operand::Act(slot)],
+            tail,
+        );
     }
 
     pub(super) fn unsqueeze(&mut self, node: &Node, axes: Option<Vec<i64>>) -> Result<(), Problem> {
@@ -197,13 +220,7 @@ impl Resolver<'_> {
                     return Err(node_error(node, "an axis before the batch"));
                 }
                 let full = insert(&[&[0][..], &tail].concat())?;
-                let out = full[1..].to_vec();
-                self.emit(
-                    node,
-                    Kernel::Reshape(out.clone()),
-                    vec![Operand::Act(slot)],
-                    out,
-                );
+                self.emit_reshape(node, slot, full[1..].to_vec());
                 return Ok(());
             }
             Value::Sym { .. } => return Err(node_error(node, "unsqueezing a 1-D shape")),
