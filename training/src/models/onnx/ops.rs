@@ -521,4 +521,3 @@ impl Op {
         Ok(op)
     }
 }
-
