@@ -1,5 +1,5 @@
 //! A trained model written back as ONNX (`fedshard export`): a model read from ONNX as its
-//! own graph with the trained initializers ([`write::substitute`]); a shipped MLP or CNN as a
+//! own graph with the trained initializers ([`super::write::substitute`]); a shipped MLP or CNN as a
 //! graph fedshard writes, node for node the layers its constructor asks the
 //! [`Builder`](crate::models::builder::Builder) for, under the same tensor names, so reading
 //! the file back as `kind = "onnx"` makes the same Builder calls and trains to the same bytes

@@ -8,7 +8,7 @@
 //! [`plan`] resolves the graph against its input shape into steps over activations,
 //! parameters and constants (refusing what it cannot run, before any run), and [`net`] is
 //! the burn module that interprets those steps. [`export`] writes a trained model back as
-//! ONNX through [`write`], with the same protobuf types.
+//! ONNX through [`mod@write`], with the same protobuf types.
 
 pub mod export;
 pub mod graph;

@@ -1,5 +1,5 @@
 //! The burn module of an ONNX model: its layers built through the
-//! [`Builder`](crate::models::builder::Builder) under the file's initializer names, and a
+//! [`crate::models::builder::Builder`] under the file's initializer names, and a
 //! forward pass that runs the [`Plan`]'s steps on the same kernels as the shipped models.
 
 use crate::models::NetError;
