@@ -20,6 +20,8 @@ pub mod write;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_export;
+#[cfg(test)]
 mod tests_ops;
 
 use crate::models::onnx::graph::Graph;
