@@ -9,6 +9,7 @@
 use crate::config::Config;
 use anyhow::{Context, bail};
 use clap::{ArgGroup, Args};
+use fedshard_training::models::net::Architecture;
 use fedshard_training::models::onnx::export::to_onnx;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -55,12 +56,16 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<String> {
     };
     let bytes = to_onnx(&architecture, &model).with_context(|| source.clone())?;
     let replaced = write_file(&args.onnx, &bytes)?;
+    // A model read from ONNX keeps its file's graph and opset; a shipped one is written at ours.
+    let graph = match architecture {
+        Architecture::Onnx { .. } => "its file's graph and opset".to_string(),
+        _ => format!("opset {}", fedshard_training::models::onnx::write::OPSET),
+    };
     Ok(format!(
-        "{} {} ({} bytes): the {source} as ONNX (opset {})",
+        "{} {} ({} bytes): the {source} as ONNX ({graph})",
         if replaced { "replaced" } else { "wrote" },
         args.onnx.display(),
         bytes.len(),
-        fedshard_training::models::onnx::write::OPSET,
     ))
 }
 
