@@ -117,6 +117,27 @@ pub struct Federation {
 }
 
 impl Federation {
+    /// A fresh run in memory: no run folder, no rounds completed, no listener, an empty uplink
+    /// state, the aggregator the config names. Set the public fields to change any of these.
+    pub fn new(
+        config: RuntimeConfig,
+        model: ModelState,
+        registry: Registry,
+        evaluator: Arc<dyn Evaluator>,
+    ) -> Self {
+        Federation {
+            config,
+            model,
+            registry,
+            evaluator,
+            run_dir: None,
+            history: Vec::new(),
+            events: None,
+            uplink: UplinkState::default(),
+            aggregator: None,
+        }
+    }
+
     /// Continues from the checkpoint in `run_dir`: model, registry and history are replaced by
     /// the checkpoint's, and `metrics.jsonl` and `metrics.csv` are rewritten from the history so
     /// they hold exactly the completed rounds. A folder without a checkpoint is an error that

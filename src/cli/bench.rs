@@ -145,8 +145,8 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
     );
     let trainer: Arc<dyn LocalTrainer> = Arc::new(EchoTrainer);
     let ids = 0..args.clients as ClientId;
-    let federation = Federation {
-        config: RuntimeConfig {
+    let federation = Federation::new(
+        RuntimeConfig {
             seed: 0,
             rounds: args.rounds,
             aggregator: AggregatorName::Fedavg,
@@ -171,9 +171,9 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             asynchronous: None,
             clock: None,
         },
-        model: ModelState::new(vec![NamedTensor::zeros("weight", vec![10])])
+        ModelState::new(vec![NamedTensor::zeros("weight", vec![10])])
             .map_err(anyhow::Error::msg)?,
-        registry: Registry {
+        Registry {
             clients: ids
                 .clone()
                 .map(|id| {
@@ -192,13 +192,8 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             budget: per_round as f64,
             max_clusters: None,
         },
-        evaluator: Arc::new(NoEvaluation),
-        run_dir: None,
-        history: vec![],
-        events: None,
-        uplink: Default::default(),
-        aggregator: None,
-    };
+        Arc::new(NoEvaluation),
+    );
     let runtime = crate::runtime::build()?;
     let trainers = ids.map(|id| (id, Arc::clone(&trainer))).collect();
     let (_, summary) = runtime

@@ -103,7 +103,7 @@ impl RunSection {
 
     /// The run's name is a folder's name under `runs/` (and a metrics label): letters, digits,
     /// `-`, `_` and `.`, not beginning with `.`, so that no name (`../../escape`, `/etc`, `..`)
-    /// can put the run folder anywhere else.
+    /// can put the run folder anywhere else. A run has at least one round.
     fn validate(&self) -> anyhow::Result<()> {
         let name = &self.name;
         check(
@@ -115,6 +115,12 @@ impl RunSection {
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')),
             "a folder name of 1 to 100 letters, digits, `-`, `_` and `.`, not beginning with `.`",
             format!("{name:?}"),
+        )?;
+        check(
+            "run.rounds",
+            self.rounds >= 1,
+            "at least 1",
+            self.rounds.to_string(),
         )
     }
 }
@@ -281,12 +287,6 @@ impl Config {
     /// Checks every field against its domain; the error names the field.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.run.validate()?;
-        check(
-            "run.rounds",
-            self.run.rounds >= 1,
-            "at least 1",
-            self.run.rounds.to_string(),
-        )?;
         self.data.validate()?;
         simulation::validate(self.run.clock, self.devices.as_ref(), self.network.as_ref())?;
         self.training.validate(self.federation.strategy)?;

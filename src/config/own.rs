@@ -3,7 +3,7 @@
 //! config, without `[data]` and `[model]`, which the program's own network and example sets
 //! replace. Each section is read and checked by its own rules, as in a whole [`super::Config`].
 
-use super::{FederationSection, RunSection, TrainingSection, check};
+use super::{FederationSection, RunSection, TrainingSection};
 use anyhow::Context;
 use serde::Deserialize;
 
@@ -29,12 +29,6 @@ impl Settings {
     /// Checks every section for `clients` clients; the error names the field.
     pub fn validate(&self, clients: usize) -> anyhow::Result<()> {
         self.run.validate()?;
-        check(
-            "run.rounds",
-            self.run.rounds >= 1,
-            "at least 1",
-            self.run.rounds.to_string(),
-        )?;
         self.training.validate(self.federation.strategy)?;
         self.federation.validate(clients)
     }

@@ -203,17 +203,12 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         secure: config.secure_aggregation.as_ref().map(|s| s.settings()),
         ..runtime
     };
-    Ok(Federation {
-        config: runtime,
-        model: initial,
-        registry: registry(&config.federation, &sizes, seed),
+    Ok(Federation::new(
+        runtime,
+        initial,
+        registry(&config.federation, &sizes, seed),
         evaluator,
-        run_dir: None,
-        history: Vec::new(),
-        events: None,
-        uplink: Default::default(),
-        aggregator: None,
-    })
+    ))
 }
 
 fn trainers_of(

@@ -137,17 +137,12 @@ where
             device: Default::default(),
             batch_size: EVAL_BATCH,
         });
-        let federation = Federation {
+        let federation = Federation::new(
             config,
-            model: initial,
-            registry: registry(&settings.federation, &samples, seed),
+            initial,
+            registry(&settings.federation, &samples, seed),
             evaluator,
-            run_dir: None,
-            history: Vec::new(),
-            events: None,
-            uplink: Default::default(),
-            aggregator: None,
-        };
+        );
         Ok((federation, trainers))
     }
 }
