@@ -114,7 +114,7 @@ pub fn main() -> anyhow::Result<()> {
         .config
         .sharding
         .as_ref()
-        .map(|s| s.layers.clone());
+        .map(|s| s.spectral_layers().to_vec());
     anyhow::ensure!(
         sharded == Some(vec!["middle.weight".to_string()]),
         "expected the middle layer sharded, found {sharded:?}"

@@ -68,6 +68,7 @@ fn the_library_runs_every_strategy_setup_and_seed_plus_the_reference() {
         &config,
         &strategies,
         &setups,
+        compare::Budget::Cost,
         &seeds,
         None,
         &mut |k, total, _, _| progress.push((k, total)),

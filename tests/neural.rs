@@ -87,6 +87,7 @@ fn factorized_linear_forward_is_the_dense_product() {
     let layer = Affine {
         weight: Weight::Factorized(f),
         bias: Some(param(bias.clone(), [1, rows], &device())),
+        scaler: None,
     };
     let x = random(batch * cols, 3);
     let y = values(layer.forward(tensor(&x, [batch, cols]), &Cohort::single(batch)));
@@ -115,6 +116,7 @@ fn only_the_factors_and_the_bias_get_gradients() {
     let layer = Affine {
         weight: Weight::Factorized(f),
         bias: Some(bias),
+        scaler: None,
     };
     let Weight::Factorized(f) = &layer.weight else {
         unreachable!()
@@ -305,6 +307,7 @@ fn a_factorized_conv_is_the_conv_of_its_composed_weight_in_either_order() {
         let conv = |weight| Conv::<B> {
             weight,
             bias: None,
+            scaler: None,
             in_channels: c_in,
             kernel: [k, k],
             stride: [1, 1],
@@ -372,6 +375,7 @@ fn conv_reproduced(stride: usize) {
     let dense = Conv::<B> {
         weight: Weight::Dense(param(w.clone(), [1, c_out, cols], &device())),
         bias: Some(param(bias.clone(), [1, c_out], &device())),
+        scaler: None,
         in_channels: c_in,
         kernel: [k, k],
         stride: [stride, stride],
@@ -392,6 +396,7 @@ fn conv_reproduced(stride: usize) {
             .expect("shapes"),
         ),
         bias: Some(param(bias.clone(), [1, c_out], &device())),
+        scaler: None,
         in_channels: c_in,
         kernel: [k, k],
         stride: [stride, stride],
@@ -537,7 +542,7 @@ fn forward_backward(arch: &Architecture, batch: usize, x: Vec<f32>, expected_log
         let grads = GradientsParams::from_grads(logits.sum().backward(), &net);
         assert!(!grads.is_empty());
         let (d, s) = net
-            .export(&layout, &[(&dense, &shards)])
+            .export(&layout, &[(&dense, &shards, None)])
             .expect("exports")
             .pop()
             .expect("one client");
@@ -627,6 +632,7 @@ fn local_training_then_evaluation_learns_the_digits() {
         client: 0,
         seed: 1,
         dense: state,
+        width: None,
         shards: vec![],
         recipe: Recipe {
             learning_rate: 0.05,
@@ -686,6 +692,7 @@ fn train_twice(arch: &Architecture, keep_ratio: f64, clip_lr: Option<f64>) -> (V
         client: 0,
         seed: 1,
         dense,
+        width: None,
         shards,
         recipe: Recipe {
             learning_rate: 0.05,

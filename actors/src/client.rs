@@ -329,6 +329,7 @@ pub(crate) mod tests {
             client: 7,
             seed: 1,
             dense: ModelState::new(vec![NamedTensor::zeros("b", vec![4])]).unwrap(),
+            width: None,
             shards: vec![],
             recipe: Recipe {
                 learning_rate: 0.1,

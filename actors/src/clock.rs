@@ -157,6 +157,7 @@ mod tests {
             client: 0,
             seed: 1,
             dense: ModelState::new(vec![NamedTensor::zeros("w", vec![values])]).unwrap(),
+            width: None,
             shards: vec![],
             recipe: Recipe {
                 epochs,

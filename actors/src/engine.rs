@@ -32,7 +32,7 @@ use crate::round::{
 use crate::schedule::{Schedule, Staleness};
 use crate::secure::{SecureSettings, SessionOutcome, fold_sum};
 use crate::server::{RuntimeConfig, ServerState};
-use fedshard_protocol::shard_plan::{Participant, ShardPlan, plan_shards};
+use fedshard_protocol::shard_plan::{Participant, ShardPlan, plan_round};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Cohort;
 use fedshard_protocol::uplink::UplinkSide;
@@ -203,8 +203,11 @@ impl Collected {
                         min_successful,
                     },
                 )?;
+                // The cosine compares tensors value by value in the global model's layout,
+                // which a width slice's update is not in: not computed for width strategies.
+                let sliced = r.plan.as_ref().is_some_and(|p| p.width.is_some());
                 let update_cosine = match folded {
-                    Folded::Updated => {
+                    Folded::Updated if !sliced => {
                         update_cosine(&before, model, &r.accepted, &r.tasks.tasks, registry)
                     }
                     _ => None,
@@ -391,7 +394,7 @@ impl ServerState {
         let planned = participants.to_vec();
         let seed = config.seed;
         let plan = tokio::task::spawn_blocking(move || match &policy {
-            Some(policy) => plan_shards(&model, policy, &planned, seed, number)
+            Some(sharding) => plan_round(&model, sharding, &planned, seed, number)
                 .map(|p| Some(Arc::new(p)))
                 .map_err(Error::Plan),
             None => Ok(None),
@@ -409,7 +412,7 @@ impl ServerState {
             participants,
             (seed, number),
             &recipe,
-        );
+        )?;
         let cohort = Cohort {
             population: self.fed.registry.clients.len(),
             participants: cohort,

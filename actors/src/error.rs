@@ -137,6 +137,8 @@ pub enum Policy {
     Sampling,
     /// The layers sent as factor columns.
     ShardedLayers,
+    /// The sharding strategy.
+    Strategy,
 }
 
 impl std::fmt::Display for Policy {
@@ -150,6 +152,7 @@ impl std::fmt::Display for Policy {
             Policy::Compressor => "compressor",
             Policy::Sampling => "sampling",
             Policy::ShardedLayers => "sharded layers",
+            Policy::Strategy => "strategy",
         })
     }
 }

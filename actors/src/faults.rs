@@ -373,6 +373,7 @@ mod tests {
             client: 0,
             seed: 7,
             dense: ModelState::default(),
+            width: None,
             shards: vec![],
             recipe: Default::default(),
             uplink: Default::default(),

@@ -13,11 +13,13 @@ use crate::round::Private;
 use crate::schedule::Schedule;
 use crate::secure::SecureSettings;
 use crate::server::RuntimeConfig;
+use fedshard_protocol::shard_plan::Sharding;
 use fedshard_protocol::uplink::Compressor;
 use fedshard_secagg::UplinkCoding;
 use fedshard_strategies::aggregation::{Aggregator, AggregatorName, SumWeight};
 use fedshard_strategies::privacy::Accountant;
 use fedshard_strategies::selection::SelectorName;
+use fedshard_strategies::sharding::width::WidthStrategy;
 use std::sync::Arc;
 
 /// The policies of a run that must agree with one another.
@@ -31,6 +33,8 @@ pub struct Policies {
     pub max_update_norm: Option<f64>,
     /// The layers sent as factor columns (none: the model is sent dense).
     pub sharded_layers: Vec<String>,
+    /// The width strategy that slices the model, if one does (docs/algorithms.md §8).
+    pub width: Option<WidthStrategy>,
     pub privacy: Option<PrivacySettings>,
     pub secure: Option<SecureSettings>,
 }
@@ -44,6 +48,12 @@ pub struct Checked {
     pub secure: Option<(SecureSettings, SumWeight)>,
 }
 
+const WIDTH: &str = "width slicing (`federation.strategy` heterofl or fedrolex)";
+const SECURE_NOT_YET: &str = "a secure sum over the union of the clients' kept units is not \
+                              built yet: use a spectral strategy with `[secure_aggregation]`";
+const PRIVATE_NOT_YET: &str = "DP-FedAvg clips each update as a weight-space change, which \
+                               width-sliced updates do not form yet: use a spectral strategy \
+                               with `[privacy]`";
 const FEDBUFF: &str = "buffered asynchronous aggregation (`mode = \"async\"`)";
 const SECURE: &str = "secure aggregation (`[secure_aggregation]`)";
 const SECURE_PRIVATE: &str =
@@ -61,8 +71,12 @@ impl Policies {
             sharded_layers: config
                 .sharding
                 .as_ref()
-                .map(|s| s.layers.clone())
+                .map(|s| s.spectral_layers().to_vec())
                 .unwrap_or_default(),
+            width: match &config.sharding {
+                Some(Sharding::Width(policy)) => Some(policy.strategy),
+                _ => None,
+            },
             privacy: config.privacy,
             secure: config.secure,
         }
@@ -86,6 +100,9 @@ impl Policies {
     /// names: a program's own [`Aggregator`] (`Federation::aggregator`) meets the same rules as
     /// a shipped one, and a refusal names it by [`Aggregator::name`].
     pub fn check_with(&self, aggregator: Arc<dyn Aggregator>) -> Result<Checked> {
+        if let Some(width) = self.width {
+            self.check_width(width, aggregator.as_ref())?;
+        }
         if let Schedule::Buffered(_) = self.schedule {
             self.check_buffered(aggregator.as_ref())?;
         }
@@ -111,6 +128,44 @@ impl Policies {
             privacy,
             secure,
         })
+    }
+
+    /// A width-sliced round folds each update's values at the coordinates its slice kept
+    /// ([`crate::round::fold`]); what would need an update as a weight-space change, a sum, or
+    /// a compressed message of the whole model is refused until it is built and tested.
+    fn check_width(&self, width: WidthStrategy, aggregator: &dyn Aggregator) -> Result<()> {
+        let refuse = |policy, name: String, why| Error::Unsupported {
+            policy,
+            name,
+            schedule: WIDTH,
+            why,
+        };
+        let not_yet = "width slicing folds sliced updates block by block only; this \
+                       combination is not built yet (docs/algorithms.md §8)";
+        if let Schedule::Buffered(_) = self.schedule {
+            return Err(refuse(Policy::Mode, "async".into(), not_yet));
+        }
+        if self.secure.is_some() {
+            return Err(refuse(Policy::Strategy, width.to_string(), SECURE_NOT_YET));
+        }
+        if self.privacy.is_some() {
+            return Err(refuse(Policy::Strategy, width.to_string(), PRIVATE_NOT_YET));
+        }
+        if self.compressor != Compressor::Identity {
+            return Err(refuse(
+                Policy::Compressor,
+                self.compressor.to_string(),
+                not_yet,
+            ));
+        }
+        if !aggregator.folds_blocks() {
+            return Err(refuse(
+                Policy::Aggregator,
+                aggregator.name().to_string(),
+                not_yet,
+            ));
+        }
+        Ok(())
     }
 
     /// FedBuff: idle clients are drawn one at a time, and the buffer is folded with weights
@@ -262,6 +317,7 @@ mod tests {
             compressor: Compressor::Identity,
             max_update_norm: None,
             sharded_layers: vec![],
+            width: None,
             privacy: None,
             secure: Some(SETTINGS),
         }
@@ -355,6 +411,7 @@ mod tests {
                 Policies {
                     aggregator: AggregatorName::Uniform,
                     sharded_layers: vec!["fc1.weight".into()],
+                    width: None,
                     privacy: Some(private()),
                     secure: Some(SecureSettings {
                         clip_norm: None,

@@ -413,6 +413,7 @@ mod tests {
             client,
             seed: 1,
             dense: Default::default(),
+            width: None,
             shards: vec![],
             recipe: Default::default(),
             uplink: Default::default(),

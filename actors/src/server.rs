@@ -20,7 +20,7 @@ use crate::record::{RoundRecord, Summary};
 use crate::run_folder::{CSV_FILE, METRICS_FILE};
 use crate::schedule::AsyncConfig;
 use fedshard_protocol::model::ModelState;
-use fedshard_protocol::shard_plan::ShardingPolicy;
+use fedshard_protocol::shard_plan::Sharding;
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe};
 use fedshard_protocol::uplink::state::UplinkState;
 use fedshard_protocol::uplink::{CompressionConfig, Compressor};
@@ -41,7 +41,7 @@ pub struct RuntimeConfig {
     pub seed: u64,
     pub rounds: u64,
     pub aggregator: AggregatorName,
-    pub sharding: Option<ShardingPolicy>,
+    pub sharding: Option<Sharding>,
     /// The local recipe with the base learning rate.
     pub recipe: Recipe,
     /// Cosine annealing of the learning rate over the run (docs/algorithms.md §1.7), per round.

@@ -295,6 +295,7 @@ mod tests {
             client: 7,
             seed: 1,
             dense: ModelState::new(vec![NamedTensor::zeros("b", vec![4])]).unwrap(),
+            width: None,
             shards: vec![],
             recipe: Recipe::default(),
             uplink: Default::default(),

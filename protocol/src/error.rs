@@ -132,6 +132,10 @@ pub enum Error {
         keep_ratio: f64,
         source: StrategyError,
     },
+    /// Width slicing: a model's width description that does not fit its tensors, or a slice
+    /// that does not fit the description.
+    #[error("width slicing: {0}")]
+    Width(String),
     /// Sharding: a participant the plan has no random stream for.
     #[error("participant {0} without a stream")]
     NoStream(ClientId),

@@ -20,6 +20,7 @@ pub mod shard_plan;
 pub mod stored;
 pub mod task;
 pub mod uplink;
+pub mod width;
 pub mod work;
 
 pub use error::Error;

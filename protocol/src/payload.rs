@@ -258,6 +258,7 @@ mod tests {
             client: 3,
             seed: 9,
             dense: ModelState::new(vec![NamedTensor::zeros("b", vec![2])]).unwrap(),
+            width: None,
             shards: vec![LayerShard {
                 name: "w".into(),
                 shape: vec![2, 3],

@@ -4,6 +4,7 @@
 use crate::error::Error;
 use crate::model::ModelState;
 use crate::task::{ClientId, LayerShard};
+use crate::width::{WidthGroup, WidthPolicy, WidthSlice, plan_widths};
 use fedshard_strategies::metrics::anme_layer;
 use fedshard_strategies::rng::{Purpose, stream};
 use fedshard_strategies::sampling::SamplerName;
@@ -21,6 +22,24 @@ pub struct ShardingPolicy {
     pub sampler: SamplerName,
     /// Names of the decomposable tensors (never the first or last layer of a network).
     pub layers: Vec<String>,
+}
+
+/// How a run shards its model: the terms of each layer's SVD, or the units of each width.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "family", rename_all = "kebab-case")]
+pub enum Sharding {
+    Spectral(ShardingPolicy),
+    Width(WidthPolicy),
+}
+
+impl Sharding {
+    /// The layers sent as factor columns (none under a width strategy).
+    pub fn spectral_layers(&self) -> &[String] {
+        match self {
+            Sharding::Spectral(p) => &p.layers,
+            Sharding::Width(_) => &[],
+        }
+    }
 }
 
 /// A participant of the round and the keep ratio of its cluster.
@@ -49,6 +68,43 @@ pub struct ShardPlan {
     /// Each participant's shards, keyed by client id.
     pub shards: BTreeMap<ClientId, Vec<LayerShard>>,
     pub groups: Vec<GroupStats>,
+    /// Under a width strategy: the model's widths and every participant's slice (then there
+    /// are no factors or shards).
+    pub width: Option<WidthPlan>,
+}
+
+/// A round's width slices: the model's widths and the units each participant keeps.
+#[derive(Debug, Clone, Default)]
+pub struct WidthPlan {
+    pub groups: Vec<WidthGroup>,
+    pub slices: BTreeMap<ClientId, WidthSlice>,
+}
+
+/// Plans one round under `sharding`: [`plan_shards`] for a spectral strategy, every
+/// participant's [`WidthSlice`] for a width strategy.
+pub fn plan_round(
+    global: &ModelState,
+    sharding: &Sharding,
+    participants: &[Participant],
+    seed: u64,
+    round: u64,
+) -> Result<ShardPlan, Error> {
+    match sharding {
+        Sharding::Spectral(policy) => plan_shards(global, policy, participants, seed, round),
+        Sharding::Width(policy) => {
+            let ratios: Vec<(ClientId, f64)> = participants
+                .iter()
+                .map(|p| (p.client, p.keep_ratio))
+                .collect();
+            Ok(ShardPlan {
+                width: Some(WidthPlan {
+                    groups: policy.groups.clone(),
+                    slices: plan_widths(policy, &ratios, round)?,
+                }),
+                ..ShardPlan::default()
+            })
+        }
+    }
 }
 
 impl ShardPlan {
@@ -166,6 +222,7 @@ pub fn plan_shards(
         factors,
         shards,
         groups,
+        width: None,
     })
 }
 

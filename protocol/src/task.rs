@@ -6,6 +6,7 @@
 
 use crate::model::ModelState;
 use crate::uplink::Uplink;
+use crate::width::WidthSlice;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -108,6 +109,10 @@ pub struct TrainTask {
     pub dense: ModelState,
     /// The sharded layers, one shard each.
     pub shards: Vec<LayerShard>,
+    /// Under a width strategy, the units of every width this client keeps: `dense` is the
+    /// global model cut to them (docs/algorithms.md §8).
+    #[serde(default)]
+    pub width: Option<WidthSlice>,
     pub recipe: Recipe,
     /// How to send the update back (the identity encoding unless a compressor is configured).
     #[serde(default)]

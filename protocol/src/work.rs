@@ -13,8 +13,11 @@
 //! is the same for a training step. Element-wise work (norms, activations, biases) is not
 //! counted.
 
-use crate::model::ModelState;
+use crate::model::{ModelState, NamedTensor};
 use crate::task::LayerShard;
+use crate::width::{WidthGroup, sliced_len};
+use fedshard_strategies::StrategyError;
+use fedshard_strategies::spectrum::kept_terms;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -101,16 +104,76 @@ pub fn multiply_adds(dense: &ModelState, shards: &[LayerShard], uses: &WeightUse
         .iter()
         .filter_map(|s| {
             let used = uses.get(&s.name)?;
-            let (n, rows, cols) = (s.indices.len(), s.rows(), s.cols());
-            let per_position = if !used.convolution || factors_are_cheaper(n, rows, cols) {
-                n * (rows + cols)
-            } else {
-                rows * cols
-            };
-            Some(used.positions * per_position as u64)
+            Some(shard_multiply_adds(
+                used,
+                s.indices.len(),
+                s.rows(),
+                s.cols(),
+            ))
         })
         .sum();
     dense + shards
+}
+
+/// Multiply-adds per sample of `n` terms of a `rows × cols` layer used as `used` says: its
+/// factors, or for a convolution the composed weight where that is cheaper.
+fn shard_multiply_adds(used: &WeightUse, n: usize, rows: usize, cols: usize) -> u64 {
+    let per_position = if !used.convolution || factors_are_cheaper(n, rows, cols) {
+        n * (rows + cols)
+    } else {
+        rows * cols
+    };
+    used.positions * per_position as u64
+}
+
+impl ModelWork {
+    /// The share of a spectral sub-model of `global` that keeps `⌈r · N⌉` terms
+    /// ([`kept_terms`]) of each layer of `layers` (N = min(rows, cols)) and the rest dense: what a
+    /// client at keep ratio r computes. Errors unless `r ∈ (0, 1]`.
+    pub fn spectral_share(
+        &self,
+        global: &ModelState,
+        layers: &[String],
+        keep_ratio: f64,
+    ) -> Result<f64, StrategyError> {
+        kept_terms(1, keep_ratio)?;
+        Ok(self.share_by(global, |t, used| {
+            if !layers.contains(&t.name) {
+                return used.positions * t.data.len() as u64;
+            }
+            let (rows, cols) = t.matrix_shape();
+            let n = kept_terms(rows.min(cols), keep_ratio).unwrap_or(rows.min(cols));
+            shard_multiply_adds(used, n, rows, cols)
+        }))
+    }
+
+    /// The share of a width sub-model of `global` whose widths keep `widths` units
+    /// ([`crate::width::sliced_len`] of each weight).
+    pub fn width_share(
+        &self,
+        global: &ModelState,
+        groups: &[WidthGroup],
+        widths: &BTreeMap<String, usize>,
+    ) -> f64 {
+        self.share_by(global, |t, used| {
+            used.positions * sliced_len(t, groups, widths)
+        })
+    }
+
+    /// The share of the full model's multiply-adds of a sub-model whose weight `t` (used as
+    /// the count says) costs `cost(t, use)`; 1 without weight uses.
+    fn share_by(&self, global: &ModelState, cost: impl Fn(&NamedTensor, &WeightUse) -> u64) -> f64 {
+        if self.full == 0 {
+            return 1.0;
+        }
+        let uses = &self.arithmetic.weights;
+        let task: u64 = global
+            .tensors
+            .iter()
+            .filter_map(|t| Some(cost(t, uses.get(&t.name)?)))
+            .sum();
+        ((task + self.arithmetic.between_activations) as f64 / self.full as f64).min(1.0)
+    }
 }
 
 #[cfg(test)]

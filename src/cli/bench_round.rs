@@ -139,6 +139,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
                         client: c as u64,
                         seed: 1,
                         dense: dense.clone(),
+                        width: None,
                         shards: shards.clone(),
                         recipe: recipe.clone(),
                         uplink: Default::default(),

@@ -7,6 +7,7 @@ use crate::federation;
 use anyhow::{Context, ensure};
 use clap::Args;
 use fedshard_actors::record::RoundRecord;
+use fedshard_strategies::sharding::strategy::Strategy;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -27,6 +28,12 @@ pub struct CompareArgs {
     /// (60% of the clients r = 0.2, 40% r = 0.4).
     #[arg(long, default_value = DEFAULT_SETUPS)]
     pub keep_ratios: String,
+    /// How width strategies (`heterofl`, `fedrolex`) sit next to the spectral ones: `cost`, at
+    /// the widest slice whose multiply-adds per sample do not exceed the spectral sub-model's
+    /// at the column's keep ratio (a client's budget is what it can compute); `ratio`, at the
+    /// column's keep ratio itself (which leaves a width client about r² of an inner layer).
+    #[arg(long, value_enum, default_value_t = compare::Budget::Cost)]
+    pub budget: compare::Budget,
     /// Override `run.rounds` (for quick runs).
     #[arg(long)]
     pub rounds: Option<u64>,
@@ -75,6 +82,41 @@ fn clock_name(config: &Config) -> &'static str {
     }
 }
 
+/// What a grid with width strategies compares them at, for the table: the equal-cost width
+/// ratio of each keep ratio, or the equal nominal ratio; `None` without width strategies.
+fn budget_note(
+    config: &Config,
+    strategies: &[Strategy],
+    setups: &[compare::Setup],
+    budget: compare::Budget,
+) -> anyhow::Result<Option<String>> {
+    if !strategies.iter().any(|s| matches!(s, Strategy::Width(_))) {
+        return Ok(None);
+    }
+    Ok(Some(match budget {
+        compare::Budget::Ratio => {
+            "Width strategies at equal nominal keep ratio (`--budget ratio`).".to_string()
+        }
+        compare::Budget::Cost => {
+            let costs = compare::Costs::of(config)?;
+            let mut ratios: Vec<f64> = setups
+                .iter()
+                .flat_map(|s| s.keep_ratios.iter().map(|k| k.ratio))
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            ratios.dedup();
+            let matches = ratios
+                .into_iter()
+                .map(|r| costs.equal_cost(r))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            format!(
+                "Width strategies at equal cost (`--budget cost`, the default): {}.",
+                compare::describe(&matches)
+            )
+        }
+    }))
+}
+
 /// The flags beyond the grid's own that a Reproduce line must repeat.
 fn extra_flags(args: &CompareArgs) -> String {
     let clock = args.clock.map(|c| match c {
@@ -82,7 +124,8 @@ fn extra_flags(args: &CompareArgs) -> String {
         super::Clock::Wall => " --clock wall".to_string(),
     });
     let target = args.target.map(|t| format!(" --target {t}"));
-    clock.into_iter().chain(target).collect()
+    let budget = (args.budget == compare::Budget::Ratio).then(|| " --budget ratio".to_string());
+    clock.into_iter().chain(target).chain(budget).collect()
 }
 
 /// `--target`: a test accuracy in (0, 1].
@@ -109,11 +152,16 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     let setups = compare::parse_setups(&args.keep_ratios).context("--keep-ratios")?;
     let (config, seeds) = config_and_seeds(args)?;
     let mut journal = open_journal(args)?;
+    let budget = budget_note(&config, &strategies, &setups, args.budget)?;
+    if let Some(note) = &budget {
+        eprintln!("{note}");
+    }
     let started = Instant::now();
     let runs = compare::compare(
         &config,
         &strategies,
         &setups,
+        args.budget,
         &seeds,
         journal.as_mut(),
         &mut |k, total, r, resumed| {
@@ -155,6 +203,9 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         config.run.rounds,
         extra_flags(args)
     );
+    if let Some(note) = &budget {
+        let _ = writeln!(markdown, "\n{note}");
+    }
     markdown.push('\n');
     markdown.push_str(&compare::table(&runs, &strategies, &setups));
     markdown.push('\n');

@@ -24,6 +24,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "fedshard sample --method conditional-poisson --draws 10000 --pi pi.json",
     ),
     (
+        "widths",
+        "fedshard widths config/digits-cnn.toml --strategy fedrolex --keep-ratio 0.25 --round 3",
+    ),
+    (
         "run",
         "fedshard run config/digits-linear.toml --out runs/tour-seed1",
     ),

@@ -22,6 +22,7 @@ pub mod report;
 pub mod run;
 pub mod sample;
 pub mod serve;
+pub mod widths;
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +43,8 @@ pub enum Command {
     Probs(probs::ProbsArgs),
     /// Empirical inclusion frequencies of a joint sampler (JSON).
     Sample(sample::SampleArgs),
+    /// The units a width strategy (heterofl, fedrolex) keeps of each hidden width (JSON).
+    Widths(widths::WidthsArgs),
     /// Run a whole federation in this process, with a run folder and checkpoints.
     Run(run::RunArgs),
     /// The server node of a federation across machines (client nodes: `join`).
@@ -160,6 +163,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Cert(args) => cert::run(&args),
         Command::Sample(args) => print_json(&sample::sample(&args)?),
+        Command::Widths(args) => print_json(&widths::widths(&args)?),
         Command::Run(args) => {
             init_warnings();
             run::run(&args)?;

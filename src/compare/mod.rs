@@ -11,12 +11,14 @@
 //! Here: the grid of Table 1 (its arms, one run's config and result). [`run_grid`] runs any
 //! grid (`grid`), the statistics over seeds are in `stats` and the markdown tables in `tables`.
 
+mod budget;
 mod grid;
 mod stats;
 mod tables;
 #[cfg(test)]
 mod tests;
 
+pub use budget::{Budget, CostMatch, Costs, describe};
 pub(crate) use grid::parse_list;
 pub use grid::{GridArm, OnRun, run_grid, seeds};
 pub use stats::{
@@ -28,7 +30,7 @@ use crate::compare_journal::{Journal, JournalRow};
 use crate::config::{Config, KeepRatioShare};
 use anyhow::{Context, bail, ensure};
 use fedshard_actors::record::{RoundRecord, Summary};
-use fedshard_strategies::sharding::plan::StrategySpec;
+use fedshard_strategies::sharding::strategy::Strategy;
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
 
@@ -110,7 +112,7 @@ impl FromStr for Setup {
 }
 
 /// Parses `top-n,unbiased,…` with the strategy parser of the config.
-pub fn parse_strategies(list: &str) -> anyhow::Result<Vec<StrategySpec>> {
+pub fn parse_strategies(list: &str) -> anyhow::Result<Vec<Strategy>> {
     parse_list(list)
 }
 
@@ -125,10 +127,7 @@ pub enum Arm {
     /// The reference: every client trains the full dense model (see [`run_config`]).
     NoSharding,
     /// One strategy under one keep-ratio setup.
-    Sharded {
-        strategy: StrategySpec,
-        setup: Setup,
-    },
+    Sharded { strategy: Strategy, setup: Setup },
 }
 
 impl Arm {
@@ -201,24 +200,36 @@ pub struct RunResult {
 }
 
 /// The grid: the reference arm first (a quick sanity check of the data and training), then
-/// every strategy for each setup.
-pub fn arms(strategies: &[StrategySpec], setups: &[Setup]) -> Vec<Arm> {
-    let sharded = setups.iter().flat_map(|setup| {
-        strategies.iter().map(|&strategy| Arm::Sharded {
-            strategy,
-            setup: setup.clone(),
-        })
-    });
-    std::iter::once(Arm::NoSharding).chain(sharded).collect()
+/// every strategy for each setup; a width strategy's setups are `width_setup`'s (the setup
+/// itself at equal nominal ratio).
+pub fn arms(
+    strategies: &[Strategy],
+    setups: &[Setup],
+    width_setup: &dyn Fn(&Setup) -> anyhow::Result<Setup>,
+) -> anyhow::Result<Vec<Arm>> {
+    let mut arms = vec![Arm::NoSharding];
+    for setup in setups {
+        for &strategy in strategies {
+            let setup = match strategy {
+                Strategy::Width(_) => width_setup(setup)?,
+                Strategy::Spectral(_) => setup.clone(),
+            };
+            arms.push(Arm::Sharded { strategy, setup });
+        }
+    }
+    Ok(arms)
 }
 
 /// Runs every arm of [`arms`] for every seed through [`run_grid`], and returns the results in
-/// run order; the no-sharding reference first. A config whose `model.sharded_layers` is empty
-/// is refused: every strategy would train the same dense model.
+/// run order; the no-sharding reference first. Width strategies run at `budget` ([`Budget`]).
+/// A config whose `model.sharded_layers` is empty is refused: every strategy would train the
+/// same dense model.
+#[allow(clippy::too_many_arguments)]
 pub fn compare(
     config: &Config,
-    strategies: &[StrategySpec],
+    strategies: &[Strategy],
     setups: &[Setup],
+    budget: Budget,
     seeds: &[u64],
     journal: Option<&mut Journal<RunResult>>,
     on_run: &mut OnRun<'_, RunResult>,
@@ -231,9 +242,19 @@ pub fn compare(
     );
     ensure!(!strategies.is_empty(), "no strategy to compare");
     ensure!(!setups.is_empty(), "no keep-ratio setup to compare");
+    let costs = match budget {
+        Budget::Cost if strategies.iter().any(|s| matches!(s, Strategy::Width(_))) => {
+            Some(Costs::of(config)?)
+        }
+        _ => None,
+    };
+    let width_setup = |setup: &Setup| match &costs {
+        Some(costs) => Ok(costs.width_setup(setup)?.0),
+        None => Ok(setup.clone()),
+    };
     run_grid(
         config,
-        &arms(strategies, setups),
+        &arms(strategies, setups, &width_setup)?,
         seeds,
         journal,
         on_run,

@@ -2,14 +2,14 @@
 //! time-to-accuracy table.
 
 use super::{Cell, FULL_MODEL, NO_SHARDING, RunResult, Setup, cell, time_to_cell};
-use fedshard_strategies::sharding::plan::StrategySpec;
+use fedshard_strategies::sharding::strategy::Strategy;
 use std::fmt::Write as _;
 
 /// The time to `target` test accuracy per strategy and setup, laid out as [`table`]: the mean
 /// over the seeds that reached it, in `clock`'s seconds (`simulated` or `wall`).
 pub fn time_table(
     results: &[RunResult],
-    (strategies, setups): (&[StrategySpec], &[Setup]),
+    (strategies, setups): (&[Strategy], &[Setup]),
     target: f64,
     clock: &str,
 ) -> String {
@@ -53,7 +53,7 @@ pub fn time_table(
 /// mean, as markdown bullets. Between neighbours `>` means the two intervals do not overlap (a
 /// conservative test of a difference), `≈` that they do or that one has no interval. Strategies
 /// without a completed run are left out; the no-sharding reference closes each line.
-pub fn ranking(results: &[RunResult], strategies: &[StrategySpec], setups: &[Setup]) -> String {
+pub fn ranking(results: &[RunResult], strategies: &[Strategy], setups: &[Setup]) -> String {
     let entry = |name: &str, c: &Cell| {
         let interval = c.interval_95().map_or_else(
             || format!(" [n={}]", c.completed),
@@ -98,7 +98,7 @@ pub fn ranking(results: &[RunResult], strategies: &[StrategySpec], setups: &[Set
 /// setup, a column "accuracy % (mean ± std)" and a column ANME. The reference runs fill every
 /// setup's column, as they do not depend on it. A cell without runs shows `–`; failed runs are
 /// counted in their cell and listed with their errors under the table.
-pub fn table(results: &[RunResult], strategies: &[StrategySpec], setups: &[Setup]) -> String {
+pub fn table(results: &[RunResult], strategies: &[Strategy], setups: &[Setup]) -> String {
     let mut out = String::from("| strategy |");
     let mut rule = String::from("|---|");
     for setup in setups {

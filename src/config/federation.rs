@@ -11,7 +11,7 @@ use fedshard_protocol::uplink::Compressor;
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
-use fedshard_strategies::sharding::plan::StrategySpec;
+use fedshard_strategies::sharding::strategy::Strategy;
 use serde::{Deserialize, Serialize};
 
 /// A share of the clients with a given keep ratio.
@@ -30,7 +30,7 @@ pub struct FederationSection {
     pub clients_per_round: f64,
     pub selector: SelectorName,
     pub aggregator: AggregatorName,
-    pub strategy: StrategySpec,
+    pub strategy: Strategy,
     pub sampler: SamplerName,
     /// Keep ratios of the clients, as shares that sum to 1 (default: everyone trains everything).
     pub keep_ratios: Vec<KeepRatioShare>,
@@ -261,7 +261,7 @@ pub struct RawFederation {
     #[serde(default = "default_aggregator")]
     aggregator: AggregatorName,
     #[serde(default = "default_strategy")]
-    strategy: StrategySpec,
+    strategy: Strategy,
     #[serde(default)]
     sampler: SamplerName,
     #[serde(default = "default_keep_ratios")]
@@ -403,8 +403,10 @@ fn default_selector() -> SelectorName {
 fn default_aggregator() -> AggregatorName {
     AggregatorName::Fedavg
 }
-fn default_strategy() -> StrategySpec {
-    StrategySpec::new(fedshard_strategies::sharding::plan::Base::TopN)
+fn default_strategy() -> Strategy {
+    Strategy::Spectral(fedshard_strategies::sharding::plan::StrategySpec::new(
+        fedshard_strategies::sharding::plan::Base::TopN,
+    ))
 }
 fn default_keep_ratios() -> Vec<KeepRatioShare> {
     vec![KeepRatioShare {

@@ -8,7 +8,7 @@ use anyhow::bail;
 use fedshard_protocol::model::{ModelState, NamedTensor};
 use fedshard_protocol::task::Recipe;
 use fedshard_protocol::work::Arithmetic;
-use fedshard_strategies::sharding::plan::StrategySpec;
+use fedshard_strategies::sharding::strategy::Strategy;
 use fedshard_training::models::masked::MaskedNetwork;
 use fedshard_training::models::net::Architecture;
 use fedshard_training::models::onnx::OnnxFile;
@@ -269,6 +269,17 @@ pub enum Model {
 }
 
 impl Model {
+    /// The hidden widths a width strategy slices (docs/algorithms.md §8): the network's own
+    /// description; none for the masked and ridge models.
+    pub fn width_groups(&self) -> Vec<fedshard_protocol::width::WidthGroup> {
+        match self {
+            Model::Network { architecture, .. } => {
+                fedshard_training::models::network::Network::width_groups(architecture)
+            }
+            Model::Masked(_) | Model::Ridge { .. } => Vec::new(),
+        }
+    }
+
     /// The initial global model: the network's seeded initialisation (fedpm: the mask
     /// probabilities θ = sigmoid(N(0, 1)) of its masked layers); ridge at zero.
     pub fn initial_state(&self, seed: u64) -> anyhow::Result<ModelState> {
@@ -346,7 +357,7 @@ pub const MAX_EPOCHS: usize = 1000;
 
 impl TrainingSection {
     /// The recipe's ranges, and a ClipLR threshold only under a `strategy` that clips.
-    pub(super) fn validate(&self, strategy: StrategySpec) -> anyhow::Result<()> {
+    pub(super) fn validate(&self, strategy: Strategy) -> anyhow::Result<()> {
         check(
             "training.cohort_size",
             self.cohort_size >= 1,

@@ -9,6 +9,7 @@ use fedshard_actors::error::Error;
 use fedshard_actors::policies::Policies;
 use fedshard_secagg::Param;
 use fedshard_strategies::StrategyError;
+use fedshard_strategies::sharding::strategy::Strategy;
 
 /// Asks the engine whether it can run `config`'s policies together.
 pub(super) fn check(config: &Config) -> anyhow::Result<()> {
@@ -25,6 +26,10 @@ fn policies(config: &Config) -> Policies {
         compressor: f.compressor,
         max_update_norm: f.max_update_norm,
         sharded_layers: config.model.resolved_sharded_layers(),
+        width: match f.strategy {
+            Strategy::Width(w) if !config.model.sharded_layers().is_empty() => Some(w),
+            _ => None,
+        },
         privacy: config.privacy.as_ref().map(|p| p.settings(config)),
         secure: config.secure_aggregation.as_ref().map(|s| s.settings()),
     }
@@ -41,6 +46,7 @@ fn policy_field(policy: Policy) -> &'static str {
         Policy::MaxUpdateNorm => "federation.max_update_norm",
         Policy::Compressor => "federation.compressor",
         Policy::ShardedLayers => "model.sharded_layers",
+        Policy::Strategy => "federation.strategy",
     }
 }
 

@@ -39,10 +39,12 @@ use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_actors::schedule::Schedule as EngineSchedule;
 use fedshard_actors::server::{Federation, RuntimeConfig};
 use fedshard_protocol::model::ModelState;
-use fedshard_protocol::shard_plan::ShardingPolicy;
+use fedshard_protocol::shard_plan::{Sharding, ShardingPolicy};
 use fedshard_protocol::task::{ClientId, DEFAULT_CLIP_LR, Evaluator, LocalTrainer, Recipe};
 use fedshard_protocol::uplink::CompressionConfig;
+use fedshard_protocol::width::{WidthGroup, WidthPolicy};
 use fedshard_strategies::rng::{Purpose, stream};
+use fedshard_strategies::sharding::strategy::Strategy;
 use fedshard_training::data;
 use loaded::{Loaded, load};
 use std::collections::BTreeMap;
@@ -105,7 +107,39 @@ fn recipe_of(f: &FederationSection, t: &TrainingSection) -> Recipe {
     }
 }
 
-/// The runtime config of `[run]`, `[federation]` and `[training]` with `layers` sharded, in
+/// How `f` shards a model whose shardable weights are `layers` (the resolved
+/// `model.sharded_layers`) and whose hidden widths are `widths`: none when no layer is sharded;
+/// a spectral strategy factorises `layers`; a width strategy slices every hidden width (the
+/// model's own description, docs/algorithms.md §8), and is refused for a model that describes
+/// none.
+pub fn sharding(
+    f: &FederationSection,
+    layers: Vec<String>,
+    widths: Vec<WidthGroup>,
+    model: &str,
+) -> anyhow::Result<Option<Sharding>> {
+    if layers.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(match f.strategy {
+        Strategy::Spectral(strategy) => Sharding::Spectral(ShardingPolicy {
+            strategy,
+            sampler: f.sampler,
+            layers,
+        }),
+        Strategy::Width(strategy) if widths.is_empty() => anyhow::bail!(
+            "field `federation.strategy`: `{strategy}` slices a model's hidden widths, and the \
+             {model} model describes none; width strategies slice an MLP with hidden layers, the \
+             digits and MNIST CNNs and the char transformer (docs/algorithms.md §8)"
+        ),
+        Strategy::Width(strategy) => Sharding::Width(WidthPolicy {
+            strategy,
+            groups: widths,
+        }),
+    }))
+}
+
+/// The runtime config of `[run]`, `[federation]` and `[training]` sharded as `sharding`, in
 /// the clear and on the wall clock (the caller adds simulated time, privacy and secure
 /// aggregation where its config has them).
 fn runtime_config(
@@ -113,13 +147,8 @@ fn runtime_config(
     f: &FederationSection,
     t: &TrainingSection,
     compression: CompressionConfig,
-    layers: Vec<String>,
+    sharding: Option<Sharding>,
 ) -> RuntimeConfig {
-    let sharding = (!layers.is_empty()).then_some(ShardingPolicy {
-        strategy: f.strategy,
-        sampler: f.sampler,
-        layers,
-    });
     RuntimeConfig {
         seed: run.seed,
         rounds: run.rounds,
@@ -182,7 +211,12 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         &config.federation,
         &config.training,
         config.compression.clone().unwrap_or_default(),
-        config.model.resolved_sharded_layers(),
+        sharding(
+            &config.federation,
+            config.model.resolved_sharded_layers(),
+            model.width_groups(),
+            config.model.kind(),
+        )?,
     );
     let initial = model.initial_state(seed)?;
     let simulated = crate::config::SimulatedRun {

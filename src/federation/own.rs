@@ -9,7 +9,7 @@
 //! builds: the same registry, runtime config, engine and trainers.
 
 use super::trainers::EVAL_BATCH;
-use super::{Trainers, registry, runtime_config};
+use super::{Trainers, registry, runtime_config, sharding};
 use crate::config::{Device, Settings};
 use burn::module::AutodiffModule;
 use fedshard_actors::server::Federation;
@@ -115,7 +115,13 @@ where
             &settings.federation,
             &settings.training,
             Default::default(),
-            shardable,
+            sharding(
+                &settings.federation,
+                shardable,
+                network.width_groups(),
+                "program's own",
+            )
+            .map_err(OwnError::Settings)?,
         );
         let trainers = clients
             .into_iter()

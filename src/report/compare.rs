@@ -5,7 +5,7 @@
 use super::figure::{Figure, Legend, Series, ValueAxis};
 use crate::compare::{self, FULL_MODEL, NO_SHARDING, RunResult, Setup};
 use anyhow::Context;
-use fedshard_strategies::sharding::plan::StrategySpec;
+use fedshard_strategies::sharding::strategy::Strategy;
 use std::path::Path;
 
 /// Writes every output into `dir` (created if missing). `markdown` is the table as printed,
@@ -14,7 +14,7 @@ pub fn write(
     dir: &Path,
     markdown: &str,
     results: &[RunResult],
-    strategies: &[StrategySpec],
+    strategies: &[Strategy],
     setups: &[Setup],
     step: &'static str,
 ) -> anyhow::Result<()> {
@@ -37,7 +37,7 @@ pub fn write(
 /// One line per cell of the table, with the same statistics and the 95% t-interval of the mean
 /// accuracy: accuracy as a fraction (not %), empty fields where no run of the cell completed
 /// (the interval also where only one did).
-pub fn table_csv(results: &[RunResult], strategies: &[StrategySpec], setups: &[Setup]) -> String {
+pub fn table_csv(results: &[RunResult], strategies: &[Strategy], setups: &[Setup]) -> String {
     let columns = [
         "strategy",
         "setup",
@@ -132,7 +132,7 @@ fn csv_text<const N: usize>(
 /// fewer seeds than the title says. `step` is what the runs count: `round` or `version`.
 pub fn accuracy_figures(
     results: &[RunResult],
-    strategies: &[StrategySpec],
+    strategies: &[Strategy],
     setups: &[Setup],
     step: &'static str,
 ) -> Vec<(String, Figure)> {
@@ -208,7 +208,7 @@ fn seeds_of(results: &[RunResult], setup: &str) -> usize {
 }
 
 /// The table's cells in its order: strategies by setup, then the reference.
-fn cells(strategies: &[StrategySpec], setups: &[Setup]) -> Vec<(String, String)> {
+fn cells(strategies: &[Strategy], setups: &[Setup]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = strategies
         .iter()
         .flat_map(|s| {

@@ -5,6 +5,7 @@
 //! ([`fold_changes`]); a secure round's sum folds block by block too
 //! ([`crate::secure::fold_sum`]).
 
+use super::sliced::fold_sliced;
 use super::{Accepted, ClientFailure, term_factors};
 use crate::coordinator::Registry;
 use crate::error::{Error, Result};
@@ -45,6 +46,9 @@ pub struct FoldContext<'a> {
 
 /// Folds the accepted updates into `global` through `aggregator`.
 ///
+/// Under a width strategy (the plan has a [`WidthPlan`](fedshard_protocol::shard_plan::WidthPlan))
+/// every value moves to the weighted mean of the clients whose slice kept it
+/// ([`fold_sliced`]). Otherwise:
 /// The model is laid out as blocks ([`fold_blocks`]): every dense tensor, then each singular
 /// vector of each sharded layer's factors `U'` and `V'` (the round's SVD in `plan`). A client's
 /// update covers the dense blocks and the vectors it held, so the policy's fold is the
@@ -94,6 +98,19 @@ pub fn fold(
         .map(|c| c.samples as f64)
         .sum();
 
+    if let Some(width) = plan.and_then(|p| p.width.as_ref()) {
+        return fold_sliced(global, width, &order, |blocks, updates| {
+            let round = FitRound {
+                outcome: RoundOutcome {
+                    results: &results,
+                    failures: &failures,
+                    population_samples,
+                },
+                updates,
+            };
+            declined(aggregator, aggregator.aggregate_fit(blocks, &round))
+        });
+    }
     let factors: &[(String, Factors<f32>)] = plan.map_or(&[], |p| p.factors.as_slice());
     let dense_index: BTreeMap<&str, usize> = global
         .tensors

@@ -12,6 +12,7 @@ mod cosine;
 mod fold;
 mod private;
 mod record;
+mod sliced;
 mod tasks;
 #[cfg(test)]
 pub(crate) mod tests;

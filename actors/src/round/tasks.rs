@@ -2,9 +2,10 @@
 
 use crate::error::Error;
 use fedshard_protocol::model::ModelState;
-use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy, dense_part};
+use fedshard_protocol::shard_plan::{Participant, ShardPlan, Sharding, dense_part};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Uplink;
+use fedshard_protocol::width::slice_state;
 use std::collections::BTreeMap;
 
 /// The tasks of a round and the bits each takes on the downlink.
@@ -15,36 +16,51 @@ pub struct Tasks {
     pub bits: BTreeMap<ClientId, u64>,
 }
 
-/// Every participant's task: the dense part of the model, its shards of the plan (none without
-/// a sharding policy) and the round's recipe.
+/// Every participant's task: the dense part of the model and its shards of the plan (none
+/// without a sharding policy), or under a width strategy the model cut to its slice of the
+/// plan; and the round's recipe.
 pub fn build_tasks(
     global: &ModelState,
-    policy: Option<&ShardingPolicy>,
+    sharding: Option<&Sharding>,
     plan: Option<&ShardPlan>,
     participants: &[Participant],
     (seed, round): (u64, u64),
     recipe: &Recipe,
-) -> Tasks {
-    let dense = dense_part(global, policy);
+) -> Result<Tasks, Error> {
+    let spectral = match sharding {
+        Some(Sharding::Spectral(policy)) => Some(policy),
+        _ => None,
+    };
+    let dense = dense_part(global, spectral);
+    let width = plan.and_then(|p| p.width.as_ref());
     let mut tasks = BTreeMap::new();
     let mut bits = BTreeMap::new();
     for p in participants {
         let shards = plan
             .and_then(|pl| pl.shards.get(&p.client).cloned())
             .unwrap_or_default();
+        let slice = width.and_then(|w| Some((w, w.slices.get(&p.client)?)));
+        let (dense, width) = match slice {
+            Some((w, slice)) => (
+                slice_state(global, &w.groups, slice).map_err(Error::Plan)?,
+                Some(slice.clone()),
+            ),
+            None => (dense.clone(), None),
+        };
         let task = TrainTask {
             round,
             client: p.client,
             seed,
-            dense: dense.clone(),
+            dense,
             shards,
+            width,
             recipe: recipe.clone(),
             uplink: Uplink::default(),
         };
         bits.insert(p.client, task_bits(&task));
         tasks.insert(p.client, task);
     }
-    Tasks { tasks, bits }
+    Ok(Tasks { tasks, bits })
 }
 
 impl Tasks {

@@ -3,6 +3,7 @@
 
 mod buffered;
 mod private;
+mod width;
 
 use super::*;
 use crate::client::ClientReply;
@@ -11,8 +12,8 @@ use fedshard_protocol::model::ModelState;
 use fedshard_protocol::model::NamedTensor;
 use fedshard_protocol::payload::encode;
 use fedshard_protocol::payload::{RejectionKind, UpdateEnvelope};
-use fedshard_protocol::shard_plan::plan_shards;
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, ShardingPolicy};
+use fedshard_protocol::shard_plan::{Sharding, plan_shards};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::task::{Evaluation, TrainOutput};
 use fedshard_strategies::aggregation::AggregatorName;
@@ -84,12 +85,13 @@ pub(crate) fn planned_with(clients: &[(ClientId, f64)]) -> (ShardPlan, Tasks) {
     let plan = plan_shards(&global(), &policy(), &participants, 7, 3).unwrap();
     let tasks = build_tasks(
         &global(),
-        Some(&policy()),
+        Some(&Sharding::Spectral(policy())),
         Some(&plan),
         &participants,
         (7, 3),
         &recipe(),
-    );
+    )
+    .unwrap();
     (plan, tasks)
 }
 
@@ -197,7 +199,8 @@ fn tasks_carry_the_dense_part_and_each_clients_shards() {
         }],
         (7, 3),
         &recipe(),
-    );
+    )
+    .unwrap();
     assert_eq!(dense.tasks[&4].dense, global());
     assert!(dense.tasks[&4].shards.is_empty());
 }
@@ -347,7 +350,7 @@ pub(crate) fn dense_tasks() -> Tasks {
         client,
         keep_ratio: 1.0,
     });
-    build_tasks(&global(), None, None, &participants, (7, 3), &recipe())
+    build_tasks(&global(), None, None, &participants, (7, 3), &recipe()).unwrap()
 }
 
 /// Identical clients under FedAvg on a dense model: the applied update is exactly what they

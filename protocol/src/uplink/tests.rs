@@ -72,6 +72,7 @@ fn task_in(
         client,
         seed: 21,
         dense: ModelState::new(vec![NamedTensor::new("b", vec![40], values(40)).unwrap()]).unwrap(),
+        width: None,
         shards: vec![LayerShard {
             name: "w".into(),
             shape: vec![4, 6],

@@ -1,5 +1,6 @@
-//! Spectral sharding strategies (docs/algorithms.md §1.2–1.5): from a sorted singular spectrum
-//! `λ_1 ≥ … ≥ λ_N`, a number of kept terms `n` and (for Collective) a group size `C`, compute the
+//! Sharding strategies ([`strategy::Strategy`] picks one by name): the width-slicing baselines
+//! of [`width`] (docs/algorithms.md §8), and the spectral ones (§1.2–1.5): from a sorted
+//! singular spectrum `λ_1 ≥ … ≥ λ_N`, a number of kept terms `n` and (for Collective) a group size `C`, compute the
 //! inclusion probabilities `π` and multipliers `ω` of each term.
 //!
 //! Every function here takes the spectrum already sorted non-increasing (see
@@ -20,6 +21,8 @@ pub mod collective;
 pub mod plan;
 pub mod prism;
 pub mod scaled;
+pub mod strategy;
 pub mod top_n;
 pub mod unbiased;
 pub mod wallenius;
+pub mod width;

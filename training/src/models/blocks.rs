@@ -85,36 +85,40 @@ pub struct SelfAttention<B: Backend> {
 }
 
 impl<B: Kernels> SelfAttention<B> {
-    /// Attention of width `dim` over the builder's positions (the tokens).
+    /// Attention of width `dim` with `heads` heads over the builder's positions (the tokens),
+    /// of which it keeps `kept` (a width slice's; `heads` for the whole layer): q, k and v map
+    /// `dim → kept · head_dim`, o maps back to `dim`, and every kept head keeps its
+    /// `head_dim = dim / heads`, so the residual width never narrows.
     pub fn new(
         b: &mut Builder<B>,
         name: &str,
         dim: usize,
-        heads: usize,
+        [heads, kept]: [usize; 2],
         causal: bool,
     ) -> Result<Self, NetError> {
-        if heads == 0 || !dim.is_multiple_of(heads) {
+        if heads == 0 || !dim.is_multiple_of(heads) || kept == 0 || kept > heads {
             return Err(NetError::Heads {
                 name: name.to_string(),
                 width: dim,
                 heads,
             });
         }
+        let inner = kept * (dim / heads);
         // The scores Q·Kᵀ and their weighted sum of V: each query meets every key (T of them),
-        // or on average (T + 1) / 2 under the causal mask, once in each product, at the full
-        // width whatever the projections' ranks.
+        // or on average (T + 1) / 2 under the causal mask, once in each product, at the width
+        // of the kept heads whatever the projections' ranks.
         let tokens = b.positions();
         b.between_activations(if causal {
-            (tokens + 1) * dim
+            (tokens + 1) * inner
         } else {
-            2 * tokens * dim
+            2 * tokens * inner
         });
         Ok(Self {
-            q: b.affine(&format!("{name}.q"), dim, dim, true, true)?,
-            k: b.affine(&format!("{name}.k"), dim, dim, true, true)?,
-            v: b.affine(&format!("{name}.v"), dim, dim, true, true)?,
-            o: b.affine(&format!("{name}.o"), dim, dim, true, true)?,
-            heads,
+            q: b.affine(&format!("{name}.q"), dim, inner, true, true)?,
+            k: b.affine(&format!("{name}.k"), dim, inner, true, true)?,
+            v: b.affine(&format!("{name}.v"), dim, inner, true, true)?,
+            o: b.affine(&format!("{name}.o"), inner, dim, true, true)?,
+            heads: kept,
             causal,
         })
     }
@@ -183,9 +187,12 @@ impl<B: Kernels> TransformerBlock<B> {
         hidden: usize,
         causal: bool,
     ) -> Result<Self, NetError> {
+        // A width slice keeps some heads (`{name}.heads`) and some MLP units (`{name}.mlp`).
+        let kept = b.units(&format!("{name}.heads"), heads);
+        let hidden = b.units(&format!("{name}.mlp"), hidden);
         Ok(Self {
             ln1: LayerNorm::new(b, &format!("{name}.ln1"), dim)?,
-            attn: SelfAttention::new(b, &format!("{name}.attn"), dim, heads, causal)?,
+            attn: SelfAttention::new(b, &format!("{name}.attn"), dim, [heads, kept], causal)?,
             ln2: LayerNorm::new(b, &format!("{name}.ln2"), dim)?,
             mlp: FeedForward::new(b, &format!("{name}.mlp"), dim, hidden)?,
         })

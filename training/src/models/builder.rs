@@ -9,6 +9,11 @@
 //! [`export`] can turn a trained module back into the server's tensors without any per-model
 //! code, and the names can never drift apart between building and exporting.
 //!
+//! Under a width strategy (HeteroFL, FedRolex) load mode builds the narrowed sub-model the
+//! task's sliced tensors describe ([`Builder::with_width`]): the model's constructor asks the
+//! builder how many units of each width to build ([`Builder::units`]), so one constructor
+//! builds the global model and every sub-model.
+//!
 //! Every tensor carries a leading client axis: load mode takes the tasks of a cohort (clients
 //! with one sub-model shape, trained as one computation; `kernels/cohort.rs`) and stacks their
 //! values, one client after another; a single task is a cohort of one.
@@ -21,9 +26,10 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use fedshard_protocol::model::{ModelState, NamedTensor};
 use fedshard_protocol::task::LayerShard;
+use fedshard_protocol::width::{WidthGroup, WidthSlice};
 use fedshard_protocol::work::{Arithmetic, WeightUse};
 use fedshard_strategies::rng::{ChaCha20Rng, Purpose, stream, uniform};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// How a tensor is initialised in [`Builder::init`] mode.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,7 +63,18 @@ enum Mode<'a> {
     Load {
         tasks: &'a [Task<'a>],
         used: BTreeSet<String>,
+        /// The cohort's sub-model widths ([`Builder::with_width`]); `None` builds full widths.
+        width: Option<Narrowed>,
     },
+}
+
+/// A narrowed build: the kept units of every width, and HeteroFL's scaler.
+struct Narrowed {
+    widths: BTreeMap<String, usize>,
+    /// The keep ratio r every layer in `scaled` divides its output by.
+    keep_ratio: f64,
+    /// The affine and convolutional weights whose outputs are sliced (axis 0 of a width).
+    scaled: BTreeSet<String>,
 }
 
 /// Builds a model's layers by name; see the module documentation.
@@ -71,8 +88,9 @@ pub struct Builder<'a, B: Backend> {
     arithmetic: Arithmetic,
 }
 
-/// One client's tensors in load mode: a task's dense tensors and shards.
-pub type Task<'a> = (&'a ModelState, &'a [LayerShard]);
+/// One client's tensors in load mode: a task's dense tensors and shards, and the units of
+/// every width it keeps under a width strategy (its dense tensors are then the sliced ones).
+pub type Task<'a> = (&'a ModelState, &'a [LayerShard], Option<&'a WidthSlice>);
 
 /// What init mode records: the initial global state and the names of the shardable weights.
 pub type InitialState = (ModelState, Vec<String>);
@@ -132,10 +150,57 @@ impl<'a, B: Backend> Builder<'a, B> {
             mode: Mode::Load {
                 tasks,
                 used: BTreeSet::new(),
+                width: None,
             },
             roles: HashMap::new(),
             positions: 1,
             arithmetic: Arithmetic::default(),
+        }
+    }
+
+    /// A load-mode builder that builds the sub-model `slice` cuts out of a model whose widths
+    /// are `groups` (the network's [`width_groups`](crate::models::network::Network::width_groups)):
+    /// every width the model asks for through [`Builder::units`] is the slice's, and every
+    /// affine or convolutional layer whose outputs a width slices divides them by the keep
+    /// ratio (HeteroFL's scaler, so the narrowed layers' activations keep the full model's
+    /// scale; none at r = 1). No effect in init mode: the global model is never narrowed.
+    pub fn with_width(mut self, slice: &WidthSlice, groups: &[WidthGroup]) -> Self {
+        if let Mode::Load { width, .. } = &mut self.mode {
+            let scaled = groups
+                .iter()
+                .flat_map(|g| &g.axes)
+                .filter(|a| a.axis == 0)
+                .map(|a| a.tensor.clone())
+                .collect();
+            *width = Some(Narrowed {
+                widths: slice.widths(),
+                keep_ratio: slice.keep_ratio,
+                scaled,
+            });
+        }
+        self
+    }
+
+    /// How many units of width `group` (full, `full` units) to build: `full` in init mode or
+    /// without a width, else the kept count. Model constructors ask this for every width they
+    /// build, so one constructor builds the global model and every sub-model.
+    pub fn units(&self, group: &str, full: usize) -> usize {
+        match &self.mode {
+            Mode::Load { width: Some(n), .. } => n.widths.get(group).copied().unwrap_or(full),
+            _ => full,
+        }
+    }
+
+    /// HeteroFL's scaler of the layer whose weight is `weight`: the keep ratio its output is
+    /// divided by during local training, `None` for a layer whose outputs are whole.
+    fn scaler(&self, weight: &str) -> Option<f64> {
+        match &self.mode {
+            Mode::Load { width: Some(n), .. }
+                if n.keep_ratio != 1.0 && n.scaled.contains(weight) =>
+            {
+                Some(n.keep_ratio)
+            }
+            _ => None,
         }
     }
 
@@ -184,10 +249,10 @@ impl<'a, B: Backend> Builder<'a, B> {
             Mode::Init {
                 tensors, shardable, ..
             } => Ok((layout, Some((ModelState::new(tensors)?, shardable)))),
-            Mode::Load { tasks, used } => {
+            Mode::Load { tasks, used, .. } => {
                 let names: BTreeSet<String> = tasks
                     .iter()
-                    .flat_map(|(dense, shards)| {
+                    .flat_map(|(dense, shards, _)| {
                         let dense = dense.tensors.iter().map(|t| t.name.as_str());
                         dense.chain(shards.iter().map(|s| s.name.as_str()))
                     })
@@ -271,9 +336,14 @@ impl<'a, B: Backend> Builder<'a, B> {
         shardable: bool,
     ) -> Result<Affine<B>, NetError> {
         let fan_in = c_in as f64;
+        let scaler = self.scaler(weight);
         let weight = self.weight(weight, &[c_out, c_in], (6.0 / fan_in).sqrt(), shardable)?;
         let bias = self.bias(bias, c_out, 1.0 / fan_in.sqrt())?;
-        Ok(Affine { weight, bias })
+        Ok(Affine {
+            weight,
+            bias,
+            scaler,
+        })
     }
 
     /// A convolution `c_in → c_out` with a square `kernel`, weight `{name}.weight`
@@ -314,11 +384,13 @@ impl<'a, B: Backend> Builder<'a, B> {
         let [kh, kw] = geometry.kernel;
         let fan_in = (c_in * kh * kw) as f64;
         let shape = [c_out, c_in, kh, kw];
+        let scaler = self.scaler(weight);
         let weight = self.weight(weight, &shape, (6.0 / fan_in).sqrt(), shardable)?;
         let bias = self.bias(bias, c_out, 1.0 / fan_in.sqrt())?;
         Ok(Conv {
             weight,
             bias,
+            scaler,
             in_channels: c_in,
             kernel: geometry.kernel,
             stride: geometry.stride,
@@ -356,7 +428,7 @@ impl<'a, B: Backend> Builder<'a, B> {
         let rows = shape[0];
         let cols: usize = shape[1..].iter().product();
         let clients = self.clients();
-        if let Mode::Load { tasks, used } = &mut self.mode
+        if let Mode::Load { tasks, used, .. } = &mut self.mode
             && let Some(shards) = cohort_shards(tasks, &name)?
         {
             if !shardable {
@@ -434,9 +506,9 @@ impl<'a, B: Backend> Builder<'a, B> {
                 });
                 Ok(data)
             }
-            Mode::Load { tasks, used } => {
+            Mode::Load { tasks, used, .. } => {
                 let mut data = Vec::new();
-                for (dense, _) in tasks.iter() {
+                for (dense, _, _) in tasks.iter() {
                     let t = dense.get(name).ok_or_else(|| NetError::MissingTensor {
                         name: name.to_string(),
                     })?;
@@ -464,7 +536,7 @@ fn cohort_shards<'t>(
 ) -> Result<Option<Vec<&'t LayerShard>>, NetError> {
     let found: Vec<Option<&LayerShard>> = tasks
         .iter()
-        .map(|(_, shards)| shards.iter().find(|s| s.name == name))
+        .map(|(_, shards, _)| shards.iter().find(|s| s.name == name))
         .collect();
     if found.iter().all(Option::is_none) {
         return Ok(None);
@@ -536,7 +608,7 @@ pub fn export<B: Kernels, M: Module<B>>(
         Ok(part)
     };
     let mut out = Vec::with_capacity(clients);
-    for (c, (dense, shards)) in tasks.iter().enumerate() {
+    for (c, (dense, shards, _)) in tasks.iter().enumerate() {
         let mut tensors = Vec::with_capacity(dense.tensors.len());
         for t in &dense.tensors {
             tensors.push(NamedTensor {

@@ -84,7 +84,15 @@ pub struct Cnn<B: Backend> {
 pub const GROUPS: usize = 2;
 
 impl<B: Kernels> Cnn<B> {
+    /// The CNN at `shape`, narrowed to the widths the builder's [`units`](Builder::units)
+    /// keeps (`conv0`, `conv1`, `conv2` channels, `fc0` units; the global model's in init
+    /// mode). The built model's `shape` holds the kept widths, which its forward reshapes by.
     pub fn new(b: &mut Builder<B>, shape: CnnShape, classes: usize) -> Result<Self, NetError> {
+        let mut shape = shape;
+        for (i, w) in shape.widths.iter_mut().enumerate() {
+            *w = b.units(&format!("conv{i}"), *w);
+        }
+        shape.hidden = b.units("fc0", shape.hidden);
         let [w0, w1, w2] = shape.widths;
         let side = shape.side;
         b.at_positions(side * side);

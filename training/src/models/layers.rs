@@ -104,12 +104,26 @@ pub enum Weight<B: Backend> {
     Factorized(Factors<B>),
 }
 
-/// `y = W x + b` for the last dimension of `x`.
+/// `y = W x + b` for the last dimension of `x` (divided by `scaler` when set).
 #[derive(Module, Debug)]
 pub struct Affine<B: Backend> {
     pub weight: Weight<B>,
     /// `C × c_out`.
     pub bias: Option<Param<Tensor<B, 2>>>,
+    /// HeteroFL's scaler: the keep ratio r this layer's output is divided by, set by the
+    /// builder for a layer whose outputs a width slice narrows during local training (so the
+    /// sub-model's activations keep the full model's scale); `None` (the global model,
+    /// evaluation, whole outputs) leaves the output as it is. A constant, never trained.
+    #[module(skip)]
+    pub scaler: Option<f64>,
+}
+
+/// `y / r` for HeteroFL's scaler `Some(r)`.
+fn scaled<B: Backend, const D: usize>(y: Tensor<B, D>, scaler: Option<f64>) -> Tensor<B, D> {
+    match scaler {
+        Some(r) => y.div_scalar(r),
+        None => y,
+    }
 }
 
 /// `per_client` (`C × k`), the values of row r's client for every row of a cohort's
@@ -148,14 +162,15 @@ impl<B: Kernels> Affine<B> {
     /// client c's weights.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>, cohort: &Cohort) -> Tensor<B, D> {
         let bias = self.bias.as_ref().map(Param::val);
-        match &self.weight {
+        let y = match &self.weight {
             Weight::Dense(w) => kernels::cohort_affine(x, w.val(), bias, cohort),
             Weight::Factorized(f) => {
                 let projected = kernels::cohort_affine(x, f.v.val(), None, cohort)
                     * per_row(f.omega.clone(), cohort);
                 kernels::cohort_affine(projected, f.u.val().swap_dims(1, 2), bias, cohort)
             }
-        }
+        };
+        scaled(y, self.scaler)
     }
 }
 
@@ -173,6 +188,9 @@ pub struct Conv<B: Backend> {
     pub weight: Weight<B>,
     /// `C × c_out`.
     pub bias: Option<Param<Tensor<B, 2>>>,
+    /// HeteroFL's scaler, as [`Affine::scaler`].
+    #[module(skip)]
+    pub scaler: Option<f64>,
     pub in_channels: usize,
     pub kernel: [usize; 2],
     pub stride: [usize; 2],
@@ -191,7 +209,7 @@ impl<B: Kernels> Conv<B> {
     /// `x`: `N × C_in × H × W`, client c's images (dimension 0) with client c's filters.
     pub fn forward(&self, x: Tensor<B, 4>, cohort: &Cohort) -> Tensor<B, 4> {
         let bias = self.bias.as_ref().map(Param::val);
-        match &self.weight {
+        let y = match &self.weight {
             Weight::Dense(w) => kernels::cohort_conv2d(x, w.val(), bias, self.geometry(), cohort),
             Weight::Factorized(f) => {
                 let [clients, n, patch] = f.v.dims();
@@ -218,7 +236,8 @@ impl<B: Kernels> Conv<B> {
                     kernels::cohort_conv2d(x, composed, bias, self.geometry(), cohort)
                 }
             }
-        }
+        };
+        scaled(y, self.scaler)
     }
 }
 

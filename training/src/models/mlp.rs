@@ -18,15 +18,22 @@ pub struct Mlp<B: Backend> {
 }
 
 impl<B: Kernels> Mlp<B> {
-    /// Layers `fc0 … fc{L}` of widths `input → hidden… → classes`.
+    /// Layers `fc0 … fc{L}` of widths `input → hidden… → classes` (the hidden widths the
+    /// builder's [`units`](Builder::units) keeps of them).
     pub fn new(
         b: &mut Builder<B>,
         input: usize,
         hidden: &[usize],
         classes: usize,
     ) -> Result<Self, NetError> {
+        // A width slice keeps some units of every hidden layer (`fc{i}`'s outputs).
         let widths: Vec<usize> = std::iter::once(input)
-            .chain(hidden.iter().copied())
+            .chain(
+                hidden
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &h)| b.units(&format!("fc{i}"), h)),
+            )
             .chain(std::iter::once(classes))
             .collect();
         let last = widths.len() - 2;

@@ -21,6 +21,7 @@ pub mod onnx;
 pub mod resnet;
 pub mod shardable;
 pub mod tensors;
+pub mod widths;
 
 pub use error::NetError;
 pub use tensors::{ModelState, NamedTensor};

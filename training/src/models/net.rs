@@ -8,6 +8,7 @@ use crate::models::cnn::{Cnn, CnnShape};
 use crate::models::kernels::{Cohort, Kernels};
 use crate::models::layers::Weight;
 use crate::models::mlp::Mlp;
+use crate::models::network::Network;
 use crate::models::onnx::{OnnxFile, OnnxNet};
 use crate::models::resnet::ResNet18;
 use burn::module::Module;
@@ -122,19 +123,17 @@ impl Architecture {
         shards: &[LayerShard],
         device: &B::Device,
     ) -> Result<(Net<B>, Layout), NetError> {
-        self.load_cohort(&[(dense, shards)], device)
+        self.load_cohort(&[(dense, shards, None)], device)
     }
 
-    /// The sub-models of a cohort's clients (one sub-model shape) as one stacked model.
+    /// The sub-models of a cohort's clients (one sub-model shape) as one stacked model
+    /// (narrowed when the tasks carry a width slice: [`Network::load_cohort`]).
     pub fn load_cohort<B: Kernels>(
         &self,
         tasks: &[Task<'_>],
         device: &B::Device,
     ) -> Result<(Net<B>, Layout), NetError> {
-        let mut builder = Builder::load(tasks, device);
-        let net = self.build(&mut builder)?;
-        let (layout, _) = builder.finish()?;
-        Ok((net, layout))
+        <Self as Network>::load_cohort(self, tasks, device)
     }
 }
 

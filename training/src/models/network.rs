@@ -20,8 +20,10 @@ use crate::models::builder::{Builder, InitialState, Layout, Task};
 use crate::models::kernels::{Cohort, Kernels};
 use crate::models::layers::Weight;
 use crate::models::net::{Architecture, Net};
+use crate::models::widths::cohort_width;
 use burn::module::Module;
 use burn::tensor::Tensor;
+use fedshard_protocol::width::WidthGroup;
 use std::fmt;
 
 /// A network's description: builds its [`Network::Module`] through a [`Builder`].
@@ -48,14 +50,36 @@ pub trait Network: fmt::Debug + Clone + Send + Sync + 'static {
         Ok(init.expect("an init-mode builder always records its state"))
     }
 
+    /// The hidden widths a width strategy (HeteroFL, FedRolex) may narrow, and the tensor axes
+    /// that follow each. The default, none, is a network without a width description: the
+    /// server refuses width strategies for it. A network that describes widths asks its
+    /// [`Builder`] for each of them ([`Builder::units`]) under the same names.
+    fn width_groups(&self) -> Vec<WidthGroup> {
+        Vec::new()
+    }
+
     /// The sub-models of a cohort's clients (one sub-model shape) as one stacked module, and
-    /// its layout for reading the trained tensors back.
+    /// its layout for reading the trained tensors back; tasks that carry a width slice (all or
+    /// none, of equal widths) build the narrowed model, with HeteroFL's scaler.
     fn load_cohort<B: Kernels>(
         &self,
         tasks: &[Task<'_>],
         device: &B::Device,
     ) -> Result<(Self::Module<B>, Layout), NetError> {
         let mut builder = Builder::load(tasks, device);
+        if let Some(slice) = cohort_width(tasks)? {
+            let groups = self.width_groups();
+            if let Some(name) = slice
+                .kept
+                .keys()
+                .find(|n| groups.iter().all(|g| &g.name != *n))
+            {
+                return Err(NetError::Unsupported(format!(
+                    "the task slices width `{name}`, which this network does not describe"
+                )));
+            }
+            builder = builder.with_width(slice, &groups);
+        }
         let module = self.build(&mut builder)?;
         let (layout, _) = builder.finish()?;
         Ok((module, layout))
@@ -82,6 +106,10 @@ impl Network for Architecture {
 
     fn build<B: Kernels>(&self, builder: &mut Builder<B>) -> Result<Net<B>, NetError> {
         Architecture::build(self, builder)
+    }
+
+    fn width_groups(&self) -> Vec<WidthGroup> {
+        Architecture::width_groups(self)
     }
 
     /// An ONNX model's initial values are its file's initializers, not draws.

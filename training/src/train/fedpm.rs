@@ -238,6 +238,7 @@ mod tests {
             client: 3,
             seed,
             dense: theta_state(network, 0.5),
+            width: None,
             shards: vec![],
             recipe: Recipe {
                 learning_rate: 0.1,

@@ -14,5 +14,7 @@ pub mod neural;
 pub mod ridge;
 pub mod sgld;
 pub mod slots;
+#[cfg(test)]
+mod width_tests;
 
 pub use ridge::{RidgeClient, RidgeEvaluator, synthetic_clients};

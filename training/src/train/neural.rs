@@ -284,16 +284,19 @@ impl<B: TrainingBackend, N> NeuralClient<B, N> {
 }
 
 /// What the tasks of one cohort share: the recipe and the sub-model shape (which layers are
-/// sharded, and with how many terms).
+/// sharded, and with how many terms; under a width strategy, the kept units of every width
+/// and the keep ratio, which the scaler divides by).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CohortKey {
     /// The recipe's numbers, floats by their bits.
     recipe: [u64; 6],
     shards: Vec<(String, usize)>,
+    /// Kept units of each width by name, and the keep ratio's bits; `None` at full width.
+    width: Option<(Vec<(String, usize)>, u64)>,
 }
 
 impl CohortKey {
-    fn of(task: &TrainTask) -> Self {
+    pub(crate) fn of(task: &TrainTask) -> Self {
         let r = &task.recipe;
         Self {
             recipe: [
@@ -309,6 +312,10 @@ impl CohortKey {
                 .iter()
                 .map(|s| (s.name.clone(), s.multipliers.len()))
                 .collect(),
+            width: task
+                .width
+                .as_ref()
+                .map(|w| (w.widths().into_iter().collect(), w.keep_ratio.to_bits())),
         }
     }
 }
@@ -333,10 +340,11 @@ where
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         let trained = match self.method {
-            LocalMethod::Sgd => cohort::train::<B, N>(
+            LocalMethod::Sgd => cohort::train_sliced::<B, N>(
                 &self.architecture,
                 &task.recipe,
                 &[self.member(task)],
+                &[task.width.as_ref()],
                 &self.device,
             )
             .pop()
@@ -368,7 +376,7 @@ impl<B: Kernels, N: Network> Evaluator for NeuralEvaluator<B, N> {
     fn evaluate(&self, model: &ModelState) -> Result<Evaluation, EvalError> {
         let (net, _) = self
             .architecture
-            .load_cohort::<B>(&[(model, &[])], &self.device)?;
+            .load_cohort::<B>(&[(model, &[], None)], &self.device)?;
         let per_row = self.examples.targets_per_row();
         batches::evaluate::<B>(
             self.examples.as_ref(),

@@ -76,7 +76,7 @@ where
         round: task.round,
         client: task.client,
     };
-    cohort::train::<B, N>(network, &recipe, &[member], device)
+    cohort::train_sliced::<B, N>(network, &recipe, &[member], &[task.width.as_ref()], device)
         .pop()
         .expect("one result per member")
 }
@@ -145,6 +145,7 @@ mod tests {
             client: 0,
             seed: 7,
             dense,
+            width: None,
             shards: Vec::new(),
             recipe: Recipe {
                 learning_rate: 123.0,

@@ -260,7 +260,10 @@ fn onnx_batch_norm_takes_each_clients_statistics() {
     let m = OnnxModel::read(&fixture("bn_cnn.onnx")).expect("loads");
     let net = build::<B>(&m, m.initial_state());
     // The same model for two clients, its tensors stacked along the client axis.
-    let tasks = [(m.initial_state(), &[][..]), (m.initial_state(), &[][..])];
+    let tasks = [
+        (m.initial_state(), &[][..], None),
+        (m.initial_state(), &[][..], None),
+    ];
     let mut builder = Builder::<B>::load(&tasks, &Default::default());
     let pair = OnnxNet::new(&mut builder, m.plan.clone()).expect("builds");
     let data = floats(&o["input"]);
@@ -330,7 +333,7 @@ fn onnx_sharded_layer_at_full_rank_equals_the_dense_one() {
     )
     .expect("state");
     let shards = [shard];
-    let tasks = [(&rest, &shards[..])];
+    let tasks = [(&rest, &shards[..], None)];
     let mut builder = Builder::<B>::load(&tasks, &Default::default());
     let net = OnnxNet::new(&mut builder, m.plan.clone()).expect("builds");
     builder.finish().expect("every tensor used");

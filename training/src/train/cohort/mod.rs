@@ -23,6 +23,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{LayerShard, Recipe, TrainError};
+use fedshard_protocol::width::WidthSlice;
 use sgd::CohortSgd;
 
 mod sgd;
@@ -59,6 +60,23 @@ pub fn train<B: TrainingBackend, N: Network>(
 where
     N::Module<B>: AutodiffModule<B>,
 {
+    train_sliced::<B, N>(network, recipe, members, &vec![None; members.len()], device)
+}
+
+/// [`train`] for members whose tasks carry width slices: `widths[i]` is member i's (its dense
+/// tensors are the sliced ones, and it trains the narrowed model with HeteroFL's scaler). A
+/// slice apart from [`Member`], so that code building members keeps compiling unchanged.
+pub fn train_sliced<B: TrainingBackend, N: Network>(
+    network: &N,
+    recipe: &Recipe,
+    members: &[Member<'_>],
+    widths: &[Option<&WidthSlice>],
+    device: &B::Device,
+) -> Vec<Result<Trained, TrainError>>
+where
+    N::Module<B>: AutodiffModule<B>,
+{
+    assert_eq!(widths.len(), members.len(), "one width per member");
     let mut results: Vec<Option<Result<Trained, TrainError>>> =
         members.iter().map(|_| None).collect();
     let mut schedules = Vec::new();
@@ -71,7 +89,7 @@ where
     if !schedules.is_empty() {
         let tasks: Vec<Task<'_>> = schedules
             .iter()
-            .map(|&(i, _)| (members[i].dense, members[i].shards))
+            .map(|&(i, _)| (members[i].dense, members[i].shards, widths[i]))
             .collect();
         match network.load_cohort::<B>(&tasks, device) {
             Ok(loaded) => {
@@ -79,6 +97,7 @@ where
                     network,
                     recipe,
                     members,
+                    widths,
                     device,
                 };
                 for (i, result) in run.steps(loaded, schedules) {
@@ -88,7 +107,8 @@ where
             Err(e) if schedules.len() == 1 => results[schedules[0].0] = Some(Err(e.into())),
             Err(_) => {
                 for (i, _) in schedules {
-                    let alone = train::<B, N>(network, recipe, &members[i..=i], device);
+                    let (member, width) = (&members[i..=i], &widths[i..=i]);
+                    let alone = train_sliced::<B, N>(network, recipe, member, width, device);
                     results[i] = alone.into_iter().next();
                 }
             }
@@ -105,6 +125,7 @@ struct Run<'r, 'm, B: Backend, N> {
     network: &'r N,
     recipe: &'r Recipe,
     members: &'r [Member<'m>],
+    widths: &'r [Option<&'m WidthSlice>],
     device: &'r B::Device,
 }
 
@@ -182,7 +203,7 @@ where
                     .iter()
                     .map(|a| {
                         let (dense, shards) = a.state.as_ref().expect("exported above");
-                        (dense, shards.as_slice())
+                        (dense, shards.as_slice(), self.widths[a.member])
                     })
                     .collect();
                 let (rebuilt, new_layout) = match self.network.load_cohort::<B>(&tasks, self.device)
@@ -223,9 +244,15 @@ where
     ) -> Result<Vec<(ModelState, Vec<LayerShard>)>, NetError> {
         let tasks: Vec<Task<'_>> = active
             .iter()
-            .map(|a| match &a.state {
-                Some((dense, shards)) => (dense, shards.as_slice()),
-                None => (self.members[a.member].dense, self.members[a.member].shards),
+            .map(|a| {
+                let width = self.widths[a.member];
+                match &a.state {
+                    Some((dense, shards)) => (dense, shards.as_slice(), width),
+                    None => {
+                        let m = &self.members[a.member];
+                        (m.dense, m.shards, width)
+                    }
+                }
             })
             .collect();
         export(net, layout, &tasks)

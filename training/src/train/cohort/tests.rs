@@ -243,7 +243,10 @@ fn tasks_of_different_shapes_train_one_by_one() {
     let examples: [&dyn Examples; 2] = [&a, &b];
     let err = arch
         .load_cohort::<B>(
-            &[(&tasks[0].0, &tasks[0].1), (&tasks[1].0, &tasks[1].1)],
+            &[
+                (&tasks[0].0, &tasks[0].1, None),
+                (&tasks[1].0, &tasks[1].1, None),
+            ],
             &Default::default(),
         )
         .expect_err("one shape per cohort");
@@ -271,7 +274,10 @@ fn a_rounds_sharded_tasks_share_a_shape_and_sample_their_own_terms() {
     assert!(!shards[0].is_empty());
     assert!(shards.iter().all(|s| shape(s) == shape(&shards[0])));
     assert_ne!(shards[1], shards[2], "each client samples its own terms");
-    let tasks: Vec<Task<'_>> = shards.iter().map(|s| (&dense, s.as_slice())).collect();
+    let tasks: Vec<Task<'_>> = shards
+        .iter()
+        .map(|s| (&dense, s.as_slice(), None))
+        .collect();
     arch.load_cohort::<B>(&tasks, &Default::default())
         .expect("one cohort");
 }
