@@ -300,6 +300,7 @@ mod tests {
     use crate::schedule::{AsyncConfig, Staleness};
     use crate::secure::MIN_SCALE;
     use fedshard_strategies::privacy::Sampling;
+    use fedshard_strategies::sharding::width::WidthStrategy;
 
     const SETTINGS: SecureSettings = SecureSettings {
         clip_norm: Some(10.0),
@@ -339,6 +340,65 @@ mod tests {
         match policies.check() {
             Err(Error::Unsupported { policy, .. }) => policy,
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// A width-sliced run takes synchronous and over-committed rounds with a block aggregator;
+    /// what would need an update as a change, a sum or a compressed whole-model message is
+    /// refused by the policy that asks for it.
+    #[test]
+    fn width_slicing_refuses_what_it_cannot_fold_yet() {
+        let width = Policies {
+            width: Some(WidthStrategy::FedRolex),
+            secure: None,
+            ..secure()
+        };
+        assert!(width.check().is_ok());
+        let over_committed = Policies {
+            schedule: Schedule::Rounds {
+                over_commit: Some(1.5),
+            },
+            ..width.clone()
+        };
+        assert!(over_committed.check().is_ok());
+        let buffered = Schedule::Buffered(AsyncConfig {
+            concurrency: 2,
+            buffer: 2,
+            staleness: Staleness::Constant,
+        });
+        let cases = [
+            (
+                Policies {
+                    schedule: buffered,
+                    ..width.clone()
+                },
+                Policy::Mode,
+            ),
+            (
+                Policies {
+                    secure: Some(SETTINGS),
+                    ..width.clone()
+                },
+                Policy::Strategy,
+            ),
+            (
+                Policies {
+                    privacy: Some(private()),
+                    selector: SelectorName::Poisson,
+                    ..width.clone()
+                },
+                Policy::Strategy,
+            ),
+            (
+                Policies {
+                    compressor: Compressor::Qsgd,
+                    ..width.clone()
+                },
+                Policy::Compressor,
+            ),
+        ];
+        for (policies, policy) in cases {
+            assert_eq!(refused(policies), policy);
         }
     }
 

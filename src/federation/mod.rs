@@ -107,21 +107,22 @@ fn recipe_of(f: &FederationSection, t: &TrainingSection) -> Recipe {
     }
 }
 
-/// How `f` shards a model whose shardable weights are `layers` (the resolved
-/// `model.sharded_layers`) and whose hidden widths are `widths`: none when no layer is sharded;
-/// a spectral strategy factorises `layers`; a width strategy slices every hidden width (the
-/// model's own description, docs/algorithms.md §8), and is refused for a model that describes
-/// none.
+/// How `f` shards a model whose resolved `model.sharded_layers` are `layers` and whose hidden
+/// widths are `widths`, when `sharded` (the config names layers to shard at all): none when it
+/// does not; a spectral strategy factorises `layers` (none: nothing sharded); a width strategy
+/// slices every hidden width (the model's own description, docs/algorithms.md §8), and is
+/// refused for a model that describes none.
 pub fn sharding(
     f: &FederationSection,
-    layers: Vec<String>,
+    (sharded, layers): (bool, Vec<String>),
     widths: Vec<WidthGroup>,
     model: &str,
 ) -> anyhow::Result<Option<Sharding>> {
-    if layers.is_empty() {
+    if !sharded {
         return Ok(None);
     }
     Ok(Some(match f.strategy {
+        Strategy::Spectral(_) if layers.is_empty() => return Ok(None),
         Strategy::Spectral(strategy) => Sharding::Spectral(ShardingPolicy {
             strategy,
             sampler: f.sampler,
@@ -213,7 +214,10 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         config.compression.clone().unwrap_or_default(),
         sharding(
             &config.federation,
-            config.model.resolved_sharded_layers(),
+            (
+                !config.model.sharded_layers().is_empty(),
+                config.model.resolved_sharded_layers(),
+            ),
             model.width_groups(),
             config.model.kind(),
         )?,

@@ -117,7 +117,7 @@ where
             Default::default(),
             sharding(
                 &settings.federation,
-                shardable,
+                (!shardable.is_empty(), shardable),
                 network.width_groups(),
                 "program's own",
             )
