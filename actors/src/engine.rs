@@ -32,10 +32,11 @@ use crate::round::{
 use crate::schedule::{Schedule, Staleness};
 use crate::secure::{SecureSettings, SessionOutcome, fold_sum};
 use crate::server::{RuntimeConfig, ServerState};
-use fedshard_protocol::shard_plan::{Participant, ShardPlan, plan_round};
+use fedshard_protocol::shard_plan::{Participant, ShardPlan, Sharding, plan_round};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Cohort;
 use fedshard_protocol::uplink::UplinkSide;
+use fedshard_protocol::width::WidthGroup;
 use fedshard_strategies::aggregation::{Aggregator, SumWeight};
 use fedshard_strategies::privacy::Accountant;
 use std::collections::BTreeMap;
@@ -157,7 +158,7 @@ impl Collected {
     fn fold(
         &self,
         model: &mut fedshard_protocol::model::ModelState,
-        aggregator: &dyn Aggregator,
+        (aggregator, groups): (&dyn Aggregator, &[WidthGroup]),
         registry: &Registry,
         (min_successful, version): (usize, u64),
     ) -> Result<Aggregate> {
@@ -223,14 +224,14 @@ impl Collected {
                     .into_iter()
                     .map(|(accepted, task)| (accepted, task, 1.0))
                     .collect();
-                let folded = fold_changes(model, &updates, aggregator, registry)?;
+                let folded = fold_changes(model, &updates, (aggregator, groups), registry)?;
                 Ok(unchanged(folded))
             }
             Collected::Buffer { buffer, staleness } => {
                 let (folded, staleness) = fold_buffered(
                     model,
                     buffer,
-                    aggregator,
+                    (aggregator, groups),
                     registry,
                     (*staleness, version - 1),
                 )?;
@@ -286,6 +287,12 @@ impl ServerState {
         let mut model = std::mem::take(&mut self.fed.model);
         let how = (config.min_successful, version);
         let (seed, min_successful) = (config.seed, config.min_successful);
+        // A buffer's or a private round's width-sliced updates fold as changes at their slices'
+        // coordinates of these widths (docs/algorithms.md §8.3).
+        let groups: Vec<WidthGroup> = match &config.sharding {
+            Some(Sharding::Width(policy)) => policy.groups.clone(),
+            _ => Vec::new(),
+        };
         let private = self.engine.privacy.as_ref().map(|(settings, accountant)| {
             (
                 *settings,
@@ -312,7 +319,7 @@ impl ServerState {
                 None => aggregator.as_ref(),
             };
             let aggregate = collected
-                .fold(&mut model, folding, &registry, how)
+                .fold(&mut model, (folding, &groups), &registry, how)
                 .map(|aggregate| Aggregate {
                     privacy: private.as_ref().map(Private::spent),
                     ..aggregate

@@ -13,6 +13,7 @@ use crate::schedule::Staleness;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_protocol::width::{WidthGroup, coordinates};
 use fedshard_strategies::StrategyError;
 use fedshard_strategies::aggregation::{
     Aggregator, BlockUpdate, ChangeRound, Contribution, Failure, Fit, FitRound, RoundOutcome,
@@ -281,8 +282,9 @@ pub struct Buffered {
 }
 
 /// Adds `scale` × the weight-space change `update` asks for against `task` to `change` (one f64
-/// vector per tensor of `global`, in its order): `values − sent` for a dense tensor, and for a
-/// sharded layer `Σ_{i∈I} (u'_i v'_iᵀ − u_i v_iᵀ)` over the terms it held, on the task's basis.
+/// vector per tensor of `global`, in its order): `values − sent` for a dense tensor (under a
+/// width strategy, at the coordinates the task's slice of `groups` kept, zero elsewhere), and for
+/// a sharded layer `Σ_{i∈I} (u'_i v'_iᵀ − u_i v_iᵀ)` over the terms it held, on the task's basis.
 ///
 /// That is exactly how a round moves a sharded layer ([`fold`] applies
 /// `W ← W + Σ_i (u'_i v'_iᵀ − ū'_i v̄'_iᵀ)`), so the sharding paper's recomposition needs no
@@ -293,7 +295,7 @@ pub fn weight_change(
     change: &mut [Vec<f64>],
     global: &ModelState,
     update: &Accepted,
-    task: &TrainTask,
+    (task, groups): (&TrainTask, &[WidthGroup]),
     scale: f64,
 ) -> Result<()> {
     let index = |name: &str| {
@@ -309,8 +311,30 @@ pub fn weight_change(
             .dense
             .get(&t.name)
             .ok_or_else(|| update_error(update.client, format!("`{}` was not sent", t.name)))?;
-        for ((c, &new), &old) in change[i].iter_mut().zip(&t.data).zip(&sent.data) {
-            *c += scale * (f64::from(new) - f64::from(old));
+        // A width slice's values sit at its coordinates of the global tensor (§8.3).
+        let coords = match &task.width {
+            Some(slice) => coordinates(&global.tensors[i], groups, slice).map_err(Error::Plan)?,
+            None => None,
+        };
+        let held = coords.as_ref().map_or(change[i].len(), Vec::len);
+        if t.data.len() != held || sent.data.len() != held {
+            return Err(update_error(
+                update.client,
+                format!("{} values of `{}`, {held} expected", t.data.len(), t.name),
+            ));
+        }
+        let moved = t.data.iter().zip(&sent.data);
+        match coords {
+            Some(coords) => {
+                for (&k, (&new, &old)) in coords.iter().zip(moved) {
+                    change[i][k] += scale * (f64::from(new) - f64::from(old));
+                }
+            }
+            None => {
+                for (c, (&new, &old)) in change[i].iter_mut().zip(moved) {
+                    *c += scale * (f64::from(new) - f64::from(old));
+                }
+            }
         }
     }
     for (got, sent) in update.update.shards.iter().zip(&task.shards) {
@@ -341,11 +365,14 @@ pub struct Change<'a> {
     pub global: &'a ModelState,
     pub accepted: &'a Accepted,
     pub task: &'a TrainTask,
+    /// The model's widths, under a width strategy (else empty).
+    pub groups: &'a [WidthGroup],
 }
 
 impl WeightChange for Change<'_> {
     fn add_scaled(&self, change: &mut [Vec<f64>], scale: f64) -> fedshard_strategies::Result<()> {
-        weight_change(change, self.global, self.accepted, self.task, scale)
+        let task = (self.task, self.groups);
+        weight_change(change, self.global, self.accepted, task, scale)
             .map_err(|e| StrategyError::invalid("update", e.to_string()))
     }
 }
@@ -357,7 +384,7 @@ impl WeightChange for Change<'_> {
 pub fn fold_buffered(
     global: &mut ModelState,
     buffer: &[Buffered],
-    aggregator: &dyn Aggregator,
+    (aggregator, groups): (&dyn Aggregator, &[WidthGroup]),
     registry: &Registry,
     (staleness, current): (Staleness, u64),
 ) -> Result<(Folded, Vec<u64>)> {
@@ -370,7 +397,7 @@ pub fn fold_buffered(
         .zip(&taus)
         .map(|(b, &tau)| (&b.accepted, &b.task, staleness.weight(tau)))
         .collect();
-    let folded = fold_changes(global, &updates, aggregator, registry)?;
+    let folded = fold_changes(global, &updates, (aggregator, groups), registry)?;
     Ok((folded, taus))
 }
 
@@ -383,7 +410,7 @@ pub fn fold_buffered(
 pub fn fold_changes(
     global: &mut ModelState,
     updates: &[(&Accepted, &TrainTask, f64)],
-    aggregator: &dyn Aggregator,
+    (aggregator, groups): (&dyn Aggregator, &[WidthGroup]),
     registry: &Registry,
 ) -> Result<Folded> {
     let results = updates
@@ -403,6 +430,7 @@ pub fn fold_changes(
             global,
             accepted,
             task,
+            groups,
         })
         .collect();
     let changes: Vec<&dyn WeightChange> = changes.iter().map(|c| c as &dyn WeightChange).collect();

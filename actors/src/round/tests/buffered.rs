@@ -44,7 +44,7 @@ fn a_fresh_dense_buffer_with_constant_weights_is_the_fedavg_round() {
     let (folded, taus) = fold_buffered(
         &mut buffered,
         &buffer(&tasks, updates, &[4, 4]),
-        fedavg().as_ref(),
+        (fedavg().as_ref(), &[]),
         &reg,
         (Staleness::Constant, 4),
     )
@@ -77,7 +77,7 @@ fn stale_updates_move_the_model_by_their_hand_computed_weight() {
     let (folded, taus) = fold_buffered(
         &mut model,
         &buffer(&tasks, updates, &[0, 2]),
-        fedavg().as_ref(),
+        (fedavg().as_ref(), &[]),
         &reg,
         (Staleness::Polynomial { a: 1.0 }, 2),
     )
@@ -122,7 +122,7 @@ fn a_term_change_from_an_older_basis_is_added_to_the_newer_model() {
     let (folded, taus) = fold_buffered(
         &mut newer,
         &buffer(&tasks, updates, &[0]),
-        fedavg().as_ref(),
+        (fedavg().as_ref(), &[]),
         &registry(&[(1, 1), (2, 1)]),
         (Staleness::Constant, 1),
     )
@@ -155,7 +155,7 @@ fn an_overflowing_buffer_leaves_the_model() {
     let (folded, _) = fold_buffered(
         &mut model,
         &buffer(&tasks, updates, &[0, 0]),
-        fedavg().as_ref(),
+        (fedavg().as_ref(), &[]),
         &registry(&[(1, 1), (2, 1)]),
         (Staleness::Constant, 0),
     )

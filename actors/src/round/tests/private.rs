@@ -57,7 +57,7 @@ fn fold_private(
 ) -> Result<(Folded, PrivacyRecord)> {
     let clients: Vec<(ClientId, u64)> = updates.iter().map(|(a, _, _)| (a.client, 1)).collect();
     let private = Private::new(&UniformWeights, release);
-    let folded = fold_changes(model, updates, &private, &registry(&clients))?;
+    let folded = fold_changes(model, updates, (&private, &[]), &registry(&clients))?;
     Ok((folded, private.spent()))
 }
 
@@ -72,6 +72,7 @@ fn clipped(
         global,
         accepted,
         task,
+        groups: &[],
     };
     clipped_change(&change, &lens, clip_norm, scale).unwrap()
 }
@@ -274,7 +275,7 @@ fn privacy_wraps_only_equal_weights_and_folds_changes() {
     let clients: Vec<(ClientId, u64)> = updates.iter().map(|(a, _, _)| (a.client, 1)).collect();
     let mut model = global();
     let fedavg = Private::new(&FedAvg, private(&settings, 1));
-    assert!(fold_changes(&mut model, &updates, &fedavg, &registry(&clients)).is_err());
+    assert!(fold_changes(&mut model, &updates, (&fedavg, &[]), &registry(&clients)).is_err());
     assert_eq!(model, global());
     assert_eq!(fedavg.spent().clipped, 0);
 }

@@ -2,7 +2,9 @@
 //! clients' hand-made updates fold value by value over the clients whose slice kept them.
 
 use super::*;
-use fedshard_protocol::shard_plan::{WidthPlan, plan_round};
+use crate::round::Tasks;
+use crate::round::{Buffered, fold_buffered};
+use fedshard_protocol::shard_plan::{ShardPlan, WidthPlan, plan_round};
 use fedshard_protocol::width::{Axis, WidthGroup, WidthPolicy};
 use fedshard_strategies::sharding::width::WidthStrategy;
 
@@ -33,48 +35,47 @@ fn net() -> (ModelState, Vec<WidthGroup>) {
     (global, groups)
 }
 
-/// FedRolex in round 2 at r = 0.5: both clients keep units {1, 2}; HeteroFL keeps {0, 1}. Here
-/// client 1 (D = 1) runs HeteroFL's r = 0.5 slice {0, 1} and client 2 (D = 3) r = 0.75, {0, 1, 2}.
-/// Each client adds its id to every value it holds. FedAvg, by hand: units 0 and 1 are held by
+/// [`two_nested_clients`], folded by FedAvg, by hand: units 0 and 1 are held by
 /// both, (1·1 + 3·2)/4 = 1.75; unit 2 by client 2 alone, 2; unit 3 by nobody, 0 (untouched);
 /// `b.bias` by both, 1.75.
-#[test]
-fn every_value_moves_to_the_mean_of_the_clients_that_kept_it() {
+/// HeteroFL's round of client 1 (D = 1) at r = 0.5, units {0, 1}, and client 2 (D = 3) at
+/// r = 0.75, units {0, 1, 2}: the global model, its widths, the plan and the accepted updates of
+/// clients that each added their id to every value they held.
+fn two_nested_clients() -> (ModelState, Vec<WidthGroup>, ShardPlan, Tasks, Vec<Accepted>) {
     let (global, groups) = net();
     let sharding = Sharding::Width(WidthPolicy {
         strategy: WidthStrategy::HeteroFl,
-        groups,
+        groups: groups.clone(),
     });
-    let participants = [
-        Participant {
-            client: 1,
-            keep_ratio: 0.5,
-        },
-        Participant {
-            client: 2,
-            keep_ratio: 0.75,
-        },
-    ];
+    let participants =
+        [(1, 0.5), (2, 0.75)].map(|(client, keep_ratio)| Participant { client, keep_ratio });
     let plan = plan_round(&global, &sharding, &participants, 7, 2).unwrap();
-    let width: &WidthPlan = plan.width.as_ref().unwrap();
-    assert_eq!(width.slices[&1].kept["h"], vec![0, 1]);
-    assert_eq!(width.slices[&2].kept["h"], vec![0, 1, 2]);
+    let round = (7, 2);
     let tasks = build_tasks(
         &global,
         Some(&sharding),
         Some(&plan),
         &participants,
-        (7, 2),
+        round,
         &recipe(),
     )
     .unwrap();
-    assert_eq!(tasks.tasks[&1].dense.get("a.weight").unwrap().shape, [2, 2]);
-    assert_eq!(tasks.tasks[&2].dense.get("b.weight").unwrap().shape, [1, 3]);
     let updates = accepted(&tasks, |id, out| {
         for t in out.dense.tensors.iter_mut() {
             t.data.iter_mut().for_each(|v| *v += id as f32);
         }
     });
+    (global, groups, plan, tasks, updates)
+}
+
+#[test]
+fn every_value_moves_to_the_mean_of_the_clients_that_kept_it() {
+    let (global, _, plan, tasks, updates) = two_nested_clients();
+    let width: &WidthPlan = plan.width.as_ref().unwrap();
+    assert_eq!(width.slices[&1].kept["h"], vec![0, 1]);
+    assert_eq!(width.slices[&2].kept["h"], vec![0, 1, 2]);
+    assert_eq!(tasks.tasks[&1].dense.get("a.weight").unwrap().shape, [2, 2]);
+    assert_eq!(tasks.tasks[&2].dense.get("b.weight").unwrap().shape, [1, 3]);
     let registry = registry(&[(1, 1), (2, 3)]);
     let (probabilities, failures) = (BTreeMap::new(), BTreeMap::new());
     let mut model = global.clone();
@@ -144,4 +145,52 @@ fn an_update_that_does_not_fit_its_slice_is_refused() {
     .to_string();
     assert!(err.contains("client 1") && err.contains("a.bias"), "{err}");
     assert_eq!(model, global);
+}
+
+/// A FedBuff buffer of [`two_nested_clients`]' updates (both of version 0, s ≡ 1) folds as
+/// weight-space changes at their slices' coordinates, FedBuff's `W ← W + Σ_c w_c ΔW_c` with
+/// `w = (1/4, 3/4)`: a value both kept moves by 1/4 · 1 + 3/4 · 2 = 1.75, one only client 2
+/// kept by 3/4 · 2 = 1.5 (the buffer's mean, not its holders': §8.3), one nobody kept stays.
+#[test]
+fn a_buffer_of_sliced_updates_folds_their_changes_at_their_coordinates() {
+    let (global, groups, _, tasks, updates) = two_nested_clients();
+    let buffer: Vec<Buffered> = updates
+        .into_iter()
+        .map(|a| Buffered {
+            task: tasks.tasks[&a.client].clone(),
+            accepted: a,
+            version: 0,
+        })
+        .collect();
+    let registry = registry(&[(1, 1), (2, 3)]);
+    let mut model = global.clone();
+    let (folded, taus) = fold_buffered(
+        &mut model,
+        &buffer,
+        (fedavg().as_ref(), &groups),
+        &registry,
+        (crate::schedule::Staleness::Constant, 0),
+    )
+    .unwrap();
+    assert_eq!((folded, taus), (Folded::Updated, vec![0, 0]));
+    assert_eq!(
+        model.get("a.bias").unwrap().data,
+        vec![1.75, 1.75, 1.5, 0.0]
+    );
+    assert_eq!(
+        model.get("b.weight").unwrap().data,
+        vec![1.75, 1.75, 1.5, 0.0]
+    );
+    assert_eq!(model.get("b.bias").unwrap().data, vec![1.75]);
+    // Without the widths the sliced values cannot be placed: an error, the model untouched.
+    let mut untouched = global.clone();
+    let no_widths = fold_buffered(
+        &mut untouched,
+        &buffer,
+        (fedavg().as_ref(), &[]),
+        &registry,
+        (crate::schedule::Staleness::Constant, 0),
+    );
+    assert!(no_widths.is_err());
+    assert_eq!(untouched, global);
 }
