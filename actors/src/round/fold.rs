@@ -49,7 +49,7 @@ pub struct FoldContext<'a> {
 ///
 /// Under a width strategy (the plan has a [`WidthPlan`](fedshard_protocol::shard_plan::WidthPlan))
 /// every value moves to the weighted mean of the clients whose slice kept it
-/// ([`fold_sliced`]). Otherwise:
+/// (`round/sliced.rs`). Otherwise:
 /// The model is laid out as blocks ([`fold_blocks`]): every dense tensor, then each singular
 /// vector of each sharded layer's factors `U'` and `V'` (the round's SVD in `plan`). A client's
 /// update covers the dense blocks and the vectors it held, so the policy's fold is the
