@@ -108,3 +108,19 @@ fn width_slicing_with_secure_aggregation_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// A model that describes no hidden width (softmax regression: one layer) is refused with a
+/// width strategy when the config is validated, naming the field.
+#[test]
+fn a_model_without_widths_is_refused_by_name() {
+    let text = std::fs::read_to_string("config/digits-linear.toml").expect("config");
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let path = dir.path().join("c.toml");
+    let text = text.replace("strategy = \"unbiased\"", "strategy = \"heterofl\"");
+    std::fs::write(&path, text).expect("write");
+    let err = format!("{:#}", Config::load(&path).unwrap_err());
+    assert!(
+        err.contains("federation.strategy") && err.contains("softmax"),
+        "{err}"
+    );
+}

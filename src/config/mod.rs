@@ -305,7 +305,18 @@ impl Config {
             "at least one sharded layer when a keep ratio is below 1",
             "none".into(),
         )?;
-        self.model()?;
+        let model = self.model()?;
+        // A width strategy needs a model that describes its widths: refused here, before
+        // anything runs, by the rule that builds the run's sharding.
+        crate::federation::sharding(
+            &self.federation,
+            (
+                !self.model.sharded_layers().is_empty(),
+                self.model.resolved_sharded_layers(),
+            ),
+            model.width_groups(),
+            self.model.kind(),
+        )?;
         if let Some(p) = &self.privacy {
             p.validate(self)?;
         }
