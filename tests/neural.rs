@@ -438,6 +438,7 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
     let member = Member {
         dense: &dense,
         shards: &shards,
+        width: None,
         examples: &examples,
         seed: 1,
         round: 1,

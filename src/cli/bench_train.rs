@@ -317,6 +317,7 @@ fn client_rate<B: TrainingBackend>(
         let member = Member {
             dense: &dense,
             shards: &shards,
+            width: None,
             examples: &slice,
             seed: 0,
             round,

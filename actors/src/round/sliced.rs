@@ -49,15 +49,15 @@ pub(crate) fn fold_sliced(
         })?;
         let mut per_tensor = vec![None; tensors];
         for t in &a.update.dense.tensors {
-            let (i, target) = global
+            // The state is sorted by name (`ModelState::new`).
+            let i = global
                 .tensors
-                .iter()
-                .enumerate()
-                .find(|(_, g)| g.name == t.name)
-                .ok_or_else(|| Error::Update {
+                .binary_search_by(|g| g.name.as_str().cmp(&t.name))
+                .map_err(|_| Error::Update {
                     client: a.client,
                     reason: format!("unknown tensor `{}`", t.name),
                 })?;
+            let target = &global.tensors[i];
             let coords = coordinates(target, &width.groups, slice).map_err(Error::Plan)?;
             let held = coords.as_ref().map_or(target.data.len(), Vec::len);
             if held != t.data.len() {

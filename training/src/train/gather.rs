@@ -217,13 +217,11 @@ impl<B: TrainingBackend> Cohorts<B> {
 /// Trains `jobs` (one key) as one cohort.
 fn train_jobs<B: TrainingBackend>(jobs: &[Job<B>]) -> Vec<Result<TrainOutput, TrainError>> {
     let members: Vec<Member<'_>> = jobs.iter().map(|j| j.client.member(&j.task)).collect();
-    let widths: Vec<_> = jobs.iter().map(|j| j.task.width.as_ref()).collect();
     let first = &jobs[0].client;
-    cohort::train_sliced::<B, _>(
+    cohort::train::<B, _>(
         &first.architecture,
         &jobs[0].task.recipe,
         &members,
-        &widths,
         &first.device,
     )
     .into_iter()

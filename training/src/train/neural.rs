@@ -275,6 +275,7 @@ impl<B: TrainingBackend, N> NeuralClient<B, N> {
         Member {
             dense: &task.dense,
             shards: &task.shards,
+            width: task.width.as_ref(),
             examples: self.examples.as_ref(),
             seed: task.seed,
             round: task.round,
@@ -340,11 +341,10 @@ where
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         let trained = match self.method {
-            LocalMethod::Sgd => cohort::train_sliced::<B, N>(
+            LocalMethod::Sgd => cohort::train::<B, N>(
                 &self.architecture,
                 &task.recipe,
                 &[self.member(task)],
-                &[task.width.as_ref()],
                 &self.device,
             )
             .pop()

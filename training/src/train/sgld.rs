@@ -71,12 +71,13 @@ where
     let member = Member {
         dense: &task.dense,
         shards: &task.shards,
+        width: task.width.as_ref(),
         examples: &batch,
         seed: task.seed,
         round: task.round,
         client: task.client,
     };
-    cohort::train_sliced::<B, N>(network, &recipe, &[member], &[task.width.as_ref()], device)
+    cohort::train::<B, N>(network, &recipe, &[member], device)
         .pop()
         .expect("one result per member")
 }

@@ -33,6 +33,9 @@ mod sgd;
 pub struct Member<'a> {
     pub dense: &'a ModelState,
     pub shards: &'a [LayerShard],
+    /// Under a width strategy, the units this client keeps: `dense` holds the sliced tensors
+    /// and it trains the narrowed model with HeteroFL's scaler.
+    pub width: Option<&'a WidthSlice>,
     pub examples: &'a dyn Examples,
     pub seed: u64,
     pub round: u64,
@@ -60,23 +63,6 @@ pub fn train<B: TrainingBackend, N: Network>(
 where
     N::Module<B>: AutodiffModule<B>,
 {
-    train_sliced::<B, N>(network, recipe, members, &vec![None; members.len()], device)
-}
-
-/// [`train`] for members whose tasks carry width slices: `widths[i]` is member i's (its dense
-/// tensors are the sliced ones, and it trains the narrowed model with HeteroFL's scaler). A
-/// slice apart from [`Member`], so that code building members keeps compiling unchanged.
-pub fn train_sliced<B: TrainingBackend, N: Network>(
-    network: &N,
-    recipe: &Recipe,
-    members: &[Member<'_>],
-    widths: &[Option<&WidthSlice>],
-    device: &B::Device,
-) -> Vec<Result<Trained, TrainError>>
-where
-    N::Module<B>: AutodiffModule<B>,
-{
-    assert_eq!(widths.len(), members.len(), "one width per member");
     let mut results: Vec<Option<Result<Trained, TrainError>>> =
         members.iter().map(|_| None).collect();
     let mut schedules = Vec::new();
@@ -89,7 +75,7 @@ where
     if !schedules.is_empty() {
         let tasks: Vec<Task<'_>> = schedules
             .iter()
-            .map(|&(i, _)| (members[i].dense, members[i].shards, widths[i]))
+            .map(|&(i, _)| (members[i].dense, members[i].shards, members[i].width))
             .collect();
         match network.load_cohort::<B>(&tasks, device) {
             Ok(loaded) => {
@@ -97,7 +83,6 @@ where
                     network,
                     recipe,
                     members,
-                    widths,
                     device,
                 };
                 for (i, result) in run.steps(loaded, schedules) {
@@ -107,8 +92,7 @@ where
             Err(e) if schedules.len() == 1 => results[schedules[0].0] = Some(Err(e.into())),
             Err(_) => {
                 for (i, _) in schedules {
-                    let (member, width) = (&members[i..=i], &widths[i..=i]);
-                    let alone = train_sliced::<B, N>(network, recipe, member, width, device);
+                    let alone = train::<B, N>(network, recipe, &members[i..=i], device);
                     results[i] = alone.into_iter().next();
                 }
             }
@@ -125,7 +109,6 @@ struct Run<'r, 'm, B: Backend, N> {
     network: &'r N,
     recipe: &'r Recipe,
     members: &'r [Member<'m>],
-    widths: &'r [Option<&'m WidthSlice>],
     device: &'r B::Device,
 }
 
@@ -203,7 +186,7 @@ where
                     .iter()
                     .map(|a| {
                         let (dense, shards) = a.state.as_ref().expect("exported above");
-                        (dense, shards.as_slice(), self.widths[a.member])
+                        (dense, shards.as_slice(), self.members[a.member].width)
                     })
                     .collect();
                 let (rebuilt, new_layout) = match self.network.load_cohort::<B>(&tasks, self.device)
@@ -245,13 +228,10 @@ where
         let tasks: Vec<Task<'_>> = active
             .iter()
             .map(|a| {
-                let width = self.widths[a.member];
+                let m = &self.members[a.member];
                 match &a.state {
-                    Some((dense, shards)) => (dense, shards.as_slice(), width),
-                    None => {
-                        let m = &self.members[a.member];
-                        (m.dense, m.shards, width)
-                    }
+                    Some((dense, shards)) => (dense, shards.as_slice(), m.width),
+                    None => (m.dense, m.shards, m.width),
                 }
             })
             .collect();

@@ -88,6 +88,7 @@ fn members<'a>(
         .map(|(c, ((dense, shards), examples))| Member {
             dense,
             shards,
+            width: None,
             examples: *examples,
             seed: 3,
             round: 2,
@@ -291,6 +292,7 @@ fn a_client_without_samples_fails_alone() {
         Member {
             dense: &tasks[0].0,
             shards: &tasks[0].1,
+            width: None,
             examples: &empty,
             seed: 1,
             round: 1,
@@ -299,6 +301,7 @@ fn a_client_without_samples_fails_alone() {
         Member {
             dense: &tasks[1].0,
             shards: &tasks[1].1,
+            width: None,
             examples: &some,
             seed: 1,
             round: 1,
@@ -423,6 +426,7 @@ fn cuda_cohorts_stay_as_near_the_cpus_training_as_a_client_alone() {
                 .map(|(c, ((dense, shards), examples))| Member {
                     dense,
                     shards,
+                    width: None,
                     examples,
                     seed: 3,
                     round: 2,
