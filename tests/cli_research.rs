@@ -480,8 +480,9 @@ fn bad_input_is_a_one_line_error_with_exit_code_2() {
 
 /// `fedshard widths`, by hand: the digits CNN's `conv0` has 16 channels in 2 GroupNorm groups of
 /// 8; r = 0.25 keeps ⌈0.25 · 8⌉ = 2 of each. FedRolex in round 3 starts its window at unit
-/// (3 − 1) mod 8 = 2 of each group: channels {2, 3} and {10, 11}; HeteroFL keeps {0, 1} and
-/// {8, 9} in any round. `fc0` (128 units, one group) at r = 0.25 keeps 32.
+/// (3 − 1) mod 8 = 2 of each group: channels {2, 3} and {10, 11}; HeteroFL and FjORD keep
+/// {0, 1} and {8, 9} in any round, and FjORD draws each batch's level from {0.2, 0.25}.
+/// `fc0` (128 units, one group) at r = 0.25 keeps 32.
 #[test]
 fn widths_prints_the_units_each_strategy_keeps() {
     let kept = |strategy: &str, round: &str| {
@@ -503,17 +504,25 @@ fn widths_prints_the_units_each_strategy_keeps() {
                 .unwrap_or_else(|| panic!("width {name} in {report}"));
             numbers(w, "kept")
         };
-        (of("conv0"), of("fc0").len())
+        let levels = report.get("levels").map(|_| numbers(&report, "levels"));
+        (of("conv0"), of("fc0").len(), levels)
     };
-    assert_eq!(kept("fedrolex", "3"), (vec![2.0, 3.0, 10.0, 11.0], 32));
-    assert_eq!(kept("heterofl", "3"), (vec![0.0, 1.0, 8.0, 9.0], 32));
+    assert_eq!(
+        kept("fedrolex", "3"),
+        (vec![2.0, 3.0, 10.0, 11.0], 32, None)
+    );
+    assert_eq!(kept("heterofl", "3"), (vec![0.0, 1.0, 8.0, 9.0], 32, None));
+    assert_eq!(
+        kept("fjord", "3"),
+        (vec![0.0, 1.0, 8.0, 9.0], 32, Some(vec![0.2, 0.25]))
+    );
     let err = error_of(&[
         "widths",
         "config/digits-cnn.toml",
         "--strategy",
-        "fjord",
+        "fjordd",
         "--keep-ratio",
         "0.25",
     ]);
-    assert!(err.contains("heterofl, fedrolex"), "{err}");
+    assert!(err.contains("heterofl, fedrolex, fjord"), "{err}");
 }

@@ -1,5 +1,6 @@
 //! A run killed with SIGKILL mid-run and resumed ends with the same model bytes as a run that
-//! was never interrupted (real subprocesses of the `fedshard` binary).
+//! was never interrupted (real subprocesses of the `fedshard` binary), server optimizer state
+//! included.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -7,10 +8,12 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fedshard");
 
+/// The run takes FedAdam steps on the server, so its moments must survive the kill too.
 fn config_file(dir: &Path) -> std::path::PathBuf {
     let text = std::fs::read_to_string("config/digits-linear.toml")
         .unwrap()
-        .replace("rounds = 30", "rounds = 400");
+        .replace("rounds = 30", "rounds = 400")
+        + "\n[server_optimizer]\nkind = \"adam\"\nlr = 0.01\n";
     let path = dir.join("config.toml");
     std::fs::write(&path, text).unwrap();
     path

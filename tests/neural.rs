@@ -433,6 +433,7 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
         momentum: 0.9,
         weight_decay: 1e-4,
         clip_lr: Some(10.0),
+        proximal_mu: 0.0,
     };
     let examples = fedshard_training::data::digits::load().expect("digits");
     let member = Member {
@@ -642,6 +643,7 @@ fn local_training_then_evaluation_learns_the_digits() {
             momentum: 0.9,
             weight_decay: 1e-4,
             clip_lr: None,
+            proximal_mu: 0.0,
         },
         uplink: Default::default(),
     };
@@ -702,6 +704,7 @@ fn train_twice(arch: &Architecture, keep_ratio: f64, clip_lr: Option<f64>) -> (V
             momentum: 0.9,
             weight_decay: 1e-4,
             clip_lr,
+            proximal_mu: 0.0,
         },
         uplink: Default::default(),
     };

@@ -8,6 +8,7 @@ use crate::run_folder::CHECKPOINT_FILE;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::stored::{FileError, Format};
 use fedshard_protocol::uplink::state::UplinkState;
+use fedshard_strategies::server_optimizer::OptimizerState;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::Write;
@@ -18,8 +19,9 @@ use std::path::{Path, PathBuf};
 /// version 6: `klms`; version 7: per-client KLMS blocks in the uplink state; version 8: `time`
 /// (simulated time); version 9: `privacy` (ε and the clip norms of a private run); version 10:
 /// `secure` (a secure round's session); version 11: the file is a [`Format`] (magic, version,
-/// length, CRC-32) around the bincode of [`Checkpoint`], so a damaged one is refused.
-pub const FORMAT_VERSION: u32 = 11;
+/// length, CRC-32) around the bincode of [`Checkpoint`], so a damaged one is refused; version
+/// 12: the server optimizer's moments, and each history record's `byzantine` count.
+pub const FORMAT_VERSION: u32 = 12;
 
 /// The checkpoint file's header.
 pub const FORMAT: Format = Format {
@@ -39,6 +41,8 @@ pub struct Checkpoint {
     pub history: Vec<RoundRecord>,
     /// The compressor's memory (version 3 on).
     pub uplink: UplinkState,
+    /// The server optimizer's moments (version 12 on).
+    pub optimizer: OptimizerState,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +122,10 @@ mod tests {
             },
             history: vec![],
             uplink: Default::default(),
+            optimizer: OptimizerState {
+                first: vec![vec![0.5, -1.0]],
+                second: vec![vec![0.25, 1.0]],
+            },
         };
         save(dir.path(), &cp).unwrap();
         assert_eq!(load(dir.path()).unwrap().unwrap(), cp);
@@ -133,7 +141,9 @@ mod tests {
         fs::write(&path, older.encode(b"records of another layout")).unwrap();
         let err = load(dir.path()).unwrap_err().to_string();
         assert!(
-            err.contains("format version 10, this build reads 11"),
+            err.contains(&format!(
+                "format version 10, this build reads {FORMAT_VERSION}"
+            )),
             "{err}"
         );
         // The damage: 8 bytes over the header, one flipped byte in the middle.

@@ -338,6 +338,7 @@ pub(crate) mod tests {
                 momentum: 0.0,
                 weight_decay: 0.0,
                 clip_lr: None,
+                proximal_mu: 0.0,
             },
             uplink: Default::default(),
         })

@@ -240,6 +240,7 @@ mod tests {
             kinds: vec![FaultKind::Timeout],
             delay: std::time::Duration::from_secs(30),
             stragglers: None,
+            byzantine: None,
         };
         clock.faults = Some(plan);
         let t = task(1000, 1);

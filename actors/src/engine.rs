@@ -32,6 +32,7 @@ use crate::round::{
 use crate::schedule::{Schedule, Staleness};
 use crate::secure::{SecureSettings, SessionOutcome, fold_sum};
 use crate::server::{RuntimeConfig, ServerState};
+use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, Sharding, plan_round};
 use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
 use fedshard_protocol::uplink::Cohort;
@@ -39,6 +40,7 @@ use fedshard_protocol::uplink::UplinkSide;
 use fedshard_protocol::width::WidthGroup;
 use fedshard_strategies::aggregation::{Aggregator, SumWeight};
 use fedshard_strategies::privacy::Accountant;
+use fedshard_strategies::server_optimizer::{OptimizerState, ServerOptimizer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,6 +91,40 @@ impl Engine {
         let spent = accountant.epsilon(release, settings.delta).epsilon;
         (spent > target).then_some(spent)
     }
+}
+
+/// The server optimizer's step on a folded aggregate (docs/algorithms.md §10): `model`, the
+/// fold's result, becomes `before + step(model − before)` in the dense weight space of the
+/// global model, whatever produced the aggregate (blocks, changes, a buffer, a secure sum, a
+/// private release: the noise is in the aggregate before the step, which is post-processing
+/// and spends no privacy). An aggregate the optimizer's step makes non-finite is an error.
+fn server_step(
+    optimizer: ServerOptimizer,
+    moments: &mut OptimizerState,
+    version: u64,
+    before: &ModelState,
+    model: &mut ModelState,
+) -> Result<()> {
+    let fail = |source| Error::ServerOptimizer {
+        name: optimizer.name(),
+        source,
+    };
+    let start: Vec<&[f32]> = before.tensors.iter().map(|t| t.data.as_slice()).collect();
+    let mut blocks: Vec<&mut [f32]> = model
+        .tensors
+        .iter_mut()
+        .map(|t| t.data.as_mut_slice())
+        .collect();
+    optimizer
+        .step(moments, version, &start, &mut blocks)
+        .map_err(fail)?;
+    if !model.is_finite() {
+        return Err(fail(fedshard_strategies::StrategyError::invalid(
+            "server optimizer",
+            "its step made the model non-finite; lower server_optimizer.lr",
+        )));
+    }
+    Ok(())
 }
 
 /// The updates a synchronous round collected, all trained from the round's model.
@@ -157,7 +193,7 @@ impl Collected {
     /// change, a buffer's as changes scaled by their staleness.
     fn fold(
         &self,
-        model: &mut fedshard_protocol::model::ModelState,
+        model: &mut ModelState,
         (aggregator, groups): (&dyn Aggregator, &[WidthGroup]),
         registry: &Registry,
         (min_successful, version): (usize, u64),
@@ -300,36 +336,53 @@ impl ServerState {
                 accountant.epsilon(version, settings.delta),
             )
         });
-        // The fold and the cosine diagnostic run off the executor; the collection travels with
-        // them and comes back for the record.
-        let (model, aggregate, collected, registry) = tokio::task::spawn_blocking(move || {
-            let private = private.as_ref().map(|(settings, clip_norm, epsilon)| {
-                let release = Release {
-                    settings,
-                    clip_norm: *clip_norm,
-                    seed,
-                    release: version,
-                    epsilon: *epsilon,
-                    min_successful,
-                };
-                Private::new(aggregator.as_ref(), release)
-            });
-            let folding: &dyn Aggregator = match &private {
-                Some(private) => private,
-                None => aggregator.as_ref(),
-            };
-            let aggregate = collected
-                .fold(&mut model, (folding, &groups), &registry, how)
-                .map(|aggregate| Aggregate {
-                    privacy: private.as_ref().map(Private::spent),
-                    ..aggregate
+        let optimizer = config
+            .server_optimizer
+            .map(|o| (o, std::mem::take(&mut self.fed.optimizer)));
+        // The fold, the server optimizer's step and the cosine diagnostic run off the executor;
+        // the collection travels with them and comes back for the record.
+        let (model, aggregate, collected, registry, optimizer) =
+            tokio::task::spawn_blocking(move || {
+                let mut optimizer = optimizer;
+                let before = optimizer.as_ref().map(|_| model.clone());
+                let private = private.as_ref().map(|(settings, clip_norm, epsilon)| {
+                    let release = Release {
+                        settings,
+                        clip_norm: *clip_norm,
+                        seed,
+                        release: version,
+                        epsilon: *epsilon,
+                        min_successful,
+                    };
+                    Private::new(aggregator.as_ref(), release)
                 });
-            (model, aggregate, collected, registry)
-        })
-        .await
-        .map_err(|e| Error::panicked("aggregation", e))?;
+                let folding: &dyn Aggregator = match &private {
+                    Some(private) => private,
+                    None => aggregator.as_ref(),
+                };
+                let aggregate = collected
+                    .fold(&mut model, (folding, &groups), &registry, how)
+                    .map(|aggregate| Aggregate {
+                        privacy: private.as_ref().map(Private::spent),
+                        ..aggregate
+                    })
+                    .and_then(|aggregate| {
+                        if let (Folded::Updated, Some((o, moments)), Some(before)) =
+                            (&aggregate.folded, optimizer.as_mut(), &before)
+                        {
+                            server_step(*o, moments, version, before, &mut model)?;
+                        }
+                        Ok(aggregate)
+                    });
+                (model, aggregate, collected, registry, optimizer)
+            })
+            .await
+            .map_err(|e| Error::panicked("aggregation", e))?;
         self.fed.model = model;
         self.fed.registry = registry;
+        if let Some((_, moments)) = optimizer {
+            self.fed.optimizer = moments;
+        }
         let aggregate = aggregate?;
         match &aggregate.folded {
             Folded::Updated => {}
@@ -375,6 +428,7 @@ impl ServerState {
             phases,
             privacy: aggregate.privacy,
             secure: session,
+            byzantine: &self.fed.byzantine,
         });
         self.fed.history.push(record.clone());
         self.persist(&record).await?;
@@ -458,6 +512,7 @@ mod tests {
             max_update_norm: None,
             privacy: None,
             secure: None,
+            server_optimizer: None,
             over_commit: None,
             asynchronous: asynchronous.then_some(AsyncConfig {
                 concurrency: 2,

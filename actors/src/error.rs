@@ -38,6 +38,12 @@ pub enum Error {
         name: &'static str,
         source: StrategyError,
     },
+    /// The server optimizer's step could not be taken (its moments do not fit the model).
+    #[error("server optimizer {name}: {source}")]
+    ServerOptimizer {
+        name: &'static str,
+        source: StrategyError,
+    },
     /// The privacy accountant or clipping refused its settings.
     #[error("privacy: {0}")]
     Privacy(StrategyError),

@@ -6,13 +6,20 @@
 //! f_c ≥ 1 from the seed, and every task it trains takes f_c times as long as it really did
 //! (plus f_c times a simulated `base_delay_ms`), so rounds that do not wait for the slowest
 //! client can be measured against rounds that do.
+//!
+//! And it makes a fixed share of the clients malicious ([`byzantine`]): each of them alters
+//! every update it trains before sending it, so robust aggregation can be tested.
+
+pub mod byzantine;
 
 use crate::error::Error;
+use byzantine::{Attack, Byzantine};
 use fedshard_protocol::task::{
     BoxError, ClientId, LocalTrainer, TrainError, TrainOutput, TrainTask,
 };
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +65,9 @@ pub struct FaultPlan {
     /// Slow clients (`[faults.stragglers]`); none by default.
     #[serde(default)]
     pub stragglers: Option<Stragglers>,
+    /// Malicious clients (`[faults.byzantine]`); none by default.
+    #[serde(default)]
+    pub byzantine: Option<Byzantine>,
 }
 
 /// Which clients are slow and by how much. Each client's factor is fixed for the whole run and
@@ -184,15 +194,27 @@ impl FaultPlan {
             self.kinds[k]
         })
     }
+
+    /// The byzantine clients among `0..clients` ([`Byzantine::clients`]); none without
+    /// `[faults.byzantine]`. The server records how many of them each aggregate took in.
+    pub fn byzantine_clients(&self, seed: u64, clients: usize) -> BTreeSet<ClientId> {
+        self.byzantine
+            .map(|b| b.clients(seed, clients))
+            .unwrap_or_default()
+    }
 }
 
 /// A trainer that fails as its [`FaultPlan`] says and otherwise defers to the wrapped one,
-/// taking `slowdown` times as long (see [`Stragglers`]).
+/// taking `slowdown` times as long (see [`Stragglers`]) and, for a byzantine client, sending
+/// what its `attack` makes of the trained update.
 pub struct FaultyTrainer {
     pub inner: Arc<dyn LocalTrainer>,
     pub plan: FaultPlan,
     /// This client's factor f_c ≥ 1 ([`Stragglers::factors`]); 1 without stragglers.
     pub slowdown: f64,
+    /// This client's attack when it is one of the plan's byzantine clients
+    /// ([`Byzantine::clients`]); `None` for an honest client.
+    pub attack: Option<Attack>,
     /// The time the calling thread computed since the last call (the training crate's
     /// `slots::take_held`), zero for a trainer that does not run on the core pool: the slow-down
     /// stretches computation, not the time a client waited for one of this machine's cores,
@@ -205,7 +227,9 @@ pub struct FaultyTrainer {
 
 impl FaultyTrainer {
     /// Wraps every trainer of `trainers` (client ids are their indices among `clients`) with
-    /// `plan`, each with its own slow-down factor.
+    /// `plan`, each with its own slow-down factor and, for the plan's byzantine clients, its
+    /// attack: both depend on the seed and `clients` alone, so a node hosting some of the
+    /// clients wraps them as a process hosting all of them does.
     pub fn wrap_all(
         trainers: &mut std::collections::BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
         plan: &FaultPlan,
@@ -219,11 +243,16 @@ impl FaultyTrainer {
             .as_ref()
             .map(|s| s.factors(seed, clients))
             .unwrap_or_default();
+        let attackers = plan.byzantine_clients(seed, clients);
         for (id, trainer) in trainers.iter_mut() {
             *trainer = Arc::new(FaultyTrainer {
                 inner: trainer.clone(),
                 plan: plan.clone(),
                 slowdown: factors.get(*id as usize).copied().unwrap_or(1.0),
+                attack: plan
+                    .byzantine
+                    .filter(|_| attackers.contains(id))
+                    .map(|b| b.attack()),
                 computed,
                 sleeps,
             });
@@ -259,9 +288,11 @@ impl LocalTrainer for FaultyTrainer {
         self.train_then(task, &mut |_| Ok(()))
     }
 
-    /// Fails, corrupts or slows the task as the plan says. A corruption is applied before
-    /// `finish`, so the client sends the corrupted update; the slow-down stretches the
-    /// training and `finish` both, as a slow device would.
+    /// Fails, attacks, corrupts or slows the task as the plan says. An attack, then a
+    /// corruption, is applied before `finish`, so the client sends the altered update whichever
+    /// way the wrapped trainer trained it (alone, or in a cohort with other clients' tasks:
+    /// every trainer runs `finish` on its own output); the slow-down stretches the training and
+    /// `finish` both, as a slow device would.
     fn train_then(
         &self,
         task: &TrainTask,
@@ -277,6 +308,9 @@ impl LocalTrainer for FaultyTrainer {
         let _ = (self.computed)();
         let started = std::time::Instant::now();
         let done = self.inner.train_then(task, &mut |output| {
+            if let Some(attack) = &self.attack {
+                attack.apply(task, output)?;
+            }
             corrupt(output, fault)?;
             finish(output)
         });
@@ -363,8 +397,10 @@ mod tests {
                 kinds: vec![FaultKind::NonFinite],
                 delay: Duration::ZERO,
                 stragglers: None,
+                byzantine: None,
             },
             slowdown: 3.0,
+            attack: None,
             computed: || Duration::ZERO,
             sleeps: true,
         };
@@ -396,6 +432,108 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// Trains the way a cohort does: the output comes from elsewhere than `train` (which a
+    /// cohort never calls), and `finish` runs on it afterwards.
+    struct InACohort;
+
+    impl LocalTrainer for InACohort {
+        fn samples(&self) -> u64 {
+            1
+        }
+        fn train(&self, _: &TrainTask) -> Result<TrainOutput, TrainError> {
+            Err(TrainError::Injected)
+        }
+        fn train_then(
+            &self,
+            task: &TrainTask,
+            finish: &mut (dyn FnMut(&mut TrainOutput) -> Result<(), BoxError> + Send),
+        ) -> Result<TrainOutput, TrainError> {
+            let mut output = Instant1.train(task)?;
+            output.dense.tensors[0].data[0] = 2.0;
+            finish(&mut output).map_err(TrainError::Finish)?;
+            Ok(output)
+        }
+    }
+
+    fn task(client: ClientId) -> TrainTask {
+        TrainTask {
+            round: 1,
+            client,
+            seed: 7,
+            dense: ModelState {
+                tensors: vec![NamedTensor::zeros("w", vec![1])],
+            },
+            width: None,
+            shards: vec![],
+            recipe: Default::default(),
+            uplink: Default::default(),
+        }
+    }
+
+    fn byzantine_plan(attack: byzantine::Attack) -> FaultPlan {
+        FaultPlan {
+            rate: 0.0,
+            kinds: vec![],
+            delay: Duration::ZERO,
+            stragglers: None,
+            byzantine: Some(Byzantine::new(0.3, attack).unwrap()),
+        }
+    }
+
+    /// The value client `id` sends (w trained to `trained`, sent as 0), wrapped by `plan`
+    /// among `clients` with `hosted` in this process.
+    fn sent_by(
+        plan: &FaultPlan,
+        inner: Arc<dyn LocalTrainer>,
+        hosted: &[ClientId],
+    ) -> std::collections::BTreeMap<ClientId, f32> {
+        let mut trainers = hosted.iter().map(|&id| (id, inner.clone())).collect();
+        FaultyTrainer::wrap_all(&mut trainers, plan, 7, 20, || Duration::ZERO, false);
+        trainers
+            .iter()
+            .map(|(&id, t)| {
+                let mut seen = None;
+                let output = t
+                    .train_then(&task(id), &mut |o| {
+                        seen = Some(o.dense.tensors[0].data[0]);
+                        Ok(())
+                    })
+                    .expect("trains");
+                assert_eq!(
+                    seen,
+                    Some(output.dense.tensors[0].data[0]),
+                    "finish sees it"
+                );
+                (id, output.dense.tensors[0].data[0])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_byzantine_clients_attack_wherever_they_are_hosted_and_however_they_train() {
+        let plan = byzantine_plan(byzantine::Attack::Scale { factor: -3.0 });
+        let attackers = plan.byzantine_clients(7, 20);
+        assert_eq!(attackers.len(), 6);
+        let all: Vec<ClientId> = (0..20).collect();
+        // In a cohort the trained w is 2: an attacker sends 0 − 3 · (2 − 0) = −6.
+        let in_process = sent_by(&plan, Arc::new(InACohort), &all);
+        for (id, &x) in &in_process {
+            let expected = if attackers.contains(id) { -6.0 } else { 2.0 };
+            assert_eq!(x, expected, "client {id}");
+        }
+        // A node hosting a few of the clients (an attacker among them) attacks with the same.
+        let node: Vec<ClientId> = vec![attackers.first().copied().unwrap(), 4, 13];
+        let on_node = sent_by(&plan, Arc::new(InACohort), &node);
+        for (id, x) in &on_node {
+            assert_eq!(*x, in_process[id], "client {id} on a node");
+        }
+        // Trained alone (w stays 0), a constant attacker sends its constant.
+        let plan = byzantine_plan(byzantine::Attack::Constant { value: 1.5 });
+        for (id, x) in sent_by(&plan, Arc::new(Instant1), &all) {
+            assert_eq!(x, if attackers.contains(&id) { 1.5 } else { 0.0 });
+        }
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub struct Metrics {
     klms_drift_ratio: GaugeVec,
     staleness: HistogramVec,
     late: IntCounterVec,
+    byzantine: IntCounterVec,
     simulated_seconds: GaugeVec,
     privacy_epsilon: GaugeVec,
     secure_dropped: IntCounterVec,
@@ -224,6 +225,11 @@ impl Metrics {
                 "Clients cut off by over-commitment: still training when their round had its updates.",
                 none,
             )?,
+            byzantine: counter(
+                "fedshard_byzantine_updates_total",
+                "With [faults.byzantine]: updates of byzantine clients accepted into the aggregate (none counted in secure rounds).",
+                none,
+            )?,
             simulated_seconds: gauge(
                 "fedshard_simulated_seconds",
                 "Simulated time at the end of the last round or version, under --clock virtual (docs/async.md); absent on the wall clock.",
@@ -248,6 +254,7 @@ impl Metrics {
         metrics.model_updates.with_label_values(none);
         metrics.model_version.with_label_values(none);
         metrics.late.with_label_values(none);
+        metrics.byzantine.with_label_values(none);
         metrics.staleness.with_label_values(none);
         for kind in FailureKind::ALL {
             metrics.failures.with_label_values(&[kind.label()]);
@@ -297,6 +304,9 @@ impl Metrics {
             self.model_version.with_label_values(none).inc();
         }
         self.late.with_label_values(none).inc_by(r.late as u64);
+        self.byzantine
+            .with_label_values(none)
+            .inc_by(r.byzantine as u64);
         if let Some(time) = &r.time {
             self.simulated_seconds.with_label_values(none).set(time.end);
         }
@@ -503,6 +513,7 @@ pub(crate) mod tests {
             seconds: 0.2,
             update_cosine: Some(0.75),
             late: 2,
+            byzantine: 3,
             staleness: vec![0, 1, 3],
             phases: Default::default(),
             klms: Some(crate::record::KlmsStats {
@@ -544,6 +555,7 @@ pub(crate) mod tests {
             "fedshard_update_cosine{run=\"demo\"} 0.75",
             "fedshard_rejected_updates_total{reason=\"norm_bound\",run=\"demo\"} 0",
             "fedshard_late_clients_total{run=\"demo\"} 4",
+            "fedshard_byzantine_updates_total{run=\"demo\"} 6",
             "fedshard_model_version{run=\"demo\"} 2",
             "fedshard_update_staleness_count{run=\"demo\"} 6",
             "fedshard_update_staleness_sum{run=\"demo\"} 8",

@@ -1,6 +1,7 @@
 //! What the round engine cannot combine, written once: the schedule against the aggregator and
 //! the selector, secure aggregation against everything a sum cannot serve, and differential
-//! privacy against what its accountant cannot bound (`PrivacySettings::checked_accountant`).
+//! privacy against what its accountant cannot bound (`PrivacySettings::checked_accountant`) and
+//! the robust aggregators it would silently replace.
 //!
 //! [`Policies`] is the run's policies as plain names and settings, so that the rules can be
 //! asked without starting anything: [`crate::engine::Engine::new`] asks them before a client
@@ -10,7 +11,7 @@
 use crate::error::{Error, Policy, Result};
 use crate::privacy::PrivacySettings;
 use crate::round::Private;
-use crate::schedule::Schedule;
+use crate::schedule::{AsyncConfig, Schedule};
 use crate::secure::SecureSettings;
 use crate::server::RuntimeConfig;
 use fedshard_protocol::shard_plan::Sharding;
@@ -53,6 +54,17 @@ const SECURE_NOT_YET: &str = "a secure sum over the union of the clients' kept u
                               built yet: use a spectral strategy with `[secure_aggregation]`";
 const FEDBUFF: &str = "buffered asynchronous aggregation (`mode = \"async\"`)";
 const SECURE: &str = "secure aggregation (`[secure_aggregation]`)";
+const PRIVATE: &str = "differential privacy (`[privacy]`)";
+const ROBUST_PRIVATE: &str = "it is a robust statistic of the individual updates \
+                              (docs/algorithms.md §9), and DP-FedAvg folds its own clipped, \
+                              noised mean in its place, with noise that bounds one client's \
+                              influence on a sum, not on a median or a Krum selection: use \
+                              `uniform`";
+const BUFFER_TOO_SMALL: &str = "it declines an aggregate of fewer results than its paper assumes \
+                                (Krum: more than 2f + 2 and at least m; Bulyan: 4f + 3), and \
+                                every aggregate holds `federation.buffer` updates, fewer than \
+                                that, so no version would ever be applied: raise `buffer` or \
+                                lower f";
 const SECURE_PRIVATE: &str =
     "secure aggregation with differential privacy (`[secure_aggregation]` and `[privacy]`)";
 
@@ -110,12 +122,18 @@ impl Policies {
         let privacy = match self.privacy {
             Some(settings) => {
                 let accountant = settings.checked_accountant(self.schedule, self.selector)?;
-                Private::wraps(aggregator.as_ref()).map_err(|why| Error::Unsupported {
+                let refuse = |why| Error::Unsupported {
                     policy: Policy::Aggregator,
                     name: aggregator.name().to_string(),
-                    schedule: "differential privacy (`[privacy]`)",
+                    schedule: PRIVATE,
                     why,
-                })?;
+                };
+                // Named before the wrapper's own answer, which is about weights: a robust
+                // aggregator has none to give.
+                if aggregator.robust() {
+                    return Err(refuse(ROBUST_PRIVATE));
+                }
+                Private::wraps(aggregator.as_ref()).map_err(refuse)?;
                 Some((settings, accountant))
             }
             None => None,
@@ -153,7 +171,8 @@ impl Policies {
     }
 
     /// FedBuff: idle clients are drawn one at a time, and the buffer is folded with weights
-    /// that can scale staleness-weighted changes.
+    /// that can scale staleness-weighted changes, by an aggregator that folds a buffer of its
+    /// size ([`Aggregator::min_results`]).
     fn check_buffered(&self, aggregator: &dyn Aggregator) -> Result<()> {
         let refuse = |policy, name: String, why| Error::Unsupported {
             policy,
@@ -175,6 +194,15 @@ impl Policies {
                 aggregator.name().to_string(),
                 "its weights cannot scale the staleness-weighted changes of updates trained from \
                  different model versions: use `fedavg` or `uniform`",
+            ));
+        }
+        if let Schedule::Buffered(AsyncConfig { buffer, .. }) = self.schedule
+            && buffer < aggregator.min_results()
+        {
+            return Err(refuse(
+                Policy::Aggregator,
+                aggregator.name().to_string(),
+                BUFFER_TOO_SMALL,
             ));
         }
         Ok(())
@@ -467,6 +495,91 @@ mod tests {
         for (policies, policy) in cases {
             assert_eq!(refused(policies.clone()), policy, "{policies:?}");
         }
+    }
+
+    /// A robust aggregator (docs/algorithms.md §9) runs in rounds, over-committed or
+    /// width-sliced, and on a buffer that holds as many updates as it folds; a secure sum,
+    /// differential privacy and a smaller buffer are refused, each naming the aggregator and
+    /// saying why.
+    #[test]
+    fn robust_aggregators_refuse_sums_privacy_and_small_buffers() {
+        use fedshard_strategies::aggregation::{Bulyan, Krum, TrimFraction, TrimmedMean};
+        use std::num::NonZeroUsize;
+        let why = |policies: Policies| match policies.check() {
+            Err(Error::Unsupported {
+                policy: Policy::Aggregator,
+                why,
+                ..
+            }) => why,
+            other => panic!("{policies:?}: {other:?}"),
+        };
+        let buffered = |buffer| {
+            Schedule::Buffered(AsyncConfig {
+                concurrency: 2,
+                buffer,
+                staleness: Staleness::Constant,
+            })
+        };
+        let krum = AggregatorName::Krum(Krum {
+            f: 1,
+            m: NonZeroUsize::new(2).unwrap(),
+        });
+        let robust = [
+            AggregatorName::Median,
+            AggregatorName::TrimmedMean(TrimmedMean {
+                beta: TrimFraction::new(0.1).unwrap(),
+            }),
+            krum,
+            AggregatorName::Bulyan(Bulyan { f: 1 }),
+        ];
+        for aggregator in robust {
+            let plain = Policies {
+                aggregator,
+                secure: None,
+                ..secure()
+            };
+            let accepted = [
+                plain.clone(),
+                Policies {
+                    schedule: Schedule::Rounds {
+                        over_commit: Some(1.5),
+                    },
+                    ..plain.clone()
+                },
+                Policies {
+                    width: Some(WidthStrategy::HeteroFl),
+                    ..plain.clone()
+                },
+                Policies {
+                    // Bulyan with f = 1 folds 7 updates, Krum 5.
+                    schedule: buffered(7),
+                    ..plain.clone()
+                },
+            ];
+            for policies in accepted {
+                assert!(policies.check().is_ok(), "{policies:?}");
+            }
+            let secure = Policies {
+                aggregator,
+                ..secure()
+            };
+            assert!(why(secure).contains("only their sum"), "{aggregator}");
+            let private = Policies {
+                privacy: Some(private()),
+                selector: SelectorName::Poisson,
+                ..plain.clone()
+            };
+            assert_eq!(why(private), ROBUST_PRIVATE, "{aggregator}");
+        }
+        let small = |aggregator, buffer| Policies {
+            aggregator,
+            schedule: buffered(buffer),
+            secure: None,
+            ..secure()
+        };
+        assert_eq!(why(small(krum, 4)), BUFFER_TOO_SMALL);
+        assert!(small(krum, 5).check().is_ok());
+        assert_eq!(why(small(robust[3], 6)), BUFFER_TOO_SMALL);
     }
 
     /// The settings' own ranges: one clip norm given once, a scale at which the model moves,

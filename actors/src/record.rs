@@ -58,6 +58,11 @@ pub struct RoundRecord {
     /// round had its updates, so their answers were dropped. Absent in older histories.
     #[serde(default)]
     pub late: usize,
+    /// Updates of byzantine clients (`[faults.byzantine]`) among those accepted into the
+    /// aggregate: what a robust aggregator had to resist this round. 0 in a secure round, whose
+    /// updates the server only sees summed, and in older histories.
+    #[serde(default)]
+    pub byzantine: usize,
     /// In async mode, the staleness τ of each accepted update: how many model versions were
     /// applied between the one its client trained from and this one. Empty in synchronous
     /// rounds and in older histories.
@@ -181,7 +186,7 @@ impl RoundRecord {
     /// per-cluster `groups` as their count and the least and largest cluster ANME (`anme` is
     /// their mean); `client_train_seconds` as count, mean and maximum (the slowest client is
     /// what a deadline has to cover); `update_cosine`, empty when the model did not change; then
-    /// `late` and the mean and largest `staleness` (empty in synchronous rounds); the
+    /// `late`, `byzantine` and the mean and largest `staleness` (empty in synchronous rounds); the
     /// [`KlmsStats`] as `klms_block_uploads`, `klms_block_kl_bits` and `klms_drift_ratio` (empty
     /// without KLMS, and where no client reported the value); then the [`PhaseSeconds`].
     ///
@@ -248,6 +253,7 @@ impl RoundRecord {
                 csv_float(self.update_cosine.unwrap_or(f64::NAN)),
             ),
             named("late", count(self.late)),
+            named("byzantine", count(self.byzantine)),
             named(
                 "staleness_mean",
                 csv_float(self.staleness.iter().sum::<u64>() as f64 / self.staleness.len() as f64),
@@ -469,6 +475,7 @@ mod tests {
             seconds: 7.5,
             update_cosine: Some(0.5),
             late: 0,
+            byzantine: 0,
             klms: None,
             time: None,
             privacy: None,
@@ -507,12 +514,12 @@ mod tests {
             "accuracy,loss,train_loss,uplink_bits,downlink_bits,bits_per_parameter,anme,",
             "groups,groups_anme_min,groups_anme_max,learning_rate,client_train_seconds_count,",
             "client_train_seconds_mean,client_train_seconds_max,seconds,update_cosine,late,",
-            "staleness_mean,staleness_max,klms_block_uploads,klms_block_kl_bits,",
+            "byzantine,staleness_mean,staleness_max,klms_block_uploads,klms_block_kl_bits,",
             "klms_drift_ratio,plan_seconds,train_seconds,aggregate_seconds,evaluate_seconds\n",
             "3,5,3,1,0,0,1,0,1,0,0,0,0,1,0,0,0,true,0.875,0.4,,12000,48000,32,0.25,2,0.1,0.4,",
-            "0.05,3,3,6,7.5,0.5,0,,,,,,0.001,0.5,0.01,0.002\n",
+            "0.05,3,3,6,7.5,0.5,0,0,,,,,,0.001,0.5,0.01,0.002\n",
             "4,5,3,9,2,0,0,7,3,0,0,0,0,0,0,0,3,false,0.0000001,1000000000000000000000,2.5,",
-            "12000,48000,32,0.25,2,0.1,0.4,0.30000000000000004,3,3,6,,,2,3.5,5,0,-0,,0.001,",
+            "12000,48000,32,0.25,2,0.1,0.4,0.30000000000000004,3,3,6,,,2,1,3.5,5,0,-0,,0.001,",
             "0.5,0.01,0.002\n",
         );
         let odd = RoundRecord {
@@ -527,6 +534,7 @@ mod tests {
             seconds: f64::NAN,
             update_cosine: None,
             late: 2,
+            byzantine: 1,
             staleness: vec![2, 5],
             klms: Some(KlmsStats {
                 block_uploads: 0,

@@ -25,9 +25,10 @@ use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe};
 use fedshard_protocol::uplink::state::UplinkState;
 use fedshard_protocol::uplink::{CompressionConfig, Compressor};
 use fedshard_strategies::aggregation::{Aggregator, AggregatorName};
+use fedshard_strategies::server_optimizer::{OptimizerState, ServerOptimizer};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
@@ -81,6 +82,10 @@ pub struct RuntimeConfig {
     /// ([`crate::secure`]); `None`, updates arrive in the clear.
     #[serde(default)]
     pub secure: Option<crate::secure::SecureSettings>,
+    /// `[server_optimizer]`: the step the server takes with each aggregate's change
+    /// (docs/algorithms.md §10); `None`, the aggregate is the new model.
+    #[serde(default)]
+    pub server_optimizer: Option<ServerOptimizer>,
 }
 
 impl RuntimeConfig {
@@ -109,11 +114,17 @@ pub struct Federation {
     pub events: Option<mpsc::UnboundedSender<RoundRecord>>,
     /// What the compressor remembers between rounds (block ends, QSGD's symbol counts).
     pub uplink: UplinkState,
+    /// The server optimizer's moments (empty without one).
+    pub optimizer: OptimizerState,
     /// A program's own aggregation policy, used in place of the one `config.aggregator`
     /// names (`examples/custom_aggregator.rs`); the engine checks it against the schedule,
     /// privacy and secure aggregation by the same rules ([`crate::policies::Policies::check_with`]).
     /// `None`: the named one.
     pub aggregator: Option<Arc<dyn Aggregator>>,
+    /// The clients that send malicious updates (`[faults.byzantine]`, drawn from the seed as
+    /// the clients draw them), known here only to count them in each round's record; empty
+    /// without.
+    pub byzantine: BTreeSet<ClientId>,
 }
 
 impl Federation {
@@ -134,7 +145,9 @@ impl Federation {
             history: Vec::new(),
             events: None,
             uplink: UplinkState::default(),
+            optimizer: OptimizerState::default(),
             aggregator: None,
+            byzantine: BTreeSet::new(),
         }
     }
 
@@ -174,6 +187,7 @@ impl Federation {
         self.registry = cp.registry;
         self.history = cp.history;
         self.uplink = cp.uplink;
+        self.optimizer = cp.optimizer;
         let mut lines = String::new();
         for r in &self.history {
             lines.push_str(&serde_json::to_string(r)?);
@@ -446,6 +460,7 @@ impl ServerState {
             registry,
             history: self.fed.history.clone(),
             uplink: self.fed.uplink.clone(),
+            optimizer: self.fed.optimizer.clone(),
         };
         let line = serde_json::to_string(record)?;
         let record = record.clone();

@@ -389,6 +389,7 @@ pub fn recipe_differences(ours: &Recipe, servers: &Recipe) -> Vec<String> {
         momentum,
         weight_decay,
         clip_lr,
+        proximal_mu,
     } = ours;
     let fields = [
         (
@@ -416,6 +417,11 @@ pub fn recipe_differences(ours: &Recipe, servers: &Recipe) -> Vec<String> {
             "clip_lr",
             format!("{clip_lr:?}"),
             format!("{:?}", servers.clip_lr),
+        ),
+        (
+            "proximal_mu",
+            proximal_mu.to_string(),
+            servers.proximal_mu.to_string(),
         ),
     ];
     fields

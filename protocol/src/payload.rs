@@ -274,6 +274,7 @@ mod tests {
                 momentum: 0.9,
                 weight_decay: 0.0,
                 clip_lr: None,
+                proximal_mu: 0.0,
             },
             uplink: Default::default(),
         }

@@ -35,6 +35,10 @@ pub struct Recipe {
     /// +ClipLR strategies clip; a task carries `None` under every other strategy.
     #[serde(default)]
     pub clip_lr: Option<f64>,
+    /// FedProx's μ (Li et al., MLSys 2020): local training minimises the loss plus
+    /// `(μ/2) ‖w − w⁰‖²`, `w⁰` the values the task sent; 0 (the default) is plain local SGD.
+    #[serde(default)]
+    pub proximal_mu: f64,
 }
 
 impl Default for Recipe {
@@ -46,6 +50,7 @@ impl Default for Recipe {
             momentum: default_momentum(),
             weight_decay: default_weight_decay(),
             clip_lr: None,
+            proximal_mu: 0.0,
         }
     }
 }

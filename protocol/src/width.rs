@@ -41,24 +41,87 @@ pub struct WidthPolicy {
     pub groups: Vec<WidthGroup>,
 }
 
-/// The units one client keeps of every width, and HeteroFL's scaler.
+/// The units one client keeps of every width, and how it trains them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WidthSlice {
     /// Kept units of each width, by the width's name, ascending.
     pub kept: BTreeMap<String, Vec<usize>>,
-    /// The client's keep ratio r: during local training the output of every layer whose
-    /// outputs are sliced is divided by r (HeteroFL's scaler, FedRolex keeps it), so the
-    /// sub-model's activations keep the full model's scale.
+    /// The client's keep ratio r (its capacity).
     pub keep_ratio: f64,
+    /// How the client trains the slice; HeteroFL's scaler when absent (a task from before
+    /// FjORD).
+    #[serde(default)]
+    pub local: LocalWidth,
+}
+
+/// How a client trains its width slice.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub enum LocalWidth {
+    /// HeteroFL and FedRolex: the whole slice every batch, the output of every layer whose
+    /// outputs are sliced divided by the keep ratio (HeteroFL's scaler, which FedRolex keeps),
+    /// so the sub-model's activations keep the full model's scale.
+    #[default]
+    Scaled,
+    /// FjORD's ordered dropout: every batch trains the leading units of each norm group at a
+    /// level `p` drawn uniformly from `levels` (ascending, the last the keep ratio), unscaled.
+    OrderedDropout { levels: Vec<f64> },
 }
 
 impl WidthSlice {
+    /// The ratio the sliced layers divide their outputs by during local training: the keep
+    /// ratio under [`LocalWidth::Scaled`] below full width, else none.
+    pub fn scaler(&self) -> Option<f64> {
+        match self.local {
+            LocalWidth::Scaled if self.keep_ratio != 1.0 => Some(self.keep_ratio),
+            _ => None,
+        }
+    }
+
     /// Kept units of each width, by name: the sub-model's widths.
     pub fn widths(&self) -> BTreeMap<String, usize> {
         self.kept
             .iter()
             .map(|(g, u)| (g.clone(), u.len()))
             .collect()
+    }
+
+    /// FjORD's batch at level `level`: the model this slice cuts out seen as a model of its
+    /// own (each of `groups` narrowed to its kept units, the same axes and norm groups), and
+    /// the leading units of each of its norm groups that the global width keeps at `level`
+    /// (`kept_units(K, G, level)`, at most the slice's). Slicing the client's tensors with
+    /// these is slicing the global model with HeteroFL's leading units at `level`, because
+    /// the slice's own units are leading ones too.
+    pub fn ordered_prefix(
+        &self,
+        groups: &[WidthGroup],
+        level: f64,
+    ) -> Result<(Vec<WidthGroup>, WidthSlice), Error> {
+        let mut local = Vec::with_capacity(groups.len());
+        let mut kept = BTreeMap::new();
+        for g in groups {
+            let units = self.kept.get(&g.name).map_or(0, Vec::len);
+            let per_group = units / g.norm_groups;
+            let at_level =
+                kept_units(g.units, g.norm_groups, level).map_err(|source| Error::Plan {
+                    layer: g.name.clone(),
+                    keep_ratio: level,
+                    source,
+                })? / g.norm_groups;
+            let take = at_level.min(per_group);
+            kept.insert(
+                g.name.clone(),
+                (0..g.norm_groups)
+                    .flat_map(|n| n * per_group..n * per_group + take)
+                    .collect(),
+            );
+            local.push(WidthGroup { units, ..g.clone() });
+        }
+        let prefix = WidthSlice {
+            kept,
+            keep_ratio: level,
+            local: self.local.clone(),
+        };
+        Ok((local, prefix))
     }
 }
 
@@ -82,7 +145,18 @@ pub fn plan_widths(
                 })?;
             kept.insert(g.name.clone(), units);
         }
-        slices.insert(client, WidthSlice { kept, keep_ratio });
+        let local = match policy.strategy.ordered_dropout_levels(keep_ratio) {
+            Some(levels) => LocalWidth::OrderedDropout { levels },
+            None => LocalWidth::Scaled,
+        };
+        slices.insert(
+            client,
+            WidthSlice {
+                kept,
+                keep_ratio,
+                local,
+            },
+        );
     }
     Ok(slices)
 }
@@ -279,6 +353,7 @@ mod tests {
         let slice = WidthSlice {
             kept: BTreeMap::from([("conv".to_string(), vec![1, 3])]),
             keep_ratio: 0.5,
+            local: Default::default(),
         };
         let sub = slice_state(&global(), &groups(), &slice).unwrap();
         let conv = sub.get("conv.weight").unwrap();
@@ -319,6 +394,7 @@ mod tests {
         let slice = WidthSlice {
             kept: BTreeMap::from([("conv".to_string(), vec![0])]),
             keep_ratio: 0.25,
+            local: Default::default(),
         };
         let err = slice_state(&global(), &bad, &slice)
             .unwrap_err()

@@ -125,6 +125,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
         momentum: 0.5,
         weight_decay: 1e-4,
         clip_lr: (args.keep_ratio < 1.0).then_some(10.0),
+        proximal_mu: 0.0,
     };
     let run_round = |round: u64| -> anyhow::Result<f64> {
         let started = Instant::now();

@@ -300,6 +300,7 @@ fn client_rate<B: TrainingBackend>(
         momentum: 0.9,
         weight_decay: s.weight_decay,
         clip_lr: (!shards.is_empty()).then_some(10.0),
+        proximal_mu: 0.0,
     };
     // One pass over a slice of the data per call; the first call is the warm-up. Each call
     // starts from the tensors the last one trained, as a client's next round would.

@@ -28,7 +28,7 @@ pub struct CompareArgs {
     /// (60% of the clients r = 0.2, 40% r = 0.4).
     #[arg(long, default_value = DEFAULT_SETUPS)]
     pub keep_ratios: String,
-    /// How width strategies (`heterofl`, `fedrolex`) sit next to the spectral ones: `cost`, at
+    /// How width strategies (`heterofl`, `fedrolex`, `fjord`) sit next to the spectral ones: `cost`, at
     /// the widest slice whose multiply-adds per sample do not exceed the spectral sub-model's
     /// at the column's keep ratio (a client's budget is what it can compute); `ratio`, at the
     /// column's keep ratio itself (which leaves a width client about r² of an inner layer).

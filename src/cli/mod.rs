@@ -43,7 +43,7 @@ pub enum Command {
     Probs(probs::ProbsArgs),
     /// Empirical inclusion frequencies of a joint sampler (JSON).
     Sample(sample::SampleArgs),
-    /// The units a width strategy (heterofl, fedrolex) keeps of each hidden width (JSON).
+    /// The units a width strategy (heterofl, fedrolex, fjord) keeps of each hidden width (JSON).
     Widths(widths::WidthsArgs),
     /// Run a whole federation in this process, with a run folder and checkpoints.
     Run(run::RunArgs),

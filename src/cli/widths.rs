@@ -14,7 +14,8 @@ use std::path::PathBuf;
 pub struct WidthsArgs {
     /// The TOML config whose model's widths are sliced.
     pub config: PathBuf,
-    /// `heterofl` or `fedrolex`.
+    /// `heterofl`, `fedrolex` or `fjord` (FjORD: its largest slice; every batch trains a
+    /// prefix of it).
     #[arg(long)]
     pub strategy: String,
     /// The client's keep ratio, in (0, 1].
@@ -39,6 +40,10 @@ pub struct WidthsReport {
     pub strategy: String,
     pub keep_ratio: f64,
     pub round: u64,
+    /// FjORD's ordered-dropout levels, one drawn per local batch; absent for the strategies
+    /// that train the whole slice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub levels: Option<Vec<f64>>,
     pub widths: Vec<KeptWidth>,
 }
 
@@ -66,6 +71,7 @@ pub fn widths(args: &WidthsArgs) -> anyhow::Result<WidthsReport> {
         strategy: strategy.to_string(),
         keep_ratio: args.keep_ratio,
         round: args.round,
+        levels: strategy.ordered_dropout_levels(args.keep_ratio),
         widths: groups
             .into_iter()
             .map(|g| KeptWidth {

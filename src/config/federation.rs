@@ -1,6 +1,10 @@
 //! The `[federation]` section: who is asked, how updates are weighted and sent, and the
 //! schedule, a tagged [`Schedule`] that carries the fields of its own mode only.
 //!
+//! The aggregator is a name, or for a robust one with parameters a table of its `kind` and its
+//! parameters (`aggregator = { kind = "krum", f = 1, m = 3 }`, docs/algorithms.md §9): the
+//! strategies crate checks them ([`AggregatorSpec`]) and this section puts its name in front.
+//!
 //! The TOML keeps the schedule's fields flat beside `mode` (`mode = "async"`, `concurrency = 4`,
 //! …). serde's `flatten` does not combine with `deny_unknown_fields`, so the section is read as
 //! a flat [`RawFederation`] and converted once, with errors that name the field.
@@ -8,7 +12,8 @@
 use super::check;
 use fedshard_actors::schedule::Staleness;
 use fedshard_protocol::uplink::Compressor;
-use fedshard_strategies::aggregation::AggregatorName;
+use fedshard_strategies::StrategyError;
+use fedshard_strategies::aggregation::{AggregatorName, AggregatorSpec};
 use fedshard_strategies::sampling::SamplerName;
 use fedshard_strategies::selection::SelectorName;
 use fedshard_strategies::sharding::strategy::Strategy;
@@ -29,6 +34,7 @@ pub struct FederationSection {
     /// Expected uploads per round, m.
     pub clients_per_round: f64,
     pub selector: SelectorName,
+    /// `fedavg`, …, or a robust aggregator with its parameters (checked when read).
     pub aggregator: AggregatorName,
     pub strategy: Strategy,
     pub sampler: SamplerName,
@@ -184,6 +190,7 @@ impl FederationSection {
             )?;
         }
         self.validate_schedule(clients)?;
+        self.validate_round_size()?;
         check(
             "federation.deadline_ms",
             self.deadline_ms >= 1,
@@ -204,6 +211,27 @@ impl FederationSection {
             "inverse-probability with the optimal-partial selector (its samples are unbiased \
              only with n_k/p_k weights)",
             self.aggregator.to_string(),
+        )
+    }
+
+    /// A synchronous round closes with at most `⌊clients_per_round⌋` results (the budget, or
+    /// the updates an over-committed round waits for), so an aggregator that declines fewer
+    /// ([`fedshard_strategies::aggregation::Aggregator::min_results`]: Krum more than 2f + 2,
+    /// Bulyan 4f + 3) would never move the model. A buffer's size is the engine's rule.
+    fn validate_round_size(&self) -> anyhow::Result<()> {
+        let (Schedule::Sync { .. }, Ok(aggregator)) = (self.schedule, self.aggregator.build())
+        else {
+            return Ok(());
+        };
+        let min = aggregator.min_results();
+        check(
+            "federation.clients_per_round",
+            self.clients_per_round.floor() >= min as f64,
+            &format!(
+                "at least {min} updates per round: `aggregator = {}` declines a smaller round",
+                self.aggregator
+            ),
+            self.clients_per_round.to_string(),
         )
     }
 
@@ -259,7 +287,7 @@ pub struct RawFederation {
     #[serde(default = "default_selector")]
     selector: SelectorName,
     #[serde(default = "default_aggregator")]
-    aggregator: AggregatorName,
+    aggregator: AggregatorSpec,
     #[serde(default = "default_strategy")]
     strategy: Strategy,
     #[serde(default)]
@@ -294,6 +322,13 @@ impl TryFrom<RawFederation> for FederationSection {
                 "field `federation.{name}`: expected {expected}, found {found}"
             ))
         };
+        // The parameters' rules are the aggregator's; the section adds its name.
+        let aggregator = AggregatorName::try_from(raw.aggregator).map_err(|e| match e {
+            StrategyError::InvalidInput { what, reason } => {
+                format!("field `federation.{what}`: {reason}")
+            }
+            other => format!("field `federation.aggregator`: {other}"),
+        })?;
         let schedule = match raw.mode {
             Mode::Sync => {
                 for (name, set) in [
@@ -346,7 +381,7 @@ impl TryFrom<RawFederation> for FederationSection {
         Ok(Self {
             clients_per_round: raw.clients_per_round,
             selector: raw.selector,
-            aggregator: raw.aggregator,
+            aggregator,
             strategy: raw.strategy,
             sampler: raw.sampler,
             keep_ratios: raw.keep_ratios,
@@ -379,7 +414,7 @@ impl From<FederationSection> for RawFederation {
         Self {
             clients_per_round: f.clients_per_round,
             selector: f.selector,
-            aggregator: f.aggregator,
+            aggregator: f.aggregator.into(),
             strategy: f.strategy,
             sampler: f.sampler,
             keep_ratios: f.keep_ratios,
@@ -400,8 +435,8 @@ impl From<FederationSection> for RawFederation {
 fn default_selector() -> SelectorName {
     SelectorName::Uniform
 }
-fn default_aggregator() -> AggregatorName {
-    AggregatorName::Fedavg
+fn default_aggregator() -> AggregatorSpec {
+    AggregatorName::Fedavg.into()
 }
 fn default_strategy() -> Strategy {
     Strategy::Spectral(fedshard_strategies::sharding::plan::StrategySpec::new(
@@ -419,4 +454,119 @@ fn default_deadline_ms() -> u64 {
 }
 fn default_min_successful() -> usize {
     1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use fedshard_strategies::aggregation::{AggregatorName, Bulyan, Krum};
+    use std::num::NonZeroUsize;
+    use std::path::Path;
+
+    /// `config/digits-cnn.toml` (10 clients a round) with `aggregator = <spec>`, parsed.
+    fn with(spec: &str) -> anyhow::Result<Config> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/digits-cnn.toml");
+        let text = std::fs::read_to_string(&path).expect("shipped");
+        let text = text.replace("aggregator = \"fedavg\"", &format!("aggregator = {spec}"));
+        Config::parse(&text, Path::new("robust.toml"))
+    }
+
+    /// Each robust aggregator in its one form, read into its type and written back to the same
+    /// config.
+    #[test]
+    fn robust_aggregators_read_and_write_in_their_one_form() {
+        let krum = AggregatorName::Krum(Krum {
+            f: 1,
+            m: NonZeroUsize::new(3).unwrap(),
+        });
+        for (spec, name) in [
+            ("\"median\"", Some(AggregatorName::Median)),
+            ("{ kind = \"krum\", f = 1, m = 3 }", Some(krum)),
+            (
+                "{ kind = \"bulyan\", f = 1 }",
+                Some(AggregatorName::Bulyan(Bulyan { f: 1 })),
+            ),
+            ("{ kind = \"trimmed-mean\", beta = 0.2 }", None),
+        ] {
+            let config = with(spec).unwrap_or_else(|e| panic!("{spec}: {e:#}"));
+            if let Some(name) = name {
+                assert_eq!(config.federation.aggregator, name);
+            }
+            let written = toml::to_string(&config).expect("serialises");
+            let again: Config =
+                toml::from_str(&written).unwrap_or_else(|e| panic!("{written}: {e}"));
+            assert_eq!(again, config, "{written}");
+        }
+    }
+
+    /// Every refusal names its field (the parameter's own where there is one) and what to
+    /// write; a round too small for the aggregator names `clients_per_round`.
+    #[test]
+    fn robust_parameters_are_refused_by_field() {
+        let cases = [
+            (
+                "\"krum\"",
+                "field `federation.aggregator`",
+                "{ kind = \"krum\", f = ",
+            ),
+            (
+                "{ kind = \"fedavg\" }",
+                "field `federation.aggregator`",
+                "takes no parameters",
+            ),
+            (
+                "{ kind = \"krum\", f = -1, m = 1 }",
+                "field `federation.aggregator.f`",
+                "found -1",
+            ),
+            (
+                "{ kind = \"krum\", f = 1 }",
+                "field `federation.aggregator.m`",
+                "found none",
+            ),
+            (
+                "{ kind = \"krum\", f = 1, m = 0 }",
+                "field `federation.aggregator.m`",
+                "≥ 1",
+            ),
+            (
+                "{ kind = \"krum\", f = 1, m = 1, beta = 0.1 }",
+                "federation.aggregator",
+                "`beta`",
+            ),
+            (
+                "{ kind = \"krum\", f = 1, m = 1, g = 2 }",
+                "robust.toml",
+                "unknown field `g`",
+            ),
+            (
+                "{ kind = \"trimmed-mean\", beta = 0.5 }",
+                "federation.aggregator.beta",
+                "[0, 0.5)",
+            ),
+            (
+                "{ kind = \"geomed\", f = 1 }",
+                "federation.aggregator",
+                "valid names",
+            ),
+            // Bulyan with f = 2 folds 4f + 3 = 11 results; a round has 10.
+            (
+                "{ kind = \"bulyan\", f = 2 }",
+                "federation.clients_per_round",
+                "at least 11",
+            ),
+            (
+                "{ kind = \"krum\", f = 1, m = 11 }",
+                "federation.clients_per_round",
+                "at least 11",
+            ),
+        ];
+        for (spec, field, expected) in cases {
+            let error = format!("{:#}", with(spec).expect_err(spec));
+            assert!(
+                error.contains(field) && error.contains(expected),
+                "{spec}: {error}"
+            );
+        }
+    }
 }

@@ -33,7 +33,8 @@ pub(crate) use simulation::{Run as SimulatedRun, clock as simulated_clock};
 use anyhow::{Context, bail};
 use fedshard_actors::clock::ClockKind;
 use fedshard_actors::faults::FaultPlan;
-use fedshard_protocol::uplink::{CompressionConfig, Host};
+use fedshard_protocol::uplink::{CompressionConfig, Compressor, Host};
+use fedshard_strategies::server_optimizer::ServerOptimizer;
 use fedshard_training::train::neural::LocalMethod;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -64,6 +65,9 @@ pub struct Config {
     pub privacy: Option<PrivacySection>,
     /// Secure aggregation: the server sees the sum of each round's updates, never one of them.
     pub secure_aggregation: Option<SecureSection>,
+    /// The server's step with each aggregate (FedAvgM, FedAdagrad, FedAdam, FedYogi;
+    /// docs/algorithms.md §10); none: the aggregate is the new model.
+    pub server_optimizer: Option<ServerOptimizer>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -290,6 +294,25 @@ impl Config {
         self.data.validate()?;
         simulation::validate(self.run.clock, self.devices.as_ref(), self.network.as_ref())?;
         self.training.validate(self.federation.strategy)?;
+        let sgd_clients = matches!(
+            self.model,
+            ModelSection::Softmax { .. } | ModelSection::Neural { .. } | ModelSection::Onnx { .. }
+        ) && !matches!(
+            self.federation.compressor,
+            Compressor::Sgld | Compressor::SgldKlms
+        );
+        check(
+            "training.proximal_mu",
+            self.training.recipe.proximal_mu == 0.0 || sgd_clients,
+            "0 with the ridge and fedpm models and the sgld compressors, whose clients do not \
+             take local SGD steps for a proximal term to act on",
+            format!(
+                "{} with model `{}` and compressor `{}`",
+                self.training.recipe.proximal_mu,
+                self.model.kind(),
+                self.federation.compressor
+            ),
+        )?;
         uplink::validate(self)?;
         self.federation.validate(self.data.clients())?;
         let partial = self.federation.partial();

@@ -390,6 +390,12 @@ impl TrainingSection {
             t.momentum.to_string(),
         )?;
         check(
+            "training.proximal_mu",
+            t.proximal_mu >= 0.0 && t.proximal_mu.is_finite(),
+            "a non-negative number (FedProx's μ; 0 is plain local SGD)",
+            t.proximal_mu.to_string(),
+        )?;
+        check(
             "training.weight_decay",
             t.weight_decay >= 0.0,
             "a non-negative number",

@@ -5,11 +5,12 @@
 
 use super::{FederationSection, RunSection, TrainingSection};
 use anyhow::Context;
+use fedshard_strategies::server_optimizer::ServerOptimizer;
 use serde::Deserialize;
 
-/// `[run]`, `[training]` and `[federation]`; any other section is refused by name when parsed
-/// (`deny_unknown_fields`): simulated time, privacy, secure aggregation, faults and compressor
-/// settings need a whole config.
+/// `[run]`, `[training]`, `[federation]` and `[server_optimizer]`; any other section is refused
+/// by name when parsed (`deny_unknown_fields`): simulated time, privacy, secure aggregation,
+/// faults and compressor settings need a whole config.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
@@ -17,6 +18,7 @@ pub struct Settings {
     #[serde(default)]
     pub training: TrainingSection,
     pub federation: FederationSection,
+    pub server_optimizer: Option<ServerOptimizer>,
 }
 
 impl Settings {

@@ -10,8 +10,9 @@
 //! Here: the two halves and a whole run in this process. `loaded` loads and partitions the
 //! data (and shows the partition), `trainers` turns loaded data into trainers and the
 //! evaluator on the configured device, `cuda` is that device's backend (or the error saying
-//! how to build it).
+//! how to build it), `byzantine` relabels the data of label-flipping attackers.
 
+mod byzantine;
 mod loaded;
 mod own;
 mod trainers;
@@ -22,6 +23,7 @@ mod cuda;
 #[path = "no_cuda.rs"]
 mod cuda;
 
+pub use byzantine::LabelFlipError;
 /// The CUDA device, checked usable (for `bench train --device cuda`).
 #[cfg(feature = "cuda")]
 pub use cuda::device as cuda_device;
@@ -35,6 +37,7 @@ use crate::config::{
 use anyhow::Context;
 use fedshard_actors::coordinator::{ClientRecord, Registry};
 use fedshard_actors::faults::FaultyTrainer;
+use fedshard_actors::faults::byzantine::Attack;
 use fedshard_actors::record::{RoundRecord, Summary};
 use fedshard_actors::schedule::Schedule as EngineSchedule;
 use fedshard_actors::server::{Federation, RuntimeConfig};
@@ -44,10 +47,11 @@ use fedshard_protocol::task::{ClientId, DEFAULT_CLIP_LR, Evaluator, LocalTrainer
 use fedshard_protocol::uplink::CompressionConfig;
 use fedshard_protocol::width::{WidthGroup, WidthPolicy};
 use fedshard_strategies::rng::{Purpose, stream};
+use fedshard_strategies::server_optimizer::ServerOptimizer;
 use fedshard_strategies::sharding::strategy::Strategy;
 use fedshard_training::data;
 use loaded::{Loaded, load};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use trainers::Gatherer;
@@ -149,6 +153,7 @@ fn runtime_config(
     t: &TrainingSection,
     compression: CompressionConfig,
     sharding: Option<Sharding>,
+    server_optimizer: Option<ServerOptimizer>,
 ) -> RuntimeConfig {
     RuntimeConfig {
         seed: run.seed,
@@ -173,6 +178,7 @@ fn runtime_config(
         clock: None,
         privacy: None,
         secure: None,
+        server_optimizer,
     }
 }
 
@@ -206,6 +212,9 @@ fn registry(f: &FederationSection, samples: &[u64], seed: u64) -> Registry {
 fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result<Federation> {
     let seed = config.run.seed;
     let sizes = loaded.sizes();
+    if flips_labels(config) {
+        byzantine::labelled(&loaded)?;
+    }
     let evaluator = loaded.into_evaluator(model, seed)?;
     let runtime = runtime_config(
         &config.run,
@@ -221,6 +230,7 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
             model.width_groups(),
             config.model.kind(),
         )?,
+        config.server_optimizer,
     );
     let initial = model.initial_state(seed)?;
     let simulated = crate::config::SimulatedRun {
@@ -241,12 +251,28 @@ fn server_side(config: &Config, model: &Model, loaded: Loaded) -> anyhow::Result
         secure: config.secure_aggregation.as_ref().map(|s| s.settings()),
         ..runtime
     };
-    Ok(Federation::new(
+    let mut federation = Federation::new(
         runtime,
         initial,
         registry(&config.federation, &sizes, seed),
         evaluator,
-    ))
+    );
+    federation.byzantine = config
+        .faults
+        .as_ref()
+        .map(|plan| plan.byzantine_clients(seed, sizes.len()))
+        .unwrap_or_default();
+    Ok(federation)
+}
+
+/// Whether `config`'s byzantine clients flip their labels (`[faults.byzantine] kind =
+/// "label-flip"`).
+fn flips_labels(config: &Config) -> bool {
+    config
+        .faults
+        .as_ref()
+        .and_then(|plan| plan.byzantine)
+        .is_some_and(|b| b.attack() == Attack::LabelFlip)
 }
 
 fn trainers_of(
@@ -262,7 +288,28 @@ fn trainers_of(
             config.data.clients()
         );
     }
-    let mut trainers = loaded.trainers(model, ids, &Gatherer::of(&config.training)?)?;
+    let gatherer = Gatherer::of(&config.training)?;
+    // Label-flipping attackers train on their rows relabelled, with the same gatherer, so
+    // they share the honest clients' cohorts.
+    let attackers: BTreeSet<ClientId> = match &config.faults {
+        Some(plan) if flips_labels(config) => plan
+            .byzantine_clients(config.run.seed, count)
+            .into_iter()
+            .filter(|id| ids.contains(id))
+            .collect(),
+        _ => BTreeSet::new(),
+    };
+    let honest: Vec<ClientId> = ids
+        .iter()
+        .copied()
+        .filter(|id| !attackers.contains(id))
+        .collect();
+    let mut trainers = loaded.trainers(model, &honest, &gatherer)?;
+    if flips_labels(config) {
+        let relabelled = byzantine::flipped(loaded, &attackers)?;
+        let attacking: Vec<ClientId> = attackers.into_iter().collect();
+        trainers.extend(relabelled.trainers(model, &attacking, &gatherer)?);
+    }
     if let Some(plan) = &config.faults {
         FaultyTrainer::wrap_all(
             &mut trainers,

@@ -122,6 +122,7 @@ where
                 "program's own",
             )
             .map_err(OwnError::Settings)?,
+            settings.server_optimizer,
         );
         let trainers = clients
             .into_iter()

@@ -23,6 +23,7 @@ pub mod registry;
 pub mod rng;
 pub mod sampling;
 pub mod selection;
+pub mod server_optimizer;
 pub mod sharding;
 pub mod spectrum;
 pub mod svd;

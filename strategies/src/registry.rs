@@ -5,7 +5,9 @@
 //! The families: sharding strategies ([`crate::sharding::plan::StrategySpec`], which also takes
 //! `+scaled`/`+cliplr` modifiers), joint samplers ([`crate::sampling::SamplerName`]), client
 //! selectors ([`crate::selection::SelectorName`]) and aggregators
-//! ([`crate::aggregation::AggregatorName`]).
+//! ([`crate::aggregation::AggregatorName`], whose robust members take parameters, so it writes
+//! its own `Display` and `FromStr` and is written as a name or a table,
+//! `crate::aggregation::robust`'s spec).
 
 /// Implements `Display` and `FromStr` for a policy-name enum with `ALL` and `as_str`.
 #[macro_export]

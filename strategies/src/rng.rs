@@ -63,6 +63,12 @@ pub enum Purpose {
     /// Secure aggregation's public draws of a round: its session id and the SecAgg+ graph's
     /// relabelling (never a client's secrets, which come from the client's own OS entropy).
     SecureSession = 22,
+    /// FjORD's per-batch draws of a client's ordered-dropout width level.
+    OrderedDropout = 23,
+    /// Byzantine clients (`[faults.byzantine]`): the round slot `u64::MAX` chooses the
+    /// attackers (the client slot is the client's index), a task's round the Gaussian attack's
+    /// noise.
+    Byzantine = 24,
 }
 
 /// The stream for `(seed, round, client, purpose)`: the 32-byte ChaCha key is the four numbers in

@@ -6,7 +6,7 @@ use crate::record::{KlmsStats, PhaseSeconds, RoundRecord, SimulatedTime};
 use fedshard_protocol::payload::RejectionKind;
 use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, Evaluation};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The counts of a round (or of the hand-outs and answers behind one asynchronous version).
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -79,6 +79,9 @@ pub struct RoundSummary<'a> {
     pub privacy: Option<crate::privacy::PrivacyRecord>,
     /// A secure round's finished session: its survivors are the round's successes.
     pub secure: Option<crate::secure::SessionRecord>,
+    /// The run's byzantine clients (`[faults.byzantine]`; empty without): the record counts
+    /// those among the accepted updates.
+    pub byzantine: &'a BTreeSet<ClientId>,
 }
 
 /// The [`RoundRecord`]: counts by kind, bits on both links, losses and timings.
@@ -124,6 +127,10 @@ pub fn record(s: RoundSummary<'_>) -> RoundRecord {
         seconds: s.seconds,
         update_cosine: s.update_cosine,
         late: s.late,
+        byzantine: accepted
+            .iter()
+            .filter(|a| s.byzantine.contains(&a.client))
+            .count(),
         staleness: s.staleness,
         phases: s.phases,
         klms: KlmsStats::of(accepted.iter().filter_map(|a| a.update.side.as_ref())),

@@ -48,6 +48,7 @@ pub(crate) fn recipe() -> Recipe {
         momentum: 0.9,
         weight_decay: 0.0,
         clip_lr: None,
+        proximal_mu: 0.0,
     }
 }
 
@@ -622,6 +623,8 @@ fn the_record_counts_by_kind_and_bits_by_envelope() {
     });
     tally.rejected(&validated);
     let accepted: Vec<&Accepted> = validated.accepted.iter().collect();
+    // One accepted client is byzantine; client 99 is too, but sent nothing this round.
+    let byzantine = std::collections::BTreeSet::from([accepted[0].client, 99]);
     let r = record(RoundSummary {
         round: 3,
         tally: &tally,
@@ -641,7 +644,9 @@ fn the_record_counts_by_kind_and_bits_by_envelope() {
         phases: Default::default(),
         privacy: None,
         secure: None,
+        byzantine: &byzantine,
     });
+    assert_eq!(r.byzantine, 1);
     let uplink: u64 = envelopes.values().map(|e| e.payload.bits).sum();
     assert_eq!(r.uplink_bits, uplink);
     assert_eq!(r.client_uplink_bits.values().sum::<u64>(), uplink);

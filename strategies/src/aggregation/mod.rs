@@ -15,6 +15,17 @@
 //! * [`FescOracle`] (`fesc-oracle`): water-filling with caller-given variances and biases
 //!   (§3.2, oracle version).
 //!
+//! The robust aggregators are statistics of the individual updates, not weightings (module
+//! [`robust`], docs/algorithms.md §9): they take every update as its whole weight-space change
+//! ([`Aggregator::folds_blocks`] is false) and move the model by a robust statistic of them.
+//! * [`Median`] (`median`): the coordinate-wise median.
+//! * [`TrimmedMean`] (`{ kind = "trimmed-mean", beta }`): the coordinate-wise mean without
+//!   `⌊β n⌋` values at each end.
+//! * [`Krum`] (`{ kind = "krum", f, m }`): the m updates of the smallest Krum scores, averaged
+//!   by sample count (m = 1: Krum).
+//! * [`Bulyan`] (`{ kind = "bulyan", f }`): repeated Krum, then a coordinate-wise mean around
+//!   the median.
+//!
 //! A buffered asynchronous aggregate (FedBuff) goes through the same trait
 //! ([`Aggregator::aggregate_changes`], see [`fold_changes`]): the aggregator's weights, times each
 //! update's staleness weight, scale the changes the updates ask for. An aggregator says whether
@@ -35,6 +46,7 @@ mod fedavg;
 mod fesc;
 mod fit;
 mod inverse_probability;
+pub mod robust;
 mod summed;
 mod uniform;
 
@@ -43,6 +55,7 @@ pub use fedavg::FedAvg;
 pub use fesc::{Fesc, FescOracle};
 pub use fit::{BlockUpdate, Fit, FitRound, Scale, fold_weighted};
 pub use inverse_probability::InverseProbability;
+pub use robust::{AggregatorSpec, Bulyan, Krum, Median, TrimFraction, TrimmedMean};
 pub use summed::{SumRound, SumWeight, SummedBlock, check_sum, fold_sum};
 pub use uniform::UniformWeights;
 
@@ -128,6 +141,19 @@ pub trait Aggregator: Send + Sync + fmt::Debug {
             StrategyError::invalid("aggregator", format!("{}: {why}", self.name()))
         })?;
         fold_sum(global, round)
+    }
+    /// Whether this aggregator is a robust statistic of the individual updates (a median, a
+    /// trimmed mean, a Krum selection: docs/algorithms.md §9): a policy that folds the updates
+    /// its own way instead (differential privacy's clipped, noised mean) refuses it rather than
+    /// silently replace it. No by default.
+    fn robust(&self) -> bool {
+        false
+    }
+    /// The fewest results this aggregator folds; it declines a smaller round
+    /// ([`Fit::NoUpdate`]), so a runtime refuses a schedule whose every aggregate is smaller (a
+    /// FedBuff buffer). 1 by default; Krum needs more than 2f + 2, Bulyan 4f + 3.
+    fn min_results(&self) -> usize {
+        1
     }
 }
 
@@ -294,9 +320,11 @@ fn result_samples(round: &RoundOutcome, positive: bool) -> Result<Vec<f64>> {
         .collect()
 }
 
-/// The aggregators known to the registry.
+/// The aggregators known to the registry, with their parameters: what `[federation]
+/// aggregator` says. It is read and written through [`AggregatorSpec`] (a name, or a table for
+/// an aggregator with parameters), which checks the parameters, so a held one is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(try_from = "AggregatorSpec", into = "AggregatorSpec")]
 pub enum AggregatorName {
     /// [`FedAvg`].
     Fedavg,
@@ -308,19 +336,29 @@ pub enum AggregatorName {
     FescOracle,
     /// [`UniformWeights`].
     Uniform,
+    /// [`Median`].
+    Median,
+    /// [`TrimmedMean`], with its β.
+    TrimmedMean(TrimmedMean),
+    /// [`Krum`], with its f and m.
+    Krum(Krum),
+    /// [`Bulyan`], with its f.
+    Bulyan(Bulyan),
 }
 
 impl AggregatorName {
-    /// Every aggregator, in registry order.
-    pub const ALL: [AggregatorName; 5] = [
+    /// Every aggregator a name alone selects, in registry order; those with parameters are
+    /// written as tables ([`AggregatorSpec`]).
+    pub const ALL: [AggregatorName; 6] = [
         AggregatorName::Fedavg,
         AggregatorName::InverseProbability,
         AggregatorName::Fesc,
         AggregatorName::FescOracle,
         AggregatorName::Uniform,
+        AggregatorName::Median,
     ];
 
-    /// The kebab-case name used in configs and on the command line.
+    /// The kebab-case name used in configs and on the command line (a table's `kind`).
     pub fn as_str(&self) -> &'static str {
         match self {
             AggregatorName::Fedavg => "fedavg",
@@ -328,17 +366,25 @@ impl AggregatorName {
             AggregatorName::Fesc => "fesc",
             AggregatorName::FescOracle => "fesc-oracle",
             AggregatorName::Uniform => "uniform",
+            AggregatorName::Median => "median",
+            AggregatorName::TrimmedMean(_) => "trimmed-mean",
+            AggregatorName::Krum(_) => "krum",
+            AggregatorName::Bulyan(_) => "bulyan",
         }
     }
 
     /// A fresh aggregator of this kind. `fesc-oracle` cannot be built from its name alone: it
     /// needs the per-result variances and biases, so construct [`FescOracle`] directly.
     pub fn build(&self) -> Result<Box<dyn Aggregator>> {
-        Ok(match self {
+        Ok(match *self {
             AggregatorName::Fedavg => Box::new(FedAvg),
             AggregatorName::InverseProbability => Box::new(InverseProbability),
             AggregatorName::Fesc => Box::new(Fesc),
             AggregatorName::Uniform => Box::new(UniformWeights),
+            AggregatorName::Median => Box::new(Median),
+            AggregatorName::TrimmedMean(t) => Box::new(t),
+            AggregatorName::Krum(k) => Box::new(k),
+            AggregatorName::Bulyan(b) => Box::new(b),
             AggregatorName::FescOracle => {
                 return Err(StrategyError::invalid(
                     "aggregator",
@@ -350,7 +396,44 @@ impl AggregatorName {
     }
 }
 
-crate::policy_names!(AggregatorName, "aggregator");
+/// The name, or for an aggregator with parameters its table
+/// (`{ kind = "krum", f = 1, m = 3 }`).
+impl fmt::Display for AggregatorName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AggregatorName::TrimmedMean(t) => t.fmt(f),
+            AggregatorName::Krum(k) => k.fmt(f),
+            AggregatorName::Bulyan(b) => b.fmt(f),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+/// An aggregator a name alone selects ([`AggregatorName::ALL`]); the name of one with
+/// parameters is refused with the table to write, an unknown name with every valid one.
+impl std::str::FromStr for AggregatorName {
+    type Err = StrategyError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        if let Some(n) = AggregatorName::ALL.into_iter().find(|n| n.as_str() == s) {
+            return Ok(n);
+        }
+        if let Some(refusal) = AggregatorName::needs_parameters(s) {
+            return Err(refusal);
+        }
+        let names = AggregatorName::ALL.map(|n| n.as_str());
+        Err(StrategyError::UnknownName {
+            kind: "aggregator",
+            name: s.to_owned(),
+            valid: names
+                .iter()
+                .chain(&robust::PARAMETERISED)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -370,8 +453,17 @@ mod tests {
                 assert_eq!(kind, "aggregator");
                 assert_eq!(
                     valid,
-                    "fedavg, inverse-probability, fesc, fesc-oracle, uniform"
+                    "fedavg, inverse-probability, fesc, fesc-oracle, uniform, median, \
+                     trimmed-mean, krum, bulyan"
                 );
+            }
+            other => panic!("{other:?}"),
+        }
+        // A name with parameters alone is refused with the table to write.
+        match "krum".parse::<AggregatorName>() {
+            Err(StrategyError::InvalidInput { what, reason }) => {
+                assert_eq!(what, "aggregator");
+                assert!(reason.contains("{ kind = \"krum\", f = "), "{reason}");
             }
             other => panic!("{other:?}"),
         }

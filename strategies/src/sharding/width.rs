@@ -1,7 +1,10 @@
 //! Width slicing, the sub-model baselines that cut a model by its channels and neurons instead of
 //! its spectrum (docs/algorithms.md §8): HeteroFL (Diao et al., ICLR 2021) keeps the leading
 //! `⌈r · K⌉` units of every hidden width, FedRolex (Alam et al., NeurIPS 2022, Algorithm 1) a
-//! window of the same size whose start advances one unit per round and wraps around.
+//! window of the same size whose start advances one unit per round and wraps around, and FjORD
+//! (Horváth et al., NeurIPS 2021) HeteroFL's leading units as the client's largest width, of
+//! which each local batch trains a narrower prefix drawn by ordered dropout
+//! ([`WidthStrategy::ordered_dropout_levels`]).
 //!
 //! A width here is one hidden dimension of the model (a convolution's output channels, a linear
 //! layer's neurons, an attention block's heads) of `K` units, split into `G` consecutive equal
@@ -25,26 +28,62 @@ pub enum WidthStrategy {
     /// FedRolex: a rolling window starting at `round mod K`, wrapping around.
     #[serde(rename = "fedrolex")]
     FedRolex,
+    /// FjORD: HeteroFL's leading units up to the client's capacity, of which every local batch
+    /// trains the leading units at a level drawn uniformly from [`FJORD_LEVELS`] (ordered
+    /// dropout), without a scaler.
+    #[serde(rename = "fjord")]
+    FjOrd,
 }
 
 /// Every accepted width-strategy name.
-pub const WIDTH_NAMES: &str = "heterofl, fedrolex";
+pub const WIDTH_NAMES: &str = "heterofl, fedrolex, fjord";
+
+/// FjORD's width levels: the paper's uniform distribution over five levels (its experiments'
+/// `D_p = U_5`), as in Flower's FjORD baseline (`p_s = [0.2, …, 1.0]`).
+pub const FJORD_LEVELS: [f64; 5] = [0.2, 0.4, 0.6, 0.8, 1.0];
 
 impl WidthStrategy {
-    pub const ALL: [WidthStrategy; 2] = [WidthStrategy::HeteroFl, WidthStrategy::FedRolex];
+    pub const ALL: [WidthStrategy; 3] = [
+        WidthStrategy::HeteroFl,
+        WidthStrategy::FedRolex,
+        WidthStrategy::FjOrd,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             WidthStrategy::HeteroFl => "heterofl",
             WidthStrategy::FedRolex => "fedrolex",
+            WidthStrategy::FjOrd => "fjord",
         }
+    }
+
+    /// The levels a client of capacity `keep_ratio` draws a width from for each local batch,
+    /// ascending; `None` for the strategies that train their whole slice every batch.
+    ///
+    /// FjORD's ordered dropout (the paper's §3.1 and Algorithm 1; Flower's `ODSampler`): a
+    /// client of tier `p_max` samples `p ~ U(P_{≤ p_max})` per batch, the levels of
+    /// [`FJORD_LEVELS`] up to its capacity. A capacity that is not a level (a keep ratio of
+    /// 0.1, or 0.5) is added as the top level, so every client trains its whole slice
+    /// sometimes and a capacity below the lowest level still trains.
+    pub fn ordered_dropout_levels(self, keep_ratio: f64) -> Option<Vec<f64>> {
+        (self == WidthStrategy::FjOrd).then(|| {
+            let mut levels: Vec<f64> = FJORD_LEVELS
+                .into_iter()
+                .filter(|&p| p <= keep_ratio + 1e-9)
+                .collect();
+            if levels.last().is_none_or(|&p| (p - keep_ratio).abs() > 1e-9) {
+                levels.push(keep_ratio);
+            }
+            levels
+        })
     }
 
     /// The kept units of a width of `units` units in `norm_groups` groups at `keep_ratio`, in
     /// round `round` (rounds count from 1), ascending: [`kept_units`] of them, the same number
     /// from each norm group.
     ///
-    /// * HeteroFL: units `0 … k−1` of each group (HeteroFL's `idx[:ceil(rate · size)]`).
+    /// * HeteroFL and FjORD: units `0 … k−1` of each group (HeteroFL's `idx[:ceil(rate · size)]`,
+    ///   FjORD's `weight[:ceil(width · p)]`).
     /// * FedRolex: units `s, s+1, …, s+k−1 (mod m)` of each group of `m` units, with
     ///   `s = (round − 1) mod m`: the window of the paper's Algorithm 1, which starts at the
     ///   first unit in the first round and moves by one unit per round, wrapping around, so
@@ -61,7 +100,7 @@ impl WidthStrategy {
         let per_group = kept_units(units, norm_groups, keep_ratio)? / norm_groups;
         let group = units / norm_groups;
         let start = match self {
-            WidthStrategy::HeteroFl => 0,
+            WidthStrategy::HeteroFl | WidthStrategy::FjOrd => 0,
             WidthStrategy::FedRolex => (round.saturating_sub(1) % group as u64) as usize,
         };
         let mut kept = Vec::with_capacity(per_group * norm_groups);
@@ -167,6 +206,23 @@ mod tests {
             }
         }
         assert!(count.iter().all(|&c| c == 3), "{count:?}");
+    }
+
+    /// FjORD keeps HeteroFL's leading units; its levels are the uniform-5 grid up to the
+    /// capacity, with a capacity off the grid as the top level.
+    #[test]
+    fn fjord_draws_from_the_levels_up_to_the_capacity() {
+        let f = WidthStrategy::FjOrd;
+        assert_eq!(f.kept(8, 2, 0.5, 9).unwrap(), vec![0, 1, 4, 5]);
+        assert_eq!(
+            f.ordered_dropout_levels(1.0).unwrap(),
+            FJORD_LEVELS.to_vec()
+        );
+        assert_eq!(f.ordered_dropout_levels(0.4).unwrap(), vec![0.2, 0.4]);
+        assert_eq!(f.ordered_dropout_levels(0.5).unwrap(), vec![0.2, 0.4, 0.5]);
+        assert_eq!(f.ordered_dropout_levels(0.1).unwrap(), vec![0.1]);
+        assert_eq!(WidthStrategy::HeteroFl.ordered_dropout_levels(0.5), None);
+        assert_eq!(WidthStrategy::FedRolex.ordered_dropout_levels(0.5), None);
     }
 
     #[test]

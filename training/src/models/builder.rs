@@ -71,8 +71,8 @@ enum Mode<'a> {
 /// A narrowed build: the kept units of every width, and HeteroFL's scaler.
 struct Narrowed {
     widths: BTreeMap<String, usize>,
-    /// The keep ratio r every layer in `scaled` divides its output by.
-    keep_ratio: f64,
+    /// The ratio every layer in `scaled` divides its output by (HeteroFL's scaler), if any.
+    scaler: Option<f64>,
     /// The affine and convolutional weights whose outputs are sliced (axis 0 of a width).
     scaled: BTreeSet<String>,
 }
@@ -161,9 +161,10 @@ impl<'a, B: Backend> Builder<'a, B> {
     /// A load-mode builder that builds the sub-model `slice` cuts out of a model whose widths
     /// are `groups` (the network's [`width_groups`](crate::models::network::Network::width_groups)):
     /// every width the model asks for through [`Builder::units`] is the slice's, and every
-    /// affine or convolutional layer whose outputs a width slices divides them by the keep
-    /// ratio (HeteroFL's scaler, so the narrowed layers' activations keep the full model's
-    /// scale; none at r = 1). No effect in init mode: the global model is never narrowed.
+    /// affine or convolutional layer whose outputs a width slices divides them by the slice's
+    /// [`scaler`](WidthSlice::scaler) (HeteroFL's, so the narrowed layers' activations keep
+    /// the full model's scale; none at r = 1 or under FjORD's ordered dropout). No effect in
+    /// init mode: the global model is never narrowed.
     pub fn with_width(mut self, slice: &WidthSlice, groups: &[WidthGroup]) -> Self {
         if let Mode::Load { width, .. } = &mut self.mode {
             let scaled = groups
@@ -174,7 +175,7 @@ impl<'a, B: Backend> Builder<'a, B> {
                 .collect();
             *width = Some(Narrowed {
                 widths: slice.widths(),
-                keep_ratio: slice.keep_ratio,
+                scaler: slice.scaler(),
                 scaled,
             });
         }
@@ -195,11 +196,7 @@ impl<'a, B: Backend> Builder<'a, B> {
     /// divided by during local training, `None` for a layer whose outputs are whole.
     fn scaler(&self, weight: &str) -> Option<f64> {
         match &self.mode {
-            Mode::Load { width: Some(n), .. }
-                if n.keep_ratio != 1.0 && n.scaled.contains(weight) =>
-            {
-                Some(n.keep_ratio)
-            }
+            Mode::Load { width: Some(n), .. } if n.scaled.contains(weight) => n.scaler,
             _ => None,
         }
     }

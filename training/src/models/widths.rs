@@ -184,6 +184,7 @@ mod tests {
         WidthSlice {
             kept,
             keep_ratio: 0.5,
+            local: Default::default(),
         }
     }
 
@@ -200,6 +201,7 @@ mod tests {
                     .map(|g| (g.name.clone(), (0..g.units).collect()))
                     .collect(),
                 keep_ratio: 1.0,
+                local: Default::default(),
             };
             assert_eq!(
                 slice_state(&state, &groups, &all).unwrap(),

@@ -9,8 +9,10 @@
 mod batches;
 pub mod cohort;
 pub mod fedpm;
+mod fjord;
 pub mod gather;
 pub mod neural;
+mod proximal;
 pub mod ridge;
 pub mod sgld;
 pub mod slots;

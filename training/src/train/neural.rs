@@ -265,9 +265,11 @@ impl<B: TrainingBackend, N> NeuralClient<B, N> {
     /// Which tasks this client can train in one computation with others: those of clients of
     /// the same architecture and device (the caller's concern: one run's clients share them)
     /// whose keys are equal. `None` for a client that trains alone (federated SGLD's one
-    /// step).
+    /// step; FjORD's ordered dropout, whose every batch has its own width).
     pub fn cohort_key(&self, task: &TrainTask) -> Option<CohortKey> {
-        (self.method == LocalMethod::Sgd).then(|| CohortKey::of(task))
+        let alone =
+            self.method != LocalMethod::Sgd || self.member(task).ordered_dropout().is_some();
+        (!alone).then(|| CohortKey::of(task))
     }
 
     /// This client's member of a cohort for `task`.
@@ -290,7 +292,7 @@ impl<B: TrainingBackend, N> NeuralClient<B, N> {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CohortKey {
     /// The recipe's numbers, floats by their bits.
-    recipe: [u64; 6],
+    recipe: [u64; 7],
     shards: Vec<(String, usize)>,
     /// Kept units of each width by name, and the keep ratio's bits; `None` at full width.
     width: Option<(Vec<(String, usize)>, u64)>,
@@ -307,6 +309,7 @@ impl CohortKey {
                 r.momentum.to_bits(),
                 r.weight_decay.to_bits(),
                 r.clip_lr.map_or(u64::MAX, f64::to_bits),
+                r.proximal_mu.to_bits(),
             ],
             shards: task
                 .shards

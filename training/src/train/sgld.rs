@@ -25,7 +25,8 @@ use fedshard_protocol::task::{Recipe, TrainError, TrainTask};
 use fedshard_strategies::rng::{Purpose, stream};
 
 /// The recipe of the single step: learning rate `|D_c|`, weight decay `λ/(N |D_c|)`, one
-/// epoch over the minibatch in one batch, no momentum, no ClipLR.
+/// epoch over the minibatch in one batch, no momentum, no ClipLR, no proximal term (the step is
+/// a gradient of the potential, not local training).
 pub fn potential_step_recipe(recipe: &Recipe, examples: usize, population: usize) -> Recipe {
     let size = examples as f64;
     Recipe {
@@ -35,6 +36,7 @@ pub fn potential_step_recipe(recipe: &Recipe, examples: usize, population: usize
         momentum: 0.0,
         weight_decay: recipe.weight_decay / (population as f64 * size),
         clip_lr: None,
+        proximal_mu: 0.0,
     }
 }
 
@@ -155,6 +157,7 @@ mod tests {
                 momentum: 0.9,
                 weight_decay: 3.0,
                 clip_lr: None,
+                proximal_mu: 0.0,
             },
             uplink: Uplink {
                 compressor: Compressor::Sgld,

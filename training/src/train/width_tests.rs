@@ -1,7 +1,8 @@
-//! Width-sliced local training (HeteroFL, FedRolex): a client trains the narrowed model the
-//! server's sliced tensors describe and sends back tensors of exactly the sliced shapes;
+//! Width-sliced local training (HeteroFL, FedRolex, FjORD): a client trains the narrowed model
+//! the server's sliced tensors describe and sends back tensors of exactly the sliced shapes;
 //! HeteroFL's scaler divides exactly the layers whose outputs are sliced; cohorts never mix
-//! widths.
+//! widths; FjORD's ordered dropout at one full level is plain SGD, and without momentum it
+//! leaves the units no batch drew untouched.
 
 use crate::data::Dataset;
 use crate::models::char_transformer::CharShape;
@@ -10,7 +11,7 @@ use crate::train::neural::{CharWindows, Cpu, CpuTraining, Examples, LocalMethod,
 use burn::tensor::{Tensor, TensorData};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{LocalTrainer, Recipe, TrainTask};
-use fedshard_protocol::width::{WidthGroup, WidthSlice, slice_state};
+use fedshard_protocol::width::{LocalWidth, WidthGroup, WidthSlice, coordinates, slice_state};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 
 /// HeteroFL's slice at `keep_ratio` by hand: the first `keep_ratio` of the units of each norm
@@ -25,7 +26,11 @@ fn first_units(groups: &[WidthGroup], keep_ratio: f64) -> WidthSlice {
             (g.name.clone(), units)
         })
         .collect();
-    WidthSlice { kept, keep_ratio }
+    WidthSlice {
+        kept,
+        keep_ratio,
+        local: LocalWidth::Scaled,
+    }
 }
 
 /// The task a width strategy sends: the global model of `arch` cut to `slice`.
@@ -45,6 +50,7 @@ fn task(arch: &Architecture, slice: &WidthSlice) -> TrainTask {
             momentum: 0.5,
             weight_decay: 1e-4,
             clip_lr: None,
+            proximal_mu: 0.0,
         },
         uplink: Default::default(),
     }
@@ -237,4 +243,92 @@ fn cohort_keys_follow_the_widths() {
     let mut full = task(&arch, &half);
     full.width = None;
     assert_ne!(c.cohort_key(&full), Some(key(&half)));
+}
+
+/// FjORD's slice of `arch` at capacity `keep_ratio`, trained by ordered dropout over `levels`.
+fn ordered(arch: &Architecture, keep_ratio: f64, levels: &[f64]) -> WidthSlice {
+    WidthSlice {
+        local: LocalWidth::OrderedDropout {
+            levels: levels.to_vec(),
+        },
+        ..first_units(&arch.width_groups(), keep_ratio)
+    }
+}
+
+/// Ordered dropout with one level, the full width, draws the whole model every batch: its
+/// steps, taken by hand in the slice's space, are those of plain SGD with momentum and decay
+/// on the unsliced model (to f32 rounding, the arithmetic's order differs).
+#[test]
+fn fjord_at_one_full_level_is_plain_sgd() {
+    let arch = Architecture::DigitsCnn { classes: 10 };
+    let fjord = task(&arch, &ordered(&arch, 1.0, &[1.0]));
+    let mut plain = fjord.clone();
+    plain.width = None;
+    let c = client(&arch, Box::new(random(20, 64, 10)));
+    assert_eq!(c.cohort_key(&fjord), None, "a FjORD client trains alone");
+    let (a, b) = (
+        c.train(&fjord).expect("trains"),
+        c.train(&plain).expect("trains"),
+    );
+    assert!((a.loss - b.loss).abs() < 1e-5, "{} vs {}", a.loss, b.loss);
+    for (x, y) in a.dense.tensors.iter().zip(&b.dense.tensors) {
+        assert_eq!(x.name, y.name);
+        let worst = x
+            .data
+            .iter()
+            .zip(&y.data)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-5, "{}: {worst}", x.name);
+    }
+    assert_ne!(a.dense, fjord.dense, "it trained");
+}
+
+/// Without momentum, a client of capacity 1 whose only level is 0.5 moves the values of the
+/// leading half of every width and nothing else; its run is reproducible.
+#[test]
+fn fjord_without_momentum_leaves_undrawn_units_untouched() {
+    let arch = Architecture::Mlp {
+        inputs: 6,
+        hidden: vec![10, 8],
+        classes: 3,
+    };
+    let slice = ordered(&arch, 1.0, &[0.5]);
+    let mut t = task(&arch, &slice);
+    t.recipe.momentum = 0.0;
+    let c = client(&arch, Box::new(random(20, 6, 3)));
+    let out = c.train(&t).expect("trains");
+    assert_eq!(out, c.train(&t).expect("trains"), "reproducible");
+    let (local, prefix) = slice
+        .ordered_prefix(&arch.width_groups(), 0.5)
+        .expect("prefix");
+    for (before, after) in t.dense.tensors.iter().zip(&out.dense.tensors) {
+        let drawn = coordinates(before, &local, &prefix)
+            .expect("fits")
+            .unwrap_or_else(|| (0..before.data.len()).collect());
+        for i in 0..before.data.len() {
+            let moved = before.data[i] != after.data[i];
+            assert_eq!(moved, drawn.contains(&i), "{} value {i}", before.name);
+        }
+    }
+}
+
+/// A FjORD client below full capacity trains its slice's shapes, and its levels reach the
+/// narrowest: a single batch at level 0.2 of a capacity-0.5 client still sends the whole slice.
+#[test]
+fn a_fjord_client_trains_its_slice_at_drawn_levels() {
+    let arch = Architecture::Mlp {
+        inputs: 6,
+        hidden: vec![10],
+        classes: 3,
+    };
+    let t = task(&arch, &ordered(&arch, 0.5, &[0.2, 0.4, 0.5]));
+    let out = client(&arch, Box::new(random(20, 6, 3)))
+        .train(&t)
+        .expect("trains");
+    assert!(out.loss.is_finite());
+    let shapes =
+        |s: &ModelState| -> Vec<Vec<usize>> { s.tensors.iter().map(|t| t.shape.clone()).collect() };
+    assert_eq!(shapes(&out.dense), shapes(&t.dense));
+    assert_eq!(t.dense.get("fc0.weight").expect("named").shape, vec![5, 6]);
 }

@@ -15,7 +15,9 @@ use crate::models::builder::{Layout, Task, export};
 use crate::models::kernels::{Cohort, TrainingBackend};
 use crate::models::network::{Forward, Network};
 use crate::train::batches::LocalSteps;
+use crate::train::fjord;
 use crate::train::neural::{Examples, add_frobenius_decay, clip_lr, cross_entropy};
+use crate::train::proximal::Anchor;
 use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
@@ -23,7 +25,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{LayerShard, Recipe, TrainError};
-use fedshard_protocol::width::WidthSlice;
+use fedshard_protocol::width::{LocalWidth, WidthSlice};
 use sgd::CohortSgd;
 
 mod sgd;
@@ -42,6 +44,17 @@ pub struct Member<'a> {
     pub client: u64,
 }
 
+impl Member<'_> {
+    /// FjORD's levels when this member trains its slice by ordered dropout
+    /// ([`fjord::train`](crate::train::fjord)), alone.
+    pub fn ordered_dropout(&self) -> Option<&[f64]> {
+        match self.width.map(|w| &w.local) {
+            Some(LocalWidth::OrderedDropout { levels }) => Some(levels),
+            _ => None,
+        }
+    }
+}
+
 /// A client's trained tensors in the server's form and its mean training loss.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trained {
@@ -51,7 +64,8 @@ pub struct Trained {
 }
 
 /// Trains `members` (one sub-model shape) under `recipe` as one computation on `device`; one
-/// result per member, in order. A member refused before training (no samples) or diverged gets
+/// result per member, in order. Members that train by ordered dropout (FjORD) train one at a
+/// time, each batch at its own width. A member refused before training (no samples) or diverged gets
 /// its own error; a cohort whose tasks do not load together is trained one client at a time,
 /// so each gets its own verdict.
 pub fn train<B: TrainingBackend, N: Network>(
@@ -63,6 +77,19 @@ pub fn train<B: TrainingBackend, N: Network>(
 where
     N::Module<B>: AutodiffModule<B>,
 {
+    if members.iter().any(|m| m.ordered_dropout().is_some()) {
+        return members
+            .iter()
+            .map(|m| match (m.width, m.ordered_dropout()) {
+                (Some(slice), Some(levels)) => {
+                    fjord::train::<B, N>(network, recipe, m, slice, levels, device)
+                }
+                _ => train::<B, N>(network, recipe, std::slice::from_ref(m), device)
+                    .pop()
+                    .expect("one result per member"),
+            })
+            .collect();
+    }
     let mut results: Vec<Option<Result<Trained, TrainError>>> =
         members.iter().map(|_| None).collect();
     let mut schedules = Vec::new();
@@ -141,6 +168,10 @@ where
             })
             .collect();
         let mut optimizer = CohortSgd::<B>::new(self.recipe.momentum);
+        let mut anchor = match self.anchor(&active, &layout) {
+            Ok(anchor) => anchor,
+            Err(e) => return fail_all(done, &active, &e),
+        };
         let mut loss_sums = Tensor::<B, 1>::zeros([active.len()], self.device);
         let per_row = self.members[active[0].member].examples.targets_per_row();
         for step in 0.. {
@@ -195,6 +226,10 @@ where
                     Err(e) => return fail_all(done, &active, &e),
                 };
                 optimizer.keep(&layout, &new_layout, &keep, self.device);
+                anchor = match self.anchor(&active, &new_layout) {
+                    Ok(anchor) => anchor,
+                    Err(e) => return fail_all(done, &active, &e),
+                };
                 loss_sums = loss_sums.select(0, index::<B>(&keep, self.device));
                 (net, layout) = (rebuilt, new_layout);
             }
@@ -209,6 +244,9 @@ where
             };
             let mut grads = GradientsParams::from_grads(total.backward(), &net);
             add_frobenius_decay(&net, &mut grads, self.recipe.weight_decay);
+            if let Some(anchor) = &anchor {
+                anchor.add_gradient(&net, &mut grads, self.recipe.proximal_mu);
+            }
             if let Some(tau) = self.recipe.clip_lr {
                 clip_lr(&net, &mut grads, tau);
             }
@@ -216,6 +254,22 @@ where
             loss_sums = loss_sums + losses.detach();
         }
         done
+    }
+
+    /// FedProx's anchor of the active clients' model (`None` without a proximal term): their
+    /// tasks as sent, keyed by the ids of the model `layout` describes.
+    fn anchor(&self, active: &[Active], layout: &Layout) -> Result<Option<Anchor<B>>, NetError> {
+        if self.recipe.proximal_mu == 0.0 {
+            return Ok(None);
+        }
+        let sent: Vec<Task<'_>> = active
+            .iter()
+            .map(|a| {
+                let m = &self.members[a.member];
+                (m.dense, m.shards, m.width)
+            })
+            .collect();
+        Anchor::of(self.network, &sent, layout, self.device).map(Some)
     }
 
     /// The tensors of every active client, in the server's form.

@@ -59,6 +59,7 @@ fn recipe(batch_size: usize, epochs: usize, sharded: bool) -> Recipe {
         momentum: 0.5,
         weight_decay: 1e-4,
         clip_lr: sharded.then_some(10.0),
+        proximal_mu: 0.0,
     }
 }
 
