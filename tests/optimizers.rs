@@ -1,7 +1,7 @@
 //! Server optimizers and FedProx end to end (docs/algorithms.md §10–11): the shipped FedAdam
-//! config learns the digits CNN, FedAvgM and FedYogi learn under spectral sharding, and the step
-//! composes with a private release, a secure sum and buffered asynchronous rounds; FedProx's
-//! shipped config learns, dense and sharded; a bad table or μ is refused naming its field.
+//! config learns the digits CNN, the step (FedAvgM) composes with a private release, a secure
+//! sum and buffered asynchronous rounds; FedProx's shipped config learns; a bad table or μ is
+//! refused naming its field.
 
 use fedshard::config::Config;
 use fedshard::federation;
@@ -30,27 +30,18 @@ fn edited(edit: impl Fn(String) -> String) -> anyhow::Result<Config> {
     Config::load(&path)
 }
 
-/// Each optimizer moves the model well off chance (0.1) in 8 rounds. FedAdam's and FedYogi's
-/// steps are bounded by their rate per round, so they start slower than plain averaging (0.45
-/// and 0.34 here at 8 rounds); over the shipped 40 rounds FedAdam ends at 0.950 against plain
-/// FedAvg's 0.947 (docs/results.md).
+/// The shipped FedAdam config moves the model well off chance (0.1) in 8 rounds. FedAdam's
+/// steps are bounded by its rate per round, so it starts slower than plain averaging (0.45
+/// here at 8 rounds); over the shipped 40 rounds it ends at 0.950 against plain FedAvg's 0.947
+/// (docs/results.md). The other optimizers' formulas are Flower's
+/// (`strategies/src/server_optimizer_tests.rs`), and FedAvgM runs in every schedule below.
 #[test]
-fn each_server_optimizer_learns() {
+fn the_shipped_fedadam_config_learns() {
     let mut adam = Config::load(Path::new("config/digits-cnn-fedadam.toml")).expect("loads");
     adam.run.rounds = 8;
     let accuracy = final_accuracy(&adam);
     eprintln!("digits CNN, the shipped FedAdam config, 8 rounds: {accuracy}");
     assert!(accuracy > 0.35, "FedAdam: final accuracy {accuracy}");
-    for (table, floor) in [
-        ("kind = \"momentum\"\nlr = 1.0\nmomentum = 0.5", 0.45),
-        ("kind = \"yogi\"\nlr = 0.01", 0.25),
-    ] {
-        let mut config = edited(|t| format!("{t}\n[server_optimizer]\n{table}\n")).expect("valid");
-        config.run.rounds = 8;
-        let accuracy = final_accuracy(&config);
-        eprintln!("digits CNN, {table:?}, 8 rounds: {accuracy}");
-        assert!(accuracy > floor, "{table}: final accuracy {accuracy}");
-    }
 }
 
 /// The step follows a private release, a secure sum and a FedBuff buffer: each run completes,
@@ -76,23 +67,23 @@ fn the_step_composes_with_privacy_secure_sums_and_buffers() {
         ("async", &buffered),
     ];
     for (name, edit) in cases {
-        let load = |adam: bool| {
+        let load = |stepped: bool| {
             let mut config = edited(|t| {
                 let t = edit(t);
-                if adam {
+                if stepped {
                     t + "\n[server_optimizer]\nkind = \"momentum\"\nmomentum = 0.5\n"
                 } else {
                     t
                 }
             })
             .unwrap_or_else(|e| panic!("{name}: {e:#}"));
-            config.run.rounds = 6;
+            config.run.rounds = 4;
             config.run.clock = ClockKind::Virtual;
             config
         };
         let (plain, plain_accuracy) = run(&load(false));
         let (stepped, accuracy) = run(&load(true));
-        eprintln!("digits CNN, {name}, 6 rounds: FedAvgM {accuracy}, plain {plain_accuracy}");
+        eprintln!("digits CNN, {name}, 4 rounds: FedAvgM {accuracy}, plain {plain_accuracy}");
         assert_ne!(stepped, plain, "{name}: the server step changed nothing");
         assert!(
             accuracy > 0.1_f64.min(plain_accuracy),
@@ -115,18 +106,15 @@ fn a_bad_table_is_refused_naming_the_field() {
     assert!(err.contains("adam") && err.contains("yogi"), "{err}");
 }
 
+/// The shipped FedProx config (sharded clients) learns; the term's arithmetic is checked against
+/// the update equation in `training/src/train/proximal_tests.rs`.
 #[test]
-fn the_shipped_fedprox_config_learns_dense_and_sharded() {
+fn the_shipped_fedprox_config_learns() {
     let mut config = Config::load(Path::new("config/digits-cnn-fedprox.toml")).expect("loads");
     config.run.rounds = 8;
-    let sharded = final_accuracy(&config);
-    config.federation.keep_ratios = vec![fedshard::config::KeepRatioShare {
-        ratio: 1.0,
-        share: 1.0,
-    }];
-    let dense = final_accuracy(&config);
-    eprintln!("digits CNN, FedProx μ = 0.01, 8 rounds: sharded {sharded}, dense {dense}");
-    assert!(sharded > 0.5 && dense > 0.5, "{sharded}, {dense}");
+    let accuracy = final_accuracy(&config);
+    eprintln!("digits CNN, FedProx μ = 0.01, 8 rounds: {accuracy}");
+    assert!(accuracy > 0.5, "final accuracy {accuracy}");
 }
 
 #[test]
