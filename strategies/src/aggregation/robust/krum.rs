@@ -59,7 +59,7 @@ fn argmin(scores: &[f64]) -> usize {
 
 /// Krum (m = 1) and Multi-Krum (m ≥ 2) with f assumed Byzantine clients (Blanchard et al.,
 /// "Machine Learning with Adversaries: Byzantine Tolerant Gradient Descent", NeurIPS 2017, §4;
-/// Flower's `aggregate_krum`, the `Krum` strategy): every update is scored by [`scores`], and
+/// Flower's `aggregate_krum`, the `Krum` strategy): every update is scored by its Krum score (`scores` below), and
 /// the model moves by the update of the smallest score (Krum; Flower's
 /// `num_clients_to_keep = 0`), or by the m updates of the smallest scores averaged by sample
 /// count, `Σ n_c ΔW_c / Σ n_c` (Multi-Krum; Flower's `num_clients_to_keep = m`, whose

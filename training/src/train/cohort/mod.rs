@@ -46,7 +46,7 @@ pub struct Member<'a> {
 
 impl Member<'_> {
     /// FjORD's levels when this member trains its slice by ordered dropout
-    /// ([`fjord::train`](crate::train::fjord)), alone.
+    /// (`train/fjord.rs`), alone.
     pub fn ordered_dropout(&self) -> Option<&[f64]> {
         match self.width.map(|w| &w.local) {
             Some(LocalWidth::OrderedDropout { levels }) => Some(levels),
