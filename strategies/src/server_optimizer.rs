@@ -8,56 +8,34 @@
 use crate::{Result, StrategyError};
 use serde::{Deserialize, Serialize};
 
-/// `[server_optimizer]`: how the server applies each aggregate. Every parameter is checked
-/// when the table is read ([`TryFrom<Unchecked>`]), so a value of this type is always valid.
+/// `[server_optimizer]`: how the server applies each aggregate, a [`Table`] whose numbers were
+/// checked when it was read ([`TryFrom<Table>`]), so a value of this type is always valid.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "Unchecked", into = "Unchecked")]
-pub enum ServerOptimizer {
-    /// `x ← x + η Δ` (η = 1 is plain averaging).
-    Sgd { lr: f64 },
-    /// FedAvgM (Hsu et al. 2019; Flower's `FedAvgM` with `server_momentum`):
-    /// `v ← μ v + Δ`, `x ← x + η v`.
-    Momentum { lr: f64, momentum: f64 },
-    /// FedAdagrad (Reddi et al. Algorithm 2): `m ← β₁ m + (1 − β₁) Δ`, `v ← v + Δ²`,
-    /// `x ← x + η m / (√v + τ)`.
-    Adagrad { lr: f64, beta1: f64, tau: f64 },
-    /// FedAdam: `m ← β₁ m + (1 − β₁) Δ`, `v ← β₂ v + (1 − β₂) Δ²`,
-    /// `x ← x + η_t m / (√v + τ)` with Flower's bias correction
-    /// `η_t = η √(1 − β₂^{t+1}) / (1 − β₁^{t+1})` at round `t` (Reddi et al.'s Algorithm 2 has
-    /// none; Flower's exponent is the round plus one).
-    Adam {
-        lr: f64,
-        beta1: f64,
-        beta2: f64,
-        tau: f64,
-    },
-    /// FedYogi: as FedAdam without the bias correction, with Yogi's second moment
-    /// `v ← v − (1 − β₂) Δ² sign(v − Δ²)`.
-    Yogi {
-        lr: f64,
-        beta1: f64,
-        beta2: f64,
-        tau: f64,
-    },
-}
+#[serde(try_from = "Table", into = "Table")]
+pub struct ServerOptimizer(Table);
 
-/// The `[server_optimizer]` table as written, before its numbers are checked; the defaults are
-/// Flower's (`FedAvgM`: η = 1, μ = 0.9 (Flower's default μ is 0, which is `sgd`); `FedAdagrad`:
-/// η = 0.1, β₁ = 0, τ = 1e-9; `FedAdam`: η = 0.1, β₁ = 0.9, β₂ = 0.99, τ = 1e-9; `FedYogi`:
-/// η = 0.01, β₁ = 0.9, β₂ = 0.99, τ = 1e-3).
+/// The `[server_optimizer]` table as written. The defaults are Flower's (`FedAvgM`: η = 1,
+/// μ = 0.9 (Flower's default μ is 0, which is `sgd`); `FedAdagrad`: η = 0.1, β₁ = 0, τ = 1e-9;
+/// `FedAdam`: η = 0.1, β₁ = 0.9, β₂ = 0.99, τ = 1e-9; `FedYogi`: η = 0.01, β₁ = 0.9,
+/// β₂ = 0.99, τ = 1e-3).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Unchecked {
+pub enum Table {
+    /// `x ← x + η Δ` (η = 1 is plain averaging).
     Sgd {
         #[serde(default = "one")]
         lr: f64,
     },
+    /// FedAvgM (Hsu et al. 2019; Flower's `FedAvgM` with `server_momentum`):
+    /// `v ← μ v + Δ`, `x ← x + η v`.
     Momentum {
         #[serde(default = "one")]
         lr: f64,
         #[serde(default = "nine_tenths")]
         momentum: f64,
     },
+    /// FedAdagrad (Reddi et al. Algorithm 2): `m ← β₁ m + (1 − β₁) Δ`, `v ← v + Δ²`,
+    /// `x ← x + η m / (√v + τ)`.
     Adagrad {
         #[serde(default = "tenth")]
         lr: f64,
@@ -66,6 +44,10 @@ pub enum Unchecked {
         #[serde(default = "tiny")]
         tau: f64,
     },
+    /// FedAdam: `m ← β₁ m + (1 − β₁) Δ`, `v ← β₂ v + (1 − β₂) Δ²`,
+    /// `x ← x + η_t m / (√v + τ)` with Flower's bias correction
+    /// `η_t = η √(1 − β₂^{t+1}) / (1 − β₁^{t+1})` at round `t` (Reddi et al.'s Algorithm 2 has
+    /// none; Flower's exponent is the round plus one).
     Adam {
         #[serde(default = "tenth")]
         lr: f64,
@@ -76,6 +58,8 @@ pub enum Unchecked {
         #[serde(default = "tiny")]
         tau: f64,
     },
+    /// FedYogi: as FedAdam without the bias correction, with Yogi's second moment
+    /// `v ← v − (1 − β₂) Δ² sign(v − Δ²)`.
     Yogi {
         #[serde(default = "hundredth")]
         lr: f64,
@@ -110,104 +94,74 @@ fn tiny() -> f64 {
     1e-9
 }
 
-impl TryFrom<Unchecked> for ServerOptimizer {
-    type Error = StrategyError;
+/// The range a parameter must lie in.
+#[derive(Clone, Copy)]
+enum Range {
+    /// A finite number > 0: rates and τ.
+    Positive,
+    /// A number in [0, 1): momentum and the βs.
+    Decay,
+}
 
-    fn try_from(u: Unchecked) -> Result<Self> {
-        let positive = |field: &'static str, x: f64| {
-            if x.is_finite() && x > 0.0 {
-                Ok(x)
-            } else {
-                Err(StrategyError::invalid(
-                    field,
-                    format!("expected a finite number > 0, found {x}"),
-                ))
+impl Table {
+    /// Every number of the table with its field and range.
+    fn parameters(&self) -> Vec<(&'static str, f64, Range)> {
+        use Range::{Decay, Positive};
+        match *self {
+            Table::Sgd { lr } => vec![("lr", lr, Positive)],
+            Table::Momentum { lr, momentum } => {
+                vec![("lr", lr, Positive), ("momentum", momentum, Decay)]
             }
-        };
-        let decay = |field: &'static str, x: f64| {
-            if (0.0..1.0).contains(&x) {
-                Ok(x)
-            } else {
-                Err(StrategyError::invalid(
-                    field,
-                    format!("expected a number in [0, 1), found {x}"),
-                ))
+            Table::Adagrad { lr, beta1, tau } => vec![
+                ("lr", lr, Positive),
+                ("beta1", beta1, Decay),
+                ("tau", tau, Positive),
+            ],
+            Table::Adam {
+                lr,
+                beta1,
+                beta2,
+                tau,
             }
-        };
-        let lr = |x| positive("server_optimizer.lr", x);
-        let beta1 = |x| decay("server_optimizer.beta1", x);
-        let beta2 = |x| decay("server_optimizer.beta2", x);
-        let tau = |x| positive("server_optimizer.tau", x);
-        Ok(match u {
-            Unchecked::Sgd { lr: l } => ServerOptimizer::Sgd { lr: lr(l)? },
-            Unchecked::Momentum { lr: l, momentum } => ServerOptimizer::Momentum {
-                lr: lr(l)?,
-                momentum: decay("server_optimizer.momentum", momentum)?,
-            },
-            Unchecked::Adagrad {
-                lr: l,
-                beta1: b,
-                tau: t,
-            } => ServerOptimizer::Adagrad {
-                lr: lr(l)?,
-                beta1: beta1(b)?,
-                tau: tau(t)?,
-            },
-            Unchecked::Adam {
-                lr: l,
-                beta1: b1,
-                beta2: b2,
-                tau: t,
-            } => ServerOptimizer::Adam {
-                lr: lr(l)?,
-                beta1: beta1(b1)?,
-                beta2: beta2(b2)?,
-                tau: tau(t)?,
-            },
-            Unchecked::Yogi {
-                lr: l,
-                beta1: b1,
-                beta2: b2,
-                tau: t,
-            } => ServerOptimizer::Yogi {
-                lr: lr(l)?,
-                beta1: beta1(b1)?,
-                beta2: beta2(b2)?,
-                tau: tau(t)?,
-            },
-        })
+            | Table::Yogi {
+                lr,
+                beta1,
+                beta2,
+                tau,
+            } => vec![
+                ("lr", lr, Positive),
+                ("beta1", beta1, Decay),
+                ("beta2", beta2, Decay),
+                ("tau", tau, Positive),
+            ],
+        }
     }
 }
 
-impl From<ServerOptimizer> for Unchecked {
-    fn from(o: ServerOptimizer) -> Self {
-        match o {
-            ServerOptimizer::Sgd { lr } => Unchecked::Sgd { lr },
-            ServerOptimizer::Momentum { lr, momentum } => Unchecked::Momentum { lr, momentum },
-            ServerOptimizer::Adagrad { lr, beta1, tau } => Unchecked::Adagrad { lr, beta1, tau },
-            ServerOptimizer::Adam {
-                lr,
-                beta1,
-                beta2,
-                tau,
-            } => Unchecked::Adam {
-                lr,
-                beta1,
-                beta2,
-                tau,
-            },
-            ServerOptimizer::Yogi {
-                lr,
-                beta1,
-                beta2,
-                tau,
-            } => Unchecked::Yogi {
-                lr,
-                beta1,
-                beta2,
-                tau,
-            },
+impl TryFrom<Table> for ServerOptimizer {
+    type Error = StrategyError;
+
+    /// Refuses a number out of its range, naming `server_optimizer.<field>`.
+    fn try_from(table: Table) -> Result<Self> {
+        for (field, x, range) in table.parameters() {
+            let (ok, expected) = match range {
+                Range::Positive => (x.is_finite() && x > 0.0, "a finite number > 0"),
+                Range::Decay => ((0.0..1.0).contains(&x), "a number in [0, 1)"),
+            };
+            if !ok {
+                return Err(StrategyError::InvalidInput {
+                    what: "server optimizer",
+                    reason: format!("server_optimizer.{field}: expected {expected}, found {x}"),
+                });
+            }
         }
+        Ok(Self(table))
+    }
+}
+
+impl From<ServerOptimizer> for Table {
+    fn from(o: ServerOptimizer) -> Self {
+        o.0
     }
 }
 
@@ -223,13 +177,18 @@ pub struct OptimizerState {
 impl ServerOptimizer {
     /// The registry name (`kind` in the table).
     pub fn name(&self) -> &'static str {
-        match self {
-            ServerOptimizer::Sgd { .. } => "sgd",
-            ServerOptimizer::Momentum { .. } => "momentum",
-            ServerOptimizer::Adagrad { .. } => "adagrad",
-            ServerOptimizer::Adam { .. } => "adam",
-            ServerOptimizer::Yogi { .. } => "yogi",
+        match self.0 {
+            Table::Sgd { .. } => "sgd",
+            Table::Momentum { .. } => "momentum",
+            Table::Adagrad { .. } => "adagrad",
+            Table::Adam { .. } => "adam",
+            Table::Yogi { .. } => "yogi",
         }
+    }
+
+    /// The checked table.
+    pub fn table(&self) -> Table {
+        self.0
     }
 
     /// Round `round`'s step: `aggregate[b]` holds block `b` as the round's fold left it and
@@ -275,20 +234,20 @@ impl ServerOptimizer {
                 let start = f64::from(x0[i]);
                 let delta = f64::from(x[i]) - start;
                 let (m0, v0) = (f64::from(m[i]), f64::from(v[i]));
-                let moved = match *self {
-                    ServerOptimizer::Sgd { lr } => lr * delta,
-                    ServerOptimizer::Momentum { lr, momentum } => {
+                let moved = match self.0 {
+                    Table::Sgd { lr } => lr * delta,
+                    Table::Momentum { lr, momentum } => {
                         let velocity = momentum * m0 + delta;
                         m[i] = velocity as f32;
                         lr * velocity
                     }
-                    ServerOptimizer::Adagrad { lr, beta1, tau } => {
+                    Table::Adagrad { lr, beta1, tau } => {
                         let first = beta1 * m0 + (1.0 - beta1) * delta;
                         let second = v0 + delta * delta;
                         (m[i], v[i]) = (first as f32, second as f32);
                         lr * first / (second.sqrt() + tau)
                     }
-                    ServerOptimizer::Adam {
+                    Table::Adam {
                         lr,
                         beta1,
                         beta2,
@@ -300,7 +259,7 @@ impl ServerOptimizer {
                         let eta = lr * (1.0 - beta2.powf(t)).sqrt() / (1.0 - beta1.powf(t));
                         eta * first / (second.sqrt() + tau)
                     }
-                    ServerOptimizer::Yogi {
+                    Table::Yogi {
                         lr,
                         beta1,
                         beta2,

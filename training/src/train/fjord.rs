@@ -20,7 +20,7 @@ use crate::train::neural::{add_frobenius_decay, cross_entropy};
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{ElementConversion, Tensor};
-use fedshard_protocol::model::{ModelState, NamedTensor};
+use fedshard_protocol::model::NamedTensor;
 use fedshard_protocol::task::{Recipe, TrainError};
 use fedshard_protocol::width::{WidthSlice, coordinates, slice_state};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
@@ -49,8 +49,9 @@ where
     .batches();
     let groups = network.width_groups();
     let sent = &member.dense.tensors;
-    let mut state = sent.clone();
-    let mut velocity: Vec<Vec<f32>> = state.iter().map(|t| vec![0.0; t.data.len()]).collect();
+    // The client's slice as it trains: sliced each batch, stepped in place.
+    let mut state = member.dense.clone();
+    let mut velocity: Vec<Vec<f32>> = sent.iter().map(|t| vec![0.0; t.data.len()]).collect();
     let mut draws = stream(
         member.seed,
         member.round,
@@ -64,8 +65,7 @@ where
         let pick = (uniform(&mut draws) * levels.len() as f64) as usize;
         let level = levels[pick.min(levels.len() - 1)];
         let (local, prefix) = slice.ordered_prefix(&groups, level).map_err(model)?;
-        let current = ModelState::new(state.clone()).map_err(model)?;
-        let sub = slice_state(&current, &local, &prefix).map_err(model)?;
+        let sub = slice_state(&state, &local, &prefix).map_err(model)?;
         let task: Task<'_> = (&sub, &[], Some(&prefix));
         let (net, layout) = network.load_cohort::<B>(std::slice::from_ref(&task), device)?;
         let (inputs, targets) = batches::batch::<B>(member.examples, samples, device);
@@ -83,6 +83,7 @@ where
         .ok_or_else(|| NetError::Lost("the gradient of the batch".into()))?
         .0;
         for (((t, v), g), w0) in state
+            .tensors
             .iter_mut()
             .zip(&mut velocity)
             .zip(&gradient.tensors)
@@ -97,7 +98,7 @@ where
         return Err(TrainError::Diverged { mean_loss });
     }
     Ok(Trained {
-        dense: ModelState::new(state).map_err(model)?,
+        dense: state,
         shards: Vec::new(),
         loss: mean_loss,
     })
