@@ -117,6 +117,7 @@ fn first_task(config: &Config, client: ClientId) -> TrainTask {
         width: None,
         recipe: federation::recipe(config),
         uplink: Default::default(),
+        variates: None,
     }
 }
 

@@ -766,6 +766,7 @@ fn ten_thousand_bad_frames_to_a_live_server_are_rejected_counted_and_change_noth
             tap: Some(tap),
             recipe: fedshard::federation::recipe(&parsed),
             model,
+            variates: fedshard_actors::variates::ClientVariates::in_memory(),
         };
         let node = tokio::spawn(join(options, trainers));
         let started = std::time::Instant::now();

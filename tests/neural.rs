@@ -444,6 +444,7 @@ fn shard_train_zero_steps_unshard_is_bit_exact() {
         seed: 1,
         round: 1,
         client: 0,
+        variates: None,
     };
     let trained = cohort::train::<B, _>(&arch, &recipe, &[member], &device())
         .pop()
@@ -646,6 +647,7 @@ fn local_training_then_evaluation_learns_the_digits() {
             proximal_mu: 0.0,
         },
         uplink: Default::default(),
+        variates: None,
     };
     let out = client.train(&task).expect("trains");
     let after = evaluator.evaluate(&out.dense).expect("evaluates");
@@ -707,6 +709,7 @@ fn train_twice(arch: &Architecture, keep_ratio: f64, clip_lr: Option<f64>) -> (V
             proximal_mu: 0.0,
         },
         uplink: Default::default(),
+        variates: None,
     };
     let bits = |out: TrainOutput| {
         let dense = out.dense.tensors.into_iter().flat_map(|t| t.data);

@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 /// (simulated time); version 9: `privacy` (ε and the clip norms of a private run); version 10:
 /// `secure` (a secure round's session); version 11: the file is a [`Format`] (magic, version,
 /// length, CRC-32) around the bincode of [`Checkpoint`], so a damaged one is refused; version
-/// 12: the server optimizer's moments, and each history record's `byzantine` count.
-pub const FORMAT_VERSION: u32 = 12;
+/// 12: the server optimizer's moments, and each history record's `byzantine` count; version 13:
+/// SCAFFOLD's server variate.
+pub const FORMAT_VERSION: u32 = 13;
 
 /// The checkpoint file's header.
 pub const FORMAT: Format = Format {
@@ -43,6 +44,8 @@ pub struct Checkpoint {
     pub uplink: UplinkState,
     /// The server optimizer's moments (version 12 on).
     pub optimizer: OptimizerState,
+    /// SCAFFOLD's server variate (version 13 on; empty without SCAFFOLD).
+    pub control: ModelState,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +129,7 @@ mod tests {
                 first: vec![vec![0.5, -1.0]],
                 second: vec![vec![0.25, 1.0]],
             },
+            control: ModelState::default(),
         };
         save(dir.path(), &cp).unwrap();
         assert_eq!(load(dir.path()).unwrap().unwrap(), cp);

@@ -5,6 +5,7 @@
 
 use crate::host::HostMsg;
 use crate::secure::{SecureClient, SecureStep};
+use fedshard_protocol::model::ModelState;
 use fedshard_protocol::payload::{UpdateEnvelope, encode};
 use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -84,8 +85,28 @@ pub struct ClientArgs {
     /// What the client kept from an earlier request of the round, for an `Upload` or a
     /// `Secure` step.
     pub kept: Option<Kept>,
+    /// Under SCAFFOLD, for a training: the client's control variate `c_i` from before the
+    /// task's round (`None`: zero, or no SCAFFOLD), lent by the host
+    /// ([`crate::variates::ClientVariates::lend`]).
+    pub variate: Option<ModelState>,
     /// Keeps a phase-one update for the client after its actor stops.
     pub host: ActorRef<HostMsg>,
+}
+
+/// Under SCAFFOLD, the client's variate after training, `c_i⁺ = c_i + Δc_i`; `None` without
+/// variates. A trainer that was sent variates and returned no `Δc_i` fails the client.
+fn next_variate(task: &TrainTask, output: &TrainOutput) -> Result<Option<ModelState>, String> {
+    let Some(variates) = &task.variates else {
+        return Ok(None);
+    };
+    let change = output
+        .control
+        .as_ref()
+        .ok_or("the trainer was sent SCAFFOLD's variates and returned no Δc_i")?;
+    Ok(Some(crate::variates::updated(
+        variates.client.as_ref(),
+        change,
+    )))
 }
 
 /// ‖output − task‖₂ over every trained value.
@@ -139,7 +160,14 @@ impl Actor for ClientActor {
         state: &mut ClientArgs,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ClientMsg::Train { task, then, reply } => {
+            ClientMsg::Train {
+                mut task,
+                then,
+                reply,
+            } => {
+                if let Some(variates) = task.variates.as_mut() {
+                    variates.client = state.variate.take();
+                }
                 let trainer = Arc::clone(&state.trainer);
                 let leaves = trainer.drops_out(&task);
                 let started = Instant::now();
@@ -158,13 +186,14 @@ impl Actor for ClientActor {
                         .map_err(|e| e.to_string())?;
                     let (payload, norm) =
                         encoded.ok_or("the trainer returned without encoding the update")?;
+                    let variate = next_variate(&task, &output)?;
                     // The task comes back: a secure round keeps it with the update.
-                    Ok((payload, output.loss, norm, task))
+                    Ok((payload, output.loss, norm, task, variate))
                 })
                 .await;
                 let id = state.id;
                 match joined {
-                    Ok(Ok((payload, loss, update_norm, task))) => {
+                    Ok(Ok((payload, loss, update_norm, task, variate))) => {
                         let envelope = UpdateEnvelope {
                             client: id,
                             round: task.round,
@@ -174,8 +203,16 @@ impl Actor for ClientActor {
                             payload,
                         };
                         // A kept update goes to the host before the answer, so the host holds it
-                        // by the time the server can ask for it.
+                        // by the time the server can ask for it; so does a new variate, so that
+                        // the client's next task finds it.
                         let envelope = Box::new(envelope);
+                        if let (Some(variate), false) = (variate, leaves) {
+                            state.host.send_message(HostMsg::Variate {
+                                client: id,
+                                round: task.round,
+                                variate,
+                            })?;
+                        }
                         let answer = match then {
                             AfterTraining::Upload | AfterTraining::Keep if leaves => {
                                 ClientReply::Failed {
@@ -319,6 +356,7 @@ pub(crate) mod tests {
                 dense,
                 shards: vec![],
                 loss: 0.5,
+                control: None,
             })
         }
     }
@@ -341,6 +379,7 @@ pub(crate) mod tests {
                 proximal_mu: 0.0,
             },
             uplink: Default::default(),
+            variates: None,
         })
     }
 
@@ -351,6 +390,7 @@ pub(crate) mod tests {
             id: 7,
             trainer: Arc::new(trainer),
             kept: None,
+            variate: None,
             host,
         };
         let (actor, handle) = Actor::spawn(None, ClientActor, args).await.unwrap();

@@ -164,6 +164,7 @@ mod tests {
                 ..Recipe::default()
             },
             uplink: Default::default(),
+            variates: None,
         }
     }
 

@@ -384,6 +384,17 @@ impl ServerState {
             self.fed.optimizer = moments;
         }
         let aggregate = aggregate?;
+        // SCAFFOLD's server variate moves with the model it belongs to: by the accepted
+        // clients' Δc_i when the aggregate was applied, not at all when the model stayed.
+        if config.scaffold && aggregate.folded == Folded::Updated {
+            let changes: Vec<&ModelState> = collected
+                .answered()
+                .into_iter()
+                .filter_map(|(a, _)| a.update.control.as_ref())
+                .collect();
+            let population = self.fed.registry.clients.len();
+            crate::variates::server_step(&mut self.fed.control, &changes, population);
+        }
         match &aggregate.folded {
             Folded::Updated => {}
             Folded::Unchanged(why) => tracing::warn!(version, "global model unchanged: {why}"),
@@ -483,6 +494,9 @@ impl ServerState {
         tasks.attach_uplinks(|task| {
             state.uplink(config.compressor, &config.compression, cohort, task)
         })?;
+        if config.scaffold {
+            tasks.attach_variates(&self.fed.control);
+        }
         Ok((plan, tasks))
     }
 }
@@ -513,6 +527,7 @@ mod tests {
             privacy: None,
             secure: None,
             server_optimizer: None,
+            scaffold: false,
             over_commit: None,
             asynchronous: asynchronous.then_some(AsyncConfig {
                 concurrency: 2,

@@ -93,6 +93,9 @@ pub enum Error {
     Round { round: u64, source: Box<Error> },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// SCAFFOLD's client variates cannot be read from or kept in their folder.
+    #[error(transparent)]
+    Variates(#[from] crate::variates::VariatesError),
     /// A resume of a folder without a checkpoint: starting over from round 1 would overwrite
     /// the outputs of whatever ran there.
     #[error(
@@ -145,6 +148,10 @@ pub enum Policy {
     ShardedLayers,
     /// The sharding strategy.
     Strategy,
+    /// Secure aggregation as a whole.
+    SecureAggregation,
+    /// Differential privacy as a whole.
+    Privacy,
 }
 
 impl std::fmt::Display for Policy {
@@ -159,6 +166,8 @@ impl std::fmt::Display for Policy {
             Policy::Sampling => "sampling",
             Policy::ShardedLayers => "sharded layers",
             Policy::Strategy => "strategy",
+            Policy::SecureAggregation => "secure aggregation",
+            Policy::Privacy => "differential privacy",
         })
     }
 }

@@ -384,6 +384,7 @@ mod tests {
                 },
                 shards: vec![],
                 loss: 0.0,
+                control: None,
             })
         }
     }
@@ -413,6 +414,7 @@ mod tests {
             shards: vec![],
             recipe: Default::default(),
             uplink: Default::default(),
+            variates: None,
         };
         let mut seen = None;
         let started = std::time::Instant::now();
@@ -469,6 +471,7 @@ mod tests {
             shards: vec![],
             recipe: Default::default(),
             uplink: Default::default(),
+            variates: None,
         }
     }
 

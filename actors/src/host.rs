@@ -11,8 +11,10 @@
 //! never holds a trainer; whichever node hosts a client builds its trainer from the config and
 //! the client id.
 
-use crate::client::{ClientActor, ClientArgs, ClientMsg, Kept};
+use crate::client::{ClientActor, ClientArgs, ClientMsg, ClientReply, Kept};
 use crate::server::ServerMsg;
+use crate::variates::ClientVariates;
+use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{ClientId, LocalTrainer};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -35,6 +37,13 @@ pub enum HostMsg {
     /// or `Secure` step, which the host's mailbox delivers after this message because the
     /// client sends it before it answers).
     Keep { client: ClientId, kept: Kept },
+    /// From a client actor under SCAFFOLD: its control variate after training round `round`,
+    /// kept for its later tasks (sent before it answers, like `Keep`).
+    Variate {
+        client: ClientId,
+        round: u64,
+        variate: ModelState,
+    },
 }
 
 /// How the server addresses one client: the host that keeps it, and its id there.
@@ -57,6 +66,8 @@ struct Hosted {
 
 pub struct HostState {
     clients: BTreeMap<ClientId, Hosted>,
+    /// SCAFFOLD's variates of the hosted clients (empty without SCAFFOLD).
+    variates: ClientVariates,
     /// The live client actors.
     working: HashMap<ActorId, ClientId>,
     /// Work not yet started, oldest first.
@@ -90,15 +101,32 @@ impl HostState {
             tracing::warn!(client, "work for a client this host does not keep; dropped");
             return;
         };
-        // Only an upload or a secure step needs what was kept; a new training drops it.
-        let kept = match work {
-            ClientMsg::Upload { .. } | ClientMsg::Secure { .. } => hosted.kept.take(),
-            ClientMsg::Train { .. } => None,
+        // Only an upload or a secure step needs what was kept; a new training drops it, and
+        // under SCAFFOLD it is lent the client's variate from before its round.
+        let (kept, variate) = match &work {
+            ClientMsg::Upload { .. } | ClientMsg::Secure { .. } => (hosted.kept.take(), None),
+            ClientMsg::Train { task, .. } if task.variates.is_some() => {
+                match self.variates.lend(client, task.round) {
+                    Ok(variate) => (None, variate),
+                    Err(e) => {
+                        if let ClientMsg::Train { reply, .. } = work {
+                            let _ = reply.send(ClientReply::Failed {
+                                client,
+                                reason: e.to_string(),
+                                panicked: false,
+                            });
+                        }
+                        return;
+                    }
+                }
+            }
+            ClientMsg::Train { .. } => (None, None),
         };
         let args = ClientArgs {
             id: client,
             trainer: Arc::clone(&hosted.trainer),
             kept,
+            variate,
             host: host.clone(),
         };
         let actor = match Actor::spawn_linked(None, ClientActor, args, host.get_cell()).await {
@@ -119,16 +147,19 @@ impl HostState {
 impl Actor for ClientHost {
     type Msg = HostMsg;
     type State = HostState;
+    /// The server to register with, the trainers of the hosted clients and, under SCAFFOLD,
+    /// where their variates are kept.
     type Arguments = (
         ActorRef<ServerMsg>,
         BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
+        ClientVariates,
     );
 
     /// Registers every hosted client with `server` in one message before the host takes work.
     async fn pre_start(
         &self,
         myself: ActorRef<HostMsg>,
-        (server, trainers): Self::Arguments,
+        (server, trainers, variates): Self::Arguments,
     ) -> Result<HostState, ActorProcessingErr> {
         server.send_message(ServerMsg::Register {
             clients: trainers.keys().copied().collect(),
@@ -147,6 +178,7 @@ impl Actor for ClientHost {
             .collect();
         Ok(HostState {
             clients,
+            variates,
             working: HashMap::new(),
             waiting: VecDeque::new(),
         })
@@ -166,6 +198,17 @@ impl Actor for ClientHost {
             HostMsg::Keep { client, kept } => {
                 if let Some(hosted) = state.clients.get_mut(&client) {
                     hosted.kept = Some(kept);
+                }
+            }
+            // A variate that cannot be written is still kept in memory: the run goes on, and
+            // only a restart of this node would replay from the older one on disk.
+            HostMsg::Variate {
+                client,
+                round,
+                variate,
+            } => {
+                if let Err(e) = state.variates.store(client, round, variate) {
+                    tracing::error!(client, round, "keeping the client's control variate: {e}");
                 }
             }
         }
@@ -211,8 +254,8 @@ pub(crate) fn stopped_actor(event: &SupervisionEvent) -> Option<ActorId> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::client::AfterTraining;
     use crate::client::tests::{Shift, task};
-    use crate::client::{AfterTraining, ClientReply};
     use fedshard_protocol::task::{TrainError, TrainOutput, TrainTask};
     use ractor::rpc::CallResult;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -253,9 +296,13 @@ pub(crate) mod tests {
     ) -> (ActorRef<HostMsg>, Vec<ClientId>) {
         let (registered, mut registrations) = mpsc::unbounded_channel();
         let (server, _) = Actor::spawn(None, Registrar, registered).await.unwrap();
-        let (host, _) = Actor::spawn(None, ClientHost, (server, trainers))
-            .await
-            .unwrap();
+        let (host, _) = Actor::spawn(
+            None,
+            ClientHost,
+            (server, trainers, ClientVariates::in_memory()),
+        )
+        .await
+        .unwrap();
         (host, registrations.recv().await.unwrap())
     }
 
@@ -352,6 +399,7 @@ pub(crate) mod tests {
                 dense: task.dense.clone(),
                 shards: vec![],
                 loss: 0.0,
+                control: None,
             })
         }
     }

@@ -40,6 +40,7 @@ pub(crate) mod scrape_listener;
 pub mod secure;
 pub mod server;
 pub(crate) mod synchronous;
+pub mod variates;
 
 pub use error::{Error, Policy};
 

@@ -38,6 +38,8 @@ pub struct Policies {
     pub width: Option<WidthStrategy>,
     pub privacy: Option<PrivacySettings>,
     pub secure: Option<SecureSettings>,
+    /// SCAFFOLD's control variates (docs/algorithms.md §12).
+    pub scaffold: bool,
 }
 
 /// What [`Policies::check`] settled: the run's aggregator, the accountant of a private run, and
@@ -65,6 +67,11 @@ const BUFFER_TOO_SMALL: &str = "it declines an aggregate of fewer results than i
                                 every aggregate holds `federation.buffer` updates, fewer than \
                                 that, so no version would ever be applied: raise `buffer` or \
                                 lower f";
+const SCAFFOLD: &str = "SCAFFOLD (`federation.scaffold`)";
+const SCAFFOLD_WHOLE: &str = "SCAFFOLD's (x − y)/(K η) estimates the gradient of every weight, \
+                              and a sharded or width-sliced client moves only its sub-model's \
+                              coordinates, so its variate would be wrong outside them \
+                              (docs/algorithms.md §12)";
 const SECURE_PRIVATE: &str =
     "secure aggregation with differential privacy (`[secure_aggregation]` and `[privacy]`)";
 
@@ -88,6 +95,7 @@ impl Policies {
             },
             privacy: config.privacy,
             secure: config.secure,
+            scaffold: config.scaffold,
         }
     }
 
@@ -111,6 +119,9 @@ impl Policies {
     pub fn check_with(&self, aggregator: Arc<dyn Aggregator>) -> Result<Checked> {
         if let Some(width) = self.width {
             self.check_width(width)?;
+        }
+        if self.scaffold {
+            self.check_scaffold(aggregator.as_ref())?;
         }
         if let Schedule::Buffered(_) = self.schedule {
             self.check_buffered(aggregator.as_ref())?;
@@ -165,6 +176,65 @@ impl Policies {
                 self.compressor.to_string(),
                 "the compressors code a sliced model's message untested (their server-side \
                  memory assumes one shape per version): use `identity` (docs/algorithms.md §8.3)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// SCAFFOLD needs clients that train the whole dense model, one round's fresh changes, an
+    /// aggregator that folds every accepted update, and variates that travel in the clear
+    /// beside an uncompressed update; everything else is refused with the reason.
+    fn check_scaffold(&self, aggregator: &dyn Aggregator) -> Result<()> {
+        let refuse = |policy, name: String, why| Error::Unsupported {
+            policy,
+            name,
+            schedule: SCAFFOLD,
+            why,
+        };
+        if let Some(width) = self.width {
+            return Err(refuse(Policy::Strategy, width.to_string(), SCAFFOLD_WHOLE));
+        }
+        if let Some(layer) = self.sharded_layers.first() {
+            return Err(refuse(Policy::ShardedLayers, layer.clone(), SCAFFOLD_WHOLE));
+        }
+        if let Schedule::Buffered(_) = self.schedule {
+            return Err(refuse(
+                Policy::Mode,
+                "async".into(),
+                "the server variate moves by the mean Δc_i of clients that trained from it; a \
+                 buffer's stale updates were corrected by older variates: use `sync`",
+            ));
+        }
+        if self.secure.is_some() {
+            return Err(refuse(
+                Policy::SecureAggregation,
+                "secure_aggregation".into(),
+                "each client's Δc_i (its mean corrected gradient) would travel in the clear \
+                 beside its masked update; a secure sum of both is not built",
+            ));
+        }
+        if self.privacy.is_some() {
+            return Err(refuse(
+                Policy::Privacy,
+                "privacy".into(),
+                "each client's Δc_i is its mean gradient, neither clipped nor noised, which the \
+                 accountant's ε does not bound",
+            ));
+        }
+        if self.compressor != Compressor::Identity {
+            return Err(refuse(
+                Policy::Compressor,
+                self.compressor.to_string(),
+                "the compressors code the update alone and their composition with SCAFFOLD's \
+                 variates is not built: use `identity`",
+            ));
+        }
+        if aggregator.robust() {
+            return Err(refuse(
+                Policy::Aggregator,
+                aggregator.name().to_string(),
+                "it discards or down-weights the updates it suspects, while the server variate \
+                 would still move by every client's Δc_i: use `fedavg`",
             ));
         }
         Ok(())
@@ -306,329 +376,5 @@ fn summable(compressor: Compressor) -> std::result::Result<(), &'static str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::privacy::Clipping;
-    use crate::schedule::{AsyncConfig, Staleness};
-    use crate::secure::MIN_SCALE;
-    use fedshard_strategies::privacy::Sampling;
-    use fedshard_strategies::sharding::width::WidthStrategy;
-
-    const SETTINGS: SecureSettings = SecureSettings {
-        clip_norm: Some(10.0),
-        scale: 65536.0,
-        threshold: 0.6,
-        degree: None,
-    };
-
-    /// A secure synchronous run that every rule accepts.
-    fn secure() -> Policies {
-        Policies {
-            schedule: Schedule::Rounds { over_commit: None },
-            aggregator: AggregatorName::Fedavg,
-            selector: SelectorName::Uniform,
-            compressor: Compressor::Identity,
-            max_update_norm: None,
-            sharded_layers: vec![],
-            width: None,
-            privacy: None,
-            secure: Some(SETTINGS),
-        }
-    }
-
-    fn private() -> PrivacySettings {
-        PrivacySettings {
-            noise_multiplier: 1.0,
-            clipping: Clipping::Fixed { norm: 0.5 },
-            delta: 1e-5,
-            sampling: Sampling::Poisson { rate: 0.5 },
-            expected_updates: 2.0,
-            target_epsilon: None,
-            domain: None,
-        }
-    }
-
-    fn refused(policies: Policies) -> Policy {
-        match policies.check() {
-            Err(Error::Unsupported { policy, .. }) => policy,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// A width-sliced run takes synchronous, over-committed and buffered rounds and DP-FedAvg;
-    /// a secure sum or a compressed message is refused by the policy that asks for it.
-    #[test]
-    fn width_slicing_refuses_what_it_cannot_fold_yet() {
-        let width = Policies {
-            width: Some(WidthStrategy::FedRolex),
-            secure: None,
-            ..secure()
-        };
-        assert!(width.check().is_ok());
-        let over_committed = Policies {
-            schedule: Schedule::Rounds {
-                over_commit: Some(1.5),
-            },
-            ..width.clone()
-        };
-        assert!(over_committed.check().is_ok());
-        let buffered = Schedule::Buffered(AsyncConfig {
-            concurrency: 2,
-            buffer: 2,
-            staleness: Staleness::Constant,
-        });
-        for accepted in [
-            Policies {
-                schedule: buffered,
-                ..width.clone()
-            },
-            Policies {
-                privacy: Some(private()),
-                selector: SelectorName::Poisson,
-                aggregator: AggregatorName::Uniform,
-                ..width.clone()
-            },
-        ] {
-            assert!(accepted.check().is_ok(), "{accepted:?}");
-        }
-        let cases = [
-            (
-                Policies {
-                    secure: Some(SETTINGS),
-                    ..width.clone()
-                },
-                Policy::Strategy,
-            ),
-            (
-                Policies {
-                    compressor: Compressor::Qsgd,
-                    ..width.clone()
-                },
-                Policy::Compressor,
-            ),
-        ];
-        for (policies, policy) in cases {
-            assert_eq!(refused(policies), policy);
-        }
-    }
-
-    /// Each thing a sum cannot serve is refused by its policy: an async buffer, an
-    /// over-committed round (the engine used to ignore it), a two-phase selector, weights known
-    /// only after the sum, a bound on each update's norm (ignored too), an uplink that does not
-    /// add up, and DP-FedAvg's weight-space clip over factor columns.
-    #[test]
-    fn secure_aggregation_refuses_what_a_sum_cannot_serve() {
-        assert!(secure().check().is_ok_and(|c| c.secure.is_some()));
-        let buffered = Schedule::Buffered(AsyncConfig {
-            concurrency: 2,
-            buffer: 2,
-            staleness: Staleness::Constant,
-        });
-        let cases = [
-            (
-                Policies {
-                    schedule: buffered,
-                    ..secure()
-                },
-                Policy::Mode,
-            ),
-            (
-                Policies {
-                    schedule: Schedule::Rounds {
-                        over_commit: Some(1.5),
-                    },
-                    ..secure()
-                },
-                Policy::OverCommit,
-            ),
-            (
-                Policies {
-                    selector: SelectorName::OptimalPartial,
-                    aggregator: AggregatorName::InverseProbability,
-                    ..secure()
-                },
-                Policy::Selector,
-            ),
-            (
-                Policies {
-                    aggregator: AggregatorName::Fesc,
-                    ..secure()
-                },
-                Policy::Aggregator,
-            ),
-            (
-                Policies {
-                    max_update_norm: Some(5.0),
-                    ..secure()
-                },
-                Policy::MaxUpdateNorm,
-            ),
-            (
-                Policies {
-                    compressor: Compressor::SignsgdKlms,
-                    ..secure()
-                },
-                Policy::Compressor,
-            ),
-            (
-                Policies {
-                    compressor: Compressor::Qsgd,
-                    ..secure()
-                },
-                Policy::Compressor,
-            ),
-            (
-                Policies {
-                    aggregator: AggregatorName::Uniform,
-                    sharded_layers: vec!["fc1.weight".into()],
-                    width: None,
-                    privacy: Some(private()),
-                    secure: Some(SecureSettings {
-                        clip_norm: None,
-                        ..SETTINGS
-                    }),
-                    ..secure()
-                },
-                Policy::ShardedLayers,
-            ),
-        ];
-        for (policies, policy) in cases {
-            assert_eq!(refused(policies.clone()), policy, "{policies:?}");
-        }
-    }
-
-    /// A robust aggregator (docs/algorithms.md §9) runs in rounds, over-committed or
-    /// width-sliced, and on a buffer that holds as many updates as it folds; a secure sum,
-    /// differential privacy and a smaller buffer are refused, each naming the aggregator and
-    /// saying why.
-    #[test]
-    fn robust_aggregators_refuse_sums_privacy_and_small_buffers() {
-        use fedshard_strategies::aggregation::{Bulyan, Krum, TrimFraction, TrimmedMean};
-        use std::num::NonZeroUsize;
-        let why = |policies: Policies| match policies.check() {
-            Err(Error::Unsupported {
-                policy: Policy::Aggregator,
-                why,
-                ..
-            }) => why,
-            other => panic!("{policies:?}: {other:?}"),
-        };
-        let buffered = |buffer| {
-            Schedule::Buffered(AsyncConfig {
-                concurrency: 2,
-                buffer,
-                staleness: Staleness::Constant,
-            })
-        };
-        let krum = AggregatorName::Krum(Krum {
-            f: 1,
-            m: NonZeroUsize::new(2).unwrap(),
-        });
-        let robust = [
-            AggregatorName::Median,
-            AggregatorName::TrimmedMean(TrimmedMean {
-                beta: TrimFraction::new(0.1).unwrap(),
-            }),
-            krum,
-            AggregatorName::Bulyan(Bulyan { f: 1 }),
-        ];
-        for aggregator in robust {
-            let plain = Policies {
-                aggregator,
-                secure: None,
-                ..secure()
-            };
-            let accepted = [
-                plain.clone(),
-                Policies {
-                    schedule: Schedule::Rounds {
-                        over_commit: Some(1.5),
-                    },
-                    ..plain.clone()
-                },
-                Policies {
-                    width: Some(WidthStrategy::HeteroFl),
-                    ..plain.clone()
-                },
-                Policies {
-                    // Bulyan with f = 1 folds 7 updates, Krum 5.
-                    schedule: buffered(7),
-                    ..plain.clone()
-                },
-            ];
-            for policies in accepted {
-                assert!(policies.check().is_ok(), "{policies:?}");
-            }
-            let secure = Policies {
-                aggregator,
-                ..secure()
-            };
-            assert!(why(secure).contains("only their sum"), "{aggregator}");
-            let private = Policies {
-                privacy: Some(private()),
-                selector: SelectorName::Poisson,
-                ..plain.clone()
-            };
-            assert_eq!(why(private), ROBUST_PRIVATE, "{aggregator}");
-        }
-        let small = |aggregator, buffer| Policies {
-            aggregator,
-            schedule: buffered(buffer),
-            secure: None,
-            ..secure()
-        };
-        assert_eq!(why(small(krum, 4)), BUFFER_TOO_SMALL);
-        assert!(small(krum, 5).check().is_ok());
-        assert_eq!(why(small(robust[3], 6)), BUFFER_TOO_SMALL);
-    }
-
-    /// The settings' own ranges: one clip norm given once, a scale at which the model moves,
-    /// and secagg's threshold, degree and fixed point, each named.
-    #[test]
-    fn secure_settings_are_checked_on_their_own_ranges() {
-        let field = |settings: SecureSettings, dp_clip| match settings.validate(dp_clip) {
-            Err(Error::Invalid { field, .. }) => field.to_string(),
-            Err(Error::SecureAggregation(fedshard_secagg::Error::OutOfRange { param, .. })) => {
-                param.to_string()
-            }
-            other => panic!("{other:?}"),
-        };
-        assert!(SETTINGS.validate(None).is_ok());
-        let unclipped = SecureSettings {
-            clip_norm: None,
-            ..SETTINGS
-        };
-        assert!(unclipped.validate(Some(0.5)).is_ok());
-        let clip = "secure_aggregation.clip_norm";
-        assert_eq!(field(unclipped, None), clip);
-        assert_eq!(field(SETTINGS, Some(0.5)), clip);
-        let negative = SecureSettings {
-            clip_norm: Some(-1.0),
-            ..SETTINGS
-        };
-        assert_eq!(field(negative, None), clip);
-        for scale in [1e-30, 1.0, MIN_SCALE / 2.0, f64::INFINITY, f64::NAN] {
-            let coarse = SecureSettings { scale, ..SETTINGS };
-            assert_eq!(field(coarse, None), "secure_aggregation.scale", "{scale}");
-        }
-        let huge = SecureSettings {
-            scale: 1e50,
-            ..SETTINGS
-        };
-        assert_eq!(field(huge, None), "fixed-point range × scale");
-        for threshold in [0.5, 0.2, 1.5] {
-            let minority = SecureSettings {
-                threshold,
-                ..SETTINGS
-            };
-            assert_eq!(field(minority, None), "threshold", "{threshold}");
-        }
-        for degree in [5, 1_000_000] {
-            let odd = SecureSettings {
-                degree: Some(degree),
-                ..SETTINGS
-            };
-            assert_eq!(field(odd, None), "graph degree", "{degree}");
-        }
-    }
-}
+#[path = "policies_tests.rs"]
+mod tests;

@@ -13,5 +13,8 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const CSV_FILE: &str = "metrics.csv";
 /// The end-of-run summary, whose `per_round` holds the same records.
 pub const SUMMARY_FILE: &str = "summary.json";
+/// Under SCAFFOLD, the folder of the clients' control variates that this node hosts (one file a
+/// client, `crate::variates`); a node that joins a run keeps its own.
+pub const VARIATES_DIR: &str = "variates";
 /// The final global model, as `ModelState::to_file_bytes` (a checked header, then the model).
 pub const MODEL_FILE: &str = "model.bin";

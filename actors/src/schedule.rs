@@ -417,6 +417,7 @@ mod tests {
             shards: vec![],
             recipe: Default::default(),
             uplink: Default::default(),
+            variates: None,
         }
     }
 

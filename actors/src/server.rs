@@ -17,8 +17,9 @@ use crate::engine::Engine;
 use crate::error::Error;
 use crate::host::{ClientHandle, ClientHost, HostMsg, stopped_actor};
 use crate::record::{RoundRecord, Summary};
-use crate::run_folder::{CSV_FILE, METRICS_FILE};
+use crate::run_folder::{CSV_FILE, METRICS_FILE, VARIATES_DIR};
 use crate::schedule::AsyncConfig;
+use crate::variates::ClientVariates;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::Sharding;
 use fedshard_protocol::task::{ClientId, Evaluator, LocalTrainer, Recipe};
@@ -86,6 +87,10 @@ pub struct RuntimeConfig {
     /// (docs/algorithms.md §10); `None`, the aggregate is the new model.
     #[serde(default)]
     pub server_optimizer: Option<ServerOptimizer>,
+    /// `[federation] scaffold`: SCAFFOLD's control variates correct every local step, and the
+    /// server keeps its own variate `c` (docs/algorithms.md §12).
+    #[serde(default)]
+    pub scaffold: bool,
 }
 
 impl RuntimeConfig {
@@ -116,6 +121,9 @@ pub struct Federation {
     pub uplink: UplinkState,
     /// The server optimizer's moments (empty without one).
     pub optimizer: OptimizerState,
+    /// SCAFFOLD's server variate `c` (empty without SCAFFOLD; zeros of the model's tensors
+    /// before the first round).
+    pub control: ModelState,
     /// A program's own aggregation policy, used in place of the one `config.aggregator`
     /// names (`examples/custom_aggregator.rs`); the engine checks it against the schedule,
     /// privacy and secure aggregation by the same rules ([`crate::policies::Policies::check_with`]).
@@ -146,6 +154,7 @@ impl Federation {
             events: None,
             uplink: UplinkState::default(),
             optimizer: OptimizerState::default(),
+            control: ModelState::default(),
             aggregator: None,
             byzantine: BTreeSet::new(),
         }
@@ -188,6 +197,7 @@ impl Federation {
         self.history = cp.history;
         self.uplink = cp.uplink;
         self.optimizer = cp.optimizer;
+        self.control = cp.control;
         let mut lines = String::new();
         for r in &self.history {
             lines.push_str(&serde_json::to_string(r)?);
@@ -208,6 +218,7 @@ pub async fn run(
     trainers: BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
 ) -> Result<(ModelState, Summary), Error> {
     let (done, mut finished) = oneshot::channel();
+    let (run_dir, scaffold) = (federation.run_dir.clone(), federation.config.scaffold);
     let (server, server_handle) = match Actor::spawn(None, Server, (federation, done)).await {
         Ok(spawned) => spawned,
         // A run the engine refuses says why through `done` before the server gives up.
@@ -221,8 +232,16 @@ pub async fn run(
             });
         }
     };
+    // Under SCAFFOLD the clients' variates live in the run folder, so that `--resume` finds
+    // them where the killed run left them.
+    let variates = match (&run_dir, scaffold) {
+        (Some(dir), true) => {
+            ClientVariates::open(&dir.join(VARIATES_DIR), trainers.keys().copied())?
+        }
+        _ => ClientVariates::in_memory(),
+    };
     // The host registers every client before `Start` is sent, so round 1 sees them all.
-    let (host, host_handle) = Actor::spawn(None, ClientHost, (server.clone(), trainers))
+    let (host, host_handle) = Actor::spawn(None, ClientHost, (server.clone(), trainers, variates))
         .await
         .map_err(|e| Error::Spawn {
             actor: "client host",
@@ -294,8 +313,13 @@ impl Actor for Server {
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        (fed, done): Self::Arguments,
+        (mut fed, done): Self::Arguments,
     ) -> Result<ServerState, ActorProcessingErr> {
+        // SCAFFOLD's server variate starts at zero (Algorithm 1's c = 0), unless a checkpoint
+        // brought it.
+        if fed.config.scaffold && fed.control.tensors.is_empty() {
+            fed.control = crate::variates::zeros_like(&fed.model);
+        }
         let engine = match Engine::new(&fed.config, &fed.registry, fed.aggregator.clone()) {
             Ok(engine) => engine,
             Err(refused) => {
@@ -461,6 +485,7 @@ impl ServerState {
             history: self.fed.history.clone(),
             uplink: self.fed.uplink.clone(),
             optimizer: self.fed.optimizer.clone(),
+            control: self.fed.control.clone(),
         };
         let line = serde_json::to_string(record)?;
         let record = record.clone();

@@ -11,6 +11,7 @@ use crate::secret::Secret;
 use crate::turn_away::{Heard, Marker};
 use crate::wire::{self, SessionKey};
 use fedshard_actors::host::ClientHost;
+use fedshard_actors::variates::ClientVariates;
 use fedshard_protocol::task::{ClientId, LocalTrainer, Recipe};
 use ractor::Actor;
 use ractor_cluster::NodeId;
@@ -49,15 +50,19 @@ pub struct JoinOptions {
     pub recipe: Recipe,
     /// The model this node's config builds; the server refuses the node if it trains another.
     pub model: ModelSpec,
+    /// Under SCAFFOLD, this node's clients' control variates (on disk when the node was given
+    /// a folder, so that they survive its restart).
+    pub variates: ClientVariates,
 }
 
 /// Hosts `trainers`' clients for the server at `options.server` until the server says the run
 /// is over (`Ok`), refuses the node, or cannot be reached within the timeouts (`Err`).
 pub async fn join(
-    options: JoinOptions,
+    mut options: JoinOptions,
     trainers: BTreeMap<ClientId, Arc<dyn LocalTrainer>>,
 ) -> Result<(), Error> {
     let key = options.key.unwrap_or_else(rand::random::<SessionKey>);
+    let variates = std::mem::take(&mut options.variates);
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let settings = NodeSettings {
         name: format!("fedshard-join-{:016x}", key as u64),
@@ -93,7 +98,7 @@ pub async fn join(
         let (relay, _) = Actor::spawn(None, Relay, agent.clone())
             .await
             .map_err(|e| started("relay", e))?;
-        let (host, _) = Actor::spawn(None, ClientHost, (relay.clone(), trainers))
+        let (host, _) = Actor::spawn(None, ClientHost, (relay.clone(), trainers, variates))
             .await
             .map_err(|e| started("client host", e))?;
         Ok::<_, Error>((agent, relay, host))

@@ -268,8 +268,9 @@ pub fn decode(bytes: &[u8], limit: usize) -> Result<Body, Rejection> {
 
 /// The largest legitimate frame for a model whose `ModelState::to_bytes` is `model_bytes`
 /// long: a task or an update holds at most the dense tensors plus, per sharded layer, factors
-/// of at most twice the layer's size (full rank), so three models and a margin for the
-/// envelope always fit.
+/// of at most twice the layer's size (full rank), or under SCAFFOLD (which shards nothing) the
+/// dense tensors and one control variate, so three models and a margin for the envelope always
+/// fit.
 pub fn frame_limit(model_bytes: usize) -> usize {
     model_bytes.saturating_mul(3).saturating_add(1 << 20)
 }
@@ -299,6 +300,7 @@ mod tests {
             shards: vec![],
             recipe: Recipe::default(),
             uplink: Default::default(),
+            variates: None,
         }
     }
 
@@ -436,6 +438,7 @@ mod tests {
             compressor: task.uplink.compressor,
             bits: 8 * bytes.len() as u64,
             bytes,
+            control: vec![],
         };
         assert!(matches!(
             decode_and_validate(&payload, &task),

@@ -17,7 +17,12 @@ use serde::{Deserialize, Serialize};
 pub struct Payload {
     pub compressor: Compressor,
     pub bytes: Vec<u8>,
-    /// Bits on the wire for this update: `8 × bytes.len()`, every padding bit included.
+    /// Under SCAFFOLD, the change of the client's control variate `Δc_i` as
+    /// [`ModelState::to_bytes`] (32 bits a value, uncompressed); empty otherwise.
+    #[serde(default)]
+    pub control: Vec<u8>,
+    /// Bits on the wire for this update: `8 × (bytes.len() + control.len())`, every padding
+    /// bit included.
     pub bits: u64,
 }
 
@@ -123,10 +128,16 @@ impl RejectionKind {
 pub fn encode(task: &TrainTask, output: &TrainOutput) -> Result<Payload, Error> {
     let compressor = task.uplink.compressor;
     let (bytes, _) = compressor.codec().encode(task, output)?;
+    let control = output
+        .control
+        .as_ref()
+        .map(ModelState::to_bytes)
+        .unwrap_or_default();
     Ok(Payload {
         compressor,
-        bits: 8 * bytes.len() as u64,
+        bits: 8 * (bytes.len() + control.len()) as u64,
         bytes,
+        control,
     })
 }
 
@@ -137,6 +148,8 @@ pub struct DecodedUpdate {
     pub shards: Vec<LayerShard>,
     /// What a compressed uplink tells the server besides the values (`None` for identity).
     pub side: Option<UplinkSide>,
+    /// Under SCAFFOLD, the client's `Δc_i`: the task's tensors, finite.
+    pub control: Option<ModelState>,
 }
 
 /// Opens an envelope that answers `task`: it must name the task's client and round (else
@@ -183,13 +196,14 @@ pub fn decode_and_validate(
             (dense, shards, Some(side))
         }
     };
-    if payload.bits != 8 * payload.bytes.len() as u64 {
+    let carried = payload.bytes.len() + payload.control.len();
+    if payload.bits != 8 * carried as u64 {
         return Err(Rejection::Malformed(format!(
-            "payload claims {} bits but carries {} bytes",
+            "payload claims {} bits but carries {carried} bytes",
             payload.bits,
-            payload.bytes.len()
         )));
     }
+    let control = decode_control(&payload.control, task)?;
     dense
         .check_compatible(&task.dense)
         .map_err(|e| Rejection::Shape(e.to_string()))?;
@@ -243,7 +257,33 @@ pub fn decode_and_validate(
         dense,
         shards,
         side,
+        control,
     })
+}
+
+/// The `Δc_i` of a payload: present exactly when the task sent SCAFFOLD's variates, with the
+/// task's dense tensors and finite values.
+fn decode_control(bytes: &[u8], task: &TrainTask) -> Result<Option<ModelState>, Rejection> {
+    match (&task.variates, bytes.is_empty()) {
+        (None, true) => Ok(None),
+        (None, false) => Err(Rejection::Malformed(
+            "a control variate, but the task sent none".into(),
+        )),
+        (Some(_), true) => Err(Rejection::Malformed(
+            "no control variate, but the task sent SCAFFOLD's".into(),
+        )),
+        (Some(_), false) => {
+            let control = ModelState::from_bytes(bytes)
+                .map_err(|e| Rejection::Malformed(format!("control variate: {e}")))?;
+            control
+                .check_compatible(&task.dense)
+                .map_err(|e| Rejection::Shape(format!("control variate: {e}")))?;
+            control
+                .check_finite()
+                .map_err(|e| Rejection::NonFinite(format!("control variate: {e}")))?;
+            Ok(Some(control))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -277,6 +317,7 @@ mod tests {
                 proximal_mu: 0.0,
             },
             uplink: Default::default(),
+            variates: None,
         }
     }
 
@@ -285,6 +326,7 @@ mod tests {
             dense: task.dense.clone(),
             shards: task.shards.clone(),
             loss: 1.0,
+            control: None,
         }
     }
 
@@ -350,6 +392,50 @@ mod tests {
         p.bytes.truncate(3);
         assert_eq!(
             decode_and_validate(&p, &t).unwrap_err().label(),
+            "malformed"
+        );
+    }
+
+    /// Under SCAFFOLD an update carries `Δc_i` of the task's dense tensors, counted in its
+    /// bits; a missing, unasked-for, misshapen, non-finite or damaged one is rejected.
+    #[test]
+    fn a_control_variate_travels_counted_and_checked() {
+        let mut t = task();
+        t.variates = Some(crate::task::Variates {
+            server: t.dense.clone(),
+            client: None,
+        });
+        let change = ModelState::new(vec![
+            NamedTensor::new("b", vec![2], vec![0.5, -1.0]).unwrap(),
+        ])
+        .unwrap();
+        let good = TrainOutput {
+            control: Some(change.clone()),
+            ..output(&t)
+        };
+        let p = encode(&t, &good).unwrap();
+        assert_eq!(p.bits, 8 * (p.bytes.len() + p.control.len()) as u64);
+        assert_eq!(decode_and_validate(&p, &t).unwrap().control, Some(change));
+        let label = |out: &TrainOutput, task: &TrainTask| {
+            decode_and_validate(&encode(task, out).unwrap(), task)
+                .unwrap_err()
+                .label()
+        };
+        assert_eq!(label(&output(&t), &t), "malformed");
+        assert_eq!(label(&good, &task()), "malformed");
+        let mut misshapen = good.clone();
+        misshapen.control = Some(ModelState::new(vec![NamedTensor::zeros("b", vec![3])]).unwrap());
+        assert_eq!(label(&misshapen, &t), "shape");
+        let mut nan = good.clone();
+        if let Some(c) = nan.control.as_mut() {
+            c.tensors[0].data[1] = f32::NAN;
+        }
+        assert_eq!(label(&nan, &t), "non_finite");
+        let mut damaged = encode(&t, &good).unwrap();
+        damaged.control.truncate(2);
+        damaged.bits = 8 * (damaged.bytes.len() + damaged.control.len()) as u64;
+        assert_eq!(
+            decode_and_validate(&damaged, &t).unwrap_err().label(),
             "malformed"
         );
     }

@@ -122,6 +122,25 @@ pub struct TrainTask {
     /// How to send the update back (the identity encoding unless a compressor is configured).
     #[serde(default)]
     pub uplink: Uplink,
+    /// Under SCAFFOLD, the control variates that correct every local step (`None`: plain
+    /// local steps).
+    #[serde(default)]
+    pub variates: Option<Variates>,
+}
+
+/// SCAFFOLD's control variates for one client's round (Karimireddy et al., ICML 2020,
+/// Algorithm 1; docs/algorithms.md §12): every local step follows `g_i(y) − c_i + c` instead of
+/// the client's own gradient `g_i(y)`, so that clients on skewed data drift less from the
+/// direction of the whole population. Both live in the dense weight space of the task's
+/// tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Variates {
+    /// `c`, the server's, as of the round's model.
+    pub server: ModelState,
+    /// `c_i`, the client's own, which only its host keeps (the server never learns it): the
+    /// host lends it just before the client trains. `None` in what the server sends, and for a
+    /// client's first round under SCAFFOLD (a zero variate).
+    pub client: Option<ModelState>,
 }
 
 /// The result of local training: the same tensors and shard indices as the task, updated.
@@ -131,6 +150,10 @@ pub struct TrainOutput {
     pub shards: Vec<LayerShard>,
     /// Mean training loss over the round.
     pub loss: f64,
+    /// Under SCAFFOLD, the change of the client's control variate, `Δc_i = c_i⁺ − c_i` with
+    /// option II's `c_i⁺ = c_i − c + (x − y)/(K η)` (Algorithm 1, line 12): what the client
+    /// sends beside its update and adds to its own variate. `None` without variates.
+    pub control: Option<ModelState>,
 }
 
 /// An error of a trainer's own making that the runtime only reports: a task that does not fit

@@ -104,6 +104,7 @@ impl LocalTrainer for EchoTrainer {
             dense: task.dense.clone(),
             shards: task.shards.clone(),
             loss: 0.0,
+            control: None,
         })
     }
 }
@@ -172,6 +173,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
             over_commit: None,
             asynchronous: None,
             clock: None,
+            scaffold: false,
         },
         ModelState::new(vec![NamedTensor::zeros("weight", vec![10])])
             .map_err(anyhow::Error::msg)?,

@@ -341,6 +341,7 @@ pub fn cluster_node(args: &ClusterNodeArgs) -> anyhow::Result<()> {
         tap: None,
         recipe: Recipe::default(),
         model: ModelSpec::of("bench", &model(args.params)?),
+        variates: fedshard_actors::variates::ClientVariates::in_memory(),
     };
     let runtime = crate::runtime::build()?;
     runtime

@@ -144,6 +144,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
                         shards: shards.clone(),
                         recipe: recipe.clone(),
                         uplink: Default::default(),
+                        variates: None,
                     };
                     scope.spawn(move || trainer.train(&task).map(|_| ()))
                 })

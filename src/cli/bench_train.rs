@@ -323,6 +323,7 @@ fn client_rate<B: TrainingBackend>(
             seed: 0,
             round,
             client: 0,
+            variates: None,
         };
         let trained = cohort::train::<B, _>(&s.architecture, &recipe, &[member], device)
             .pop()

@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::federation;
 use anyhow::Context;
 use clap::Args;
+use fedshard_actors::variates::ClientVariates;
 use fedshard_cluster::join::{JoinOptions, join, parse_ids};
 use fedshard_cluster::metrics::ClusterMetrics;
 use fedshard_cluster::model_spec::ModelSpec;
@@ -54,6 +55,11 @@ pub struct JoinArgs {
     /// Where this node's own cluster listener binds (nothing needs to reach it).
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    /// The folder where this node keeps its clients' SCAFFOLD control variates (one file a
+    /// client), so that they survive a restart of the node; required when the config sets
+    /// `federation.scaffold`.
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
 }
 
 fn hostname() -> String {
@@ -88,6 +94,15 @@ pub fn run(args: &JoinArgs) -> anyhow::Result<()> {
         None => None,
     };
     let trainers = federation::clients(&config, &ids)?;
+    let variates = match (&args.state, config.federation.scaffold) {
+        (Some(dir), _) => ClientVariates::open(dir, trainers.keys().copied())
+            .with_context(|| format!("option --state: {}", dir.display()))?,
+        (None, true) => anyhow::bail!(
+            "option --state: expected the folder where this node keeps its clients' SCAFFOLD \
+             control variates (the config sets `federation.scaffold`), found none"
+        ),
+        (None, false) => ClientVariates::in_memory(),
+    };
     let initial = config.model()?.initial_state(config.run.seed)?;
     let model_bytes = initial.to_bytes().len();
     let model = ModelSpec::of(config.model.kind(), &initial);
@@ -112,6 +127,7 @@ pub fn run(args: &JoinArgs) -> anyhow::Result<()> {
         tap: None,
         recipe: federation::recipe(&config),
         model,
+        variates,
     };
     let runtime = crate::runtime::build().context("starting the tokio runtime")?;
     runtime

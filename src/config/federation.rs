@@ -52,6 +52,9 @@ pub struct FederationSection {
     pub max_update_norm: Option<f64>,
     /// Rounds or buffered asynchronous aggregation, each with its own settings.
     pub schedule: Schedule,
+    /// SCAFFOLD's control variates (docs/algorithms.md §12): each client's steps are corrected
+    /// by `c − c_i`, its host keeps `c_i`, the server `c` (default: off).
+    pub scaffold: bool,
 }
 
 /// How the server schedules its clients (`mode`), with the settings of that mode only.
@@ -310,6 +313,8 @@ pub struct RawFederation {
     concurrency: Option<usize>,
     buffer: Option<usize>,
     staleness: Option<Staleness>,
+    #[serde(default)]
+    scaffold: bool,
 }
 
 impl TryFrom<RawFederation> for FederationSection {
@@ -391,6 +396,7 @@ impl TryFrom<RawFederation> for FederationSection {
             compressor: raw.compressor,
             max_update_norm: raw.max_update_norm,
             schedule,
+            scaffold: raw.scaffold,
         })
     }
 }
@@ -428,6 +434,7 @@ impl From<FederationSection> for RawFederation {
             concurrency,
             buffer,
             staleness,
+            scaffold: f.scaffold,
         }
     }
 }

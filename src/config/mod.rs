@@ -313,6 +313,17 @@ impl Config {
                 self.federation.compressor
             ),
         )?;
+        check(
+            "federation.scaffold",
+            !self.federation.scaffold || sgd_clients,
+            "false with the ridge and fedpm models and the sgld compressors, whose clients do \
+             not take local SGD steps for SCAFFOLD's correction to act on",
+            format!(
+                "true with model `{}` and compressor `{}`",
+                self.model.kind(),
+                self.federation.compressor
+            ),
+        )?;
         uplink::validate(self)?;
         self.federation.validate(self.data.clients())?;
         let partial = self.federation.partial();

@@ -32,6 +32,7 @@ fn policies(config: &Config) -> Policies {
         },
         privacy: config.privacy.as_ref().map(|p| p.settings(config)),
         secure: config.secure_aggregation.as_ref().map(|s| s.settings()),
+        scaffold: f.scaffold,
     }
 }
 
@@ -47,6 +48,8 @@ fn policy_field(policy: Policy) -> &'static str {
         Policy::Compressor => "federation.compressor",
         Policy::ShardedLayers => "model.sharded_layers",
         Policy::Strategy => "federation.strategy",
+        Policy::SecureAggregation => "secure_aggregation",
+        Policy::Privacy => "privacy",
     }
 }
 

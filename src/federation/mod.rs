@@ -179,6 +179,7 @@ fn runtime_config(
         privacy: None,
         secure: None,
         server_optimizer,
+        scaffold: f.scaffold,
     }
 }
 

@@ -292,6 +292,7 @@ mod tests {
             width: None,
             recipe: Default::default(),
             uplink: Default::default(),
+            variates: None,
         }
     }
 
@@ -314,6 +315,7 @@ mod tests {
             },
             shards: vec![shard(vec![0.25, 1.0], vec![3.0])],
             loss: 0.7,
+            control: None,
         }
     }
 

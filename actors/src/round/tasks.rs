@@ -3,7 +3,7 @@
 use crate::error::Error;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::{Participant, ShardPlan, Sharding, dense_part};
-use fedshard_protocol::task::{ClientId, Recipe, TrainTask};
+use fedshard_protocol::task::{ClientId, Recipe, TrainTask, Variates};
 use fedshard_protocol::uplink::Uplink;
 use fedshard_protocol::width::slice_state;
 use std::collections::BTreeMap;
@@ -56,6 +56,7 @@ pub fn build_tasks(
             width,
             recipe: recipe.clone(),
             uplink: Uplink::default(),
+            variates: None,
         };
         bits.insert(p.client, task_bits(&task));
         tasks.insert(p.client, task);
@@ -75,6 +76,18 @@ impl Tasks {
             self.bits.insert(*id, task_bits(task));
         }
         Ok(())
+    }
+
+    /// Sends every task SCAFFOLD's server variate `server` (the clients' own are filled in by
+    /// their hosts) and recounts the downlink bits, which carry it.
+    pub fn attach_variates(&mut self, server: &ModelState) {
+        for (id, task) in self.tasks.iter_mut() {
+            task.variates = Some(Variates {
+                server: server.clone(),
+                client: None,
+            });
+            self.bits.insert(*id, task_bits(task));
+        }
     }
 
     /// Bits of every task on the downlink.

@@ -113,6 +113,7 @@ pub(crate) fn unchanged(task: &TrainTask) -> TrainOutput {
         dense: task.dense.clone(),
         shards: task.shards.clone(),
         loss: 1.0,
+        control: None,
     }
 }
 

@@ -35,12 +35,12 @@ impl Actor for RemoteHosts {
                 // If the gateway is gone, so is the reply port: the server counts `unreachable`.
                 let _ = gateway.cast(GatewayMsg::Dispatch { request, reply });
             }
-            // Only a client actor this host spawned keeps an update with it; a remote client's
-            // node keeps its own.
-            HostMsg::Keep { client, .. } => {
+            // Only a client actor this host spawned keeps an update or a variate with it; a
+            // remote client's node keeps its own.
+            HostMsg::Keep { client, .. } | HostMsg::Variate { client, .. } => {
                 tracing::warn!(
                     client,
-                    "an update to keep sent to the remote clients' host; dropped"
+                    "state to keep sent to the remote clients' host; dropped"
                 );
             }
         }

@@ -83,6 +83,7 @@ fn task_in(
         }],
         recipe: Recipe::default(),
         uplink: Uplink::default(),
+        variates: None,
     };
     t.uplink = state
         .uplink(compressor, config, Cohort { round, ..cohort }, &t)
@@ -97,6 +98,7 @@ fn trained(task: &TrainTask) -> TrainOutput {
         dense: task.dense.clone(),
         shards: task.shards.clone(),
         loss: 0.5,
+        control: None,
     };
     let mut nudge =
         |v: &mut f32| *v = (*v + 0.3 * (uniform(&mut rng) as f32 - 0.5)).clamp(0.0, 1.0);
@@ -646,6 +648,7 @@ fn qsgd_klms_sends_its_tensor_means_only_before_the_first_counts() {
         dense: t.dense.clone(),
         shards: Vec::new(),
         loss: 0.0,
+        control: None,
     };
     out.dense.tensors[0].data = QSGD_ORACLE_V[..3].to_vec();
     out.dense.tensors[1].data = QSGD_ORACLE_V[3..].to_vec();
@@ -709,6 +712,7 @@ fn potential_step(task: &TrainTask, mu: f32) -> TrainOutput {
         dense: task.dense.clone(),
         shards: task.shards.clone(),
         loss: 0.0,
+        control: None,
     };
     let step = |v: &mut f32| *v -= mu;
     out.dense.tensors[0].data.iter_mut().for_each(step);
@@ -936,6 +940,7 @@ fn mean_drift_ratio(compressor: Compressor, config: &CompressionConfig, n: u64) 
             dense: t.dense.clone(),
             shards: Vec::new(),
             loss: 0.0,
+            control: None,
         };
         for (o, x) in out.dense.tensors[0].data.iter_mut().zip(&v) {
             *o += x;

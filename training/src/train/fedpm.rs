@@ -82,6 +82,12 @@ impl<B: TrainingBackend> LocalTrainer for FedpmClient<B> {
                 what: format!("a shard of `{}` (FedPM shards nothing)", shard.name),
             });
         }
+        if task.variates.is_some() {
+            return Err(TrainError::Unsupported {
+                trainer: "FedPM",
+                what: "SCAFFOLD's control variates (FedPM trains mask scores, not weights)".into(),
+            });
+        }
         let layers = self.network.layers()?;
         let net = self
             .network
@@ -99,6 +105,7 @@ impl<B: TrainingBackend> LocalTrainer for FedpmClient<B> {
             dense: net.export_theta(&layers)?,
             shards: Vec::new(),
             loss,
+            control: None,
         })
     }
 }
@@ -247,6 +254,7 @@ mod tests {
                 ..Recipe::default()
             },
             uplink: Default::default(),
+            variates: None,
         }
     }
 

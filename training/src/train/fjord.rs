@@ -101,6 +101,7 @@ where
         dense: state,
         shards: Vec::new(),
         loss: mean_loss,
+        control: None,
     })
 }
 

@@ -14,6 +14,7 @@ pub mod gather;
 pub mod neural;
 mod proximal;
 pub mod ridge;
+mod scaffold;
 pub mod sgld;
 pub mod slots;
 #[cfg(test)]

@@ -282,6 +282,7 @@ impl<B: TrainingBackend, N> NeuralClient<B, N> {
             seed: task.seed,
             round: task.round,
             client: task.client,
+            variates: task.variates.as_ref(),
         }
     }
 }
@@ -330,6 +331,7 @@ impl From<Trained> for TrainOutput {
             dense: t.dense,
             shards: t.shards,
             loss: t.loss,
+            control: t.control,
         }
     }
 }
@@ -352,6 +354,14 @@ where
             )
             .pop()
             .expect("one result per member")?,
+            LocalMethod::Sgld if task.variates.is_some() => {
+                return Err(TrainError::Unsupported {
+                    trainer: "SGLD",
+                    what: "SCAFFOLD's control variates (its one step is the potential's own \
+                           gradient)"
+                        .into(),
+                });
+            }
             LocalMethod::Sgld => sgld::potential_step::<B, N>(
                 &self.architecture,
                 self.examples.as_ref(),

@@ -62,6 +62,13 @@ impl<B: TrainingBackend> Anchor<B> {
             mu,
         });
     }
+
+    /// The held value of parameter `id`: SCAFFOLD's correction `c − c_i`
+    /// (`train/scaffold.rs`) is held per parameter like FedProx's anchor, and the optimizer
+    /// adds it to each step.
+    pub(crate) fn value(&self, id: &ParamId) -> Option<&FloatTensor<B::InnerBackend>> {
+        self.values.get(id)
+    }
 }
 
 struct Collect<'i, B: TrainingBackend> {
@@ -101,4 +108,4 @@ impl<B: TrainingBackend> ModuleVisitor<B> for Add<'_, B> {
 
 #[cfg(test)]
 #[path = "proximal_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -12,7 +12,7 @@ use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{LayerShard, Recipe};
 use fedshard_strategies::rng::{Purpose, stream, uniform};
 
-fn random(len: usize, dim: usize, classes: usize, seed: u64) -> Dataset {
+pub(crate) fn random(len: usize, dim: usize, classes: usize, seed: u64) -> Dataset {
     let mut rng = stream(seed, 0, 0, Purpose::Data);
     let x = (0..len * dim)
         .map(|_| (2.0 * uniform(&mut rng) - 1.0) as f32)
@@ -21,7 +21,7 @@ fn random(len: usize, dim: usize, classes: usize, seed: u64) -> Dataset {
     Dataset::new(x, y, dim, classes).expect("valid")
 }
 
-fn recipe(epochs: usize, proximal_mu: f64, batch_size: usize) -> Recipe {
+pub(crate) fn recipe(epochs: usize, proximal_mu: f64, batch_size: usize) -> Recipe {
     Recipe {
         learning_rate: 0.1,
         epochs,
@@ -43,6 +43,7 @@ fn run(task: &(ModelState, Vec<LayerShard>), data: &Dataset, recipe: &Recipe) ->
         seed: 1,
         round: 1,
         client: 0,
+        variates: None,
     };
     train::<CpuTraining, _>(&arch, recipe, &[member], &Default::default())
         .pop()
@@ -51,7 +52,7 @@ fn run(task: &(ModelState, Vec<LayerShard>), data: &Dataset, recipe: &Recipe) ->
 }
 
 /// Three layers, so the middle one is shardable.
-fn arch() -> Architecture {
+pub(crate) fn arch() -> Architecture {
     Architecture::Mlp {
         inputs: 6,
         hidden: vec![10, 8],
@@ -79,6 +80,7 @@ fn sent(task: &(ModelState, Vec<LayerShard>)) -> Vec<f32> {
         dense: task.0.clone(),
         shards: task.1.clone(),
         loss: 0.0,
+        control: None,
     })
 }
 
@@ -136,6 +138,7 @@ fn a_proximal_cohort_trains_each_client_as_alone() {
             seed: 1,
             round: 1,
             client: c as u64,
+            variates: None,
         })
         .collect();
     let device = Default::default();

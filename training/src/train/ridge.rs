@@ -84,6 +84,12 @@ impl LocalTrainer for RidgeClient {
     }
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
+        if task.variates.is_some() {
+            return Err(TrainError::Unsupported {
+                trainer: "ridge",
+                what: "SCAFFOLD's control variates (a closed-form fit takes no steps)".into(),
+            });
+        }
         let theta = fit(&self.data)?;
         let weight = NamedTensor::new(
             "weight",
@@ -93,11 +99,11 @@ impl LocalTrainer for RidgeClient {
         .map_err(RidgeError::from)?;
         let loss = mse(&weight.data, &self.data);
         let dense = ModelState::new(vec![weight]).map_err(RidgeError::from)?;
-        let _ = task;
         Ok(TrainOutput {
             dense,
             shards: vec![],
             loss,
+            control: None,
         })
     }
 }

@@ -78,6 +78,7 @@ where
         seed: task.seed,
         round: task.round,
         client: task.client,
+        variates: None,
     };
     cohort::train::<B, N>(network, &recipe, &[member], device)
         .pop()
@@ -164,6 +165,7 @@ mod tests {
                 langevin: Some(LangevinScaling::new(1e-3, 4, 2).unwrap()),
                 ..Uplink::default()
             },
+            variates: None,
         };
         let client = NeuralClient::<CpuTraining> {
             architecture: Architecture::Mlp {

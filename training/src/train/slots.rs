@@ -142,6 +142,7 @@ mod tests {
                     dense: ModelState::default(),
                     shards: vec![],
                     loss: 0.0,
+                    control: None,
                 })
             }
         }
@@ -154,6 +155,7 @@ mod tests {
             shards: vec![],
             recipe: Default::default(),
             uplink: Default::default(),
+            variates: None,
         };
         std::thread::spawn(move || {
             Probe.train(&task).expect("the bare probe");

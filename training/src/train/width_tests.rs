@@ -53,6 +53,7 @@ fn task(arch: &Architecture, slice: &WidthSlice) -> TrainTask {
             proximal_mu: 0.0,
         },
         uplink: Default::default(),
+        variates: None,
     }
 }
 

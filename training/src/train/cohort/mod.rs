@@ -18,13 +18,14 @@ use crate::train::batches::LocalSteps;
 use crate::train::fjord;
 use crate::train::neural::{Examples, add_frobenius_decay, clip_lr, cross_entropy};
 use crate::train::proximal::Anchor;
+use crate::train::scaffold;
 use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use fedshard_protocol::model::ModelState;
-use fedshard_protocol::task::{LayerShard, Recipe, TrainError};
+use fedshard_protocol::task::{LayerShard, Recipe, TrainError, Variates};
 use fedshard_protocol::width::{LocalWidth, WidthSlice};
 use sgd::CohortSgd;
 
@@ -42,6 +43,8 @@ pub struct Member<'a> {
     pub seed: u64,
     pub round: u64,
     pub client: u64,
+    /// Under SCAFFOLD, the variates that correct this client's steps (`train/scaffold.rs`).
+    pub variates: Option<&'a Variates>,
 }
 
 impl Member<'_> {
@@ -61,6 +64,8 @@ pub struct Trained {
     pub dense: ModelState,
     pub shards: Vec<LayerShard>,
     pub loss: f64,
+    /// Under SCAFFOLD, the client's `Δc_i`.
+    pub control: Option<ModelState>,
 }
 
 /// Trains `members` (one sub-model shape) under `recipe` as one computation on `device`; one
@@ -172,6 +177,10 @@ where
             Ok(anchor) => anchor,
             Err(e) => return fail_all(done, &active, &e),
         };
+        let mut correction = match self.correction(&active, &layout) {
+            Ok(correction) => correction,
+            Err(e) => return fail_all(done, &active, &e),
+        };
         let mut loss_sums = Tensor::<B, 1>::zeros([active.len()], self.device);
         let per_row = self.members[active[0].member].examples.targets_per_row();
         for step in 0.. {
@@ -194,11 +203,7 @@ where
                     if a.batches.len() == step {
                         let mean = f64::from(sum) / step.max(1) as f64;
                         let result = if mean.is_finite() {
-                            Ok(Trained {
-                                dense: state.0,
-                                shards: state.1,
-                                loss: mean,
-                            })
+                            self.trained(a.member, state, mean, step)
                         } else {
                             Err(TrainError::Diverged { mean_loss: mean })
                         };
@@ -230,6 +235,10 @@ where
                     Ok(anchor) => anchor,
                     Err(e) => return fail_all(done, &active, &e),
                 };
+                correction = match self.correction(&active, &new_layout) {
+                    Ok(correction) => correction,
+                    Err(e) => return fail_all(done, &active, &e),
+                };
                 loss_sums = loss_sums.select(0, index::<B>(&keep, self.device));
                 (net, layout) = (rebuilt, new_layout);
             }
@@ -250,7 +259,7 @@ where
             if let Some(tau) = self.recipe.clip_lr {
                 clip_lr(&net, &mut grads, tau);
             }
-            net = optimizer.step(self.recipe.learning_rate, net, grads);
+            net = optimizer.step(self.recipe.learning_rate, net, grads, correction.as_ref());
             loss_sums = loss_sums + losses.detach();
         }
         done
@@ -270,6 +279,61 @@ where
             })
             .collect();
         Anchor::of(self.network, &sent, layout, self.device).map(Some)
+    }
+
+    /// SCAFFOLD's correction `c − c_i` of the active clients (`None` when none has
+    /// variates), keyed like [`Self::anchor`]; a client without variates in a cohort with
+    /// some is corrected by zero.
+    fn correction(
+        &self,
+        active: &[Active],
+        layout: &Layout,
+    ) -> Result<Option<Anchor<B>>, NetError> {
+        let members = active.iter().map(|a| &self.members[a.member]);
+        if members.clone().all(|m| m.variates.is_none()) {
+            return Ok(None);
+        }
+        let corrections = members
+            .map(|m| match m.variates {
+                Some(v) => scaffold::correction(v, m.dense),
+                None => scaffold::zero_like(m.dense),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let tasks: Vec<Task<'_>> = active
+            .iter()
+            .zip(&corrections)
+            .map(|(a, c)| {
+                let m = &self.members[a.member];
+                (c, m.shards, m.width)
+            })
+            .collect();
+        Anchor::of(self.network, &tasks, layout, self.device).map(Some)
+    }
+
+    /// Member `member`'s result after `steps` local steps of mean loss `loss`: its trained
+    /// tensors and, under SCAFFOLD, its `Δc_i`.
+    fn trained(
+        &self,
+        member: usize,
+        (dense, shards): (ModelState, Vec<LayerShard>),
+        loss: f64,
+        steps: usize,
+    ) -> Result<Trained, TrainError> {
+        let m = &self.members[member];
+        let control = m
+            .variates
+            .map(|v| {
+                let rate = self.recipe.learning_rate;
+                scaffold::control_delta(m.dense, &dense, &v.server, steps, rate)
+            })
+            .transpose()
+            .map_err(|e| TrainError::Model(e.into()))?;
+        Ok(Trained {
+            dense,
+            shards,
+            loss,
+            control,
+        })
     }
 
     /// The tensors of every active client, in the server's form.

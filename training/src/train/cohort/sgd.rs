@@ -3,6 +3,7 @@
 use super::index;
 use crate::models::builder::Layout;
 use crate::models::kernels::{Kernels, TrainingBackend};
+use crate::train::proximal::Anchor;
 use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::ops::{FloatTensor, FloatTensorOps};
@@ -26,17 +27,22 @@ impl<B: TrainingBackend> CohortSgd<B> {
         }
     }
 
-    /// One step of every parameter that has a gradient.
+    /// One step of every parameter that has a gradient, moved further by `−lr · shift` where
+    /// `shift` holds a value for it: SCAFFOLD's correction `c − c_i` joins the step outside the
+    /// momentum, as the SCAFFOLD optimizer of Flower's baseline (niid_bench) adds it, so that
+    /// the momentum amplifies the gradient alone (docs/algorithms.md §12).
     pub(super) fn step<M: Module<B>>(
         &mut self,
         lr: f64,
         module: M,
         mut grads: GradientsParams,
+        shift: Option<&Anchor<B>>,
     ) -> M {
         module.map(&mut Stepper {
             optimizer: self,
             grads: &mut grads,
             lr,
+            shift,
         })
     }
 
@@ -60,6 +66,7 @@ struct Stepper<'o, B: TrainingBackend> {
     optimizer: &'o mut CohortSgd<B>,
     grads: &'o mut GradientsParams,
     lr: f64,
+    shift: Option<&'o Anchor<B>>,
 }
 
 impl<B: TrainingBackend> ModuleMapper<B> for Stepper<'_, B> {
@@ -83,7 +90,13 @@ impl<B: TrainingBackend> ModuleMapper<B> for Stepper<'_, B> {
         if momentum > 0.0 {
             self.optimizer.velocity.insert(id, velocity);
         }
-        let stepped = Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(stepped));
+        let mut stepped =
+            Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(stepped));
+        if let Some(shift) = self.shift.and_then(|s| s.value(&id)) {
+            let shift =
+                Tensor::<B::InnerBackend, D>::from_primitive(TensorPrimitive::Float(shift.clone()));
+            stepped = stepped - shift.mul_scalar(self.lr);
+        }
         let mut tensor = Tensor::from_inner(stepped);
         if require_grad {
             tensor = tensor.require_grad();

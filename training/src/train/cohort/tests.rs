@@ -94,6 +94,7 @@ fn members<'a>(
             seed: 3,
             round: 2,
             client: c as u64,
+            variates: None,
         })
         .collect()
 }
@@ -298,6 +299,7 @@ fn a_client_without_samples_fails_alone() {
             seed: 1,
             round: 1,
             client: 0,
+            variates: None,
         },
         Member {
             dense: &tasks[1].0,
@@ -307,6 +309,7 @@ fn a_client_without_samples_fails_alone() {
             seed: 1,
             round: 1,
             client: 1,
+            variates: None,
         },
     ];
     let results = train::<B, _>(&arch, &recipe(4, 1, false), &members, &Default::default());
@@ -432,6 +435,7 @@ fn cuda_cohorts_stay_as_near_the_cpus_training_as_a_client_alone() {
                     seed: 3,
                     round: 2,
                     client: c as u64,
+                    variates: None,
                 })
                 .collect();
             let recipe = recipe(4, 1, false);
