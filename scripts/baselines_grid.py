@@ -35,6 +35,11 @@ OPTIMIZERS = {
     "fedadam": '\n[server_optimizer]\nkind = "adam"\nlr = 0.01\n',
     "fedyogi": '\n[server_optimizer]\nkind = "yogi"\nlr = 0.01\n',
     "fedprox": "proximal_mu = 0.01",
+    # SCAFFOLD trains the whole dense model: its dense column drops the sharded layers (the
+    # other arms' dense column trains full-rank factors), its sharded column is refused; FedAvg
+    # on the same unsharded model is its baseline.
+    "fedavg-unsharded": "unsharded",
+    "scaffold": "scaffold = true",
 }
 
 # 10 clients a round: Krum keeps n − f of them and tolerates f = 3 (n ≥ 2f + 3); Bulyan needs
@@ -75,6 +80,14 @@ def optimizer_variants(text):
             for name, extra in OPTIMIZERS.items():
                 if extra.startswith("proximal_mu"):
                     variant = base.replace("[training]\n", f"[training]\n{extra}\n", 1)
+                elif extra.startswith("scaffold"):
+                    variant = base.replace("[federation]\n", f"[federation]\n{extra}\n", 1)
+                    if dense:
+                        variant = re.sub(r"(?m)^sharded_layers = .*$", "", variant)
+                elif extra == "unsharded":
+                    if not dense:
+                        continue  # a keep ratio below 1 needs sharded layers
+                    variant = re.sub(r"(?m)^sharded_layers = .*$", "", base)
                 else:
                     variant = base + extra
                 column = f"α = {alpha}, {'dense' if dense else 'sharded'}"
@@ -116,12 +129,16 @@ def main():
     parser.add_argument("config")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--only", help="comma-separated rows to run (default: all)")
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
     text = open(args.config).read()
     variants = optimizer_variants(text) if args.grid == "optimizers" else robust_variants(text)
     results, rows, columns = {}, [], []
     with tempfile.TemporaryDirectory() as work:
         for row, column, variant in variants:
+            if only is not None and row not in only:
+                continue
             rows += [row] if row not in rows else []
             columns += [column] if column not in columns else []
             for seed in range(1, args.seeds + 1):

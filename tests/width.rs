@@ -1,7 +1,9 @@
 //! Width slicing end to end (docs/algorithms.md §8): HeteroFL, FedRolex and FjORD train the shipped
 //! digits CNN and an MLP with a hidden layer in a whole federation, with the clients at the
 //! mixed keep ratios (60% r = 0.5, 40% r = 1), and learn: the final test accuracy is far above
-//! chance (10%). A refused combination names its field.
+//! chance (10%). A refused combination names its field. The CIFAR models' widths are described
+//! by `fedshard widths` here; their learning is checked on a synthetic task in
+//! `training/src/train/width_cifar_tests.rs` (CIFAR is not available offline).
 
 use fedshard::config::{Config, KeepRatioShare, ModelSection};
 use fedshard::federation;
@@ -112,18 +114,63 @@ fn width_slicing_with_secure_aggregation_is_refused_by_name() {
     );
 }
 
-/// A model that describes no hidden width (softmax regression: one layer) is refused with a
-/// width strategy when the config is validated, naming the field.
+/// A model that describes no hidden width (softmax regression: one layer; an ONNX model,
+/// whose graph's widths are not traced) is refused with a width strategy when the config is
+/// validated, naming the field and the model.
 #[test]
 fn a_model_without_widths_is_refused_by_name() {
-    let text = std::fs::read_to_string("config/digits-linear.toml").expect("config");
-    let dir = tempfile::TempDir::new().expect("temp dir");
-    let path = dir.path().join("c.toml");
-    let text = text.replace("strategy = \"unbiased\"", "strategy = \"heterofl\"");
-    std::fs::write(&path, text).expect("write");
-    let err = format!("{:#}", Config::load(&path).unwrap_err());
-    assert!(
-        err.contains("federation.strategy") && err.contains("softmax"),
-        "{err}"
-    );
+    for (file, kind) in [
+        ("config/digits-linear.toml", "softmax"),
+        ("config/onnx-digits-cnn.toml", "onnx"),
+    ] {
+        let text = std::fs::read_to_string(file).expect("config");
+        let dir = tempfile::TempDir::new().expect("temp dir");
+        let path = dir.path().join("c.toml");
+        let text = text.replace("strategy = \"unbiased\"", "strategy = \"heterofl\"");
+        assert!(text.contains("heterofl"), "{file}");
+        std::fs::write(&path, text).expect("write");
+        let err = format!("{:#}", Config::load(&path).unwrap_err());
+        assert!(
+            err.contains("federation.strategy") && err.contains(&format!("{kind} model")),
+            "{file}: {err}"
+        );
+    }
+}
+
+/// `fedshard widths` describes the GPU-scale configs without their CIFAR files or a CUDA
+/// build. ResNet-18 at r = 0.5: stage 0's stream (64 channels, 2 GroupNorm groups of 32) keeps
+/// ⌈0.5 · 32⌉ = 16 of each group, channels 0–15 and 32–47 under HeteroFL; FedRolex in round 3
+/// starts its window at unit 2 of each group (2–17, 34–49); 4 streams and 8 blocks' inner
+/// widths. CCT at r = 0.5 under FjORD: 32 of the tokenizer's 64 channels, 2 of 4 heads of each
+/// of the 6 blocks, 256 of 512 MLP units, levels {0.2, 0.4, 0.5}.
+#[test]
+fn widths_describes_resnet18_and_cct() {
+    use fedshard::cli::widths::{WidthsArgs, WidthsReport, widths};
+    let report = |config: &str, strategy: &str, round: u64| {
+        widths(&WidthsArgs {
+            config: config.into(),
+            strategy: strategy.into(),
+            keep_ratio: 0.5,
+            round,
+        })
+        .unwrap_or_else(|e| panic!("{config}: {e:#}"))
+    };
+    let kept = |r: &WidthsReport, name: &str| -> (usize, usize, Vec<usize>) {
+        let w = r.widths.iter().find(|w| w.width == name).expect(name);
+        (w.units, w.norm_groups, w.kept.clone())
+    };
+    let resnet = report("config/cifar10-resnet18.toml", "heterofl", 3);
+    assert_eq!(resnet.widths.len(), 12);
+    let leading: Vec<usize> = (0..16).chain(32..48).collect();
+    assert_eq!(kept(&resnet, "stage0.residual"), (64, 2, leading));
+    assert_eq!(kept(&resnet, "stage3.block1.conv1").2.len(), 256);
+    let rolled = report("config/cifar10-resnet18.toml", "fedrolex", 3);
+    let window: Vec<usize> = (2..18).chain(34..50).collect();
+    assert_eq!(kept(&rolled, "stage0.residual").2, window);
+    let cct = report("config/cifar100-cct.toml", "fjord", 1);
+    assert_eq!(cct.widths.len(), 13);
+    assert_eq!(kept(&cct, "tokenizer0"), (64, 1, (0..32).collect()));
+    assert_eq!(kept(&cct, "block5.heads"), (4, 1, vec![0, 1]));
+    assert_eq!(kept(&cct, "block0.mlp").2.len(), 256);
+    assert_eq!(cct.levels, Some(vec![0.2, 0.4, 0.5]));
 }

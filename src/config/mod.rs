@@ -221,20 +221,18 @@ impl Config {
         Self::parse_with(text, path, &Overrides::default())
     }
 
+    /// Reads a config file's fields without validating them against each other, the data or
+    /// the build: for a command that only describes the model (`fedshard widths`), so that a
+    /// GPU-scale config can be described on a machine without its dataset or without CUDA. A
+    /// run must use [`Config::load`].
+    pub fn read_unvalidated(path: &Path) -> anyhow::Result<Self> {
+        Self::deserialize_text(&read_config_file(path)?, path)
+    }
+
     /// Parses config text, lays `overrides` over it and validates the result; an error names
     /// the flags that were given.
     pub fn parse_with(text: &str, path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
-        let mut config: Config = toml::from_str(text).map_err(|e| {
-            let detail = e.to_string();
-            match data_field(text, &e) {
-                Some(name) => anyhow::anyhow!(
-                    "{}: field `data.{name}`: {}",
-                    path.display(),
-                    detail.trim_end()
-                ),
-                None => anyhow::anyhow!("{}: {}", path.display(), detail.trim_end()),
-            }
-        })?;
+        let mut config = Self::deserialize_text(text, path)?;
         let flags = overrides.flags();
         let with = if flags.is_empty() {
             String::new()
@@ -246,6 +244,22 @@ impl Config {
             .and_then(|()| config.validate())
             .with_context(|| format!("{}: invalid config{with}", path.display()))?;
         Ok(config)
+    }
+
+    /// The fields of config text, unvalidated; a TOML error names the file (and the `data`
+    /// field it is about, when it is one).
+    fn deserialize_text(text: &str, path: &Path) -> anyhow::Result<Self> {
+        toml::from_str(text).map_err(|e| {
+            let detail = e.to_string();
+            match data_field(text, &e) {
+                Some(name) => anyhow::anyhow!(
+                    "{}: field `data.{name}`: {}",
+                    path.display(),
+                    detail.trim_end()
+                ),
+                None => anyhow::anyhow!("{}: {}", path.display(), detail.trim_end()),
+            }
+        })
     }
 
     /// What a valid config does that a user is unlikely to want, one sentence each, for the

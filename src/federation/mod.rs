@@ -135,7 +135,8 @@ pub fn sharding(
         Strategy::Width(strategy) if widths.is_empty() => anyhow::bail!(
             "field `federation.strategy`: `{strategy}` slices a model's hidden widths, and the \
              {model} model describes none; width strategies slice an MLP with hidden layers, the \
-             digits and MNIST CNNs and the char transformer (docs/algorithms.md §8)"
+             digits and MNIST CNNs, the char transformer, ResNet-18 and CCT (docs/algorithms.md \
+             §8)"
         ),
         Strategy::Width(strategy) => Sharding::Width(WidthPolicy {
             strategy,

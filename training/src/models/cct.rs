@@ -6,6 +6,12 @@
 //! The first tokenizer convolution and the classifier stay dense; the second tokenizer
 //! convolution and every affine layer in the blocks are shardable. GPU-scale: on CPU it is
 //! built, run and sharded in tests only.
+//!
+//! Under a width strategy the constructor builds the widths the builder keeps
+//! ([`Builder::units`]): the first tokenizer convolution's channels (`tokenizer0`, read only by
+//! the second), and each block's heads and MLP units as in the character transformer. The
+//! embedding width (the second tokenizer convolution's output, the positions, every layer
+//! norm, the pooling and the classifier) stays whole: every block adds into it.
 
 use crate::models::NetError;
 use crate::models::blocks::{LayerNorm, TransformerBlock};
@@ -18,10 +24,16 @@ use burn::tensor::activation::{relu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::max_pool2d;
 
-const WIDTH: usize = 256;
-const HEADS: usize = 4;
-const BLOCKS: usize = 6;
-const MLP_RATIO: usize = 2;
+/// The embedding (residual) width.
+pub const WIDTH: usize = 256;
+/// Attention heads of every block.
+pub const HEADS: usize = 4;
+/// Transformer blocks.
+pub const BLOCKS: usize = 6;
+/// A block's MLP width over the embedding width.
+pub const MLP_RATIO: usize = 2;
+/// Output channels of the first tokenizer convolution.
+pub const TOKENIZER_CHANNELS: usize = 64;
 /// 32×32 → 16×16 → 8×8 after the two pooled tokenizer stages.
 const TOKENS: usize = 64;
 
@@ -38,7 +50,8 @@ pub struct Cct<B: Backend> {
 }
 
 impl<B: Kernels> Cct<B> {
-    /// The layers in the order their initial values are drawn (blocks first).
+    /// The layers in the order their initial values are drawn (blocks first), at the widths
+    /// the builder keeps.
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, NetError> {
         b.at_positions(TOKENS);
         let blocks = (0..BLOCKS)
@@ -53,10 +66,11 @@ impl<B: Kernels> Cct<B> {
                 )
             })
             .collect::<Result<_, _>>()?;
+        let channels = b.units("tokenizer0", TOKENIZER_CHANNELS);
         b.at_positions(32 * 32);
-        let tokenizer0 = b.conv("tokenizer0", 3, 64, 3, 1, 1, false, false)?;
+        let tokenizer0 = b.conv("tokenizer0", 3, channels, 3, 1, 1, false, false)?;
         b.at_positions(16 * 16);
-        let tokenizer1 = b.conv("tokenizer1", 64, WIDTH, 3, 1, 1, false, true)?;
+        let tokenizer1 = b.conv("tokenizer1", channels, WIDTH, 3, 1, 1, false, true)?;
         let positions = b.matrix("positions", [TOKENS, WIDTH], Init::Normal(0.02))?;
         let ln = LayerNorm::new(b, "ln", WIDTH)?;
         b.at_positions(TOKENS);

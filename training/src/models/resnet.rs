@@ -4,6 +4,12 @@
 //!
 //! The first convolution and the classifier stay dense; every other convolution (including the
 //! 1×1 shortcuts) is shardable. GPU-scale: on CPU it is built, run and sharded in tests only.
+//!
+//! Under a width strategy the constructor builds the channels the builder keeps
+//! ([`Builder::units`]): one width per stage's residual stream (`stage{s}.residual`: every
+//! tensor that writes or reads the sums `relu(h + skip)`, which must keep the same channels)
+//! and one per block's inner channels (`stage{s}.block{i}.conv1`); the tensors each runs along
+//! are listed in `models/widths.rs`.
 
 use crate::models::NetError;
 use crate::models::blocks::GroupNorm;
@@ -18,6 +24,20 @@ use burn::tensor::module::adaptive_avg_pool2d;
 
 /// Groups of every GroupNorm layer.
 pub const NORM_GROUPS: usize = 2;
+
+/// Channels of the four stages' residual streams (and of their blocks' inner convolutions).
+pub const STAGE_WIDTHS: [usize; 4] = [64, 128, 256, 512];
+
+/// Basic blocks per stage.
+pub const BLOCKS_PER_STAGE: usize = 2;
+
+/// Whether block `block` of stage `stage` reads the previous stage's stream through a 1×1
+/// projection (its `shortcut`): the first block of every stage but the first, which halves
+/// the side and widens the stream. Stage 0's first block reads the stem's 64 channels as they
+/// are, so the stem writes stage 0's stream.
+pub fn projects(stage: usize, block: usize) -> bool {
+    stage > 0 && block == 0
+}
 
 /// A shardable, bias-free `kernel × kernel` convolution with "same" padding, and the
 /// GroupNorm that follows it.
@@ -45,22 +65,26 @@ pub struct BasicBlock<B: Backend> {
 }
 
 impl<B: Kernels> BasicBlock<B> {
+    /// A block reading `c_in` channels and writing `c_out`, its first convolution's output
+    /// `inner` channels (`c_out` in the global model, fewer in a narrowed one); `projection`
+    /// adds the 1×1 shortcut (given, not derived from the channels: a narrowed model's are not
+    /// the global model's).
     fn new(
         b: &mut Builder<B>,
         name: &str,
-        c_in: usize,
-        c_out: usize,
+        [c_in, inner, c_out]: [usize; 3],
         stride: usize,
+        projection: bool,
     ) -> Result<Self, NetError> {
-        let shortcut = if stride != 1 || c_in != c_out {
+        let shortcut = if projection {
             let names = [format!("{name}.shortcut"), format!("{name}.shortcut_norm")];
             Some(conv_norm(b, names, c_in, c_out, 1, stride)?)
         } else {
             None
         };
         let names = |i| [format!("{name}.conv{i}"), format!("{name}.norm{i}")];
-        let (conv1, norm1) = conv_norm(b, names(1), c_in, c_out, 3, stride)?;
-        let (conv2, norm2) = conv_norm(b, names(2), c_out, c_out, 3, 1)?;
+        let (conv1, norm1) = conv_norm(b, names(1), c_in, inner, 3, stride)?;
+        let (conv2, norm2) = conv_norm(b, names(2), inner, c_out, 3, 1)?;
         Ok(Self {
             conv1,
             norm1,
@@ -98,26 +122,36 @@ pub struct ResNet18<B: Backend> {
 }
 
 impl<B: Kernels> ResNet18<B> {
+    /// ResNet-18 at the widths the builder keeps ([`Builder::units`] of every
+    /// `stage{s}.residual` and `stage{s}.block{i}.conv1`; all of them in init mode).
     pub fn new(b: &mut Builder<B>, classes: usize) -> Result<Self, NetError> {
+        let streams: Vec<usize> = STAGE_WIDTHS
+            .iter()
+            .enumerate()
+            .map(|(s, &full)| b.units(&format!("stage{s}.residual"), full))
+            .collect();
         let mut side = 32;
         b.at_positions(side * side);
-        let stem = b.conv("stem", 3, 64, 3, 1, 1, false, false)?;
-        let stem_norm = GroupNorm::new(b, "stem_norm", 64, NORM_GROUPS)?;
-        let mut blocks = Vec::with_capacity(8);
-        let mut c_in = 64;
-        for (stage, c_out) in [64, 128, 256, 512].into_iter().enumerate() {
-            for i in 0..2 {
-                let stride = if stage > 0 && i == 0 { 2 } else { 1 };
+        let stem = b.conv("stem", 3, streams[0], 3, 1, 1, false, false)?;
+        let stem_norm = GroupNorm::new(b, "stem_norm", streams[0], NORM_GROUPS)?;
+        let mut blocks = Vec::with_capacity(STAGE_WIDTHS.len() * BLOCKS_PER_STAGE);
+        let mut c_in = streams[0];
+        for (stage, &c_out) in streams.iter().enumerate() {
+            for i in 0..BLOCKS_PER_STAGE {
+                let projection = projects(stage, i);
+                let stride = if projection { 2 } else { 1 };
                 // Every convolution of a block outputs at the block's stride.
                 side /= stride;
                 b.at_positions(side * side);
                 let name = format!("stage{stage}.block{i}");
-                blocks.push(BasicBlock::new(b, &name, c_in, c_out, stride)?);
+                let inner = b.units(&format!("{name}.conv1"), STAGE_WIDTHS[stage]);
+                let channels = [c_in, inner, c_out];
+                blocks.push(BasicBlock::new(b, &name, channels, stride, projection)?);
                 c_in = c_out;
             }
         }
         b.at_positions(1);
-        let fc = b.affine("fc", 512, classes, true, false)?;
+        let fc = b.affine("fc", c_in, classes, true, false)?;
         Ok(Self {
             stem,
             stem_norm,
@@ -132,7 +166,9 @@ impl<B: Kernels> ResNet18<B> {
         let stem = self.stem.forward(x.reshape([n, 3, 32, 32]), c);
         let h = relu(self.stem_norm.forward(stem, c));
         let h = self.blocks.iter().fold(h, |h, block| block.forward(h, c));
-        let pooled = adaptive_avg_pool2d(h, [1, 1]).reshape([n, 512]);
+        // The last stream's channels: 512, or those a narrowed model keeps.
+        let channels = h.dims()[1];
+        let pooled = adaptive_avg_pool2d(h, [1, 1]).reshape([n, channels]);
         self.fc.forward(pooled, c)
     }
 

@@ -18,6 +18,8 @@ mod scaffold;
 pub mod sgld;
 pub mod slots;
 #[cfg(test)]
+mod width_cifar_tests;
+#[cfg(test)]
 mod width_tests;
 
 pub use ridge::{RidgeClient, RidgeEvaluator, synthetic_clients};
