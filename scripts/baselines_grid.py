@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Final test accuracy of variants of one config over seeds, as a markdown table (the tables of
 docs/results.md "What every FL framework ships"): the server optimizers and FedProx at two
-label skews, dense and sharded (`optimizers`), or every aggregator against a share of attackers
-of each kind (`robust`).
+label skews, dense and sharded (`optimizers`, SCAFFOLD and FedAvg on the unsharded model
+among them), FedAdam's and FedYogi's server rate on a grid (`eta`), or every aggregator against
+a share of attackers of each kind (`robust`).
 
 Each variant is the config's TOML text with sections appended or lines replaced, run by the
 release binary (`fedshard run CONFIG --seed S --out DIR --quiet --metrics-addr off`); the final
@@ -11,6 +12,7 @@ library only). Usage:
 
     scripts/baselines_grid.py optimizers config/digits-cnn.toml [--seeds 3] [--rounds 40]
     scripts/baselines_grid.py robust config/digits-cnn.toml [--seeds 3] [--rounds 40]
+    scripts/baselines_grid.py eta config/digits-cnn.toml [--only ROW,ROW] ...
 
 Prints one line per run as it ends, then the table: mean ± sample std over the seeds and the
 95% Student-t interval of the mean.
@@ -94,6 +96,17 @@ def optimizer_variants(text):
                 yield name, column, variant
 
 
+def eta_variants(text):
+    """FedAdam's and FedYogi's server rate η on a grid (Reddi et al. tune it per task), dense
+    clients, at both skews."""
+    for alpha in ["0.1", "1.0"]:
+        base = set_line(set_line(text, "alpha", alpha), "keep_ratios", "[{ ratio = 1.0, share = 1.0 }]")
+        for kind in ["adam", "yogi"]:
+            for lr in ["0.001", "0.003", "0.01", "0.03", "0.1"]:
+                variant = base + f'\n[server_optimizer]\nkind = "{kind}"\nlr = {lr}\n'
+                yield f"fed{kind} η = {lr}", f"α = {alpha}, dense", variant
+
+
 def robust_variants(text):
     for aggregator in AGGREGATORS:
         for kind in ATTACKS:
@@ -125,7 +138,7 @@ def run(text, seed, rounds, work):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("grid", choices=["optimizers", "robust"])
+    parser.add_argument("grid", choices=["optimizers", "robust", "eta"])
     parser.add_argument("config")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=40)
@@ -133,7 +146,9 @@ def main():
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
     text = open(args.config).read()
-    variants = optimizer_variants(text) if args.grid == "optimizers" else robust_variants(text)
+    variants = {"optimizers": optimizer_variants, "robust": robust_variants, "eta": eta_variants}[
+        args.grid
+    ](text)
     results, rows, columns = {}, [], []
     with tempfile.TemporaryDirectory() as work:
         for row, column, variant in variants:

@@ -8,6 +8,7 @@ use crate::secure::{SecureClient, SecureStep};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::payload::{UpdateEnvelope, encode};
 use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
+use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -207,11 +208,33 @@ impl Actor for ClientActor {
                         // the client's next task finds it.
                         let envelope = Box::new(envelope);
                         if let (Some(variate), false) = (variate, leaves) {
-                            state.host.send_message(HostMsg::Variate {
-                                client: id,
-                                round: task.round,
-                                variate,
-                            })?;
+                            let round = task.round;
+                            let kept = state
+                                .host
+                                .call(
+                                    |stored| HostMsg::Variate {
+                                        client: id,
+                                        round,
+                                        variate,
+                                        stored,
+                                    },
+                                    None,
+                                )
+                                .await;
+                            let why = match kept {
+                                Ok(CallResult::Success(Ok(()))) => None,
+                                Ok(CallResult::Success(Err(e))) => Some(e),
+                                _ => Some("the host did not answer".to_string()),
+                            };
+                            if let Some(why) = why {
+                                let _ = reply.send(ClientReply::Failed {
+                                    client: id,
+                                    reason: format!("keeping its control variate: {why}"),
+                                    panicked: false,
+                                });
+                                myself.stop(None);
+                                return Ok(());
+                            }
                         }
                         let answer = match then {
                             AfterTraining::Upload | AfterTraining::Keep if leaves => {

@@ -16,7 +16,7 @@ use crate::server::ServerMsg;
 use crate::variates::ClientVariates;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::task::{ClientId, LocalTrainer};
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -38,11 +38,14 @@ pub enum HostMsg {
     /// client sends it before it answers).
     Keep { client: ClientId, kept: Kept },
     /// From a client actor under SCAFFOLD: its control variate after training round `round`,
-    /// kept for its later tasks (sent before it answers, like `Keep`).
+    /// kept for its later tasks. The client waits for `stored` before it answers, so the
+    /// variate is on disk before the server can fold the round and checkpoint it; an `Err`
+    /// (the file could not be written) fails the client's round.
     Variate {
         client: ClientId,
         round: u64,
         variate: ModelState,
+        stored: RpcReplyPort<Result<(), String>>,
     },
 }
 
@@ -200,16 +203,14 @@ impl Actor for ClientHost {
                     hosted.kept = Some(kept);
                 }
             }
-            // A variate that cannot be written is still kept in memory: the run goes on, and
-            // only a restart of this node would replay from the older one on disk.
             HostMsg::Variate {
                 client,
                 round,
                 variate,
+                stored,
             } => {
-                if let Err(e) = state.variates.store(client, round, variate) {
-                    tracing::error!(client, round, "keeping the client's control variate: {e}");
-                }
+                let kept = state.variates.store(client, round, variate);
+                let _ = stored.send(kept.map_err(|e| e.to_string()));
             }
         }
         Ok(())

@@ -219,6 +219,7 @@ pub async fn run(
 ) -> Result<(ModelState, Summary), Error> {
     let (done, mut finished) = oneshot::channel();
     let (run_dir, scaffold) = (federation.run_dir.clone(), federation.config.scaffold);
+    let resumed = !federation.history.is_empty();
     let (server, server_handle) = match Actor::spawn(None, Server, (federation, done)).await {
         Ok(spawned) => spawned,
         // A run the engine refuses says why through `done` before the server gives up.
@@ -234,10 +235,11 @@ pub async fn run(
     };
     // Under SCAFFOLD the clients' variates live in the run folder, so that `--resume` finds
     // them where the killed run left them.
-    let variates = match (&run_dir, scaffold) {
-        (Some(dir), true) => {
+    let variates = match (&run_dir, scaffold, resumed) {
+        (Some(dir), true, true) => {
             ClientVariates::open(&dir.join(VARIATES_DIR), trainers.keys().copied())?
         }
+        (Some(dir), true, false) => ClientVariates::fresh(&dir.join(VARIATES_DIR))?,
         _ => ClientVariates::in_memory(),
     };
     // The host registers every client before `Start` is sent, so round 1 sees them all.

@@ -96,6 +96,19 @@ impl ClientVariates {
         })
     }
 
+    /// Variates kept in `dir` for a run that starts at round 1: whatever an earlier start in
+    /// the same folder left there (one killed before its first checkpoint, which `--resume`
+    /// refuses to continue) is removed, so every client starts from zero.
+    pub fn fresh(dir: &Path) -> Result<Self, VariatesError> {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(FileError::new(dir, e).into());
+            }
+            _ => {}
+        }
+        Self::open(dir, [])
+    }
+
     /// `c_i` for `client`'s task of round `round`: its newest variate of an earlier round,
     /// `None` (a zero variate) when it has trained under SCAFFOLD before no round.
     pub fn lend(&self, client: ClientId, round: u64) -> Result<Option<ModelState>, VariatesError> {
@@ -213,6 +226,11 @@ mod tests {
         // Further back than the two generations is refused, naming the rounds.
         let err = again.lend(7, 1).unwrap_err().to_string();
         assert!(err.contains("from round 1 on, a task of round 1"), "{err}");
+        // A run that starts over in the folder starts every client from zero.
+        let restarted = ClientVariates::fresh(dir.path()).unwrap();
+        assert_eq!(restarted.lend(7, 1).unwrap(), None);
+        assert!(!dir.path().join("client-7.bin").exists());
+        again.store(7, 3, state(30.0)).unwrap();
         std::fs::write(dir.path().join("client-7.bin"), b"garbage").unwrap();
         let err = ClientVariates::open(dir.path(), [7])
             .unwrap_err()
