@@ -320,7 +320,7 @@ impl Actor for Server {
         // SCAFFOLD's server variate starts at zero (Algorithm 1's c = 0), unless a checkpoint
         // brought it.
         if fed.config.scaffold && fed.control.tensors.is_empty() {
-            fed.control = crate::variates::zeros_like(&fed.model);
+            fed.control = fed.model.zeros_like();
         }
         let engine = match Engine::new(&fed.config, &fed.registry, fed.aggregator.clone()) {
             Ok(engine) => engine,

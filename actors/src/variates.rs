@@ -11,7 +11,7 @@
 //! atomically when it changes), so they outlive the node's process.
 
 use crate::checkpoint::{CheckpointError, write_atomically};
-use fedshard_protocol::model::{ModelState, NamedTensor};
+use fedshard_protocol::model::ModelState;
 use fedshard_protocol::stored::{FileError, Format};
 use fedshard_protocol::task::ClientId;
 use std::collections::BTreeMap;
@@ -153,17 +153,6 @@ fn file(dir: &Path, client: ClientId) -> PathBuf {
     dir.join(format!("client-{client}.bin"))
 }
 
-/// Zeros of `model`'s tensors: the server variate before the first round.
-pub fn zeros_like(model: &ModelState) -> ModelState {
-    ModelState {
-        tensors: model
-            .tensors
-            .iter()
-            .map(|t| NamedTensor::zeros(t.name.clone(), t.shape.clone()))
-            .collect(),
-    }
-}
-
 /// `c_i + Δc_i`, `c_i` zero when `None` (Algorithm 1, line 12 as the change of line 13 adds
 /// back).
 pub fn updated(own: Option<&ModelState>, change: &ModelState) -> ModelState {
@@ -203,6 +192,7 @@ pub fn server_step(server: &mut ModelState, changes: &[&ModelState], population:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fedshard_protocol::model::NamedTensor;
 
     fn state(v: f32) -> ModelState {
         ModelState::new(vec![NamedTensor::new("w", vec![2], vec![v, -v]).unwrap()]).unwrap()

@@ -79,6 +79,17 @@ pub struct ModelState {
 }
 
 impl ModelState {
+    /// Zeros of this state's tensors (names and shapes kept): SCAFFOLD's variates before their
+    /// first round.
+    pub fn zeros_like(&self) -> Self {
+        let tensors = self
+            .tensors
+            .iter()
+            .map(|t| NamedTensor::zeros(t.name.clone(), t.shape.clone()))
+            .collect();
+        Self { tensors }
+    }
+
     /// Builds a state, sorting the tensors by name and rejecting duplicate names.
     pub fn new(mut tensors: Vec<NamedTensor>) -> Result<Self, ModelError> {
         tensors.sort_by(|a, b| a.name.cmp(&b.name));

@@ -43,16 +43,6 @@ pub(crate) fn correction(variates: &Variates, sent: &ModelState) -> Result<Model
     ModelState::new(tensors)
 }
 
-/// Zeros in the layout of `sent`: the correction of a cohort member without variates.
-pub(crate) fn zero_like(sent: &ModelState) -> Result<ModelState, ModelError> {
-    let zeros = sent
-        .tensors
-        .iter()
-        .map(|t| NamedTensor::zeros(t.name.clone(), t.shape.clone()))
-        .collect();
-    ModelState::new(zeros)
-}
-
 /// `Δc_i = (x − y)/(K η) − c`: `sent` is `x`, `trained` is `y` after `steps` (`K ≥ 1`) local
 /// steps at rate `learning_rate` (`η_l`), `server` is `c`. Computed in f64 per value.
 pub(crate) fn control_delta(

@@ -296,7 +296,7 @@ where
         let corrections = members
             .map(|m| match m.variates {
                 Some(v) => scaffold::correction(v, m.dense),
-                None => scaffold::zero_like(m.dense),
+                None => Ok(m.dense.zeros_like()),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let tasks: Vec<Task<'_>> = active
