@@ -418,6 +418,32 @@ fn a_secure_run_across_nodes_ends_with_the_in_process_model() {
     }
 }
 
+/// Width slicing through `serve`/`join`, summed securely: FedRolex's slices of an MLP with a
+/// hidden layer cross the wire in the tasks, each client's sliced update is laid out in the
+/// union of the session's kept units (docs/algorithms.md §8.3), and the masks cancel exactly,
+/// so the model is the in-process one byte for byte.
+#[test]
+fn a_secure_width_run_across_nodes_ends_with_the_in_process_model() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(config(tmp.path(), "base", 3, 0)).unwrap();
+    let text = base
+        .replace(
+            "kind = \"softmax\"\nsharded_layers = [\"fc0.weight\"]",
+            "kind = \"neural\"\nsharded_layers = [\"all\"]\n\n[model.network]\n\
+             architecture = \"mlp\"\ninputs = 64\nhidden = [32]\nclasses = 10",
+        )
+        .replace("strategy = \"unbiased\"", "strategy = \"fedrolex\"")
+        + "\n[secure_aggregation]\nclip_norm = 10.0\ndegree = 4\n";
+    assert!(text.contains("fedrolex") && text.contains("mlp"), "{text}");
+    let (_, records) = alone_then_across_nodes(tmp.path(), "width", &text);
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert_eq!(r["secure"]["survivors"], 6, "{r}");
+        assert_eq!(r["successes"], 6, "{r}");
+    }
+}
+
 #[test]
 fn a_node_needs_the_secret_and_a_wrong_one_is_refused_and_counted() {
     let _serial = serial();

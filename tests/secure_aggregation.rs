@@ -5,7 +5,7 @@
 
 mod common;
 
-use fedshard::config::Config;
+use fedshard::config::{Config, KeepRatioShare};
 use fedshard_protocol::model::ModelState;
 use std::path::Path;
 
@@ -82,6 +82,53 @@ fn a_secure_run_folds_what_the_plain_run_folds() {
             session.bits
         );
     }
+}
+
+/// Width slicing (FedRolex at r = 0.25 and 0.5, docs/algorithms.md §8.3): the secure sum runs
+/// over the union of the round's kept units (the r = 0.5 window, half of every width), each
+/// value over the survivors whose slice kept it, so the leading quarter is averaged over every
+/// client and the next over the r = 0.5 clients alone. After one round the model is the plain
+/// width fold's to within the fixed-point steps, the units outside the union untouched in both;
+/// an input carries only the union, half the model's hidden units.
+#[test]
+fn a_secure_width_round_folds_what_the_plain_width_round_folds() {
+    let width = |secure| {
+        let mut config = config(secure, 1);
+        config.federation.strategy = "fedrolex".parse().unwrap();
+        config.federation.keep_ratios = vec![
+            KeepRatioShare {
+                ratio: 0.25,
+                share: 0.4,
+            },
+            KeepRatioShare {
+                ratio: 0.5,
+                share: 0.6,
+            },
+        ];
+        config
+            .validate()
+            .expect("secure aggregation of width slices is accepted");
+        config
+    };
+    let (plain_dir, secure_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, plain, plain_summary) = common::run_in(plain_dir.path(), &width(false));
+    let (_, secure, summary) = common::run_in(secure_dir.path(), &width(true));
+    let (p, s) = (&plain_summary.per_round[0], &summary.per_round[0]);
+    assert!(p.model_updated && s.model_updated, "{s:?}");
+    let session = s.secure.expect("a finished session");
+    assert_eq!(session.survivors, p.successes);
+    let largest = largest_difference(&plain, &secure);
+    assert!(largest < 1e-4, "largest difference {largest}");
+    assert!(largest > 0.0, "the fixed point rounds");
+    // The union is half of every width, so an input is about a third of the model (a
+    // convolution's weights fall to a quarter, the inputs and classes stay whole): a client's
+    // messages carry that many of the session's values, and a little for the key exchange.
+    let values = s.bits_per_parameter / f64::from(session.bits);
+    eprintln!("{values} values per parameter in a client's messages, largest difference {largest}");
+    assert!(
+        values > 0.2 && values < 0.6,
+        "{values} values per parameter"
+    );
 }
 
 /// Clients that leave a secure session after sharing their keys (fault injection's `dropout`,

@@ -98,16 +98,106 @@ fn width_slicing_runs_buffered_asynchronous_aggregation() {
     assert!(accuracy > 0.4, "final accuracy {accuracy}");
 }
 
-/// Secure aggregation with a width strategy is refused before anything runs, naming the field.
+/// SignSGD codes a sliced update's message (docs/algorithms.md §4.8, §8.3): each value a client
+/// sends decodes to the value it was sent ± `server_lr`, so after one FedRolex round at r = 0.25
+/// and 0.5 every value moved by at most `server_lr` (a weighted mean of ±`server_lr` over the
+/// clients that kept it), and the units no client kept did not move. With KLMS the same run
+/// sends a fraction of a bit per value. QSGD, whose priors sit in the whole model's layout, is
+/// refused naming the field.
 #[test]
-fn width_slicing_with_secure_aggregation_is_refused_by_name() {
+fn signsgd_codes_sliced_updates_and_qsgd_is_refused_by_name() {
+    const LR: f32 = 0.002;
+    for compressor in ["signsgd", "signsgd-klms"] {
+        let mut config = edited(|t| {
+            t.replace("strategy = \"unbiased\"", "strategy = \"fedrolex\"")
+                .replace(
+                    "[federation]\n",
+                    &format!("[federation]\ncompressor = \"{compressor}\"\n"),
+                )
+                + &format!("\n[compression]\nserver_lr = {LR}\n")
+        })
+        .expect("SignSGD of sliced updates is accepted");
+        config.run.rounds = 1;
+        config.federation.keep_ratios = vec![
+            KeepRatioShare {
+                ratio: 0.25,
+                share: 0.5,
+            },
+            KeepRatioShare {
+                ratio: 0.5,
+                share: 0.5,
+            },
+        ];
+        let (fed, trainers) = federation::in_process(&config).expect("federation builds");
+        let before = fed.model.clone();
+        let (after, summary) = federation::run(fed, trainers).expect("the run completes");
+        let round = &summary.per_round[0];
+        assert!(round.model_updated && round.successes > 0, "{compressor}");
+        let (mut moved, mut still) = (0usize, 0usize);
+        for (b, a) in before.tensors.iter().zip(&after.tensors) {
+            for (x, y) in b.data.iter().zip(&a.data) {
+                let step = (y - x).abs();
+                assert!(
+                    step <= LR * 1.0001,
+                    "{compressor}: `{}` moved by {step}",
+                    a.name
+                );
+                if step == 0.0 {
+                    still += 1;
+                } else {
+                    moved += 1;
+                }
+            }
+        }
+        // Half of every width is outside the r = 0.5 window (a convolution keeps at most a
+        // quarter of its weights), so most values stay: 42 933 of 57 962 here.
+        assert!(
+            moved > 0 && still > moved,
+            "{compressor}: {moved} moved, {still} still"
+        );
+        let bits = round.bits_per_parameter;
+        eprintln!("{compressor}: {moved} values moved, {still} still, {bits} bits per parameter");
+        let ceiling = if compressor == "signsgd" { 1.1 } else { 0.5 };
+        assert!(
+            bits < ceiling,
+            "{compressor}: {bits} uplink bits per parameter"
+        );
+    }
     let err = edited(|t| {
-        t.replace("strategy = \"unbiased\"", "strategy = \"fedrolex\"")
-            + "\n[secure_aggregation]\nclip_norm = 10.0\nthreshold = 0.6\n"
+        t.replace("strategy = \"unbiased\"", "strategy = \"heterofl\"")
+            .replace("[federation]\n", "[federation]\ncompressor = \"qsgd\"\n")
     })
     .map(drop)
     .unwrap_err();
     let err = format!("{err:#}");
+    assert!(
+        err.contains("federation.compressor") && err.contains("layout"),
+        "{err}"
+    );
+}
+
+/// A private secure round releases a weight-space sum, which a width round's sum over the
+/// union of the kept units is not: refused before anything runs, naming the field. (Secure
+/// aggregation alone is tested in tests/secure_aggregation.rs.)
+#[test]
+fn width_slicing_with_private_secure_aggregation_is_refused_by_name() {
+    let text = std::fs::read_to_string("config/digits-cnn-dp-secagg.toml").expect("config");
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let path = dir.path().join("c.toml");
+    let edited = text
+        .replacen(
+            "kind = \"neural\"\n",
+            "kind = \"neural\"\nsharded_layers = [\"all\"]\n",
+            1,
+        )
+        .replacen(
+            "[federation]\n",
+            "[federation]\nstrategy = \"fedrolex\"\n",
+            1,
+        );
+    assert_ne!(edited, text);
+    std::fs::write(&path, edited).expect("write");
+    let err = format!("{:#}", Config::load(&path).unwrap_err());
     assert!(
         err.contains("federation.strategy") && err.contains("fedrolex"),
         "{err}"

@@ -15,7 +15,7 @@ use crate::schedule::{AsyncConfig, Schedule};
 use crate::secure::SecureSettings;
 use crate::server::RuntimeConfig;
 use fedshard_protocol::shard_plan::Sharding;
-use fedshard_protocol::uplink::Compressor;
+use fedshard_protocol::uplink::{Compressor, Host};
 use fedshard_secagg::UplinkCoding;
 use fedshard_strategies::aggregation::{Aggregator, AggregatorName, SumWeight};
 use fedshard_strategies::privacy::Accountant;
@@ -51,9 +51,11 @@ pub struct Checked {
     pub secure: Option<(SecureSettings, SumWeight)>,
 }
 
-const WIDTH: &str = "width slicing (`federation.strategy` heterofl or fedrolex)";
-const SECURE_NOT_YET: &str = "a secure sum over the union of the clients' kept units is not \
-                              built yet: use a spectral strategy with `[secure_aggregation]`";
+const WIDTH: &str = "width slicing (`federation.strategy` heterofl, fedrolex or fjord)";
+const SECURE_PRIVATE_WIDTH: &str = "a private secure round releases a weight-space sum, and a \
+                                    width round's secure sum runs over the union of the kept \
+                                    units, not built as a release: use `[privacy]` without \
+                                    `[secure_aggregation]`, or secure aggregation alone";
 const FEDBUFF: &str = "buffered asynchronous aggregation (`mode = \"async\"`)";
 const SECURE: &str = "secure aggregation (`[secure_aggregation]`)";
 const PRIVATE: &str = "differential privacy (`[privacy]`)";
@@ -157,9 +159,10 @@ impl Policies {
     }
 
     /// A width-sliced round folds each update's values at the coordinates its slice kept, as
-    /// blocks or as weight-space changes ([`crate::round::fold`], [`crate::round::weight_change`]);
-    /// a secure sum over the union of the kept units, or a compressed message of a sliced
-    /// model, is refused until it is built and tested.
+    /// blocks or as weight-space changes ([`crate::round::fold`], [`crate::round::weight_change`]),
+    /// or sums them securely over the union of the kept units ([`crate::secure::fold_sum`]), and
+    /// its message may be SignSGD's signs (with KLMS or without); a private secure sum and the
+    /// compressors whose memory or model a slice does not fit are refused with the reason.
     fn check_width(&self, width: WidthStrategy) -> Result<()> {
         let refuse = |policy, name: String, why| Error::Unsupported {
             policy,
@@ -167,18 +170,29 @@ impl Policies {
             schedule: WIDTH,
             why,
         };
-        if self.secure.is_some() {
-            return Err(refuse(Policy::Strategy, width.to_string(), SECURE_NOT_YET));
-        }
-        if self.compressor != Compressor::Identity {
+        if self.secure.is_some() && self.privacy.is_some() {
             return Err(refuse(
-                Policy::Compressor,
-                self.compressor.to_string(),
-                "the compressors code a sliced model's message untested (their server-side \
-                 memory assumes one shape per version): use `identity` (docs/algorithms.md §8.3)",
+                Policy::Strategy,
+                width.to_string(),
+                SECURE_PRIVATE_WIDTH,
             ));
         }
-        Ok(())
+        let why = match self.compressor.host() {
+            // The message is the task's sliced tensors, decoded against them; SignSGD's prior
+            // is a fair coin and KLMS's adaptive block ends are kept per message length.
+            None | Some(Host::Signsgd) => return Ok(()),
+            Some(Host::Qsgd) => {
+                "QSGD keeps each value's symbol counts (its KLMS prior) at the value's place in \
+                 the whole model's layout, and a sliced task's message is not laid out so: use \
+                 `identity`, `signsgd` or `signsgd-klms` (docs/algorithms.md §8.3)"
+            }
+            Some(Host::Fedpm | Host::Sgld) => {
+                "FedPM trains mask probabilities and SGLD takes a step of the whole model's \
+                 gradient, neither a sliced sub-model: use `identity`, `signsgd` or \
+                 `signsgd-klms` (docs/algorithms.md §8.3)"
+            }
+        };
+        Err(refuse(Policy::Compressor, self.compressor.to_string(), why))
     }
 
     /// SCAFFOLD needs clients that train the whole dense model, one round's fresh changes, an

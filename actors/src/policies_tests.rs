@@ -49,8 +49,9 @@ fn refused(policies: Policies) -> Policy {
     }
 }
 
-/// A width-sliced run takes synchronous, over-committed and buffered rounds and DP-FedAvg;
-/// a secure sum or a compressed message is refused by the policy that asks for it.
+/// A width-sliced run takes synchronous, over-committed and buffered rounds, DP-FedAvg, a
+/// secure sum and SignSGD's uplinks; a private secure sum and the other compressors are refused
+/// by the policy that asks for them.
 #[test]
 fn width_slicing_refuses_what_it_cannot_fold_yet() {
     let width = Policies {
@@ -82,27 +83,44 @@ fn width_slicing_refuses_what_it_cannot_fold_yet() {
             aggregator: AggregatorName::Uniform,
             ..width.clone()
         },
+        Policies {
+            secure: Some(SETTINGS),
+            ..width.clone()
+        },
+        Policies {
+            compressor: Compressor::Signsgd,
+            ..width.clone()
+        },
+        Policies {
+            compressor: Compressor::SignsgdKlms,
+            ..width.clone()
+        },
     ] {
         assert!(accepted.check().is_ok(), "{accepted:?}");
     }
-    let cases = [
-        (
-            Policies {
-                secure: Some(SETTINGS),
-                ..width.clone()
-            },
-            Policy::Strategy,
-        ),
-        (
-            Policies {
-                compressor: Compressor::Qsgd,
-                ..width.clone()
-            },
-            Policy::Compressor,
-        ),
-    ];
-    for (policies, policy) in cases {
-        assert_eq!(refused(policies), policy);
+    let private_secure = Policies {
+        secure: Some(SecureSettings {
+            clip_norm: None,
+            ..SETTINGS
+        }),
+        privacy: Some(private()),
+        selector: SelectorName::Poisson,
+        aggregator: AggregatorName::Uniform,
+        ..width.clone()
+    };
+    assert_eq!(refused(private_secure), Policy::Strategy);
+    for compressor in [
+        Compressor::Qsgd,
+        Compressor::QsgdElias,
+        Compressor::QsgdKlms,
+        Compressor::Fedpm,
+        Compressor::Sgld,
+    ] {
+        let policies = Policies {
+            compressor,
+            ..width.clone()
+        };
+        assert_eq!(refused(policies), Policy::Compressor, "{compressor}");
     }
 }
 

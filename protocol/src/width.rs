@@ -41,11 +41,15 @@ pub struct WidthPolicy {
     pub groups: Vec<WidthGroup>,
 }
 
+/// Kept units of each width, by the width's name, ascending: a client's slice, or the union of
+/// a round's slices that its secure sum runs over.
+pub type KeptUnits = BTreeMap<String, Vec<usize>>;
+
 /// The units one client keeps of every width, and how it trains them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WidthSlice {
-    /// Kept units of each width, by the width's name, ascending.
-    pub kept: BTreeMap<String, Vec<usize>>,
+    /// Kept units of each width.
+    pub kept: KeptUnits,
     /// The client's keep ratio r (its capacity).
     pub keep_ratio: f64,
     /// How the client trains the slice; HeteroFL's scaler when absent (a task from before
@@ -199,14 +203,15 @@ pub fn sliced_len(
     shape.iter().product()
 }
 
-/// The flat indices into `tensor` (row-major, global shape) of the values `slice` keeps, in the
-/// sliced tensor's row-major order; `None` when no width of `groups` runs along the tensor.
+/// The flat indices into `tensor` (row-major, global shape) of the values that keep the units
+/// `kept`, in the sliced tensor's row-major order; `None` when no width of `groups` runs along
+/// the tensor.
 pub fn coordinates(
     tensor: &NamedTensor,
     groups: &[WidthGroup],
-    slice: &WidthSlice,
+    kept: &KeptUnits,
 ) -> Result<Option<Vec<usize>>, Error> {
-    let Some(kept) = kept_along_axes(tensor, groups, slice)? else {
+    let Some(kept) = kept_along_axes(tensor, groups, kept)? else {
         return Ok(None);
     };
     let shape = &tensor.shape;
@@ -234,11 +239,11 @@ pub fn slice_state(
 ) -> Result<ModelState, Error> {
     let mut tensors = Vec::with_capacity(global.tensors.len());
     for t in &global.tensors {
-        let Some(kept) = kept_along_axes(t, groups, slice)? else {
+        let Some(kept) = kept_along_axes(t, groups, &slice.kept)? else {
             tensors.push(t.clone());
             continue;
         };
-        let coords = coordinates(t, groups, slice)?.unwrap_or_default();
+        let coords = coordinates(t, groups, &slice.kept)?.unwrap_or_default();
         tensors.push(NamedTensor {
             name: t.name.clone(),
             shape: kept.iter().map(Vec::len).collect(),
@@ -248,12 +253,91 @@ pub fn slice_state(
     ModelState::new(tensors).map_err(|e| Error::Width(e.to_string()))
 }
 
-/// For each axis of `tensor`, the indices `slice` keeps (all of an axis no width runs along), or
+/// The units that any of `slices` keeps, of every width: the part of the model a round's
+/// secure sum runs over (docs/algorithms.md §8.3), so that nobody's input carries the units
+/// nobody trained.
+pub fn union_of<'a>(slices: impl IntoIterator<Item = &'a WidthSlice>) -> KeptUnits {
+    let mut union = KeptUnits::new();
+    for slice in slices {
+        for (width, units) in &slice.kept {
+            union.entry(width.clone()).or_default().extend(units);
+        }
+    }
+    for units in union.values_mut() {
+        units.sort_unstable();
+        units.dedup();
+    }
+    union
+}
+
+/// Where each value of `tensor`, cut to the units `kept`, sits in the same tensor cut to
+/// `union` (which keeps every unit `kept` keeps), both row-major: the places a client's sliced
+/// values take in a round's secure input. `None` when no width runs along the tensor (it is
+/// whole in both).
+///
+/// The tensor cut to `union` is seen as a model of its own, whose widths have the union's
+/// units and in which `kept` names units by their place in the union; its coordinates are
+/// then [`coordinates`]'.
+pub fn positions_in_union(
+    tensor: &NamedTensor,
+    groups: &[WidthGroup],
+    kept: &KeptUnits,
+    union: &KeptUnits,
+) -> Result<Option<Vec<usize>>, Error> {
+    let mut local = Vec::with_capacity(groups.len());
+    let mut places = KeptUnits::new();
+    let mut shape = tensor.shape.clone();
+    for g in groups {
+        let missing =
+            |what: &str| Error::Width(format!("{what} keeps nothing of width `{}`", g.name));
+        let whole = union
+            .get(&g.name)
+            .ok_or_else(|| missing("the round's union"))?;
+        let own = kept.get(&g.name).ok_or_else(|| missing("the slice"))?;
+        let at = own
+            .iter()
+            .map(|u| {
+                whole.binary_search(u).map_err(|_| {
+                    Error::Width(format!(
+                        "unit {u} of width `{}` is outside the round's union",
+                        g.name
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for a in g.axes.iter().filter(|a| a.tensor == tensor.name) {
+            if tensor.shape.get(a.axis) != Some(&(own.len() * a.block)) {
+                return Err(Error::Width(format!(
+                    "`{}` has shape {:?}, its slice keeps {} units of width `{}` along axis {}",
+                    tensor.name,
+                    tensor.shape,
+                    own.len(),
+                    g.name,
+                    a.axis
+                )));
+            }
+            shape[a.axis] = whole.len() * a.block;
+        }
+        places.insert(g.name.clone(), at);
+        local.push(WidthGroup {
+            units: whole.len(),
+            ..g.clone()
+        });
+    }
+    let at_union = NamedTensor {
+        name: tensor.name.clone(),
+        shape,
+        data: Vec::new(),
+    };
+    coordinates(&at_union, &local, &places)
+}
+
+/// For each axis of `tensor`, the indices `kept_units` keep (all of an axis no width runs along), or
 /// `None` when no width runs along the tensor.
 fn kept_along_axes(
     tensor: &NamedTensor,
     groups: &[WidthGroup],
-    slice: &WidthSlice,
+    kept_units: &KeptUnits,
 ) -> Result<Option<Vec<Vec<usize>>>, Error> {
     let mut kept: Vec<Option<Vec<usize>>> = vec![None; tensor.shape.len()];
     let mut sliced = false;
@@ -272,7 +356,7 @@ fn kept_along_axes(
                     g.name, g.units, axis.block, axis.axis, tensor.name, tensor.shape
                 )));
             }
-            let units = slice.kept.get(&g.name).ok_or_else(|| {
+            let units = kept_units.get(&g.name).ok_or_else(|| {
                 Error::Width(format!("the slice keeps nothing of width `{}`", g.name))
             })?;
             if let Some(u) = units.iter().find(|&&u| u >= g.units) {
@@ -365,7 +449,7 @@ mod tests {
         assert_eq!(fc.data, vec![2.0, 3.0, 6.0, 7.0, 10.0, 11.0, 14.0, 15.0]);
         assert_eq!(sub.get("fc.bias").unwrap().data, vec![0.0, 1.0]);
         for t in &global().tensors {
-            let coords = coordinates(t, &groups(), &slice).unwrap();
+            let coords = coordinates(t, &groups(), &slice.kept).unwrap();
             let data = &sub.get(&t.name).unwrap().data;
             match coords {
                 Some(c) => assert_eq!(c.iter().map(|&i| i as f32).collect::<Vec<_>>(), *data),
@@ -385,6 +469,45 @@ mod tests {
         assert_eq!(slices[&5].kept["conv"], vec![1, 3]);
         assert_eq!(slices[&6].kept["conv"], vec![0, 1, 2, 3]);
         assert_eq!(widths_at(&groups(), 0.5).unwrap()["conv"], 2);
+    }
+
+    /// Slices {1, 3} and {0, 1} of `conv`: their union {0, 1, 3}. Cut to {1, 3}, `fc.weight`'s
+    /// columns are 2, 3, 6, 7 of each row; cut to the union, 0–3 and 6, 7; so the slice's
+    /// values sit at places 2, 3, 4, 5 of each union row of 6.
+    #[test]
+    fn a_slice_sits_inside_the_union_of_a_round() {
+        let slice = |units: Vec<usize>| WidthSlice {
+            kept: BTreeMap::from([("conv".to_string(), units)]),
+            keep_ratio: 0.5,
+            local: Default::default(),
+        };
+        let (a, b) = (slice(vec![1, 3]), slice(vec![0, 1]));
+        let union = union_of([&a, &b]);
+        assert_eq!(union["conv"], vec![0, 1, 3]);
+        let sub = slice_state(&global(), &groups(), &a).unwrap();
+        let fc = sub.get("fc.weight").unwrap();
+        let places = positions_in_union(fc, &groups(), &a.kept, &union).unwrap();
+        assert_eq!(places, Some(vec![2, 3, 4, 5, 8, 9, 10, 11]));
+        // The union's coordinates at those places are the slice's own coordinates.
+        let whole = global();
+        for t in &whole.tensors {
+            let cut = sub.get(&t.name).unwrap();
+            let own = coordinates(t, &groups(), &a.kept).unwrap();
+            let at_union = coordinates(t, &groups(), &union).unwrap();
+            match positions_in_union(cut, &groups(), &a.kept, &union).unwrap() {
+                Some(places) => {
+                    let union = at_union.unwrap();
+                    let via: Vec<usize> = places.iter().map(|&p| union[p]).collect();
+                    assert_eq!(Some(via), own, "{}", t.name);
+                }
+                None => assert!(own.is_none() && at_union.is_none()),
+            }
+        }
+        let outside = positions_in_union(fc, &groups(), &a.kept, &b.kept).unwrap_err();
+        assert!(
+            outside.to_string().contains("outside the round's union"),
+            "{outside}"
+        );
     }
 
     #[test]

@@ -313,7 +313,9 @@ pub fn weight_change(
             .ok_or_else(|| update_error(update.client, format!("`{}` was not sent", t.name)))?;
         // A width slice's values sit at its coordinates of the global tensor (§8.3).
         let coords = match &task.width {
-            Some(slice) => coordinates(&global.tensors[i], groups, slice).map_err(Error::Plan)?,
+            Some(slice) => {
+                coordinates(&global.tensors[i], groups, &slice.kept).map_err(Error::Plan)?
+            }
             None => None,
         };
         let held = coords.as_ref().map_or(change[i].len(), Vec::len);

@@ -12,7 +12,7 @@ mod cosine;
 mod fold;
 mod private;
 mod record;
-mod sliced;
+pub(crate) mod sliced;
 mod tasks;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -19,13 +19,13 @@ use fedshard_strategies::aggregation::BlockUpdate;
 use std::collections::HashMap;
 
 /// Not held by a result.
-const NONE: u32 = u32::MAX;
+pub(crate) const NONE: u32 = u32::MAX;
 
 /// One class of a tensor: the tensor, its flat indices, and the results that hold them.
-struct Class {
-    tensor: usize,
-    indices: Vec<usize>,
-    holders: Vec<usize>,
+pub(crate) struct Class {
+    pub(crate) tensor: usize,
+    pub(crate) indices: Vec<usize>,
+    pub(crate) holders: Vec<usize>,
 }
 
 /// Folds `order`'s sliced updates into `global` through `fit` (which gets the blocks and each
@@ -58,7 +58,7 @@ pub(crate) fn fold_sliced(
                     reason: format!("unknown tensor `{}`", t.name),
                 })?;
             let target = &global.tensors[i];
-            let coords = coordinates(target, &width.groups, slice).map_err(Error::Plan)?;
+            let coords = coordinates(target, &width.groups, &slice.kept).map_err(Error::Plan)?;
             let held = coords.as_ref().map_or(target.data.len(), Vec::len);
             if held != t.data.len() {
                 return Err(Error::Update {
@@ -88,14 +88,6 @@ pub(crate) fn fold_sliced(
     for (i, tensor) in global.tensors.iter().enumerate() {
         classes.extend(classes_of(i, tensor.data.len(), &positions));
     }
-    let mut next = global.clone();
-    let mut blocks: Vec<Vec<f32>> = classes
-        .iter()
-        .map(|c| {
-            let data = &global.tensors[c.tensor].data;
-            c.indices.iter().map(|&k| data[k]).collect()
-        })
-        .collect();
     // Each result's values of each class it holds, in the class's order.
     let mut held: Vec<Vec<(usize, Vec<f32>)>> = vec![Vec::new(); order.len()];
     for (b, c) in classes.iter().enumerate() {
@@ -117,10 +109,29 @@ pub(crate) fn fold_sliced(
         .iter()
         .map(|blocks| blocks.iter().map(|(b, v)| (*b, v.as_slice())).collect())
         .collect();
+    fold_classes(global, &classes, |views| fit(views, &updates))
+}
+
+/// Moves `global` by `fit` over `classes` as blocks: each class's values gathered into one
+/// block, moved, scattered back. `global` changes only when `fit` moved the blocks (it answers
+/// why it declined, or `None`) and every value is finite.
+pub(crate) fn fold_classes(
+    global: &mut ModelState,
+    classes: &[Class],
+    fit: impl FnOnce(&mut [&mut [f32]]) -> Result<Option<String>>,
+) -> Result<Folded> {
+    let mut blocks: Vec<Vec<f32>> = classes
+        .iter()
+        .map(|c| {
+            let data = &global.tensors[c.tensor].data;
+            c.indices.iter().map(|&k| data[k]).collect()
+        })
+        .collect();
     let mut views: Vec<&mut [f32]> = blocks.iter_mut().map(Vec::as_mut_slice).collect();
-    if let Some(why) = fit(&mut views, &updates)? {
+    if let Some(why) = fit(&mut views)? {
         return Ok(Folded::Unchanged(why));
     }
+    let mut next = global.clone();
     for (c, block) in classes.iter().zip(&blocks) {
         let data = &mut next.tensors[c.tensor].data;
         for (&k, &v) in c.indices.iter().zip(block) {
@@ -136,7 +147,7 @@ pub(crate) fn fold_sliced(
 
 /// The classes of tensor `i` (`len` values) that at least one result holds: values grouped by
 /// the exact set of results that hold them, in ascending index order within a class.
-fn classes_of(i: usize, len: usize, positions: &[Vec<Option<Vec<u32>>>]) -> Vec<Class> {
+pub(crate) fn classes_of(i: usize, len: usize, positions: &[Vec<Option<Vec<u32>>>]) -> Vec<Class> {
     let holders: Vec<usize> = (0..positions.len())
         .filter(|&r| positions[r][i].is_some())
         .collect();

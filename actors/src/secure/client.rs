@@ -5,6 +5,7 @@ use super::{InputSpec, SecureStep, session_id};
 use crate::round::{Accepted, check};
 use fedshard_protocol::payload::UpdateEnvelope;
 use fedshard_protocol::task::TrainTask;
+use fedshard_protocol::width::positions_in_union;
 use fedshard_secagg::ClientMessage;
 use fedshard_secagg::message::Round as Step;
 use fedshard_strategies::privacy::clip_factor;
@@ -29,14 +30,23 @@ pub fn input(
             .dense
             .get(&t.name)
             .ok_or_else(|| format!("tensor `{}` was not sent", t.name))?;
-        if t.data.len() != len || sent.data.len() != len {
+        // Under a width strategy the tensor is cut to the client's slice, and each value has
+        // its place in the round's union (docs/algorithms.md §8.3); otherwise it is whole.
+        let places = match (&layout.width, &task.width) {
+            (Some(w), Some(slice)) => positions_in_union(sent, &w.groups, &slice.kept, &w.union)
+                .map_err(|e| e.to_string())?,
+            (None, None) => None,
+            _ => return Err("the round's layout and the task disagree on width slicing".into()),
+        };
+        let places = places.unwrap_or_else(|| (0..len).collect());
+        if t.data.len() != places.len() || sent.data.len() != places.len() {
             return Err(format!("tensor `{}` has another length", t.name));
         }
-        for ((v, &new), &old) in values[offset..offset + len]
-            .iter_mut()
-            .zip(&t.data)
-            .zip(&sent.data)
-        {
+        let input = &mut values[offset..offset + len];
+        for ((&p, &new), &old) in places.iter().zip(&t.data).zip(&sent.data) {
+            let v = input
+                .get_mut(p)
+                .ok_or_else(|| format!("tensor `{}` does not fit the round's layout", t.name))?;
             *v = f64::from(new) - f64::from(old);
         }
     }

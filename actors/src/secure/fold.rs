@@ -2,12 +2,14 @@
 //! aggregator (over the survivors' weights, or released privately as a weight-space sum by
 //! [`crate::round::Private`]).
 
-use super::BlockLayout;
+use super::{BlockLayout, WidthLayout};
 use crate::error::{Error, Result};
+use crate::round::sliced::{NONE, classes_of, fold_classes};
 use crate::round::{Folded, declined, fold_blocks};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_protocol::width::{coordinates, positions_in_union};
 use fedshard_strategies::aggregation::{Aggregator, SumRound, SummedBlock};
 use std::collections::BTreeMap;
 
@@ -35,6 +37,9 @@ pub fn fold_sum(
     aggregator: &dyn Aggregator,
 ) -> Result<Folded> {
     let layout = &secure.layout;
+    if let Some(width) = &layout.width {
+        return fold_union(global, width, tasks, secure, aggregator);
+    }
     let total = |held: &dyn Fn(&TrainTask) -> bool| -> f64 {
         secure
             .survivors
@@ -96,6 +101,83 @@ pub fn fold_sum(
             unclipped: secure.unclipped,
             weight_space: layout.layers.is_empty(),
         };
+        declined(aggregator, aggregator.aggregate_sum(blocks, &round))
+    })
+}
+
+/// [`fold_sum`] of a width round (docs/algorithms.md §8.3): each tensor's values in the union
+/// of the slices fall into classes held by the same survivors ([`classes_of`]), and each class
+/// moves by its sum over its holders' total weight, as the plain fold moves it by their
+/// weighted mean; a value no survivor held stays.
+fn fold_union(
+    global: &mut ModelState,
+    width: &WidthLayout,
+    tasks: &BTreeMap<ClientId, TrainTask>,
+    secure: &SecureSum,
+    aggregator: &dyn Aggregator,
+) -> Result<Folded> {
+    let survivors: Vec<(&TrainTask, f64)> = secure
+        .survivors
+        .iter()
+        .filter_map(|(id, &w)| tasks.get(id).map(|t| (t, w)))
+        .collect();
+    let mut classes = Vec::new();
+    let mut sums: Vec<Vec<f64>> = Vec::new();
+    let mut weights = Vec::new();
+    let mut offset = 0;
+    for (name, len) in &secure.layout.dense {
+        let i = global
+            .tensors
+            .binary_search_by(|g| g.name.as_str().cmp(name))
+            .map_err(|_| layout_error(format!("the layout names an unknown tensor `{name}`")))?;
+        let tensor = &global.tensors[i];
+        let union = coordinates(tensor, &width.groups, &width.union).map_err(Error::Plan)?;
+        let sum = secure
+            .sum
+            .get(offset..offset + len)
+            .filter(|_| union.as_ref().map_or(tensor.data.len(), Vec::len) == *len)
+            .ok_or_else(|| layout_error(format!("the sum does not fit tensor `{name}`")))?;
+        offset += len;
+        // Where each survivor's values of the tensor sit in the union (NONE where it held none).
+        let mut positions = Vec::with_capacity(survivors.len());
+        for (task, _) in &survivors {
+            let (Some(sent), Some(slice)) = (task.dense.get(name), task.width.as_ref()) else {
+                positions.push(vec![None]);
+                continue;
+            };
+            let places = positions_in_union(sent, &width.groups, &slice.kept, &width.union)
+                .map_err(Error::Plan)?
+                .unwrap_or_else(|| (0..*len).collect());
+            let mut at = vec![NONE; *len];
+            for (k, p) in places.into_iter().enumerate() {
+                *at.get_mut(p)
+                    .ok_or_else(|| layout_error(format!("`{name}` outside the union")))? = k as u32;
+            }
+            positions.push(vec![Some(at)]);
+        }
+        for mut class in classes_of(0, *len, &positions) {
+            weights.push(class.holders.iter().map(|&r| survivors[r].1).sum::<f64>());
+            sums.push(class.indices.iter().map(|&k| sum[k]).collect());
+            if let Some(union) = &union {
+                class.indices.iter_mut().for_each(|k| *k = union[*k]);
+            }
+            class.tensor = i;
+            classes.push(class);
+        }
+    }
+    let summed: Vec<SummedBlock<'_>> = sums
+        .iter()
+        .zip(&weights)
+        .enumerate()
+        .map(|(block, (sum, &weight))| SummedBlock { block, sum, weight })
+        .collect();
+    let round = SumRound {
+        blocks: &summed,
+        count: secure.survivors.len(),
+        unclipped: secure.unclipped,
+        weight_space: false,
+    };
+    fold_classes(global, &classes, |blocks| {
         declined(aggregator, aggregator.aggregate_sum(blocks, &round))
     })
 }

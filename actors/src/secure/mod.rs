@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::shard_plan::ShardPlan;
 use fedshard_protocol::task::{ClientId, TrainTask};
+use fedshard_protocol::width::{KeptUnits, WidthGroup, sliced_len, union_of};
 use fedshard_secagg::{FixedPoint, Graph, Params, ServerMessage, SessionId};
 use fedshard_strategies::rng::{Purpose, stream};
 use rand::Rng;
@@ -177,10 +178,22 @@ pub fn session_id(client: ClientId) -> Result<fedshard_secagg::ClientId> {
 /// Where each block of a round's model sits in a secure input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockLayout {
-    /// The tensors the round trains densely, in the global model's order, with their lengths.
+    /// The tensors the round trains densely, in the global model's order, with their lengths
+    /// (under a width strategy, cut to [`WidthLayout::union`]).
     pub dense: Vec<(String, usize)>,
     /// The sharded layers, in the plan's order: all their terms' `u'` vectors, then all `v'`.
     pub layers: Vec<LayerLayout>,
+    /// Under a width strategy: the round's tensors are summed over the union of the clients'
+    /// kept units, each client's values at their places in it (docs/algorithms.md §8.3).
+    pub width: Option<WidthLayout>,
+}
+
+/// A width round's secure input: the model's widths and the units any of the session's clients
+/// keeps. Values outside the union nobody trained, so no input carries them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WidthLayout {
+    pub groups: Vec<WidthGroup>,
+    pub union: KeptUnits,
 }
 
 /// One sharded layer's place in a [`BlockLayout`].
@@ -208,14 +221,29 @@ impl LayerLayout {
 }
 
 impl BlockLayout {
-    /// The layout of a round over `global` with `plan`: the dense tensors any task carries and
-    /// every term of every sharded layer.
+    /// The layout of a round over `global` with `plan`: the dense tensors any task carries (cut
+    /// to the union of the tasks' width slices under a width strategy) and every term of every
+    /// sharded layer.
     pub fn of(global: &ModelState, plan: Option<&ShardPlan>, tasks: &[&TrainTask]) -> BlockLayout {
+        let width = plan.and_then(|p| p.width.as_ref()).map(|w| WidthLayout {
+            groups: w.groups.clone(),
+            union: union_of(tasks.iter().filter_map(|t| t.width.as_ref())),
+        });
         let dense = global
             .tensors
             .iter()
             .filter(|t| tasks.iter().any(|task| task.dense.get(&t.name).is_some()))
-            .map(|t| (t.name.clone(), t.data.len()))
+            .map(|t| {
+                let len = match &width {
+                    Some(w) => sliced_len(
+                        t,
+                        &w.groups,
+                        &w.union.iter().map(|(g, u)| (g.clone(), u.len())).collect(),
+                    ) as usize,
+                    None => t.data.len(),
+                };
+                (t.name.clone(), len)
+            })
             .collect();
         let layers = plan
             .map(|p| {
@@ -230,7 +258,11 @@ impl BlockLayout {
                     .collect()
             })
             .unwrap_or_default();
-        BlockLayout { dense, layers }
+        BlockLayout {
+            dense,
+            layers,
+            width,
+        }
     }
 
     /// Values in an input.

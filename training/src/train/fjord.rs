@@ -89,7 +89,7 @@ where
             .zip(&gradient.tensors)
             .zip(sent)
         {
-            let at = coordinates(t, &local, &prefix).map_err(model)?;
+            let at = coordinates(t, &local, &prefix.kept).map_err(model)?;
             step(t, v, g, at, (&w0.data, mu), lr, momentum)?;
         }
     }

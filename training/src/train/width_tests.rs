@@ -304,7 +304,7 @@ fn fjord_without_momentum_leaves_undrawn_units_untouched() {
         .ordered_prefix(&arch.width_groups(), 0.5)
         .expect("prefix");
     for (before, after) in t.dense.tensors.iter().zip(&out.dense.tensors) {
-        let drawn = coordinates(before, &local, &prefix)
+        let drawn = coordinates(before, &local, &prefix.kept)
             .expect("fits")
             .unwrap_or_else(|| (0..before.data.len()).collect());
         for i in 0..before.data.len() {
