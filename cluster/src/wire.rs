@@ -365,6 +365,7 @@ mod tests {
         let layout = BlockLayout {
             dense: vec![("b".into(), 4)],
             layers: vec![],
+            width: None,
         };
         SecureStep::Begin {
             params: settings
