@@ -38,16 +38,25 @@ pub fn input(
             (None, None) => None,
             _ => return Err("the round's layout and the task disagree on width slicing".into()),
         };
-        let places = places.unwrap_or_else(|| (0..len).collect());
-        if t.data.len() != places.len() || sent.data.len() != places.len() {
+        let held = places.as_ref().map_or(len, Vec::len);
+        if t.data.len() != held || sent.data.len() != held {
             return Err(format!("tensor `{}` has another length", t.name));
         }
         let input = &mut values[offset..offset + len];
-        for ((&p, &new), &old) in places.iter().zip(&t.data).zip(&sent.data) {
-            let v = input
-                .get_mut(p)
-                .ok_or_else(|| format!("tensor `{}` does not fit the round's layout", t.name))?;
-            *v = f64::from(new) - f64::from(old);
+        let changes = t
+            .data
+            .iter()
+            .zip(&sent.data)
+            .map(|(&new, &old)| f64::from(new) - f64::from(old));
+        match places {
+            Some(places) => {
+                for (p, change) in places.into_iter().zip(changes) {
+                    *input.get_mut(p).ok_or_else(|| {
+                        format!("tensor `{}` does not fit the round's layout", t.name)
+                    })? = change;
+                }
+            }
+            None => input.iter_mut().zip(changes).for_each(|(v, c)| *v = c),
         }
     }
     if update.shards.len() != layout.layers.len() {

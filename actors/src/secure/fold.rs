@@ -132,10 +132,9 @@ fn fold_union(
             .map_err(|_| layout_error(format!("the layout names an unknown tensor `{name}`")))?;
         let tensor = &global.tensors[i];
         let union = coordinates(tensor, &width.groups, &width.union).map_err(Error::Plan)?;
-        let sum = secure
-            .sum
-            .get(offset..offset + len)
-            .filter(|_| union.as_ref().map_or(tensor.data.len(), Vec::len) == *len)
+        let fits = union.as_ref().map_or(tensor.data.len(), Vec::len) == *len;
+        let sum = (secure.sum.get(offset..offset + len))
+            .filter(|_| fits)
             .ok_or_else(|| layout_error(format!("the sum does not fit tensor `{name}`")))?;
         offset += len;
         // Where each survivor's values of the tensor sit in the union (NONE where it held none).

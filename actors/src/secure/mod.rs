@@ -40,6 +40,7 @@ use fedshard_secagg::{FixedPoint, Graph, Params, ServerMessage, SessionId};
 use fedshard_strategies::rng::{Purpose, stream};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// `[secure_aggregation]` as the runtime uses it. The weights come from the run's aggregator
@@ -229,18 +230,18 @@ impl BlockLayout {
             groups: w.groups.clone(),
             union: union_of(tasks.iter().filter_map(|t| t.width.as_ref())),
         });
+        // The union's number of units of each width, which fixes each tensor's length in it.
+        let widths: Option<BTreeMap<String, usize>> = width
+            .as_ref()
+            .map(|w| w.union.iter().map(|(g, u)| (g.clone(), u.len())).collect());
         let dense = global
             .tensors
             .iter()
             .filter(|t| tasks.iter().any(|task| task.dense.get(&t.name).is_some()))
             .map(|t| {
-                let len = match &width {
-                    Some(w) => sliced_len(
-                        t,
-                        &w.groups,
-                        &w.union.iter().map(|(g, u)| (g.clone(), u.len())).collect(),
-                    ) as usize,
-                    None => t.data.len(),
+                let len = match (&width, &widths) {
+                    (Some(w), Some(widths)) => sliced_len(t, &w.groups, widths) as usize,
+                    _ => t.data.len(),
                 };
                 (t.name.clone(), len)
             })
