@@ -204,9 +204,9 @@ fn width_slicing_with_private_secure_aggregation_is_refused_by_name() {
     );
 }
 
-/// A model that describes no hidden width (softmax regression: one layer; an ONNX model,
-/// whose graph's widths are not traced) is refused with a width strategy when the config is
-/// validated, naming the field and the model.
+/// A model with no hidden width a cut can narrow (softmax regression: one layer; an ONNX
+/// BatchNorm CNN whose one convolution feeds a depthwise one) is refused with a width strategy
+/// when the config is validated, naming the field and the model.
 #[test]
 fn a_model_without_widths_is_refused_by_name() {
     for (file, kind) in [
@@ -216,7 +216,13 @@ fn a_model_without_widths_is_refused_by_name() {
         let text = std::fs::read_to_string(file).expect("config");
         let dir = tempfile::TempDir::new().expect("temp dir");
         let path = dir.path().join("c.toml");
-        let text = text.replace("strategy = \"unbiased\"", "strategy = \"heterofl\"");
+        let text = text
+            .replace("strategy = \"unbiased\"", "strategy = \"heterofl\"")
+            .replace("digits_cnn.onnx\"", "bn_cnn.onnx\"")
+            .replace(
+                "sharded_layers = [\"conv1.weight\", \"conv2.weight\", \"fc0.weight\"]",
+                "sharded_layers = [\"all\"]",
+            );
         assert!(text.contains("heterofl"), "{file}");
         std::fs::write(&path, text).expect("write");
         let err = format!("{:#}", Config::load(&path).unwrap_err());
@@ -225,6 +231,22 @@ fn a_model_without_widths_is_refused_by_name() {
             "{file}: {err}"
         );
     }
+}
+
+/// The digits CNN's ONNX export under FedRolex, its widths traced through the graph, runs
+/// the shipped CNN's FedRolex federation to the bit (the export trains as the shipped model,
+/// docs/onnx.md), and learns.
+#[test]
+fn fedrolex_trains_the_onnx_digits_cnn_as_the_shipped_cnn() {
+    let shipped = config("fedrolex", 8);
+    let mut onnx = Config::load(Path::new("config/onnx-digits-cnn.toml")).expect("config loads");
+    onnx.run.rounds = shipped.run.rounds;
+    onnx.federation.strategy = shipped.federation.strategy;
+    onnx.federation.keep_ratios = shipped.federation.keep_ratios.clone();
+    let (ours, theirs) = (final_accuracy(&onnx), final_accuracy(&shipped));
+    eprintln!("digits CNN under FedRolex, 8 rounds: ONNX {ours}, shipped {theirs}");
+    assert_eq!(ours.to_bits(), theirs.to_bits());
+    assert!(ours > 0.5, "final accuracy {ours}");
 }
 
 /// `fedshard widths` describes the GPU-scale configs without their CIFAR files or a CUDA

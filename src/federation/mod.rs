@@ -134,9 +134,10 @@ pub fn sharding(
         }),
         Strategy::Width(strategy) if widths.is_empty() => anyhow::bail!(
             "field `federation.strategy`: `{strategy}` slices a model's hidden widths, and the \
-             {model} model describes none; width strategies slice an MLP with hidden layers, the \
-             digits and MNIST CNNs, the char transformer, ResNet-18 and CCT (docs/algorithms.md \
-             §8)"
+             {model} model has none a cut can narrow; width strategies slice an MLP with hidden \
+             layers, the digits and MNIST CNNs, the char transformer, ResNet-18, CCT, and the \
+             layers of an ONNX graph whose outputs the trace follows to the next layer \
+             (docs/algorithms.md §8, docs/onnx.md \"Width strategies\")"
         ),
         Strategy::Width(strategy) => Sharding::Width(WidthPolicy {
             strategy,

@@ -86,7 +86,7 @@ impl Architecture {
             Architecture::Resnet18 { classes } => Net::Resnet18(ResNet18::new(builder, *classes)?),
             Architecture::Cct { classes } => Net::Cct(Cct::new(builder, *classes)?),
             Architecture::Onnx { path } => {
-                Net::Onnx(OnnxNet::new(builder, path.model.plan.clone())?)
+                Net::Onnx(OnnxNet::new(builder, path.model.plan_for(builder))?)
             }
         })
     }

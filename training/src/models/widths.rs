@@ -175,9 +175,8 @@ fn cct() -> Vec<WidthGroup> {
 }
 
 impl Architecture {
-    /// The widths a width strategy may narrow, from the input to the output. Empty for ONNX
-    /// models (an ONNX graph's widths would have to be traced through its nodes), so the server
-    /// refuses width strategies for them.
+    /// The widths a width strategy may narrow, from the input to the output; an ONNX model's
+    /// are traced through its graph when the file is read (`models/onnx/widths.rs`).
     pub fn width_groups(&self) -> Vec<WidthGroup> {
         match self {
             Architecture::Mlp { hidden, .. } => hidden
@@ -199,7 +198,7 @@ impl Architecture {
             }
             Architecture::Resnet18 { .. } => resnet18(),
             Architecture::Cct { .. } => cct(),
-            Architecture::Onnx { .. } => Vec::new(),
+            Architecture::Onnx { path } => path.model.widths.groups.clone(),
         }
     }
 }

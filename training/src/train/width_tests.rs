@@ -333,3 +333,46 @@ fn a_fjord_client_trains_its_slice_at_drawn_levels() {
     assert_eq!(shapes(&out.dense), shapes(&t.dense));
     assert_eq!(t.dense.get("fc0.weight").expect("named").shape, vec![5, 6]);
 }
+
+/// The shipped digits CNN exported as ONNX (tests/fixtures/onnx/digits_cnn.onnx), sliced by
+/// the widths traced through its graph, trains to the bytes the shipped model sliced by its
+/// hand-written description trains to: the same cut (FedRolex's window past the end, so not a
+/// prefix), the same narrowed layers, the same scaler.
+#[test]
+fn a_sliced_onnx_digits_cnn_trains_to_the_shipped_models_bytes() {
+    let file = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/onnx/digits_cnn.onnx");
+    let path = crate::models::onnx::OnnxFile::read(&file).expect("loads");
+    let onnx = Architecture::Onnx { path: path.clone() };
+    let shipped = Architecture::DigitsCnn { classes: 10 };
+    let groups = onnx.width_groups();
+    let kept = groups
+        .iter()
+        .map(|g| {
+            let per = g.units / g.norm_groups;
+            let units = (0..g.units)
+                .filter(|u| (u % per + 3) % per < per / 2)
+                .collect();
+            (g.name.clone(), units)
+        })
+        .collect();
+    let slice = WidthSlice {
+        kept,
+        keep_ratio: 0.5,
+        local: LocalWidth::Scaled,
+    };
+    let global = path.model.initial_state();
+    let mut sliced = task(&shipped, &slice);
+    sliced.dense = slice_state(global, &groups, &slice).expect("slices");
+    assert_eq!(
+        sliced.dense,
+        slice_state(global, &shipped.width_groups(), &slice).expect("slices"),
+        "the traced widths cut what the hand-written ones cut"
+    );
+    let data = || Box::new(random(24, 64, 10));
+    let ours = client(&onnx, data()).train(&sliced).expect("trains");
+    let theirs = client(&shipped, data()).train(&sliced).expect("trains");
+    assert_ne!(ours.dense, sliced.dense, "training moved the tensors");
+    assert_eq!(ours.dense, theirs.dense);
+    assert_eq!(ours.loss.to_bits(), theirs.loss.to_bits());
+}

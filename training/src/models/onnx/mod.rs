@@ -7,7 +7,8 @@
 //! [`graph`] decodes the file into plain data, [`ops`] parses and checks each node's operator,
 //! [`plan`] resolves the graph against its input shape into steps over activations,
 //! parameters and constants (refusing what it cannot run, before any run), and [`net`] is
-//! the burn module that interprets those steps. [`export`] writes a trained model back as
+//! the burn module that interprets those steps; [`widths`] traces the graph's hidden widths
+//! for the width strategies and narrows the plan to a client's slice. [`export`] writes a trained model back as
 //! ONNX through [`mod@write`], with the same protobuf types.
 
 pub mod export;
@@ -15,6 +16,7 @@ pub mod graph;
 pub mod net;
 pub mod ops;
 pub mod plan;
+pub mod widths;
 pub mod write;
 
 #[cfg(test)]
@@ -27,6 +29,7 @@ mod tests_ops;
 use crate::models::onnx::graph::Graph;
 use crate::models::onnx::ops::SUPPORTED;
 use crate::models::onnx::plan::Plan;
+use crate::models::onnx::widths::Widths;
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::stored::read_regular;
 use std::path::Path;
@@ -100,6 +103,8 @@ pub struct OnnxModel {
     /// The file's name, for messages.
     pub file: String,
     pub plan: Arc<Plan>,
+    /// The graph's hidden widths, traced once when the file is read.
+    pub widths: Widths,
 }
 
 impl OnnxModel {
@@ -115,10 +120,16 @@ impl OnnxModel {
     pub fn from_bytes(file: &str, bytes: &[u8]) -> Result<Self, OnnxError> {
         let graph = Graph::decode(file, bytes)?;
         let plan = Plan::new(&graph).map_err(|p| OnnxError::new(file, p))?;
-        Ok(Self {
+        Ok(Self::from_plan(file, plan))
+    }
+
+    /// A model of a resolved plan, its widths traced.
+    pub fn from_plan(file: &str, plan: Plan) -> Self {
+        Self {
             file: file.to_string(),
+            widths: Widths::trace(&plan),
             plan: Arc::new(plan),
-        })
+        }
     }
 
     /// Features per input row (the product of the input's dimensions after the batch's).
@@ -143,6 +154,24 @@ impl OnnxModel {
                 expected: format!("{width} features"),
             },
         ))
+    }
+
+    /// The plan a builder builds: the whole graph, or in a narrowed load (a width slice) the
+    /// graph narrowed to the units the builder keeps of each width.
+    pub fn plan_for<B: burn::tensor::backend::Backend>(
+        &self,
+        builder: &crate::models::builder::Builder<B>,
+    ) -> Arc<Plan> {
+        let units: std::collections::BTreeMap<String, usize> = self
+            .widths
+            .groups
+            .iter()
+            .map(|g| (g.name.clone(), builder.units(&g.name, g.units)))
+            .collect();
+        if self.widths.groups.iter().all(|g| units[&g.name] == g.units) {
+            return self.plan.clone();
+        }
+        Arc::new(self.widths.narrow(&self.plan, &units))
     }
 
     /// The file's trainable initializers as the server's initial state.
@@ -195,3 +224,5 @@ impl std::fmt::Debug for OnnxFile {
         write!(f, "{:?}", self.path)
     }
 }
+#[cfg(test)]
+mod tests_widths;

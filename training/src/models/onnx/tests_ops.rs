@@ -90,10 +90,7 @@ fn node(name: &str, op: &str, inputs: &[&str], output: &str) -> Node {
 
 fn forward_of(graph: &Graph, o: &serde_json::Value) -> Vec<f32> {
     let plan = Plan::new(graph).expect("plans");
-    let m = OnnxModel {
-        file: "test".into(),
-        plan: std::sync::Arc::new(plan),
-    };
+    let m = OnnxModel::from_plan("test", plan);
     logits(&build::<B>(&m, m.initial_state()), o)
 }
 
