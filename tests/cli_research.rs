@@ -482,9 +482,36 @@ fn bad_input_is_a_one_line_error_with_exit_code_2() {
 /// 8; r = 0.25 keeps ⌈0.25 · 8⌉ = 2 of each. FedRolex in round 3 starts its window at unit
 /// (3 − 1) mod 8 = 2 of each group: channels {2, 3} and {10, 11}; HeteroFL and FjORD keep
 /// {0, 1} and {8, 9} in any round, and FjORD draws each batch's level from {0.2, 0.25}.
-/// `fc0` (128 units, one group) at r = 0.25 keeps 32.
+/// `fc0` (128 units, one group) at r = 0.25 keeps 32. The CNN's ONNX export, its widths traced
+/// through its graph, keeps the same units, and a conv2 channel is 2·2 = 4 inputs of fc0.
 #[test]
 fn widths_prints_the_units_each_strategy_keeps() {
+    let onnx = json_of(&[
+        "widths",
+        "config/onnx-digits-cnn.toml",
+        "--strategy",
+        "fedrolex",
+        "--keep-ratio",
+        "0.25",
+        "--round",
+        "3",
+    ]);
+    let conv2 = onnx["widths"]
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["width"] == "conv2"))
+        .unwrap_or_else(|| panic!("conv2 in {onnx}"));
+    let fc0_input = serde_json::json!({"tensor": "fc0.weight", "axis": 1, "block": 4});
+    assert!(
+        conv2["axes"]
+            .as_array()
+            .is_some_and(|a| a.contains(&fc0_input)),
+        "{conv2}"
+    );
+    let conv0 = onnx["widths"]
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["width"] == "conv0"))
+        .unwrap_or_else(|| panic!("conv0 in {onnx}"));
+    assert_eq!(numbers(conv0, "kept"), vec![2.0, 3.0, 10.0, 11.0]);
     let kept = |strategy: &str, round: &str| {
         let report = json_of(&[
             "widths",

@@ -5,7 +5,7 @@
 use crate::config::Config;
 use anyhow::Context;
 use clap::Args;
-use fedshard_protocol::width::{WidthPolicy, plan_widths};
+use fedshard_protocol::width::{Axis, WidthPolicy, plan_widths};
 use fedshard_strategies::sharding::width::WidthStrategy;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -26,13 +26,15 @@ pub struct WidthsArgs {
     pub round: u64,
 }
 
-/// One width and the units kept of it.
+/// One width, the units kept of it, and the tensor axes that follow it (for an ONNX model,
+/// what the trace through its graph found).
 #[derive(Debug, Serialize)]
 pub struct KeptWidth {
     pub width: String,
     pub units: usize,
     pub norm_groups: usize,
     pub kept: Vec<usize>,
+    pub axes: Vec<Axis>,
 }
 
 #[derive(Debug, Serialize)]
@@ -85,6 +87,7 @@ pub fn widths(args: &WidthsArgs) -> anyhow::Result<WidthsReport> {
                 width: g.name,
                 units: g.units,
                 norm_groups: g.norm_groups,
+                axes: g.axes,
             })
             .collect(),
     })
