@@ -258,3 +258,63 @@ fn a_narrowed_groupnorm_decomposition_computes_the_narrowed_groupnorm() {
         assert!(diff <= 1e-5, "{file}: logits differ by {diff}");
     }
 }
+
+fn node(name: &str, op: &str, inputs: &[&str], output: &str) -> graph::Node {
+    graph::Node {
+        name: name.into(),
+        op: op.into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: vec![output.into()],
+        attributes: BTreeMap::new(),
+    }
+}
+
+/// A trainable tensor a width reaches is cut with it (a bias `shift` added after mlp.onnx's
+/// fc1), unless another step reads it whole (the same tensor added to the input seen as
+/// `[2, 32]`, an axis no width follows): then the width is pinned, or the narrowed tensor would
+/// not fit that step.
+#[test]
+fn a_tensor_read_whole_elsewhere_pins_the_width_that_reaches_it() {
+    use graph::{Constant, Graph, Values};
+    let bytes = std::fs::read(fixture("mlp.onnx")).expect("fixture");
+    let mut g = Graph::decode("mlp.onnx", &bytes).expect("decodes");
+    let hidden = g.nodes[0].outputs[0].clone();
+    assert_eq!(g.nodes[1].inputs[0], hidden, "fc1 feeds the ReLU");
+    g.initializers.insert(
+        "shift".into(),
+        Constant {
+            shape: vec![32],
+            values: Values::F32(vec![0.1; 32]),
+        },
+    );
+    g.nodes
+        .insert(1, node("shift_add", "Add", &[&hidden, "shift"], "shifted"));
+    g.nodes[2].inputs[0] = "shifted".into();
+    let widths = |g: &Graph| {
+        described(
+            &OnnxModel::from_plan("test", plan::Plan::new(g).expect("plans"))
+                .widths
+                .groups,
+        )
+    };
+    let axes = [
+        "fc1.weight:0/1",
+        "fc1.bias:0/1",
+        "shift:0/1",
+        "fc2.weight:1/1",
+    ];
+    assert_eq!(widths(&g), vec![width("fc1", 32, 1, &axes)]);
+    g.initializers.insert(
+        "spec".into(),
+        Constant {
+            shape: vec![3],
+            values: Values::I64(vec![-1, 2, 32]),
+        },
+    );
+    let x = g.input.0.clone();
+    g.nodes
+        .insert(0, node("view", "Reshape", &[&x, "spec"], "x2"));
+    g.nodes
+        .insert(1, node("read_whole", "Add", &["x2", "shift"], "unused"));
+    assert_eq!(widths(&g), vec![]);
+}
