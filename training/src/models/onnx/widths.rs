@@ -3,18 +3,21 @@
 //! ones (`models/widths.rs` describes those by hand).
 //!
 //! Every affine or convolutional layer's outputs open a width of `c_out` units. The trace
-//! follows each activation axis through the steps: elementwise functions, pooling and
-//! per-channel normalisations keep it; a transposition moves it; a reshape that keeps whole
-//! units in one axis (a flatten: a channel becomes `H·W` consecutive features) carries it with
-//! a larger block; a residual sum of two widths makes them one width (both sides must keep the
-//! same units); the next layer's weight takes it on its input axis. A width is **pinned**
-//! (kept whole, not offered to the strategies) when it reaches something whose meaning a cut
-//! would change: the graph's output, a softmax across it, a norm over it and other axes, a mean over it, a
-//! constant spanning it, a reshape that splits its units (attention heads split from a
-//! projection), a grouped convolution. A pinned width costs nothing but the saving: the model
-//! still trains, only that width stays whole.
+//! follows each activation axis through the steps: elementwise functions, pools and
+//! per-channel normalisations keep it (a GroupNorm sets its norm groups, a norm over the last
+//! axis normalises the sub-model over its kept units); a transposition moves it; a reshape
+//! that keeps whole units on one axis (a flatten: a channel becomes `H·W` consecutive
+//! features) carries it with a larger block, and PyTorch's GroupNorm decomposition carries it
+//! one norm group per row; a residual sum of two widths makes them one width (both sides must
+//! keep the same units), as does a trainable tensor both reach; the next layer's weight takes
+//! it on its input axis. A width is **pinned** (kept whole, not offered to the strategies)
+//! when it reaches something whose meaning a cut would change: the graph's output, a softmax
+//! or a mean across it, a norm over it and other axes, a constant spanning it, a tensor
+//! another step reads whole, a reshape that splits its units (attention heads cut from a
+//! projection), a grouped convolution. A pinned width costs only the saving: the model still
+//! trains, that width stays whole.
 
-use crate::models::onnx::plan::{Kernel, Layer, Norm, Operand, Plan, Unary};
+use crate::models::onnx::plan::{Kernel, Layer, Norm, Operand, Plan, Step, Unary};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::width::{Axis, WidthGroup};
 use std::collections::BTreeMap;
@@ -65,6 +68,8 @@ struct Trace<'p> {
     plan: &'p Plan,
     raw: Vec<Raw>,
     slots: Vec<Vec<Option<Label>>>,
+    /// Every activation slot's dimensions after the batch.
+    tails: Vec<Vec<usize>>,
     tensors: Vec<Vec<Option<Label>>>,
     /// Axes of dense tensors some step reads whole (beside an axis no width follows): a width
     /// that also reaches them is pinned, or the narrowed tensor would not fit that step.
@@ -364,179 +369,21 @@ impl Widths {
             plan,
             raw: Vec::new(),
             slots: vec![Vec::new(); plan.slots],
-            tensors: plan
-                .tensors
-                .iter()
-                .map(|(_, s)| vec![None; s.len()])
-                .collect(),
-            whole: plan
-                .tensors
-                .iter()
-                .map(|(_, s)| vec![false; s.len()])
-                .collect(),
-            layers: Vec::new(),
+            tails: vec![Vec::new(); plan.slots],
+            tensors: per_axis(plan, None),
+            whole: per_axis(plan, false),
+            layers: vec![(None, None); plan.layers.len()],
         };
         t.slots[0] = vec![None; plan.input_tail.len()];
-        let mut layer_labels = vec![(None, None); plan.layers.len()];
-        let mut tails: Vec<Vec<usize>> = vec![Vec::new(); plan.slots];
-        tails[0] = plan.input_tail.clone();
+        t.tails[0] = plan.input_tail.clone();
         for step in &plan.steps {
-            let act = |k: usize| match step.inputs.get(k) {
-                Some(Operand::Act(s)) => Some(*s),
-                _ => None,
-            };
-            let input = act(0).map(|s| t.slots[s].clone()).unwrap_or_default();
-            let input_tail = act(0).map(|s| tails[s].clone()).unwrap_or_default();
-            let rank = step.tail.len();
-            let channel: Vec<Option<usize>> = vec![Some(0), None];
-            let out: Vec<Option<Label>> = match &step.kernel {
-                Kernel::Affine(i) | Kernel::Conv(i) => {
-                    // An affine layer reads and writes the last axis, a convolution the
-                    // channels (axis 0), and its positions must stay whole.
-                    let (conv, weight, c_out) = match &plan.layers[*i] {
-                        Layer::Affine { weight, c_out, .. } => (false, weight, *c_out),
-                        Layer::Conv { weight, c_out, .. } => (true, weight, *c_out),
-                    };
-                    let at = if conv { 0 } else { input.len() - 1 };
-                    let opened = t.open(weight, c_out);
-                    layer_labels[*i] = (t.whole(input[at]), Some(opened));
-                    let mut out = input.clone();
-                    if conv {
-                        for &l in &input[1..] {
-                            t.pin(l);
-                        }
-                        out = vec![None; rank];
-                    }
-                    out[at] = Some(opened);
-                    out
-                }
-                Kernel::Binary(_) => {
-                    let mut out: Vec<Option<Label>> = vec![None; rank];
-                    // Activation operands first: their labels meet on the output's axes.
-                    for op in &step.inputs {
-                        let Operand::Act(s) = op else { continue };
-                        let (labels, dims) = (t.slots[*s].clone(), tails[*s].clone());
-                        let pad = rank - dims.len();
-                        for (k, label) in labels.into_iter().enumerate() {
-                            match (out[pad + k], label) {
-                                (_, None) => {}
-                                (None, Some(l)) => out[pad + k] = Some(l),
-                                (Some(o), Some(l)) => t.unite(o, l),
-                            }
-                        }
-                    }
-                    // An activation axis of full size without a label meets a labelled one:
-                    // the cut would reach an axis nothing narrows.
-                    for op in &step.inputs {
-                        let Operand::Act(s) = op else { continue };
-                        let (labels, dims) = (t.slots[*s].clone(), tails[*s].clone());
-                        let pad = rank - dims.len();
-                        for k in 0..dims.len() {
-                            if labels[k].is_none() && dims[k] != 1 {
-                                t.pin(out[pad + k]);
-                            }
-                        }
-                    }
-                    for op in &step.inputs {
-                        let shape = match op {
-                            Operand::Act(_) => continue,
-                            Operand::Tensor { shape, .. } => shape.clone(),
-                            Operand::Const(c) => c.shape.clone(),
-                        };
-                        let at: Vec<Option<usize>> = (0..shape.len())
-                            .map(|k| (k + rank).checked_sub(shape.len()))
-                            .collect();
-                        t.operand(op, &at, &out);
-                    }
-                    out
-                }
-                Kernel::Relu | Kernel::Erf => input,
-                Kernel::Unary(Unary::Softmax { axis, .. }) => {
-                    t.pin(input[axis - 1]);
-                    input
-                }
-                Kernel::Unary(Unary::Transpose(perm)) => {
-                    perm[1..].iter().map(|&a| t.whole(input[a - 1])).collect()
-                }
-                Kernel::Unary(_) => input,
-                Kernel::Reshape(to) => reshape(&mut t, &input_tail, &input, to),
-                Kernel::MaxPool(_)
-                | Kernel::AveragePool(_)
-                | Kernel::GlobalAveragePool
-                | Kernel::Pool { .. } => {
-                    for &l in &input[1..] {
-                        t.pin(l);
-                    }
-                    let mut out = vec![None; rank];
-                    out[0] = t.whole(input[0]);
-                    out
-                }
-                Kernel::Mean(axes) => {
-                    for &a in axes {
-                        t.pin(input[a - 1]);
-                    }
-                    input
-                }
-                Kernel::GroupNorm { groups, .. } | Kernel::Norm(Norm::Group { groups, .. }) => {
-                    t.norm_groups(input[0], *groups);
-                    for op in &step.inputs[1..] {
-                        t.operand(op, &channel, &input);
-                    }
-                    input
-                }
-                Kernel::InstanceNormalization { .. } | Kernel::Norm(Norm::Batch { .. }) => {
-                    // Per channel over the positions: a width there is normalised over its
-                    // kept units, which only a GroupNorm's decomposition (one group's units
-                    // per row) means.
-                    if let Kernel::InstanceNormalization { .. } = step.kernel {
-                        for &l in &input[1..] {
-                            if l.is_some_and(|l| l.per_group == 1) {
-                                t.pin(l);
-                            }
-                        }
-                    }
-                    for op in &step.inputs[1..] {
-                        t.operand(op, &channel, &input);
-                    }
-                    input
-                }
-                // Over the last axis alone, as the shipped CNN's feature norm: a width there is
-                // normalised over its kept units, its γ and β cut with it. Over more axes (a
-                // width and the positions, say), the cut would change every statistic: pinned.
-                Kernel::LayerNorm | Kernel::Norm(Norm::Layer { .. }) => {
-                    let from = match step.kernel {
-                        Kernel::Norm(Norm::Layer { axis, .. }) => axis - 1,
-                        _ => rank - 1,
-                    };
-                    if from == rank - 1 {
-                        let last = t.whole(input[rank - 1]);
-                        t.norm_groups(last, 1);
-                        for op in &step.inputs[1..] {
-                            t.operand(op, &[Some(rank - 1)], &input);
-                        }
-                    } else {
-                        for &l in &input[from..] {
-                            t.pin(l);
-                        }
-                        t.read_whole(&step.inputs[1..]);
-                    }
-                    input
-                }
-                Kernel::GroupedConv { .. } => {
-                    t.read_whole(&step.inputs[1..]);
-                    for &l in &input {
-                        t.pin(l);
-                    }
-                    vec![None; rank]
-                }
-            };
-            tails[step.output] = step.tail.clone();
+            let out = t.step(step);
+            t.tails[step.output] = step.tail.clone();
             t.slots[step.output] = out;
         }
         for l in t.slots[plan.output].clone() {
             t.pin(l);
         }
-        t.layers = layer_labels;
         t.finish()
     }
 
@@ -586,6 +433,164 @@ impl Widths {
             }
         }
         out
+    }
+}
+
+impl Trace<'_> {
+    /// The labels of `step`'s output; what the step cannot cut is pinned.
+    fn step(&mut self, step: &Step) -> Vec<Option<Label>> {
+        let act = match step.inputs.first() {
+            Some(Operand::Act(s)) => Some(*s),
+            _ => None,
+        };
+        let input = act.map(|s| self.slots[s].clone()).unwrap_or_default();
+        let rank = step.tail.len();
+        let channel = [Some(0), None];
+        match &step.kernel {
+            Kernel::Affine(i) | Kernel::Conv(i) => {
+                // An affine layer reads and writes the last axis, a convolution the
+                // channels (axis 0), and its positions must stay whole.
+                let (conv, weight, c_out) = match &self.plan.layers[*i] {
+                    Layer::Affine { weight, c_out, .. } => (false, weight, *c_out),
+                    Layer::Conv { weight, c_out, .. } => (true, weight, *c_out),
+                };
+                let at = if conv { 0 } else { input.len() - 1 };
+                let opened = self.open(weight, c_out);
+                self.layers[*i] = (self.whole(input[at]), Some(opened));
+                let mut out = input.clone();
+                if conv {
+                    for &l in &input[1..] {
+                        self.pin(l);
+                    }
+                    out = vec![None; rank];
+                }
+                out[at] = Some(opened);
+                out
+            }
+            Kernel::Binary(_) => {
+                let mut out: Vec<Option<Label>> = vec![None; rank];
+                // Activation operands first: their labels meet on the output's axes.
+                for op in &step.inputs {
+                    let Operand::Act(s) = op else { continue };
+                    let (labels, dims) = (self.slots[*s].clone(), self.tails[*s].clone());
+                    let pad = rank - dims.len();
+                    for (k, label) in labels.into_iter().enumerate() {
+                        match (out[pad + k], label) {
+                            (_, None) => {}
+                            (None, Some(l)) => out[pad + k] = Some(l),
+                            (Some(o), Some(l)) => self.unite(o, l),
+                        }
+                    }
+                }
+                // An activation axis of full size without a label meets a labelled one:
+                // the cut would reach an axis nothing narrows.
+                for op in &step.inputs {
+                    let Operand::Act(s) = op else { continue };
+                    let (labels, dims) = (self.slots[*s].clone(), self.tails[*s].clone());
+                    let pad = rank - dims.len();
+                    for k in 0..dims.len() {
+                        if labels[k].is_none() && dims[k] != 1 {
+                            self.pin(out[pad + k]);
+                        }
+                    }
+                }
+                for op in &step.inputs {
+                    let shape = match op {
+                        Operand::Act(_) => continue,
+                        Operand::Tensor { shape, .. } => shape.clone(),
+                        Operand::Const(c) => c.shape.clone(),
+                    };
+                    let at: Vec<Option<usize>> = (0..shape.len())
+                        .map(|k| (k + rank).checked_sub(shape.len()))
+                        .collect();
+                    self.operand(op, &at, &out);
+                }
+                out
+            }
+            Kernel::Relu | Kernel::Erf => input,
+            Kernel::Unary(Unary::Softmax { axis, .. }) => {
+                self.pin(input[axis - 1]);
+                input
+            }
+            Kernel::Unary(Unary::Transpose(perm)) => perm[1..]
+                .iter()
+                .map(|&a| self.whole(input[a - 1]))
+                .collect(),
+            Kernel::Unary(_) => input,
+            Kernel::Reshape(to) => {
+                let from = act.map(|s| self.tails[s].clone()).unwrap_or_default();
+                reshape(self, &from, &input, to)
+            }
+            Kernel::MaxPool(_)
+            | Kernel::AveragePool(_)
+            | Kernel::GlobalAveragePool
+            | Kernel::Pool { .. } => {
+                for &l in &input[1..] {
+                    self.pin(l);
+                }
+                let mut out = vec![None; rank];
+                out[0] = self.whole(input[0]);
+                out
+            }
+            Kernel::Mean(axes) => {
+                for &a in axes {
+                    self.pin(input[a - 1]);
+                }
+                input
+            }
+            Kernel::GroupNorm { groups, .. } | Kernel::Norm(Norm::Group { groups, .. }) => {
+                self.norm_groups(input[0], *groups);
+                for op in &step.inputs[1..] {
+                    self.operand(op, &channel, &input);
+                }
+                input
+            }
+            Kernel::InstanceNormalization { .. } | Kernel::Norm(Norm::Batch { .. }) => {
+                // Per channel over the positions: a width there is normalised over its
+                // kept units, which only a GroupNorm's decomposition (one group's units
+                // per row) means.
+                if let Kernel::InstanceNormalization { .. } = step.kernel {
+                    for &l in &input[1..] {
+                        if l.is_some_and(|l| l.per_group == 1) {
+                            self.pin(l);
+                        }
+                    }
+                }
+                for op in &step.inputs[1..] {
+                    self.operand(op, &channel, &input);
+                }
+                input
+            }
+            // Over the last axis alone, as the shipped CNN's feature norm: a width there is
+            // normalised over its kept units, its γ and β cut with it. Over more axes (a
+            // width and the positions, say), the cut would change every statistic: pinned.
+            Kernel::LayerNorm | Kernel::Norm(Norm::Layer { .. }) => {
+                let from = match step.kernel {
+                    Kernel::Norm(Norm::Layer { axis, .. }) => axis - 1,
+                    _ => rank - 1,
+                };
+                if from == rank - 1 {
+                    let last = self.whole(input[rank - 1]);
+                    self.norm_groups(last, 1);
+                    for op in &step.inputs[1..] {
+                        self.operand(op, &[Some(rank - 1)], &input);
+                    }
+                } else {
+                    for &l in &input[from..] {
+                        self.pin(l);
+                    }
+                    self.read_whole(&step.inputs[1..]);
+                }
+                input
+            }
+            Kernel::GroupedConv { .. } => {
+                self.read_whole(&step.inputs[1..]);
+                for &l in &input {
+                    self.pin(l);
+                }
+                vec![None; rank]
+            }
+        }
     }
 }
 
@@ -662,6 +667,14 @@ impl Trace<'_> {
             layers,
         }
     }
+}
+
+/// `fill` for every axis of every dense tensor of `plan`.
+fn per_axis<T: Clone>(plan: &Plan, fill: T) -> Vec<Vec<T>> {
+    plan.tensors
+        .iter()
+        .map(|(_, shape)| vec![fill.clone(); shape.len()])
+        .collect()
 }
 
 fn axis_of(tensor: &str, axis: usize, block: usize) -> Axis {
