@@ -4,6 +4,7 @@ use super::{ClientSelector, ClientStats, Selection, validate_clients};
 use crate::rng::ChaCha20Rng;
 use crate::{Result, StrategyError};
 use rand::Rng;
+use std::collections::HashMap;
 
 /// `m` clients drawn uniformly without replacement (the FedAvg default and the baseline of
 /// docs/algorithms.md §2). Keep ratios and update norms are ignored; the budget counts clients.
@@ -56,22 +57,28 @@ impl ClientSelector for UniformSelector {
         Ok(vec![m as f64 / clients.len() as f64; clients.len()])
     }
 
-    /// A partial Fisher–Yates shuffle: `m` draws, each one uniform integer.
+    /// A partial Fisher–Yates shuffle: `m` draws, each one uniform integer. The shuffled
+    /// positions are kept sparsely (only those a swap moved), so a round of `m` clients out of
+    /// a million registered ones touches `m` entries, not a vector of a million; the swaps and
+    /// so the draws are the dense shuffle's.
     fn select(
         &self,
         clients: &[ClientStats],
         budget: f64,
         rng: &mut ChaCha20Rng,
     ) -> Result<Selection> {
-        let probabilities = self.probabilities(clients, budget)?;
         let m = Self::sample_size(clients, budget)?;
         let k = clients.len();
-        let mut positions: Vec<usize> = (0..k).collect();
+        let probabilities = vec![m as f64 / k as f64; k];
+        let mut moved: HashMap<usize, usize> = HashMap::with_capacity(2 * m);
+        let at = |moved: &HashMap<usize, usize>, i: usize| moved.get(&i).copied().unwrap_or(i);
         for i in 0..m {
             let j = i + uniform_below(rng, (k - i) as u64) as usize;
-            positions.swap(i, j);
+            let (pi, pj) = (at(&moved, i), at(&moved, j));
+            moved.insert(i, pj);
+            moved.insert(j, pi);
         }
-        let mut chosen = positions[..m].to_vec();
+        let mut chosen: Vec<usize> = (0..m).map(|i| at(&moved, i)).collect();
         chosen.sort_unstable();
         Ok(Selection {
             chosen,
@@ -129,5 +136,34 @@ mod tests {
         assert!(UniformSelector.probabilities(&c, 0.4).is_err());
         assert!(UniformSelector.probabilities(&c, f64::NAN).is_err());
         assert!(UniformSelector.probabilities(&[], 1.0).is_err());
+    }
+
+    /// The sparse shuffle draws what the dense partial Fisher–Yates shuffle (a vector of every
+    /// position, swapped in place) drew before it, stream for stream: the same clients from the
+    /// same seeds, and the stream left at the same place.
+    #[test]
+    fn the_sparse_shuffle_draws_the_dense_shuffles_clients() {
+        for (k, budget, seed) in [
+            (10, 3.0, 1),
+            (1000, 10.0, 2),
+            (1000, 999.0, 3),
+            (50_000, 700.0, 4),
+        ] {
+            let c = clients(k);
+            let mut sparse = stream(seed, 5, 0, Purpose::Selection);
+            let mut dense = sparse.clone();
+            let drawn = UniformSelector.select(&c, budget, &mut sparse).unwrap();
+            let m = budget as usize;
+            let mut positions: Vec<usize> = (0..k).collect();
+            for i in 0..m {
+                let j = i + uniform_below(&mut dense, (k - i) as u64) as usize;
+                positions.swap(i, j);
+            }
+            let mut expected = positions[..m].to_vec();
+            expected.sort_unstable();
+            assert_eq!(drawn.chosen, expected, "k = {k}, m = {m}");
+            assert_eq!(sparse.next_u64(), dense.next_u64());
+            assert_eq!(drawn.probabilities, vec![m as f64 / k as f64; k]);
+        }
     }
 }
