@@ -336,8 +336,9 @@ fn a_fjord_client_trains_its_slice_at_drawn_levels() {
 
 /// The shipped digits CNN exported as ONNX (tests/fixtures/onnx/digits_cnn.onnx), sliced by
 /// the widths traced through its graph, trains to the bytes the shipped model sliced by its
-/// hand-written description trains to: the same cut (FedRolex's window past the end, so not a
-/// prefix), the same narrowed layers, the same scaler.
+/// hand-written description trains to: the same cut, the same narrowed layers; under
+/// HeteroFL's scaler on a slice that is no prefix (FedRolex's window past the end), and under
+/// FjORD's ordered dropout (a narrower prefix drawn per batch) on a prefix.
 #[test]
 fn a_sliced_onnx_digits_cnn_trains_to_the_shipped_models_bytes() {
     let file = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -346,33 +347,40 @@ fn a_sliced_onnx_digits_cnn_trains_to_the_shipped_models_bytes() {
     let onnx = Architecture::Onnx { path: path.clone() };
     let shipped = Architecture::DigitsCnn { classes: 10 };
     let groups = onnx.width_groups();
-    let kept = groups
-        .iter()
-        .map(|g| {
-            let per = g.units / g.norm_groups;
-            let units = (0..g.units)
-                .filter(|u| (u % per + 3) % per < per / 2)
-                .collect();
-            (g.name.clone(), units)
-        })
-        .collect();
-    let slice = WidthSlice {
-        kept,
-        keep_ratio: 0.5,
-        local: LocalWidth::Scaled,
+    let rolled = |shift: usize| {
+        groups
+            .iter()
+            .map(|g| {
+                let per = g.units / g.norm_groups;
+                let units = (0..g.units)
+                    .filter(|u| (u % per + shift) % per < per / 2)
+                    .collect();
+                (g.name.clone(), units)
+            })
+            .collect()
     };
-    let global = path.model.initial_state();
-    let mut sliced = task(&shipped, &slice);
-    sliced.dense = slice_state(global, &groups, &slice).expect("slices");
-    assert_eq!(
-        sliced.dense,
-        slice_state(global, &shipped.width_groups(), &slice).expect("slices"),
-        "the traced widths cut what the hand-written ones cut"
-    );
-    let data = || Box::new(random(24, 64, 10));
-    let ours = client(&onnx, data()).train(&sliced).expect("trains");
-    let theirs = client(&shipped, data()).train(&sliced).expect("trains");
-    assert_ne!(ours.dense, sliced.dense, "training moved the tensors");
-    assert_eq!(ours.dense, theirs.dense);
-    assert_eq!(ours.loss.to_bits(), theirs.loss.to_bits());
+    let fjord = LocalWidth::OrderedDropout {
+        levels: vec![0.25, 0.5],
+    };
+    for (kept, local) in [(rolled(3), LocalWidth::Scaled), (rolled(0), fjord)] {
+        let slice = WidthSlice {
+            kept,
+            keep_ratio: 0.5,
+            local,
+        };
+        let global = path.model.initial_state();
+        let mut sliced = task(&shipped, &slice);
+        sliced.dense = slice_state(global, &groups, &slice).expect("slices");
+        assert_eq!(
+            sliced.dense,
+            slice_state(global, &shipped.width_groups(), &slice).expect("slices"),
+            "the traced widths cut what the hand-written ones cut"
+        );
+        let data = || Box::new(random(24, 64, 10));
+        let ours = client(&onnx, data()).train(&sliced).expect("trains");
+        let theirs = client(&shipped, data()).train(&sliced).expect("trains");
+        assert_ne!(ours.dense, sliced.dense, "training moved the tensors");
+        assert_eq!(ours.dense, theirs.dense, "{:?}", slice.local);
+        assert_eq!(ours.loss.to_bits(), theirs.loss.to_bits());
+    }
 }
