@@ -230,18 +230,20 @@ impl BlockLayout {
             groups: w.groups.clone(),
             union: union_of(tasks.iter().filter_map(|t| t.width.as_ref())),
         });
-        // The union's number of units of each width, which fixes each tensor's length in it.
-        let widths: Option<BTreeMap<String, usize>> = width
-            .as_ref()
-            .map(|w| w.union.iter().map(|(g, u)| (g.clone(), u.len())).collect());
+        // The widths' groups and the union's number of units of each, which fix each
+        // tensor's length in the union.
+        let cut: Option<(&[WidthGroup], BTreeMap<String, usize>)> = width.as_ref().map(|w| {
+            let units = w.union.iter().map(|(g, u)| (g.clone(), u.len())).collect();
+            (w.groups.as_slice(), units)
+        });
         let dense = global
             .tensors
             .iter()
             .filter(|t| tasks.iter().any(|task| task.dense.get(&t.name).is_some()))
             .map(|t| {
-                let len = match (&width, &widths) {
-                    (Some(w), Some(widths)) => sliced_len(t, &w.groups, widths) as usize,
-                    _ => t.data.len(),
+                let len = match &cut {
+                    Some((groups, units)) => sliced_len(t, groups, units) as usize,
+                    None => t.data.len(),
                 };
                 (t.name.clone(), len)
             })

@@ -31,6 +31,11 @@ impl UniformSelector {
     }
 }
 
+/// `p_k = m/K` for each of the `k` clients.
+fn equal(m: usize, k: usize) -> Vec<f64> {
+    vec![m as f64 / k as f64; k]
+}
+
 /// A uniform integer in `0..bound` (`bound ≥ 1`) by Lemire's multiply-and-reject method, exact
 /// (no modulo bias).
 fn uniform_below(rng: &mut impl Rng, bound: u64) -> u64 {
@@ -54,7 +59,7 @@ impl ClientSelector for UniformSelector {
 
     fn probabilities(&self, clients: &[ClientStats], budget: f64) -> Result<Vec<f64>> {
         let m = Self::sample_size(clients, budget)?;
-        Ok(vec![m as f64 / clients.len() as f64; clients.len()])
+        Ok(equal(m, clients.len()))
     }
 
     /// A partial Fisher–Yates shuffle: `m` draws, each one uniform integer. The shuffled
@@ -69,7 +74,7 @@ impl ClientSelector for UniformSelector {
     ) -> Result<Selection> {
         let m = Self::sample_size(clients, budget)?;
         let k = clients.len();
-        let probabilities = vec![m as f64 / k as f64; k];
+        let probabilities = equal(m, k);
         let mut moved: HashMap<usize, usize> = HashMap::with_capacity(2 * m);
         let at = |moved: &HashMap<usize, usize>, i: usize| moved.get(&i).copied().unwrap_or(i);
         for i in 0..m {

@@ -21,7 +21,7 @@ use crate::models::resnet::{
 use fedshard_protocol::width::{Axis, WidthGroup, WidthSlice};
 
 /// `tensor`'s axis `axis`, a unit of the width being `block` consecutive indices of it.
-fn axis(tensor: &str, axis: usize, block: usize) -> Axis {
+pub(crate) fn axis(tensor: &str, axis: usize, block: usize) -> Axis {
     Axis {
         tensor: tensor.to_string(),
         axis,

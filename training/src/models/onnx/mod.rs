@@ -8,8 +8,8 @@
 //! [`plan`] resolves the graph against its input shape into steps over activations,
 //! parameters and constants (refusing what it cannot run, before any run), and [`net`] is
 //! the burn module that interprets those steps; [`widths`] traces the graph's hidden widths
-//! for the width strategies and narrows the plan to a client's slice. [`export`] writes a trained model back as
-//! ONNX through [`mod@write`], with the same protobuf types.
+//! for the width strategies and narrows the plan to a client's slice. [`export`] writes a
+//! trained model back as ONNX through [`mod@write`], with the same protobuf types.
 
 pub mod export;
 pub mod graph;
@@ -25,6 +25,8 @@ mod tests;
 mod tests_export;
 #[cfg(test)]
 mod tests_ops;
+#[cfg(test)]
+mod tests_widths;
 
 use crate::models::onnx::graph::Graph;
 use crate::models::onnx::ops::SUPPORTED;
@@ -224,5 +226,3 @@ impl std::fmt::Debug for OnnxFile {
         write!(f, "{:?}", self.path)
     }
 }
-#[cfg(test)]
-mod tests_widths;

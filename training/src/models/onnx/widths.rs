@@ -18,8 +18,9 @@
 //! trains, that width stays whole.
 
 use crate::models::onnx::plan::{Kernel, Layer, Norm, Operand, Plan, Step, Unary};
+use crate::models::widths::axis;
 use fedshard_protocol::model::ModelState;
-use fedshard_protocol::width::{Axis, WidthGroup};
+use fedshard_protocol::width::WidthGroup;
 use std::collections::BTreeMap;
 
 /// An axis that follows width `width` (an index into the trace's raw widths, later into
@@ -107,15 +108,13 @@ impl Trace<'_> {
             self.raw[rb].pinned = true;
             return;
         }
-        let pinned = self.raw[ra].pinned || self.raw[rb].pinned;
-        let groups = match (self.raw[ra].norm_groups, self.raw[rb].norm_groups) {
-            (Some(x), Some(y)) if x != y => None,
-            (x, y) => Some(x.or(y)),
-        };
+        let (ga, gb) = (self.raw[ra].norm_groups, self.raw[rb].norm_groups);
+        let conflict = matches!((ga, gb), (Some(x), Some(y)) if x != y);
+        let pinned = self.raw[ra].pinned || self.raw[rb].pinned || conflict;
         let (keep, drop) = (ra.min(rb), ra.max(rb));
         self.raw[drop].parent = keep;
-        self.raw[keep].pinned = pinned || groups.is_none();
-        self.raw[keep].norm_groups = groups.flatten();
+        self.raw[keep].pinned = pinned;
+        self.raw[keep].norm_groups = ga.or(gb);
     }
 
     /// The units of `label`'s width.
@@ -166,9 +165,9 @@ impl Trace<'_> {
 
     /// Axis `axis` of dense tensor `index` (in the file's shape) follows `label`.
     fn tensor_axis(&mut self, index: usize, axis: usize, label: Label) {
-        if label.per_group != 1 {
-            return self.pin(Some(label));
-        }
+        let Some(label) = self.whole(Some(label)) else {
+            return;
+        };
         match self.tensors[index][axis] {
             None => self.tensors[index][axis] = Some(label),
             Some(old) => self.unite(old, label),
@@ -302,62 +301,54 @@ fn carry(trace: &mut Trace, Run { from, labels, to }: Run) -> Vec<Option<Label>>
     let product = |d: &[usize]| -> usize { d.iter().product() };
     let rest_in = product(&from[1..]);
     let rest_out = product(&to[1..]);
-    let first = labels[0];
-    let carried = match first {
+    // The index of the input label the run carries; every other label in the run is pinned.
+    let carried = match labels[0] {
         // A whole width: its units fill whole indices of the first output axis.
         Some(l) if l.per_group == 1 && (l.block * rest_in).is_multiple_of(rest_out) => {
             out[0] = Some(Label {
                 block: l.block * rest_in / rest_out,
                 ..l
             });
-            true
+            Some(0)
         }
         // `[C, …] → [G, X, …]`: one norm group's units along X.
         Some(l)
             if l.per_group == 1
                 && to.len() >= 2
                 && to[0] > 1
-                && trace.units_of(l).is_multiple_of(to[0]) =>
+                && trace.units_of(l).is_multiple_of(to[0])
+                && (l.block * rest_in).is_multiple_of(product(&to[2..])) =>
         {
-            let rest = product(&to[2..]);
-            let unit = l.block * rest_in;
-            if unit.is_multiple_of(rest) {
-                trace.norm_groups(Some(l), to[0]);
-                out[1] = Some(Label {
-                    block: unit / rest,
-                    per_group: to[0],
-                    ..l
-                });
-                true
-            } else {
-                false
-            }
+            trace.norm_groups(Some(l), to[0]);
+            out[1] = Some(Label {
+                block: l.block * rest_in / product(&to[2..]),
+                per_group: to[0],
+                ..l
+            });
+            Some(0)
         }
         // `[G, X, …] → [C, …]`: the groups joined again.
-        None if from.len() >= 2
-            && labels[1].is_some_and(|l| l.per_group == from[0])
-            && labels[2..].iter().all(Option::is_none) =>
-        {
-            let l = labels[1].expect("checked");
-            let unit = l.block * product(&from[2..]);
-            if unit.is_multiple_of(rest_out) {
+        None if from.len() >= 2 => match labels[1] {
+            Some(l)
+                if l.per_group == from[0]
+                    && labels[2..].iter().all(Option::is_none)
+                    && (l.block * product(&from[2..])).is_multiple_of(rest_out) =>
+            {
                 out[0] = Some(Label {
-                    block: unit / rest_out,
+                    block: l.block * product(&from[2..]) / rest_out,
                     per_group: 1,
                     ..l
                 });
-                return out;
+                Some(1)
             }
-            false
-        }
-        _ => first.is_none(),
+            _ => None,
+        },
+        _ => None,
     };
-    let skip = if carried { 1 } else { 0 };
-    for &l in &labels[skip..] {
-        trace.pin(l);
-    }
-    if !carried {
-        out.fill(None);
+    for (k, &l) in labels.iter().enumerate() {
+        if carried != Some(k) {
+            trace.pin(l);
+        }
     }
     out
 }
@@ -401,8 +392,19 @@ impl Widths {
         let tail = |full: &[usize], labels: &[Option<Label>]| -> Vec<usize> {
             full.iter().zip(labels).map(|(&d, &l)| len(d, l)).collect()
         };
-        let mut out = plan.clone();
-        out.initial = ModelState::new(Vec::new()).expect("an empty state");
+        // Field by field, not `plan.clone()`: the initial values (the whole model) are not
+        // copied for every narrowed build (FjORD narrows once per batch).
+        let mut out = Plan {
+            input_name: plan.input_name.clone(),
+            input_tail: plan.input_tail.clone(),
+            layers: plan.layers.clone(),
+            tensors: plan.tensors.clone(),
+            steps: plan.steps.clone(),
+            slots: plan.slots,
+            output: plan.output,
+            classes: plan.classes,
+            initial: ModelState::new(Vec::new()).expect("an empty state"),
+        };
         for (layer, &(input, output)) in out.layers.iter_mut().zip(&self.layers) {
             match layer {
                 Layer::Affine { c_in, c_out, .. } | Layer::Conv { c_in, c_out, .. } => {
@@ -457,13 +459,14 @@ impl Trace<'_> {
                 let at = if conv { 0 } else { input.len() - 1 };
                 let opened = self.open(weight, c_out);
                 self.layers[*i] = (self.whole(input[at]), Some(opened));
-                let mut out = input.clone();
-                if conv {
+                let mut out = if conv {
                     for &l in &input[1..] {
                         self.pin(l);
                     }
-                    out = vec![None; rank];
-                }
+                    vec![None; rank]
+                } else {
+                    input.clone()
+                };
                 out[at] = Some(opened);
                 out
             }
@@ -598,11 +601,10 @@ impl Trace<'_> {
     /// The unpinned roots as width groups, every label renumbered to its group (a label of a
     /// pinned width becomes `None`: that axis stays whole).
     fn finish(mut self) -> Widths {
-        for (labels, whole) in self.tensors.clone().iter().zip(self.whole.clone()) {
-            for (&l, whole) in labels.iter().zip(whole) {
-                if whole {
-                    self.pin(l);
-                }
+        let whole = std::mem::take(&mut self.whole);
+        for (i, axes) in whole.iter().enumerate() {
+            for (a, _) in axes.iter().enumerate().filter(|(_, w)| **w) {
+                self.pin(self.tensors[i][a]);
             }
         }
         let mut index = BTreeMap::new();
@@ -632,12 +634,12 @@ impl Trace<'_> {
         }
         let mut tensors = std::mem::take(&mut self.tensors);
         for (i, labels) in tensors.iter_mut().enumerate() {
-            for (axis, l) in labels.iter_mut().enumerate() {
+            for (a, l) in labels.iter_mut().enumerate() {
                 *l = relabel(&mut self, *l);
                 if let Some(l) = l {
                     groups[l.width]
                         .axes
-                        .push(axis_of(&self.plan.tensors[i].0, axis, l.block));
+                        .push(axis(&self.plan.tensors[i].0, a, l.block));
                 }
             }
         }
@@ -651,13 +653,13 @@ impl Trace<'_> {
                 }
             };
             if let Some(l) = output {
-                groups[l.width].axes.push(axis_of(weight, 0, 1));
+                groups[l.width].axes.push(axis(weight, 0, 1));
                 if let Some(b) = bias {
-                    groups[l.width].axes.push(axis_of(b, 0, 1));
+                    groups[l.width].axes.push(axis(b, 0, 1));
                 }
             }
             if let Some(l) = input {
-                groups[l.width].axes.push(axis_of(weight, 1, l.block));
+                groups[l.width].axes.push(axis(weight, 1, l.block));
             }
         }
         Widths {
@@ -675,12 +677,4 @@ fn per_axis<T: Clone>(plan: &Plan, fill: T) -> Vec<Vec<T>> {
         .iter()
         .map(|(_, shape)| vec![fill.clone(); shape.len()])
         .collect()
-}
-
-fn axis_of(tensor: &str, axis: usize, block: usize) -> Axis {
-    Axis {
-        tensor: tensor.to_string(),
-        axis,
-        block,
-    }
 }
