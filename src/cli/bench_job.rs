@@ -97,6 +97,8 @@ pub struct JobReport {
     pub model_digest: String,
     pub threads: usize,
     pub device: crate::config::Device,
+    /// On the CPU, the micro-kernels its matrix products ran on: the digest is this path's.
+    pub products: &'static str,
     /// Whether the neural clients trained in cohorts.
     pub cohorts: bool,
     /// The clock the run was timed by, and under simulated time the run's simulated seconds
@@ -144,6 +146,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
         model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         device: config.training.device,
+        products: fedshard_training::models::kernels::product_kernels(),
         cohorts: config.training.cohorts,
         clock: config.run.clock,
         simulated_seconds: history.last().and_then(|r| r.time.as_ref()).map(|t| t.end),
@@ -162,13 +165,13 @@ pub fn describe(r: &JobReport) -> String {
     let s = &r.seconds;
     let per_round = |x: f64| x / r.rounds.max(1) as f64;
     let mut text = format!(
-        "job {}: {} {}s in {:.2} s wall on {} core(s), training on {:?} (cohorts {}), final accuracy {:.4}, model digest {}\n",
+        "job {}: {} {}s in {:.2} s wall on {} core(s), training on {}, cohorts {}, final accuracy {:.4}, model digest {}\n",
         r.config.display(),
         r.rounds,
         r.step,
         s.wall,
         r.threads,
-        r.device,
+        r.device.label(r.products),
         if r.cohorts { "on" } else { "off" },
         r.final_accuracy,
         r.model_digest

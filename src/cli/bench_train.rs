@@ -79,6 +79,9 @@ pub struct TrainBenchReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub onnx: Option<std::path::PathBuf>,
     pub device: Device,
+    /// On the CPU, the micro-kernels its matrix products ran on (`AVX-512` or `AVX2`): the
+    /// figure belongs to that path (`product_kernels`).
+    pub products: &'static str,
     pub batch: usize,
     pub threads: usize,
     pub keep_ratio: f64,
@@ -218,6 +221,7 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
         model: model.map_or("onnx".into(), |m| m.get_name().to_string()),
         onnx: args.onnx.clone(),
         device: args.device,
+        products: fedshard_training::models::kernels::product_kernels(),
         batch,
         threads: args.threads,
         keep_ratio: args.keep_ratio,
@@ -346,8 +350,12 @@ pub fn describe(r: &TrainBenchReport) -> String {
         None => r.model.clone(),
     };
     let mut line = format!(
-        "train {model} on {:?}: batch {}, {} thread(s), keep ratio {}: {:.0} samples/s",
-        r.device, r.batch, r.threads, r.keep_ratio, r.samples_per_second
+        "train {model} on {}: batch {}, {} thread(s), keep ratio {}: {:.0} samples/s",
+        r.device.label(r.products),
+        r.batch,
+        r.threads,
+        r.keep_ratio,
+        r.samples_per_second
     );
     if r.threads > 1 {
         line += &format!(" in all, {:.0} per thread", r.samples_per_second_per_thread);
@@ -407,6 +415,7 @@ mod tests {
             model: "digits-cnn".into(),
             onnx: None,
             device,
+            products: "AVX2",
             batch: 8,
             threads: 1,
             keep_ratio,

@@ -321,6 +321,19 @@ pub enum Device {
     Cuda,
 }
 
+impl Device {
+    /// The device as a benchmark names it beside its figures: on the CPU with the micro-kernels
+    /// its matrix products ran on (`products`, from
+    /// [`product_kernels`](fedshard_training::models::kernels::product_kernels)), since a figure
+    /// and a seed's model bytes belong to that path.
+    pub fn label(self, products: &str) -> String {
+        match self {
+            Device::Cpu => format!("Cpu ({products} products)"),
+            Device::Cuda => "Cuda".into(),
+        }
+    }
+}
+
 /// `[training]`: the local recipe (flattened, so its fields and defaults are
 /// [`Recipe`]'s), the server's learning-rate schedule and where neural clients train.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,11 +4,11 @@
 //! divides each model's flops per sample by these figures to say how far `bench train` is
 //! from the machine.
 //!
-//! `cargo bench -p fedshard-training --bench sgemm` prints GFLOP/s, best of five timed batches
-//! of calls per shape, and which vector width the crate picked at run time (it detects AVX-512
-//! and uses it when the CPU has it, AVX2 and FMA otherwise).
+//! `cargo bench -p fedshard-training --bench sgemm --features avx512` prints GFLOP/s, best of
+//! five timed batches of calls per shape, and which kernels ran ([`product_kernels`]: AVX-512
+//! with the feature on a CPU that has it; without the feature, the AVX2 path on any CPU).
 
-use fedshard_training::models::kernels::sgemm;
+use fedshard_training::models::kernels::{product_kernels, sgemm};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -46,16 +46,7 @@ fn gflops(shape: [usize; 3]) -> f64 {
 }
 
 fn main() {
-    #[cfg(target_arch = "x86_64")]
-    let width = if std::arch::is_x86_feature_detected!("avx512f") {
-        "AVX-512 (16 lanes)"
-    } else if std::arch::is_x86_feature_detected!("fma") {
-        "AVX2 + FMA (8 lanes)"
-    } else {
-        "SSE (4 lanes)"
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let width = "this architecture's";
+    let width = product_kernels();
     println!("sgemm, one thread, gemm crate with {width} kernels; best of five batches");
     for (shape, what) in SHAPES {
         let [m, k, n] = shape;

@@ -443,6 +443,23 @@ pub fn sgemm([m, k, n]: [usize; 3], a: &[f32], b: &[f32], c: &mut [f32]) {
     );
 }
 
+/// The micro-kernels [`sgemm`] and every CPU product of training run on in this process:
+/// `gemm`'s AVX-512 kernels when the build has the `avx512` feature (the `fedshard` binary's
+/// default) and the CPU has AVX-512F, else its AVX2 kernels (every x86-64 build targets
+/// x86-64-v3). The two round differently, so a seed's model bytes are the same only on the
+/// same path: benchmarks and runs name it beside their figures.
+pub fn product_kernels() -> &'static str {
+    #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return "AVX-512";
+    }
+    if cfg!(target_arch = "x86_64") {
+        "AVX2"
+    } else {
+        "the target's own"
+    }
+}
+
 /// GPT-2's GELU through [`Kernels::fused_gelu`].
 pub fn gelu<B: Kernels, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     float(B::fused_gelu(x.into_primitive().tensor()))
