@@ -131,7 +131,8 @@ pub fn join<B: Kernels>(mut parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
     B::float_cat(parts, 0)
 }
 
-/// Per-client tensors stacked along a new leading client axis (`…` → `C × …`).
+/// Per-client tensors stacked along a new leading client axis (`…` → `C × …`): the default
+/// [`Kernels::cohort_stack`].
 pub fn stack<B: Kernels>(parts: Vec<FloatTensor<B>>) -> FloatTensor<B> {
     let unsqueezed = parts
         .into_iter()
@@ -185,8 +186,8 @@ pub fn linear_backward<B: Kernels>(
         d_x.push(dx);
         d_w.push(dw);
     }
-    let d_b = with_bias.then(|| stack::<B>(d_b));
-    (join::<B>(d_x), stack::<B>(d_w), d_b)
+    let d_b = with_bias.then(|| B::cohort_stack(d_b));
+    (join::<B>(d_x), B::cohort_stack(d_w), d_b)
 }
 
 /// [`Kernels::cohort_layer_norm`] one client at a time.
@@ -219,7 +220,11 @@ pub fn layer_norm_backward<B: Kernels>(
         d_gamma.push(dg);
         d_beta.push(db);
     }
-    [join::<B>(d_x), stack::<B>(d_gamma), stack::<B>(d_beta)]
+    [
+        join::<B>(d_x),
+        B::cohort_stack(d_gamma),
+        B::cohort_stack(d_beta),
+    ]
 }
 
 /// [`Kernels::cohort_conv2d`] one client at a time.
@@ -264,8 +269,8 @@ pub fn conv2d_backward<B: Kernels>(
     }
     (
         join::<B>(d_x),
-        stack::<B>(d_f),
-        with_bias.then(|| stack::<B>(d_b)),
+        B::cohort_stack(d_f),
+        with_bias.then(|| B::cohort_stack(d_b)),
     )
 }
 
@@ -306,7 +311,11 @@ pub fn group_norm_backward<B: Kernels>(
         d_gamma.push(dg);
         d_beta.push(db);
     }
-    [join::<B>(d_x), stack::<B>(d_gamma), stack::<B>(d_beta)]
+    [
+        join::<B>(d_x),
+        B::cohort_stack(d_gamma),
+        B::cohort_stack(d_beta),
+    ]
 }
 
 /// Whether a cohort runs batched: several clients owning equal rows.

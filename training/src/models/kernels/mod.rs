@@ -227,6 +227,14 @@ pub trait Kernels: Backend {
         cohort::slice_client::<Self>(stacked, c)
     }
 
+    /// Per-client tensors stacked along a new leading client axis (`…` → `C × …`): the
+    /// cohort's parameter gradients. The CPU backend gives a lone client's tensor its axis in
+    /// place, where burn-ndarray's reshape copies it (ResNet-18's filter gradients, 2.7% of a
+    /// step).
+    fn cohort_stack(parts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        cohort::stack::<Self>(parts)
+    }
+
     /// [`Kernels::fused_linear`] for a cohort (the `cohort` module): `w` is `C × out × in`
     /// (any strides), `bias` `C × out`, and client c's rows of `x` use client c's weight.
     fn cohort_linear(

@@ -21,7 +21,7 @@ mod sgd;
 pub(super) use activations::{softmax_backward_rows, softmax_rows};
 pub(super) use products::gemm_into;
 
-use super::{ConvGeometry, Kernels, Pool};
+use super::{ConvGeometry, Kernels, Pool, cohort};
 use burn::backend::NdArray;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DataError, Shape, Tensor, TensorData, TensorMetadata};
@@ -128,6 +128,17 @@ impl Kernels for NdArray<f32> {
             not_f32(&stacked)
         };
         NdArrayTensor::from(storage.into_shared().index_axis_move(ndarray::Axis(0), c))
+    }
+
+    fn cohort_stack(mut parts: Vec<FloatTensor<Self>>) -> FloatTensor<Self> {
+        if parts.len() != 1 {
+            return cohort::stack::<Self>(parts);
+        }
+        let part = parts.pop().expect("one part");
+        let NdArrayTensor::F32(storage) = part else {
+            not_f32(&part)
+        };
+        NdArrayTensor::from(storage.into_shared().insert_axis(ndarray::Axis(0)))
     }
 
     fn scale_rows(x: FloatTensor<Self>, scale: FloatTensor<Self>) -> FloatTensor<Self> {
