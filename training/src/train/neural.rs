@@ -150,16 +150,13 @@ pub fn add_frobenius_decay<B: TrainingBackend>(
     if mu == 0.0 {
         return;
     }
-    let mut add = |id, decay: Tensor<B::InnerBackend, 3>| {
-        let total = match grads.remove::<B::InnerBackend, 3>(id) {
-            Some(g) => g + decay,
-            None => decay,
-        };
-        grads.register(id, total);
-    };
     for weight in net.weights() {
         match weight {
-            Weight::Dense(w) => add(w.id, w.val().inner().mul_scalar(mu)),
+            // g + μ w in one pass (in g's buffer on the CPU).
+            Weight::Dense(w) => replace_grad(grads, w.id, |g| match g {
+                Some(g) => kernels::add_scaled(g, w.val().inner(), mu),
+                None => w.val().inner().mul_scalar(mu),
+            }),
             Weight::Factorized(f) => {
                 let [clients, n] = f.omega.dims();
                 // Each client's Gram products are its own: one row of dimension 0 per client.
@@ -174,11 +171,26 @@ pub fn add_frobenius_decay<B: TrainingBackend>(
                 // linear(G, Xᵀ) = G · X, with the transposed factor read in place.
                 let d_u = kernels::cohort_affine(gram_v, scaled_u.swap_dims(1, 2), None, &each);
                 let d_v = kernels::cohort_affine(gram_u, scaled_v.swap_dims(1, 2), None, &each);
-                add(f.u.id, kernels::scale_rows(d_u, rows.clone()));
-                add(f.v.id, kernels::scale_rows(d_v, rows));
+                for (id, d) in [(f.u.id, d_u), (f.v.id, d_v)] {
+                    let decay = kernels::scale_rows(d, rows.clone());
+                    replace_grad(grads, id, |g| match g {
+                        Some(g) => g + decay,
+                        None => decay,
+                    });
+                }
             }
         }
     }
+}
+
+/// The gradient of `id` (if it has one) replaced by `total` of it.
+fn replace_grad<B: burn::tensor::backend::Backend>(
+    grads: &mut GradientsParams,
+    id: burn::module::ParamId,
+    total: impl FnOnce(Option<Tensor<B, 3>>) -> Tensor<B, 3>,
+) {
+    let total = total(grads.remove::<B, 3>(id));
+    grads.register(id, total);
 }
 
 /// Scales the gradient of term i of every shard's U and V by `min(1, τ/ω_i)`.

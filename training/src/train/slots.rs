@@ -199,25 +199,24 @@ mod tests {
     fn held_time_counts_the_running_not_the_queueing() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let hold = Duration::from_millis(30);
-        // Every core busy for 3 × hold, so the measuring thread queues before its work runs.
-        let (started, running) = std::sync::mpsc::channel();
+        // Every core busy until `hold` after the measuring thread starts its clock, however late
+        // a loaded machine schedules it: the blockers wait on the pool for it, then hold on.
+        let go = Arc::new(std::sync::Barrier::new(cores + 1));
         let blockers: Vec<_> = (0..cores)
             .map(|_| {
-                let started = started.clone();
+                let go = Arc::clone(&go);
                 std::thread::spawn(move || {
                     on_a_core(|| {
-                        started.send(()).expect("the test waits");
-                        std::thread::sleep(3 * hold);
+                        go.wait();
+                        std::thread::sleep(hold);
                     })
                 })
             })
             .collect();
-        for _ in 0..cores {
-            running.recv().expect("a blocker runs");
-        }
         std::thread::spawn(move || {
             let _ = take_held();
             let started = Instant::now();
+            go.wait();
             on_a_core(|| std::thread::sleep(hold));
             let (held, total) = (take_held(), started.elapsed());
             assert!(held >= hold, "held {held:?} < {hold:?}");

@@ -59,6 +59,12 @@ pub fn sgd_step<B: Backend>(
     [restore(stepped, shape.clone()), restore(velocity, shape)]
 }
 
+pub fn add_scaled<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>, scale: f64) -> FloatTensor<B> {
+    let (a, shape) = rows::<B>(a);
+    let (b, _) = rows::<B>(b);
+    restore(a + b.mul_scalar(scale), shape)
+}
+
 pub fn gelu<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
     let (x, shape) = rows::<B>(x);
     restore(x.clone() * half_one_plus_tanh(x), shape)

@@ -76,6 +76,13 @@ pub trait Kernels: Backend {
         composite::sgd_step::<Self>(param, grad, velocity, lr, momentum)
     }
 
+    /// `a + scale · b` of two tensors of one shape: the weight decay `μ w` added to a gradient.
+    /// Separate for the same reason as [`Kernels::sgd_step`]: as tensor operations it is two
+    /// allocating passes over every parameter (6% of a ResNet-18 step on the CPU).
+    fn add_scaled(a: FloatTensor<Self>, b: FloatTensor<Self>, scale: f64) -> FloatTensor<Self> {
+        composite::add_scaled::<Self>(a, b, scale)
+    }
+
     /// GPT-2's GELU, `x · ½(1 + tanh(√(2/π)(x + 0.044715 x³)))`.
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         composite::gelu::<Self>(x)
@@ -580,6 +587,19 @@ pub fn cohort_affine<B: Kernels, const D: usize>(
 
 /// `x` (`C × n × c`) with each row times its number in `scale` (`C × n × 1`), through
 /// [`Kernels::scale_rows`].
+/// `a + scale · b` through [`Kernels::add_scaled`].
+pub fn add_scaled<B: Kernels, const D: usize>(
+    a: Tensor<B, D>,
+    b: Tensor<B, D>,
+    scale: f64,
+) -> Tensor<B, D> {
+    float(B::add_scaled(
+        a.into_primitive().tensor(),
+        b.into_primitive().tensor(),
+        scale,
+    ))
+}
+
 pub fn scale_rows<B: Kernels>(x: Tensor<B, 3>, scale: Tensor<B, 3>) -> Tensor<B, 3> {
     float(B::scale_rows(
         x.into_primitive().tensor(),

@@ -155,6 +155,10 @@ impl Kernels for NdArray<f32> {
         sgd::step(param, grad, velocity, lr, momentum)
     }
 
+    fn add_scaled(a: FloatTensor<Self>, b: FloatTensor<Self>, scale: f64) -> FloatTensor<Self> {
+        sgd::add_scaled(a, b, scale)
+    }
+
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         activations::gelu(x)
     }

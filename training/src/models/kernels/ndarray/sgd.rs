@@ -35,6 +35,15 @@ pub(super) fn step(
     [stepped, velocity]
 }
 
+/// [`Kernels::add_scaled`](crate::models::kernels::Kernels::add_scaled) on the CPU: in `a`'s
+/// buffer when nothing else holds it.
+pub(super) fn add_scaled(a: NdArrayTensor, b: NdArrayTensor, scale: f64) -> NdArrayTensor {
+    assert_eq!(a.shape(), b.shape(), "add_scaled: operands of other shapes");
+    // As burn's `mul_scalar`: the scalar in the element type, then the product, then the sum.
+    let scale = scale as f32;
+    update(a, &values(&b), |a, b| a + b * scale)
+}
+
 /// `t` with every element `x` replaced by `f(x, o)`, `o` the element of `other` at the same
 /// row-major index: in `t`'s buffer when `t` alone holds it and it is contiguous, else in a
 /// fresh one.
@@ -155,6 +164,23 @@ mod tests {
             <NdArray as Kernels>::sgd_step(tensor(&p), tensor(&g), Some(tensor(&v)), 0.05, 0.5);
         for (a, b) in shared.into_iter().zip(alone) {
             assert_eq!(data(a), data(b));
+        }
+    }
+
+    /// The fused `g + μ w` gives the bits of burn's `g + w.mul_scalar(μ)`, for contiguous and
+    /// transposed operands (a transposed gradient takes the fresh-buffer path).
+    #[test]
+    fn a_fused_decay_is_burns_bit_for_bit() {
+        let (g, w) = (
+            [0.7f32, 0.01, -3.3, 0.25, -0.5, 9.0],
+            [0.3f32, -1.25, 2.0, 1e-3, 7.5, -0.1],
+        );
+        let contiguous = |x: &[f32]| t(x).into_primitive().tensor();
+        let transposed = |x: &[f32]| t(x).transpose().into_primitive().tensor();
+        for layout in [&contiguous as &Layout, &transposed] {
+            let fused = <NdArray as Kernels>::add_scaled(layout(&g), layout(&w), 1e-4);
+            let burns = composite::add_scaled::<NdArray>(layout(&g), layout(&w), 1e-4);
+            assert_eq!(data(fused), data(burns));
         }
     }
 }
