@@ -64,6 +64,8 @@ pub struct RoundBenchArgs {
 pub struct RoundBenchReport {
     pub model: BenchModel,
     pub device: Device,
+    /// On the CPU, the micro-kernels its matrix products ran on (`AVX-512` or `AVX2`).
+    pub products: &'static str,
     pub cohorts: bool,
     pub clients: usize,
     pub samples: usize,
@@ -169,6 +171,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
     Ok(RoundBenchReport {
         model: args.model,
         device: args.device,
+        products: fedshard_training::models::kernels::product_kernels(),
         cohorts: training.cohorts,
         clients: args.clients,
         samples: args.samples,
@@ -190,9 +193,9 @@ pub fn describe(r: &RoundBenchReport) -> String {
         .map(|s| format!("{s:.3}"))
         .collect();
     format!(
-        "round {:?} on {:?}, cohorts {}: {} clients × {} samples × {} epochs at batch {}, keep ratio {}, {} core(s): {} s per round, {:.0} samples/s, peak RSS {:.0} MB",
+        "round {:?} on {}, cohorts {}: {} clients × {} samples × {} epochs at batch {}, keep ratio {}, {} core(s): {} s per round, {:.0} samples/s, peak RSS {:.0} MB",
         r.model,
-        r.device,
+        r.device.label(r.products),
         if r.cohorts { "on" } else { "off" },
         r.clients,
         r.samples,
