@@ -97,8 +97,10 @@ pub struct JobReport {
     pub model_digest: String,
     pub threads: usize,
     pub device: crate::config::Device,
-    /// On the CPU, the micro-kernels its matrix products ran on: the digest is this path's.
-    pub products: &'static str,
+    /// On the CPU, the micro-kernels its matrix products ran on (`Device::products`): the
+    /// digest is this path's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub products: Option<&'static str>,
     /// Whether the neural clients trained in cohorts.
     pub cohorts: bool,
     /// The clock the run was timed by, and under simulated time the run's simulated seconds
@@ -146,7 +148,7 @@ pub fn job(args: &JobBenchArgs) -> anyhow::Result<JobReport> {
         model_digest: format!("{:016x}", fnv1a(&model.to_bytes())),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         device: config.training.device,
-        products: fedshard_training::models::kernels::product_kernels(),
+        products: config.training.device.products(),
         cohorts: config.training.cohorts,
         clock: config.run.clock,
         simulated_seconds: history.last().and_then(|r| r.time.as_ref()).map(|t| t.end),
@@ -171,7 +173,7 @@ pub fn describe(r: &JobReport) -> String {
         r.step,
         s.wall,
         r.threads,
-        r.device.label(r.products),
+        r.device.label(),
         if r.cohorts { "on" } else { "off" },
         r.final_accuracy,
         r.model_digest

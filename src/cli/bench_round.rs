@@ -64,8 +64,10 @@ pub struct RoundBenchArgs {
 pub struct RoundBenchReport {
     pub model: BenchModel,
     pub device: Device,
-    /// On the CPU, the micro-kernels its matrix products ran on (`AVX-512` or `AVX2`).
-    pub products: &'static str,
+    /// On the CPU, the micro-kernels its matrix products ran on (`Device::products`): the
+    /// figure belongs to that path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub products: Option<&'static str>,
     pub cohorts: bool,
     pub clients: usize,
     pub samples: usize,
@@ -171,7 +173,7 @@ pub fn round(args: &RoundBenchArgs) -> anyhow::Result<RoundBenchReport> {
     Ok(RoundBenchReport {
         model: args.model,
         device: args.device,
-        products: fedshard_training::models::kernels::product_kernels(),
+        products: args.device.products(),
         cohorts: training.cohorts,
         clients: args.clients,
         samples: args.samples,
@@ -195,7 +197,7 @@ pub fn describe(r: &RoundBenchReport) -> String {
     format!(
         "round {:?} on {}, cohorts {}: {} clients × {} samples × {} epochs at batch {}, keep ratio {}, {} core(s): {} s per round, {:.0} samples/s, peak RSS {:.0} MB",
         r.model,
-        r.device.label(r.products),
+        r.device.label(),
         if r.cohorts { "on" } else { "off" },
         r.clients,
         r.samples,

@@ -79,9 +79,10 @@ pub struct TrainBenchReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub onnx: Option<std::path::PathBuf>,
     pub device: Device,
-    /// On the CPU, the micro-kernels its matrix products ran on (`AVX-512` or `AVX2`): the
-    /// figure belongs to that path (`product_kernels`).
-    pub products: &'static str,
+    /// On the CPU, the micro-kernels its matrix products ran on (`Device::products`): the
+    /// figure belongs to that path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub products: Option<&'static str>,
     pub batch: usize,
     pub threads: usize,
     pub keep_ratio: f64,
@@ -221,7 +222,7 @@ pub fn train_throughput(args: &TrainBenchArgs) -> anyhow::Result<TrainBenchRepor
         model: model.map_or("onnx".into(), |m| m.get_name().to_string()),
         onnx: args.onnx.clone(),
         device: args.device,
-        products: fedshard_training::models::kernels::product_kernels(),
+        products: args.device.products(),
         batch,
         threads: args.threads,
         keep_ratio: args.keep_ratio,
@@ -351,7 +352,7 @@ pub fn describe(r: &TrainBenchReport) -> String {
     };
     let mut line = format!(
         "train {model} on {}: batch {}, {} thread(s), keep ratio {}: {:.0} samples/s",
-        r.device.label(r.products),
+        r.device.label(),
         r.batch,
         r.threads,
         r.keep_ratio,
@@ -415,7 +416,7 @@ mod tests {
             model: "digits-cnn".into(),
             onnx: None,
             device,
-            products: "AVX2",
+            products: device.products(),
             batch: 8,
             threads: 1,
             keep_ratio,

@@ -322,14 +322,21 @@ pub enum Device {
 }
 
 impl Device {
-    /// The device as a benchmark names it beside its figures: on the CPU with the micro-kernels
-    /// its matrix products ran on (`products`, from
-    /// [`product_kernels`](fedshard_training::models::kernels::product_kernels)), since a figure
-    /// and a seed's model bytes belong to that path.
-    pub fn label(self, products: &str) -> String {
+    /// On the CPU, the micro-kernels its matrix products run on in this process
+    /// ([`product_kernels`](fedshard_training::models::kernels::product_kernels)); none on CUDA.
+    pub fn products(self) -> Option<&'static str> {
         match self {
-            Device::Cpu => format!("Cpu ({products} products)"),
-            Device::Cuda => "Cuda".into(),
+            Device::Cpu => Some(fedshard_training::models::kernels::product_kernels()),
+            Device::Cuda => None,
+        }
+    }
+
+    /// The device as a benchmark names it beside its figures: the CPU with its products' path,
+    /// since a figure and a seed's model bytes belong to that path.
+    pub fn label(self) -> String {
+        match self.products() {
+            Some(products) => format!("Cpu ({products} products)"),
+            None => "Cuda".into(),
         }
     }
 }

@@ -48,16 +48,16 @@ pub(super) fn add_scaled(a: NdArrayTensor, b: NdArrayTensor, scale: f64) -> NdAr
 /// row-major index: in `t`'s buffer when `t` alone holds it and it is contiguous, else in a
 /// fresh one.
 fn update(t: NdArrayTensor, other: &[f32], f: impl Fn(f32, f32) -> f32) -> NdArrayTensor {
+    assert_eq!(
+        t.shape().num_elements(),
+        other.len(),
+        "an element-wise update of operands of other lengths"
+    );
     match exclusive(t) {
         Ok(mut array) => {
             let slice = array
                 .as_slice_mut()
                 .expect("exclusive() returns contiguous arrays");
-            assert_eq!(
-                slice.len(),
-                other.len(),
-                "sgd_step: operands of other lengths"
-            );
             for (x, &o) in slice.iter_mut().zip(other) {
                 *x = f(*x, o);
             }
