@@ -7,7 +7,7 @@ use crate::host::HostMsg;
 use crate::secure::{SecureClient, SecureStep};
 use fedshard_protocol::model::ModelState;
 use fedshard_protocol::payload::{UpdateEnvelope, encode};
-use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask};
+use fedshard_protocol::task::{ClientId, LocalTrainer, TrainOutput, TrainTask, Work};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
@@ -132,6 +132,36 @@ fn update_norm(task: &TrainTask, output: &TrainOutput) -> f64 {
     sum.sqrt()
 }
 
+/// Why local work returned no result.
+enum Lost {
+    /// It panicked, with this text.
+    Panicked(String),
+    /// The trainer dropped it without running it (a runtime shutting down drops the work
+    /// queued for its blocking threads).
+    Dropped,
+}
+
+/// Runs `work` where `trainer` starts it ([`LocalTrainer::start`]: on the core pool, or on a
+/// blocking thread of its own) and waits for its result off the executor.
+async fn local_work<R: Send + 'static>(
+    trainer: &dyn LocalTrainer,
+    work: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, Lost> {
+    let (sender, result) = tokio::sync::oneshot::channel();
+    let work: Work = Box::new(move || {
+        // Caught here, wherever it runs: a panic on the core pool would abort the process.
+        let _ = sender.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+    });
+    if let Some(work) = trainer.start(work) {
+        drop(tokio::task::spawn_blocking(work));
+    }
+    match result.await {
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(panic)) => Err(Lost::Panicked(panic_text(panic))),
+        Err(_) => Err(Lost::Dropped),
+    }
+}
+
 fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
     panic
         .downcast_ref::<&str>()
@@ -172,7 +202,7 @@ impl Actor for ClientActor {
                 let trainer = Arc::clone(&state.trainer);
                 let leaves = trainer.drops_out(&task);
                 let started = Instant::now();
-                let joined = tokio::task::spawn_blocking(move || {
+                let joined = local_work(&*state.trainer, move || {
                     // The encoding (for KLMS as costly as training) is part of the client's
                     // local work: it runs on the trainer's core and inside its slow-down.
                     let mut encoded = None;
@@ -274,12 +304,14 @@ impl Actor for ClientActor {
                             panicked: false,
                         });
                     }
-                    Err(join) => {
-                        let reason = if join.is_panic() {
-                            panic_text(join.into_panic())
-                        } else {
-                            join.to_string()
-                        };
+                    Err(Lost::Dropped) => {
+                        let _ = reply.send(ClientReply::Failed {
+                            client: id,
+                            reason: "the trainer dropped the client's work unrun".into(),
+                            panicked: false,
+                        });
+                    }
+                    Err(Lost::Panicked(reason)) => {
                         let _ = reply.send(ClientReply::Failed {
                             client: id,
                             reason: reason.clone(),
@@ -384,6 +416,28 @@ pub(crate) mod tests {
         }
     }
 
+    /// [`Shift`] whose work starts on a thread it spawns (as the core pool's would), or is
+    /// dropped unrun.
+    struct Starts {
+        shift: Shift,
+        runs: bool,
+    }
+
+    impl LocalTrainer for Starts {
+        fn samples(&self) -> u64 {
+            self.shift.samples()
+        }
+        fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
+            self.shift.train(task)
+        }
+        fn start(&self, work: Work) -> Option<Work> {
+            if self.runs {
+                std::thread::spawn(work);
+            }
+            None
+        }
+    }
+
     pub(crate) fn task(round: u64) -> Box<TrainTask> {
         Box::new(TrainTask {
             round,
@@ -407,7 +461,9 @@ pub(crate) mod tests {
     }
 
     /// A client actor of the client 7 with `trainer`, under a host that keeps no client.
-    async fn spawn_client(trainer: Shift) -> (ActorRef<ClientMsg>, tokio::task::JoinHandle<()>) {
+    async fn spawn_client(
+        trainer: impl LocalTrainer,
+    ) -> (ActorRef<ClientMsg>, tokio::task::JoinHandle<()>) {
         let (host, _) = crate::host::tests::host(BTreeMap::new()).await;
         let args = ClientArgs {
             id: 7,
@@ -473,5 +529,47 @@ pub(crate) mod tests {
         // The actor itself fails, so its supervisor (the client host) learns of the panic.
         handle.await.unwrap();
         assert_eq!(actor.get_status(), ractor::ActorStatus::Stopped);
+    }
+
+    #[tokio::test]
+    async fn work_a_trainer_starts_itself_reports_as_on_a_thread_of_its_own() {
+        let (actor, handle) = spawn_client(Starts {
+            shift: Shift(0.5),
+            runs: true,
+        })
+        .await;
+        match train(&actor, 3).await {
+            ClientReply::Update(e) => assert!((e.update_norm - 1.0).abs() < 1e-12),
+            other => panic!("{other:?}"),
+        }
+        handle.await.unwrap();
+
+        // A panic where the trainer started the work is caught there and fails the actor.
+        let (actor, handle) = spawn_client(Starts {
+            shift: Shift(f32::NAN),
+            runs: true,
+        })
+        .await;
+        match train(&actor, 1).await {
+            ClientReply::Failed {
+                reason, panicked, ..
+            } => assert!(panicked && reason.contains("asked to panic"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        handle.await.unwrap();
+
+        // Work dropped unrun is a failure, not a hang.
+        let (actor, handle) = spawn_client(Starts {
+            shift: Shift(0.5),
+            runs: false,
+        })
+        .await;
+        match train(&actor, 1).await {
+            ClientReply::Failed {
+                reason, panicked, ..
+            } => assert!(!panicked && reason.contains("unrun"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        handle.await.unwrap();
     }
 }

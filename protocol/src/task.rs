@@ -202,6 +202,10 @@ pub enum EvalError {
     EmptyTestSet,
 }
 
+/// One task's local work, as a client hands it to [`LocalTrainer::start`]: it reports its own
+/// result.
+pub type Work = Box<dyn FnOnce() + Send + 'static>;
+
 /// A client's local training. Implementations hold the client's data shard.
 pub trait LocalTrainer: Send + Sync + 'static {
     /// Number of local training samples D_c. The server's registry takes D_c from the same
@@ -225,6 +229,18 @@ pub trait LocalTrainer: Send + Sync + 'static {
         let mut output = self.train(task)?;
         finish(&mut output).map_err(TrainError::Finish)?;
         Ok(output)
+    }
+
+    /// Starts `work` (this client's local work for one task: [`Self::train_then`] and the
+    /// client actor's handling of its result) where it should run, or hands it back for a
+    /// thread of its own: the default, since a trainer may block (sleep out a simulated
+    /// straggler's delay, wait for its cohort, read a socket). A trainer whose work only
+    /// computes starts it on the process's pool of one thread per core
+    /// (`fedshard_training::train::slots::OnACore`): it would queue for a core there anyway,
+    /// and a blocking thread per client and round only added a hand-off, a quarter of the
+    /// runtime's cost per client (docs/performance.md, "Orchestration overhead").
+    fn start(&self, work: Work) -> Option<Work> {
+        Some(work)
     }
 
     /// Whether the client leaves after training `task`, before its update is sent: only fault

@@ -13,6 +13,7 @@ use fedshard_protocol::task::{
 use fedshard_protocol::uplink::Compressor;
 use fedshard_strategies::aggregation::AggregatorName;
 use fedshard_strategies::selection::SelectorName;
+use fedshard_training::train::slots::OnACore;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,7 +145,8 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
         "--per-round {per_round}: at most --clients ({})",
         args.clients
     );
-    let trainer: Arc<dyn LocalTrainer> = Arc::new(EchoTrainer);
+    // On the core pool, as a federation runs every trainer it builds.
+    let trainer: Arc<dyn LocalTrainer> = Arc::new(OnACore(Arc::new(EchoTrainer)));
     let ids = 0..args.clients as ClientId;
     let federation = Federation::new(
         RuntimeConfig {

@@ -15,7 +15,7 @@
 //! client's own thread, as a slow remote device would not hold this machine's cores, and is
 //! proportional to the time the client's work ran ([`take_held`]), not to the time it queued.
 
-use fedshard_protocol::task::{BoxError, LocalTrainer, TrainError, TrainOutput, TrainTask};
+use fedshard_protocol::task::{BoxError, LocalTrainer, TrainError, TrainOutput, TrainTask, Work};
 use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -34,6 +34,13 @@ impl LocalTrainer for OnACore {
 
     fn train(&self, task: &TrainTask) -> Result<TrainOutput, TrainError> {
         self.train_then(task, &mut |_| Ok(()))
+    }
+
+    /// Starts the client's work on the pool: it only computes, so it needs no thread of its
+    /// own to queue for a core on.
+    fn start(&self, work: Work) -> Option<Work> {
+        pool().spawn(work);
+        None
     }
 
     /// Runs the training and `finish` (the uplink encoding) together on one core.
@@ -66,11 +73,15 @@ pub fn add_held(held: Duration) {
 
 /// Runs `work` on one of the pool's threads (one per core) once one is free, blocking the
 /// calling thread until it is done, and adds the time it ran to the caller's [`take_held`].
-/// A panic in `work` resumes on the calling thread.
+/// A panic in `work` resumes on the calling thread. Called on the pool (work that
+/// [`OnACore::start`] started there), it runs `work` at once: it holds its core already.
 ///
 /// `work` should not use rayon itself (no trainer does): a pool thread waiting for its own
 /// parallel pieces may pick up another client's queued work meanwhile, and then holds both.
 pub fn on_a_core<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    if pool().current_thread_index().is_some() {
+        return work();
+    }
     let (result, ran) = pool().install(|| {
         let started = Instant::now();
         let result = work();
