@@ -1,7 +1,8 @@
-//! The client actor: spawned by its [`ClientHost`](crate::host::ClientHost) for one request,
-//! it trains off the async executor with the client's [`LocalTrainer`] (its data and model
-//! code), answers and stops. A trainer error is reported as a failure; a panic is reported and
-//! then fails the actor, so its supervisor (the host) learns of it.
+//! The client actor: lent a client's state by its [`ClientHost`](crate::host::ClientHost) for
+//! one request, it trains off the async executor with the client's [`LocalTrainer`] (its data
+//! and model code), answers, and goes back to the host for the next client's request. A
+//! trainer error is reported as a failure; a panic is reported and then fails the actor, so its
+//! supervisor (the host) learns of it.
 
 use crate::host::HostMsg;
 use crate::secure::{SecureClient, SecureStep};
@@ -79,7 +80,8 @@ pub enum Kept {
 
 pub struct ClientActor;
 
-/// What a client actor starts from: the client's lasting state, lent by its host.
+/// What a client actor works with for one request: the client's lasting state, lent by its
+/// host.
 pub struct ClientArgs {
     pub id: ClientId,
     pub trainer: Arc<dyn LocalTrainer>,
@@ -90,8 +92,12 @@ pub struct ClientArgs {
     /// task's round (`None`: zero, or no SCAFFOLD), lent by the host
     /// ([`crate::variates::ClientVariates::lend`]).
     pub variate: Option<ModelState>,
-    /// Keeps a phase-one update for the client after its actor stops.
-    pub host: ActorRef<HostMsg>,
+}
+
+/// One request for a client actor: the client it works as, and the work.
+pub struct Job {
+    pub args: ClientArgs,
+    pub work: ClientMsg,
 }
 
 /// Under SCAFFOLD, the client's variate after training, `c_i⁺ = c_i + Δc_i`; `None` without
@@ -171,219 +177,232 @@ fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
 }
 
 impl Actor for ClientActor {
-    type Msg = ClientMsg;
-    type State = ClientArgs;
-    type Arguments = ClientArgs;
+    type Msg = Job;
+    /// The host that lends the actor its clients, keeps what they keep between requests and
+    /// takes the actor back when a request is done.
+    type State = ActorRef<HostMsg>;
+    type Arguments = ActorRef<HostMsg>;
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
-        args: ClientArgs,
-    ) -> Result<ClientArgs, ActorProcessingErr> {
-        Ok(args)
+        _myself: ActorRef<Job>,
+        host: ActorRef<HostMsg>,
+    ) -> Result<ActorRef<HostMsg>, ActorProcessingErr> {
+        Ok(host)
     }
 
-    /// Does the one request the actor was spawned for, then stops.
+    /// Does one request as the job's client, then tells the host it is free for the next.
     async fn handle(
         &self,
-        myself: ActorRef<Self::Msg>,
-        message: Self::Msg,
-        state: &mut ClientArgs,
+        myself: ActorRef<Job>,
+        Job { args, work }: Job,
+        host: &mut ActorRef<HostMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            ClientMsg::Train {
-                mut task,
-                then,
-                reply,
-            } => {
-                if let Some(variates) = task.variates.as_mut() {
-                    variates.client = state.variate.take();
-                }
-                let trainer = Arc::clone(&state.trainer);
-                let leaves = trainer.drops_out(&task);
-                let started = Instant::now();
-                let joined = local_work(&*state.trainer, move || {
-                    // The encoding (for KLMS as costly as training) is part of the client's
-                    // local work: it runs on the trainer's core and inside its slow-down.
-                    let mut encoded = None;
-                    let output = trainer
-                        .train_then(&task, &mut |output| {
-                            let norm = update_norm(&task, output);
-                            let payload = encode(&task, output)
-                                .map_err(|e| format!("encoding the update: {e}"))?;
-                            encoded = Some((payload, norm));
-                            Ok(())
-                        })
-                        .map_err(|e| e.to_string())?;
-                    let (payload, norm) =
-                        encoded.ok_or("the trainer returned without encoding the update")?;
-                    let variate = next_variate(&task, &output)?;
-                    // The task comes back: a secure round keeps it with the update.
-                    Ok((payload, output.loss, norm, task, variate))
-                })
-                .await;
-                let id = state.id;
-                match joined {
-                    Ok(Ok((payload, loss, update_norm, task, variate))) => {
-                        let envelope = UpdateEnvelope {
-                            client: id,
-                            round: task.round,
-                            loss,
-                            update_norm,
-                            train_seconds: started.elapsed().as_secs_f64(),
-                            payload,
-                        };
-                        // A kept update goes to the host before the answer, so the host holds it
-                        // by the time the server can ask for it; so does a new variate, so that
-                        // the client's next task finds it.
-                        let envelope = Box::new(envelope);
-                        if let (Some(variate), false) = (variate, leaves) {
-                            let round = task.round;
-                            let kept = state
-                                .host
-                                .call(
-                                    |stored| HostMsg::Variate {
-                                        client: id,
-                                        round,
-                                        variate,
-                                        stored,
-                                    },
-                                    None,
-                                )
-                                .await;
-                            let why = match kept {
-                                Ok(CallResult::Success(Ok(()))) => None,
-                                Ok(CallResult::Success(Err(e))) => Some(e),
-                                _ => Some("the host did not answer".to_string()),
-                            };
-                            if let Some(why) = why {
-                                let _ = reply.send(ClientReply::Failed {
-                                    client: id,
-                                    reason: format!("keeping its control variate: {why}"),
-                                    panicked: false,
-                                });
-                                myself.stop(None);
-                                return Ok(());
-                            }
-                        }
-                        let answer = match then {
-                            AfterTraining::Upload | AfterTraining::Keep if leaves => {
-                                ClientReply::Failed {
-                                    client: id,
-                                    reason: "injected dropout: left before sending its update"
-                                        .into(),
-                                    panicked: false,
-                                }
-                            }
-                            AfterTraining::Upload => ClientReply::Update(*envelope),
-                            AfterTraining::Keep => {
-                                state.host.send_message(HostMsg::Keep {
-                                    client: id,
-                                    kept: Kept::Update(envelope),
-                                })?;
-                                ClientReply::Trained {
-                                    client: id,
-                                    update_norm,
-                                }
-                            }
-                            AfterTraining::Secure => {
-                                let secure = SecureClient::new(task, envelope, leaves);
-                                state.host.send_message(HostMsg::Keep {
-                                    client: id,
-                                    kept: Kept::Secure(Box::new(secure)),
-                                })?;
-                                ClientReply::Ready { client: id }
-                            }
-                        };
-                        let _ = reply.send(answer);
-                    }
-                    Ok(Err(reason)) => {
-                        let _ = reply.send(ClientReply::Failed {
-                            client: id,
-                            reason,
-                            panicked: false,
-                        });
-                    }
-                    Err(Lost::Dropped) => {
-                        let _ = reply.send(ClientReply::Failed {
-                            client: id,
-                            reason: "the trainer dropped the client's work unrun".into(),
-                            panicked: false,
-                        });
-                    }
-                    Err(Lost::Panicked(reason)) => {
-                        let _ = reply.send(ClientReply::Failed {
-                            client: id,
-                            reason: reason.clone(),
-                            panicked: true,
-                        });
-                        return Err(
-                            format!("client {id} panicked in local training: {reason}").into()
-                        );
-                    }
-                }
-            }
-            ClientMsg::Upload { round, reply } => {
-                let answer = match state.kept.take() {
-                    Some(Kept::Update(envelope)) if envelope.round == round => {
-                        ClientReply::Update(*envelope)
-                    }
-                    _ => ClientReply::Failed {
-                        client: state.id,
-                        reason: format!("no update kept for round {round}"),
-                        panicked: false,
-                    },
-                };
-                let _ = reply.send(answer);
-            }
-            ClientMsg::Secure { round, step, reply } => {
-                let id = state.id;
-                let answer = match state.kept.take() {
-                    Some(Kept::Secure(mut secure)) if secure.round() == round => {
-                        // Forming the input and masking it (a pseudorandom vector per
-                        // neighbour) is the client's work: off the executor.
-                        let joined = tokio::task::spawn_blocking(move || {
-                            let answer = secure.answer(&step);
-                            (secure, answer)
-                        })
-                        .await;
-                        match joined {
-                            Ok((secure, Ok(message))) => {
-                                if !secure.finished() {
-                                    state.host.send_message(HostMsg::Keep {
-                                        client: id,
-                                        kept: Kept::Secure(secure),
-                                    })?;
-                                }
-                                ClientReply::Secure {
-                                    client: id,
-                                    message: Box::new(message),
-                                }
-                            }
-                            Ok((_, Err(reason))) => ClientReply::Failed {
-                                client: id,
-                                reason: format!("secure aggregation: {reason}"),
-                                panicked: false,
-                            },
-                            Err(join) => ClientReply::Failed {
-                                client: id,
-                                reason: format!("secure aggregation: {join}"),
-                                panicked: join.is_panic(),
-                            },
-                        }
-                    }
-                    _ => ClientReply::Failed {
-                        client: id,
-                        reason: format!("no secure aggregation under way for round {round}"),
-                        panicked: false,
-                    },
-                };
-                let _ = reply.send(answer);
-            }
-        }
-        myself.stop(None);
+        let client = args.id;
+        serve(args, work, host).await?;
+        host.send_message(HostMsg::Done {
+            worker: myself,
+            client,
+        })?;
         Ok(())
     }
+}
+
+/// Does `message` as the client of `state`. An `Err` (a panic in local training, already
+/// answered as `Failed { panicked: true }`, or a host that stopped) fails the actor, so that its
+/// supervisor, the host, learns of it.
+async fn serve(
+    mut state: ClientArgs,
+    message: ClientMsg,
+    host: &ActorRef<HostMsg>,
+) -> Result<(), ActorProcessingErr> {
+    match message {
+        ClientMsg::Train {
+            mut task,
+            then,
+            reply,
+        } => {
+            if let Some(variates) = task.variates.as_mut() {
+                variates.client = state.variate.take();
+            }
+            let trainer = Arc::clone(&state.trainer);
+            let leaves = trainer.drops_out(&task);
+            let started = Instant::now();
+            let joined = local_work(&*state.trainer, move || {
+                // The encoding (for KLMS as costly as training) is part of the client's
+                // local work: it runs on the trainer's core and inside its slow-down.
+                let mut encoded = None;
+                let output = trainer
+                    .train_then(&task, &mut |output| {
+                        let norm = update_norm(&task, output);
+                        let payload = encode(&task, output)
+                            .map_err(|e| format!("encoding the update: {e}"))?;
+                        encoded = Some((payload, norm));
+                        Ok(())
+                    })
+                    .map_err(|e| e.to_string())?;
+                let (payload, norm) =
+                    encoded.ok_or("the trainer returned without encoding the update")?;
+                let variate = next_variate(&task, &output)?;
+                // The task comes back: a secure round keeps it with the update.
+                Ok((payload, output.loss, norm, task, variate))
+            })
+            .await;
+            let id = state.id;
+            match joined {
+                Ok(Ok((payload, loss, update_norm, task, variate))) => {
+                    let envelope = UpdateEnvelope {
+                        client: id,
+                        round: task.round,
+                        loss,
+                        update_norm,
+                        train_seconds: started.elapsed().as_secs_f64(),
+                        payload,
+                    };
+                    // A kept update goes to the host before the answer, so the host holds it
+                    // by the time the server can ask for it; so does a new variate, so that
+                    // the client's next task finds it.
+                    let envelope = Box::new(envelope);
+                    if let (Some(variate), false) = (variate, leaves) {
+                        let round = task.round;
+                        let kept = host
+                            .call(
+                                |stored| HostMsg::Variate {
+                                    client: id,
+                                    round,
+                                    variate,
+                                    stored,
+                                },
+                                None,
+                            )
+                            .await;
+                        let why = match kept {
+                            Ok(CallResult::Success(Ok(()))) => None,
+                            Ok(CallResult::Success(Err(e))) => Some(e),
+                            _ => Some("the host did not answer".to_string()),
+                        };
+                        if let Some(why) = why {
+                            let _ = reply.send(ClientReply::Failed {
+                                client: id,
+                                reason: format!("keeping its control variate: {why}"),
+                                panicked: false,
+                            });
+                            return Ok(());
+                        }
+                    }
+                    let answer = match then {
+                        AfterTraining::Upload | AfterTraining::Keep if leaves => {
+                            ClientReply::Failed {
+                                client: id,
+                                reason: "injected dropout: left before sending its update".into(),
+                                panicked: false,
+                            }
+                        }
+                        AfterTraining::Upload => ClientReply::Update(*envelope),
+                        AfterTraining::Keep => {
+                            host.send_message(HostMsg::Keep {
+                                client: id,
+                                kept: Kept::Update(envelope),
+                            })?;
+                            ClientReply::Trained {
+                                client: id,
+                                update_norm,
+                            }
+                        }
+                        AfterTraining::Secure => {
+                            let secure = SecureClient::new(task, envelope, leaves);
+                            host.send_message(HostMsg::Keep {
+                                client: id,
+                                kept: Kept::Secure(Box::new(secure)),
+                            })?;
+                            ClientReply::Ready { client: id }
+                        }
+                    };
+                    let _ = reply.send(answer);
+                }
+                Ok(Err(reason)) => {
+                    let _ = reply.send(ClientReply::Failed {
+                        client: id,
+                        reason,
+                        panicked: false,
+                    });
+                }
+                Err(Lost::Dropped) => {
+                    let _ = reply.send(ClientReply::Failed {
+                        client: id,
+                        reason: "the trainer dropped the client's work unrun".into(),
+                        panicked: false,
+                    });
+                }
+                Err(Lost::Panicked(reason)) => {
+                    let _ = reply.send(ClientReply::Failed {
+                        client: id,
+                        reason: reason.clone(),
+                        panicked: true,
+                    });
+                    return Err(format!("client {id} panicked in local training: {reason}").into());
+                }
+            }
+        }
+        ClientMsg::Upload { round, reply } => {
+            let answer = match state.kept.take() {
+                Some(Kept::Update(envelope)) if envelope.round == round => {
+                    ClientReply::Update(*envelope)
+                }
+                _ => ClientReply::Failed {
+                    client: state.id,
+                    reason: format!("no update kept for round {round}"),
+                    panicked: false,
+                },
+            };
+            let _ = reply.send(answer);
+        }
+        ClientMsg::Secure { round, step, reply } => {
+            let id = state.id;
+            let answer = match state.kept.take() {
+                Some(Kept::Secure(mut secure)) if secure.round() == round => {
+                    // Forming the input and masking it (a pseudorandom vector per
+                    // neighbour) is the client's work: off the executor.
+                    let joined = tokio::task::spawn_blocking(move || {
+                        let answer = secure.answer(&step);
+                        (secure, answer)
+                    })
+                    .await;
+                    match joined {
+                        Ok((secure, Ok(message))) => {
+                            if !secure.finished() {
+                                host.send_message(HostMsg::Keep {
+                                    client: id,
+                                    kept: Kept::Secure(secure),
+                                })?;
+                            }
+                            ClientReply::Secure {
+                                client: id,
+                                message: Box::new(message),
+                            }
+                        }
+                        Ok((_, Err(reason))) => ClientReply::Failed {
+                            client: id,
+                            reason: format!("secure aggregation: {reason}"),
+                            panicked: false,
+                        },
+                        Err(join) => ClientReply::Failed {
+                            client: id,
+                            reason: format!("secure aggregation: {join}"),
+                            panicked: join.is_panic(),
+                        },
+                    }
+                }
+                _ => ClientReply::Failed {
+                    client: id,
+                    reason: format!("no secure aggregation under way for round {round}"),
+                    panicked: false,
+                },
+            };
+            let _ = reply.send(answer);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -391,7 +410,6 @@ pub(crate) mod tests {
     use super::*;
     use fedshard_protocol::model::{ModelState, NamedTensor};
     use fedshard_protocol::task::{Recipe, TrainError};
-    use std::collections::BTreeMap;
 
     /// Adds `step` to every dense value; panics when the step is NaN.
     pub(crate) struct Shift(pub(crate) f32);
@@ -460,52 +478,89 @@ pub(crate) mod tests {
         })
     }
 
-    /// A client actor of the client 7 with `trainer`, under a host that keeps no client.
-    async fn spawn_client(
-        trainer: impl LocalTrainer,
-    ) -> (ActorRef<ClientMsg>, tokio::task::JoinHandle<()>) {
-        let (host, _) = crate::host::tests::host(BTreeMap::new()).await;
+    /// Stands in for the host: passes on the client of each `Done`.
+    struct Takes;
+
+    impl Actor for Takes {
+        type Msg = HostMsg;
+        type State = tokio::sync::mpsc::UnboundedSender<ClientId>;
+        type Arguments = tokio::sync::mpsc::UnboundedSender<ClientId>;
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<HostMsg>,
+            done: Self::Arguments,
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(done)
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<HostMsg>,
+            message: HostMsg,
+            done: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            if let HostMsg::Done { client, .. } = message {
+                let _ = done.send(client);
+            }
+            Ok(())
+        }
+    }
+
+    /// A client actor, its task, and the clients it reported done with.
+    async fn spawn_client() -> (
+        ActorRef<Job>,
+        tokio::task::JoinHandle<()>,
+        tokio::sync::mpsc::UnboundedReceiver<ClientId>,
+    ) {
+        let (done, reported) = tokio::sync::mpsc::unbounded_channel();
+        let (host, _) = Actor::spawn(None, Takes, done).await.unwrap();
+        let (actor, handle) = Actor::spawn(None, ClientActor, host).await.unwrap();
+        (actor, handle, reported)
+    }
+
+    /// Round `round` of the client 7 with `trainer`, on `actor`.
+    async fn train(actor: &ActorRef<Job>, trainer: impl LocalTrainer, round: u64) -> ClientReply {
         let args = ClientArgs {
             id: 7,
             trainer: Arc::new(trainer),
             kept: None,
             variate: None,
-            host,
         };
-        let (actor, handle) = Actor::spawn(None, ClientActor, args).await.unwrap();
-        (actor, handle)
-    }
-
-    async fn train(actor: &ActorRef<ClientMsg>, round: u64) -> ClientReply {
-        ractor::call!(actor, |reply| ClientMsg::Train {
-            task: task(round),
-            then: AfterTraining::Upload,
-            reply,
+        ractor::call!(actor, |reply| Job {
+            args,
+            work: ClientMsg::Train {
+                task: task(round),
+                then: AfterTraining::Upload,
+                reply,
+            },
         })
         .unwrap()
     }
 
     #[tokio::test]
-    async fn a_client_trains_reports_its_norm_and_stops() {
-        let (actor, handle) = spawn_client(Shift(0.5)).await;
-        match train(&actor, 3).await {
-            ClientReply::Update(e) => {
-                assert_eq!((e.client, e.round), (7, 3));
-                // ‖(0.5, 0.5, 0.5, 0.5)‖ = 1.
-                assert!((e.update_norm - 1.0).abs() < 1e-12);
-                assert_eq!(e.payload.bits, 8 * e.payload.bytes.len() as u64);
+    async fn a_client_actor_trains_reports_its_norm_and_takes_the_next_request() {
+        let (actor, _, mut done) = spawn_client().await;
+        for round in [3, 4] {
+            match train(&actor, Shift(0.5), round).await {
+                ClientReply::Update(e) => {
+                    assert_eq!((e.client, e.round), (7, round));
+                    // ‖(0.5, 0.5, 0.5, 0.5)‖ = 1.
+                    assert!((e.update_norm - 1.0).abs() < 1e-12);
+                    assert_eq!(e.payload.bits, 8 * e.payload.bytes.len() as u64);
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
+            // Done, and back to the host for the next request.
+            assert_eq!(done.recv().await, Some(7));
         }
-        // One request, one actor: it stops once it has answered.
-        handle.await.unwrap();
-        assert_eq!(actor.get_status(), ractor::ActorStatus::Stopped);
+        assert_eq!(actor.get_status(), ractor::ActorStatus::Running);
     }
 
     #[tokio::test]
     async fn errors_are_reported_and_panics_fail_the_actor() {
-        let (actor, handle) = spawn_client(Shift(-1.0)).await;
-        let reply = train(&actor, 1).await;
+        let (actor, handle, mut done) = spawn_client().await;
+        let reply = train(&actor, Shift(-1.0), 1).await;
         assert_eq!(
             reply,
             ClientReply::Failed {
@@ -514,10 +569,9 @@ pub(crate) mod tests {
                 panicked: false
             }
         );
-        handle.await.unwrap();
+        assert_eq!(done.recv().await, Some(7));
 
-        let (actor, handle) = spawn_client(Shift(f32::NAN)).await;
-        match train(&actor, 1).await {
+        match train(&actor, Shift(f32::NAN), 1).await {
             ClientReply::Failed {
                 reason, panicked, ..
             } => {
@@ -533,41 +587,26 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn work_a_trainer_starts_itself_reports_as_on_a_thread_of_its_own() {
-        let (actor, handle) = spawn_client(Starts {
-            shift: Shift(0.5),
-            runs: true,
-        })
-        .await;
-        match train(&actor, 3).await {
+        let (actor, handle, _) = spawn_client().await;
+        let starts = |shift, runs| Starts { shift, runs };
+        match train(&actor, starts(Shift(0.5), true), 3).await {
             ClientReply::Update(e) => assert!((e.update_norm - 1.0).abs() < 1e-12),
             other => panic!("{other:?}"),
         }
-        handle.await.unwrap();
-
-        // A panic where the trainer started the work is caught there and fails the actor.
-        let (actor, handle) = spawn_client(Starts {
-            shift: Shift(f32::NAN),
-            runs: true,
-        })
-        .await;
-        match train(&actor, 1).await {
-            ClientReply::Failed {
-                reason, panicked, ..
-            } => assert!(panicked && reason.contains("asked to panic"), "{reason}"),
-            other => panic!("{other:?}"),
-        }
-        handle.await.unwrap();
 
         // Work dropped unrun is a failure, not a hang.
-        let (actor, handle) = spawn_client(Starts {
-            shift: Shift(0.5),
-            runs: false,
-        })
-        .await;
-        match train(&actor, 1).await {
+        match train(&actor, starts(Shift(0.5), false), 1).await {
             ClientReply::Failed {
                 reason, panicked, ..
             } => assert!(!panicked && reason.contains("unrun"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+
+        // A panic where the trainer started the work is caught there and fails the actor.
+        match train(&actor, starts(Shift(f32::NAN), true), 1).await {
+            ClientReply::Failed {
+                reason, panicked, ..
+            } => assert!(panicked && reason.contains("asked to panic"), "{reason}"),
             other => panic!("{other:?}"),
         }
         handle.await.unwrap();

@@ -1,9 +1,12 @@
 //! The client host: keeps the lasting state of the clients of one node as plain data (each
 //! client's trainer and the update it keeps between the two phases of a round) and registers
-//! them with the server in one message. A client's actor lives only while it has work: the host
-//! spawns it for one request, the actor answers the server on the request's own reply port and
-//! stops. An idle client therefore costs a map entry, not an actor with two mailboxes, and a
-//! million registered clients fit in a few hundred megabytes.
+//! them with the server in one message. A client is an actor only while it has work: the host
+//! lends one of its client actors the client's state for one request, the actor answers the
+//! server on the request's own reply port and comes back to the host for the next client's
+//! request. An idle client therefore costs a map entry, not an actor with two mailboxes, and a
+//! million registered clients fit in a few hundred megabytes; and a request costs two
+//! messages, not an actor's spawn and stop (a fifth of the runtime's time per client when each
+//! request had an actor of its own; docs/performance.md, "Orchestration overhead").
 //!
 //! The host supervises the client actors it spawns: a panic in local training fails the actor,
 //! which has already answered `Failed { panicked: true }`, so the round counts the failure; the
@@ -11,7 +14,7 @@
 //! never holds a trainer; whichever node hosts a client builds its trainer from the config and
 //! the client id.
 
-use crate::client::{ClientActor, ClientArgs, ClientMsg, ClientReply, Kept};
+use crate::client::{ClientActor, ClientArgs, ClientMsg, ClientReply, Job, Kept};
 use crate::server::ServerMsg;
 use crate::variates::ClientVariates;
 use fedshard_protocol::model::ModelState;
@@ -20,8 +23,8 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-/// Client actors a host keeps alive at once; further work waits in the host's queue as its
-/// message alone. Each actor owns two unbounded tokio channels whose first blocks of 32 slots
+/// Client actors a host keeps at most, working or idle; further work waits in the host's queue
+/// as its message alone. Each actor owns two unbounded tokio channels whose first blocks of 32 slots
 /// (~7.4 KB) are allocated when it is spawned, so this bounds what a round of 100 000 clients
 /// holds in mailboxes to ~2.5 MB. It is well above the number of clients that compute at once
 /// (local training runs one client per core; fedshard's runtime has 64 blocking threads).
@@ -29,10 +32,15 @@ pub const WORKING_CLIENTS: usize = 256;
 
 /// What a client host handles.
 pub enum HostMsg {
-    /// `work` for the hosted client `client`: its actor is spawned for it, answers on the
-    /// message's own reply port and stops. Work for a client that is not hosted here is
+    /// `work` for the hosted client `client`: a client actor does it as the client and answers
+    /// on the message's own reply port. Work for a client that is not hosted here is
     /// dropped with its reply port, so the asker counts the client `unreachable`.
     Work { client: ClientId, work: ClientMsg },
+    /// From a client actor: its request for `client` is done, and it takes the next.
+    Done {
+        worker: ActorRef<Job>,
+        client: ClientId,
+    },
     /// From a client actor: what it keeps for the next request of the round (a later `Upload`
     /// or `Secure` step, which the host's mailbox delivers after this message because the
     /// client sends it before it answers).
@@ -63,7 +71,8 @@ struct Hosted {
     trainer: Arc<dyn LocalTrainer>,
     /// What the client keeps between two requests of a round.
     kept: Option<Kept>,
-    /// Whether the client's actor is alive: a client works on one request at a time.
+    /// Whether a client actor is working as the client: a client works on one request at a
+    /// time.
     working: bool,
 }
 
@@ -71,8 +80,10 @@ pub struct HostState {
     clients: BTreeMap<ClientId, Hosted>,
     /// SCAFFOLD's variates of the hosted clients (empty without SCAFFOLD).
     variates: ClientVariates,
-    /// The live client actors.
+    /// The client actors at work, and the client each works as.
     working: HashMap<ActorId, ClientId>,
+    /// The client actors waiting for work.
+    idle: Vec<ActorRef<Job>>,
     /// Work not yet started, oldest first.
     waiting: VecDeque<(ClientId, ClientMsg)>,
 }
@@ -97,8 +108,9 @@ impl HostState {
         }
     }
 
-    /// Spawns `client`'s actor under the host and hands it `work`. Work that cannot start is
-    /// dropped with its reply port, so the asker counts the client `unreachable`.
+    /// Hands `work` to an idle client actor, or one spawned under the host, as `client`. Work
+    /// that cannot start is dropped with its reply port, so the asker counts the client
+    /// `unreachable`.
     async fn start(&mut self, client: ClientId, work: ClientMsg, host: &ActorRef<HostMsg>) {
         let Some(hosted) = self.clients.get_mut(&client) else {
             tracing::warn!(client, "work for a client this host does not keep; dropped");
@@ -130,19 +142,23 @@ impl HostState {
             trainer: Arc::clone(&hosted.trainer),
             kept,
             variate,
-            host: host.clone(),
         };
-        let actor = match Actor::spawn_linked(None, ClientActor, args, host.get_cell()).await {
-            Ok((actor, _)) => actor,
-            Err(e) => {
-                tracing::error!(client, "cannot start the client's actor: {e}");
-                return;
+        let worker = match self.idle.pop() {
+            Some(worker) => worker,
+            None => {
+                match Actor::spawn_linked(None, ClientActor, host.clone(), host.get_cell()).await {
+                    Ok((worker, _)) => worker,
+                    Err(e) => {
+                        tracing::error!(client, "cannot start a client actor: {e}");
+                        return;
+                    }
+                }
             }
         };
         hosted.working = true;
-        self.working.insert(actor.get_id(), client);
-        if actor.send_message(work).is_err() {
-            tracing::error!(client, "the client's actor stopped before it got its work");
+        self.working.insert(worker.get_id(), client);
+        if worker.send_message(Job { args, work }).is_err() {
+            tracing::error!(client, "the client actor stopped before it got its work");
         }
     }
 }
@@ -183,8 +199,19 @@ impl Actor for ClientHost {
             clients,
             variates,
             working: HashMap::new(),
+            idle: Vec::new(),
             waiting: VecDeque::new(),
         })
+    }
+
+    /// The client actors go with the host.
+    async fn post_stop(
+        &self,
+        myself: ActorRef<HostMsg>,
+        _state: &mut HostState,
+    ) -> Result<(), ActorProcessingErr> {
+        myself.stop_children(None);
+        Ok(())
     }
 
     async fn handle(
@@ -196,6 +223,15 @@ impl Actor for ClientHost {
         match message {
             HostMsg::Work { client, work } => {
                 state.waiting.push_back((client, work));
+                state.start_waiting(&myself).await;
+            }
+            HostMsg::Done { worker, client } => {
+                if state.working.remove(&worker.get_id()).is_some() {
+                    if let Some(hosted) = state.clients.get_mut(&client) {
+                        hosted.working = false;
+                    }
+                    state.idle.push(worker);
+                }
                 state.start_waiting(&myself).await;
             }
             HostMsg::Keep { client, kept } => {
@@ -216,17 +252,20 @@ impl Actor for ClientHost {
         Ok(())
     }
 
-    /// A client actor that stopped (its work done) or failed (a panic in local training, whose
-    /// failure its answer already reported) frees its place for waiting work; the client keeps
-    /// its data here and trains again when next asked.
+    /// A client actor that failed (a panic in local training, whose failure its answer already
+    /// reported) or stopped frees its place for waiting work; the client keeps its data here
+    /// and trains again when next asked.
     async fn handle_supervisor_evt(
         &self,
         myself: ActorRef<HostMsg>,
         event: SupervisionEvent,
         state: &mut HostState,
     ) -> Result<(), ActorProcessingErr> {
-        let Some(client) = stopped_actor(&event).and_then(|actor| state.working.remove(&actor))
-        else {
+        let Some(actor) = stopped_actor(&event) else {
+            return Ok(());
+        };
+        state.idle.retain(|idle| idle.get_id() != actor);
+        let Some(client) = state.working.remove(&actor) else {
             return Ok(());
         };
         if let SupervisionEvent::ActorFailed(_, reason) = &event {
@@ -439,5 +478,17 @@ pub(crate) mod tests {
             answered += 1;
         }
         assert_eq!(answered, n + 1);
+        // The client actors were lent again and again, never more than the bound at once, and
+        // go with the host.
+        let workers = host.get_children();
+        assert!(
+            (1..=WORKING_CLIENTS).contains(&workers.len()),
+            "{}",
+            workers.len()
+        );
+        host.stop_and_wait(None, None).await.unwrap();
+        for worker in workers {
+            worker.wait(None).await.unwrap();
+        }
     }
 }

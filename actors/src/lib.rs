@@ -7,8 +7,9 @@
 //! A [`server::Server`] actor holds the global model and drives rounds; a
 //! [`coordinator::Coordinator`] keeps the client registry, clusters clients by keep ratio and
 //! selects participants; a [`host::ClientHost`] on each node keeps its clients' lasting state
-//! as plain data, registers them with the server, and spawns a [`client::ClientActor`] for each
-//! request, which calls its `LocalTrainer` off the async executor, answers and stops. One round
+//! as plain data, registers them with the server, and lends a [`client::ClientActor`] (one of
+//! a few it keeps) a client's state for each request, which calls the client's `LocalTrainer`
+//! off the async executor, answers and comes back for the next. One round
 //! engine ([`engine`]) drives synchronous, over-committed and buffered asynchronous rounds as
 //! schedules ([`schedule::Schedule`]) of the same driver; the round logic it calls lives in
 //! plain functions ([`round`]) so it is tested without actors. Errors are one typed [`Error`].
@@ -47,7 +48,7 @@ pub use error::{Error, Policy};
 // With ractor's `cluster` feature (always on, see Cargo.toml) there is no blanket `Message`
 // impl: each message type opts in. These stay in-process (the default impl is "not
 // serialisable"); fedshard-cluster moves their work across machines as validated bytes.
-impl ractor::Message for client::ClientMsg {}
+impl ractor::Message for client::Job {}
 impl ractor::Message for coordinator::CoordinatorMsg {}
 impl ractor::Message for host::HostMsg {}
 impl ractor::Message for server::ServerMsg {}

@@ -35,12 +35,14 @@ impl Actor for RemoteHosts {
                 // If the gateway is gone, so is the reply port: the server counts `unreachable`.
                 let _ = gateway.cast(GatewayMsg::Dispatch { request, reply });
             }
-            // Only a client actor this host spawned keeps an update or a variate with it; a
-            // remote client's node keeps its own.
-            HostMsg::Keep { client, .. } | HostMsg::Variate { client, .. } => {
+            // Only a client actor this host spawned keeps an update or a variate with it, or
+            // comes back done; a remote client's node keeps its own.
+            HostMsg::Keep { client, .. }
+            | HostMsg::Variate { client, .. }
+            | HostMsg::Done { client, .. } => {
                 tracing::warn!(
                     client,
-                    "state to keep sent to the remote clients' host; dropped"
+                    "a client actor's message sent to the remote clients' host; dropped"
                 );
             }
         }
