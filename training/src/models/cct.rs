@@ -16,13 +16,12 @@
 use crate::models::NetError;
 use crate::models::blocks::{LayerNorm, TransformerBlock};
 use crate::models::builder::{Builder, Init};
-use crate::models::kernels::{Cohort, Kernels};
+use crate::models::kernels::{Cohort, Kernels, MaxWindow, max_pool};
 use crate::models::layers::{Affine, Conv, Weight, gather_rows};
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use burn::tensor::activation::{relu, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::module::max_pool2d;
 
 /// The embedding (residual) width.
 pub const WIDTH: usize = 256;
@@ -93,7 +92,12 @@ impl<B: Kernels> Cct<B> {
     /// `x`: `N × 3072` rows of 3×32×32 images.
     pub fn forward(&self, x: Tensor<B, 2>, c: &Cohort) -> Tensor<B, 2> {
         let n = x.dims()[0];
-        let pool = |h| max_pool2d(h, [3, 3], [2, 2], [1, 1], [1, 1], false);
+        let window = MaxWindow {
+            size: 3,
+            stride: 2,
+            padding: 1,
+        };
+        let pool = |h| max_pool(h, window);
         let h = pool(relu(self.tokenizer0.forward(x.reshape([n, 3, 32, 32]), c)));
         let h = pool(relu(self.tokenizer1.forward(h, c)));
         let tokens = h.reshape([n, WIDTH, TOKENS]).swap_dims(1, 2);

@@ -4,7 +4,7 @@
 //! Why: burn's autodiff would otherwise record the 5–10 operations of each composite kernel and
 //! replay them backward; one node keeps the fused loops on both passes.
 
-use super::{Cohort, ConvGeometry, Kernels, Pool};
+use super::{Cohort, ConvGeometry, Kernels, MaxWindow, Pool};
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -193,6 +193,14 @@ impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
         let state = (x.primitive.clone(), kind, k);
         record::<B, C, _, 1>([x], y, state, |(x, kind, k), g| {
             [B::fused_pool_backward(x, g, kind, k)]
+        })
+    }
+
+    fn fused_max_pool(x: FloatTensor<Self>, window: MaxWindow) -> FloatTensor<Self> {
+        let y = B::fused_max_pool(x.primitive.clone(), window);
+        let state = (x.primitive.clone(), window);
+        record::<B, C, _, 1>([x], y, state, |(x, window), g| {
+            [B::fused_max_pool_backward(x, g, window)]
         })
     }
 

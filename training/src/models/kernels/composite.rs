@@ -4,7 +4,7 @@
 //! Why a separate module: these run on any backend (CUDA included) and are the oracle the tests
 //! hold the fused CPU loops and the autodiff nodes to, so they must stay plain burn code.
 
-use super::{ConvGeometry, GELU_A, GELU_C, NORM_EPS, Pool, float, with_row_len};
+use super::{ConvGeometry, GELU_A, GELU_C, MaxWindow, NORM_EPS, Pool, float, with_row_len};
 use burn::tensor::activation;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{ConvOptions, FloatTensor};
@@ -465,4 +465,30 @@ pub fn pool_backward<B: Backend>(
         Pool::Average => grad.expand(blocks.dims()).div_scalar((k * k) as f64),
     };
     B::float_reshape(d_blocks.into_primitive().tensor(), s)
+}
+
+/// burn's `max_pool2d` over `window`.
+pub fn max_pool<B: Backend>(x: FloatTensor<B>, window: MaxWindow) -> FloatTensor<B> {
+    let MaxWindow {
+        size,
+        stride,
+        padding,
+    } = window;
+    B::max_pool2d(x, [size; 2], [stride; 2], [padding; 2], [1, 1], false)
+}
+
+/// The gradient of [`max_pool`] with respect to `x`, through burn's indices.
+pub fn max_pool_backward<B: Backend>(
+    x: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    window: MaxWindow,
+) -> FloatTensor<B> {
+    let MaxWindow {
+        size,
+        stride,
+        padding,
+    } = window;
+    let (k, s, p) = ([size; 2], [stride; 2], [padding; 2]);
+    let indices = B::max_pool2d_with_indices(x.clone(), k, s, p, [1, 1], false).indices;
+    B::max_pool2d_with_indices_backward(x, k, s, p, [1, 1], false, grad, indices).x_grad
 }

@@ -23,11 +23,13 @@ mod autodiff;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod ndarray;
+mod windows;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DataError, Shape, Tensor, TensorPrimitive};
 pub use cohort::Cohort;
+pub use windows::{MaxWindow, Pool};
 
 /// √(2/π), GPT-2's GELU constant.
 const GELU_C: f32 = 0.797_884_6;
@@ -393,6 +395,23 @@ pub trait Kernels: Backend {
     ) -> FloatTensor<Self> {
         composite::pool_backward::<Self>(x, grad, kind, k)
     }
+
+    /// Max pooling of `N × C × H × W` activations over windows that may overlap and cross
+    /// the border ([`MaxWindow`]): burn's `max_pool2d`, to the bit.
+    fn fused_max_pool(x: FloatTensor<Self>, window: MaxWindow) -> FloatTensor<Self> {
+        composite::max_pool::<Self>(x, window)
+    }
+
+    /// The gradient of [`Kernels::fused_max_pool`] with respect to `x`: each output's gradient
+    /// goes to the first position of its window that holds the window's maximum, summed where
+    /// windows share it (burn's, to the bit).
+    fn fused_max_pool_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        window: MaxWindow,
+    ) -> FloatTensor<Self> {
+        composite::max_pool_backward::<Self>(x, grad, window)
+    }
 }
 
 /// Kernel size, stride and zero padding of a 2-D convolution (dilation 1, one group).
@@ -416,13 +435,6 @@ impl ConvGeometry {
     pub fn options(&self) -> burn::tensor::ops::ConvOptions<2> {
         burn::tensor::ops::ConvOptions::new(self.stride, self.padding, [1, 1], 1)
     }
-}
-
-/// How [`Kernels::fused_pool`] reduces a block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pool {
-    Max,
-    Average,
 }
 
 /// A training backend: autodiff over a backend that has the kernels too (for evaluation on
@@ -567,6 +579,11 @@ pub fn group_norm<B: Kernels>(
 /// Non-overlapping `k × k` pooling through [`Kernels::fused_pool`].
 pub fn pool<B: Kernels>(x: Tensor<B, 4>, kind: Pool, k: usize) -> Tensor<B, 4> {
     float(B::fused_pool(x.into_primitive().tensor(), kind, k))
+}
+
+/// Max pooling over overlapping windows through [`Kernels::fused_max_pool`].
+pub fn max_pool<B: Kernels>(x: Tensor<B, 4>, window: MaxWindow) -> Tensor<B, 4> {
+    float(B::fused_max_pool(x.into_primitive().tensor(), window))
 }
 
 /// `x · wᵀ + bias` for a cohort through [`Kernels::cohort_linear`]: client c's rows of `x`

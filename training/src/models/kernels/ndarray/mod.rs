@@ -21,7 +21,7 @@ mod sgd;
 pub(super) use activations::{softmax_backward_rows, softmax_rows};
 pub(super) use products::gemm_into;
 
-use super::{ConvGeometry, Kernels, Pool, cohort};
+use super::{ConvGeometry, Kernels, MaxWindow, Pool, cohort};
 use burn::backend::NdArray;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DataError, Shape, Tensor, TensorData, TensorMetadata};
@@ -276,6 +276,18 @@ impl Kernels for NdArray<f32> {
         k: usize,
     ) -> FloatTensor<Self> {
         pooling::pool_backward(x, grad, kind, k)
+    }
+
+    fn fused_max_pool(x: FloatTensor<Self>, window: MaxWindow) -> FloatTensor<Self> {
+        pooling::max_pool(x, window)
+    }
+
+    fn fused_max_pool_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        window: MaxWindow,
+    ) -> FloatTensor<Self> {
+        pooling::max_pool_backward(x, grad, window)
     }
 }
 
