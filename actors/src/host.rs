@@ -24,9 +24,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// Client actors a host keeps at most, working or idle; further work waits in the host's queue
-/// as its message alone. Each actor owns two unbounded tokio channels whose first blocks of 32 slots
-/// (~7.4 KB) are allocated when it is spawned, so this bounds what a round of 100 000 clients
-/// holds in mailboxes to ~2.5 MB. It is well above the number of clients that compute at once
+/// as its message alone. Each actor owns two unbounded tokio channels whose first blocks of 32
+/// slots (~7.4 KB) are allocated when it is spawned, so this bounds what a round of 100 000
+/// clients holds in mailboxes to ~2.5 MB. It is well above the number of clients that compute at once
 /// (local training runs one client per core; fedshard's runtime has 64 blocking threads).
 pub const WORKING_CLIENTS: usize = 256;
 
