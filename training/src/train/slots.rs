@@ -207,6 +207,39 @@ mod tests {
     }
 
     #[test]
+    fn a_wrapped_trainer_starts_its_work_on_the_pool_where_it_runs_at_once() {
+        let (sent, got) = std::sync::mpsc::channel();
+        let work: Work = Box::new(move || {
+            let on_pool = std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("fedshard-core-"));
+            // Already holding its core: the trainer's own `on_a_core` runs it here, unqueued.
+            let here = std::thread::current().id();
+            let inner = on_a_core(|| std::thread::current().id());
+            let _ = sent.send((on_pool, inner == here, take_held()));
+        });
+        /// Never asked to train: only its wrapper's `start` is called.
+        struct Untrained;
+        impl LocalTrainer for Untrained {
+            fn samples(&self) -> u64 {
+                1
+            }
+            fn train(&self, _: &TrainTask) -> Result<TrainOutput, TrainError> {
+                unreachable!("the test starts work, it trains nothing")
+            }
+        }
+        let wrapped = OnACore(Arc::new(Untrained));
+        assert!(wrapped.start(work).is_none(), "the work was handed back");
+        let (on_pool, same_thread, held) = got.recv().expect("the work ran");
+        assert!(on_pool, "the work ran off the core pool");
+        assert!(
+            same_thread,
+            "on_a_core queued work that already held a core"
+        );
+        assert_eq!(held, Duration::ZERO, "nothing waits to take the held time");
+    }
+
+    #[test]
     fn held_time_counts_the_running_not_the_queueing() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let hold = Duration::from_millis(30);
