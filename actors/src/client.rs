@@ -147,6 +147,16 @@ enum Lost {
     Dropped,
 }
 
+impl Lost {
+    /// What the client answers.
+    fn reason(self) -> String {
+        match self {
+            Lost::Panicked(text) => text,
+            Lost::Dropped => "the trainer dropped the client's work unrun".into(),
+        }
+    }
+}
+
 /// Runs `work` where `trainer` starts it ([`LocalTrainer::start`]: on the core pool, or on a
 /// blocking thread of its own) and waits for its result off the executor.
 async fn local_work<R: Send + 'static>(
@@ -198,12 +208,8 @@ impl Actor for ClientActor {
         Job { args, work }: Job,
         host: &mut ActorRef<HostMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        let client = args.id;
         serve(args, work, host).await?;
-        host.send_message(HostMsg::Done {
-            worker: myself,
-            client,
-        })?;
+        host.send_message(HostMsg::Done(myself))?;
         Ok(())
     }
 }
@@ -327,20 +333,19 @@ async fn serve(
                         panicked: false,
                     });
                 }
-                Err(Lost::Dropped) => {
-                    let _ = reply.send(ClientReply::Failed {
-                        client: id,
-                        reason: "the trainer dropped the client's work unrun".into(),
-                        panicked: false,
-                    });
-                }
-                Err(Lost::Panicked(reason)) => {
+                Err(lost) => {
+                    let panicked = matches!(lost, Lost::Panicked(_));
+                    let reason = lost.reason();
                     let _ = reply.send(ClientReply::Failed {
                         client: id,
                         reason: reason.clone(),
-                        panicked: true,
+                        panicked,
                     });
-                    return Err(format!("client {id} panicked in local training: {reason}").into());
+                    if panicked {
+                        return Err(
+                            format!("client {id} panicked in local training: {reason}").into()
+                        );
+                    }
                 }
             }
         }
@@ -362,8 +367,8 @@ async fn serve(
             let answer = match state.kept.take() {
                 Some(Kept::Secure(mut secure)) if secure.round() == round => {
                     // Forming the input and masking it (a pseudorandom vector per
-                    // neighbour) is the client's work: off the executor.
-                    let joined = tokio::task::spawn_blocking(move || {
+                    // neighbour) is the client's work: off the executor, where it trains.
+                    let joined = local_work(&*state.trainer, move || {
                         let answer = secure.answer(&step);
                         (secure, answer)
                     })
@@ -386,10 +391,10 @@ async fn serve(
                             reason: format!("secure aggregation: {reason}"),
                             panicked: false,
                         },
-                        Err(join) => ClientReply::Failed {
+                        Err(lost) => ClientReply::Failed {
                             client: id,
-                            reason: format!("secure aggregation: {join}"),
-                            panicked: join.is_panic(),
+                            panicked: matches!(lost, Lost::Panicked(_)),
+                            reason: format!("secure aggregation: {}", lost.reason()),
                         },
                     }
                 }
@@ -478,13 +483,13 @@ pub(crate) mod tests {
         })
     }
 
-    /// Stands in for the host: passes on the client of each `Done`.
+    /// Stands in for the host: passes on the actor of each `Done`.
     struct Takes;
 
     impl Actor for Takes {
         type Msg = HostMsg;
-        type State = tokio::sync::mpsc::UnboundedSender<ClientId>;
-        type Arguments = tokio::sync::mpsc::UnboundedSender<ClientId>;
+        type State = tokio::sync::mpsc::UnboundedSender<ractor::ActorId>;
+        type Arguments = tokio::sync::mpsc::UnboundedSender<ractor::ActorId>;
 
         async fn pre_start(
             &self,
@@ -500,18 +505,18 @@ pub(crate) mod tests {
             message: HostMsg,
             done: &mut Self::State,
         ) -> Result<(), ActorProcessingErr> {
-            if let HostMsg::Done { client, .. } = message {
-                let _ = done.send(client);
+            if let HostMsg::Done(worker) = message {
+                let _ = done.send(worker.get_id());
             }
             Ok(())
         }
     }
 
-    /// A client actor, its task, and the clients it reported done with.
+    /// A client actor, its task, and the `Done`s it sent (as its own id).
     async fn spawn_client() -> (
         ActorRef<Job>,
         tokio::task::JoinHandle<()>,
-        tokio::sync::mpsc::UnboundedReceiver<ClientId>,
+        tokio::sync::mpsc::UnboundedReceiver<ractor::ActorId>,
     ) {
         let (done, reported) = tokio::sync::mpsc::unbounded_channel();
         let (host, _) = Actor::spawn(None, Takes, done).await.unwrap();
@@ -552,7 +557,7 @@ pub(crate) mod tests {
                 other => panic!("{other:?}"),
             }
             // Done, and back to the host for the next request.
-            assert_eq!(done.recv().await, Some(7));
+            assert_eq!(done.recv().await, Some(actor.get_id()));
         }
         assert_eq!(actor.get_status(), ractor::ActorStatus::Running);
     }
@@ -569,7 +574,7 @@ pub(crate) mod tests {
                 panicked: false
             }
         );
-        assert_eq!(done.recv().await, Some(7));
+        assert_eq!(done.recv().await, Some(actor.get_id()));
 
         match train(&actor, Shift(f32::NAN), 1).await {
             ClientReply::Failed {

@@ -36,11 +36,8 @@ pub enum HostMsg {
     /// on the message's own reply port. Work for a client that is not hosted here is
     /// dropped with its reply port, so the asker counts the client `unreachable`.
     Work { client: ClientId, work: ClientMsg },
-    /// From a client actor: its request for `client` is done, and it takes the next.
-    Done {
-        worker: ActorRef<Job>,
-        client: ClientId,
-    },
+    /// From a client actor: its request is done, and it takes the next.
+    Done(ActorRef<Job>),
     /// From a client actor: what it keeps for the next request of the round (a later `Upload`
     /// or `Secure` step, which the host's mailbox delivers after this message because the
     /// client sends it before it answers).
@@ -106,6 +103,16 @@ impl HostState {
                 self.start(client, work, host).await;
             }
         }
+    }
+
+    /// Ends the work of the client actor `actor`, if it was at work: its client can take its
+    /// next request. The client it worked as.
+    fn release(&mut self, actor: ActorId) -> Option<ClientId> {
+        let client = self.working.remove(&actor)?;
+        if let Some(hosted) = self.clients.get_mut(&client) {
+            hosted.working = false;
+        }
+        Some(client)
     }
 
     /// Hands `work` to an idle client actor, or one spawned under the host, as `client`. Work
@@ -225,11 +232,8 @@ impl Actor for ClientHost {
                 state.waiting.push_back((client, work));
                 state.start_waiting(&myself).await;
             }
-            HostMsg::Done { worker, client } => {
-                if state.working.remove(&worker.get_id()).is_some() {
-                    if let Some(hosted) = state.clients.get_mut(&client) {
-                        hosted.working = false;
-                    }
+            HostMsg::Done(worker) => {
+                if state.release(worker.get_id()).is_some() {
                     state.idle.push(worker);
                 }
                 state.start_waiting(&myself).await;
@@ -265,7 +269,7 @@ impl Actor for ClientHost {
             return Ok(());
         };
         state.idle.retain(|idle| idle.get_id() != actor);
-        let Some(client) = state.working.remove(&actor) else {
+        let Some(client) = state.release(actor) else {
             return Ok(());
         };
         if let SupervisionEvent::ActorFailed(_, reason) = &event {
@@ -273,9 +277,6 @@ impl Actor for ClientHost {
                 client,
                 "client actor failed ({reason}); it trains again when next asked"
             );
-        }
-        if let Some(hosted) = state.clients.get_mut(&client) {
-            hosted.working = false;
         }
         state.start_waiting(&myself).await;
         Ok(())

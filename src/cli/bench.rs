@@ -96,6 +96,13 @@ impl std::fmt::Display for OrchestrationReport {
 /// A client that returns its task unchanged: the benches measure the runtime, not training.
 pub(crate) struct EchoTrainer;
 
+impl EchoTrainer {
+    /// On the core pool, as a federation runs every trainer it builds.
+    pub(crate) fn on_a_core() -> Arc<dyn LocalTrainer> {
+        Arc::new(OnACore(Arc::new(EchoTrainer)))
+    }
+}
+
 impl LocalTrainer for EchoTrainer {
     fn samples(&self) -> u64 {
         1
@@ -145,8 +152,7 @@ pub fn orchestration(args: &OrchestrationArgs) -> anyhow::Result<OrchestrationRe
         "--per-round {per_round}: at most --clients ({})",
         args.clients
     );
-    // On the core pool, as a federation runs every trainer it builds.
-    let trainer: Arc<dyn LocalTrainer> = Arc::new(OnACore(Arc::new(EchoTrainer)));
+    let trainer = EchoTrainer::on_a_core();
     let ids = 0..args.clients as ClientId;
     let federation = Federation::new(
         RuntimeConfig {

@@ -95,7 +95,6 @@ pub struct ClusterReport {
 }
 
 use super::bench::{EchoTrainer, NoEvaluation};
-use fedshard_training::train::slots::OnACore;
 
 fn model(params: usize) -> anyhow::Result<ModelState> {
     ModelState::new(vec![NamedTensor::zeros("weight", vec![params])]).map_err(anyhow::Error::msg)
@@ -135,8 +134,7 @@ fn federation(clients: usize, rounds: u64, params: usize) -> anyhow::Result<Fede
 }
 
 fn trainers(ids: &[ClientId]) -> BTreeMap<ClientId, Arc<dyn LocalTrainer>> {
-    // On the core pool, as a federation runs every trainer it builds.
-    let echo: Arc<dyn LocalTrainer> = Arc::new(OnACore(Arc::new(EchoTrainer)));
+    let echo = EchoTrainer::on_a_core();
     ids.iter().map(|&id| (id, Arc::clone(&echo))).collect()
 }
 

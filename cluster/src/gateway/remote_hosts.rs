@@ -35,14 +35,19 @@ impl Actor for RemoteHosts {
                 // If the gateway is gone, so is the reply port: the server counts `unreachable`.
                 let _ = gateway.cast(GatewayMsg::Dispatch { request, reply });
             }
-            // Only a client actor this host spawned keeps an update or a variate with it, or
-            // comes back done; a remote client's node keeps its own.
-            HostMsg::Keep { client, .. }
-            | HostMsg::Variate { client, .. }
-            | HostMsg::Done { client, .. } => {
+            // Only a client actor this host spawned keeps an update or a variate with it; a
+            // remote client's node keeps its own.
+            HostMsg::Keep { client, .. } | HostMsg::Variate { client, .. } => {
                 tracing::warn!(
                     client,
-                    "a client actor's message sent to the remote clients' host; dropped"
+                    "state to keep sent to the remote clients' host; dropped"
+                );
+            }
+            // No client actor works for this host: its clients' actors report to their nodes.
+            HostMsg::Done(worker) => {
+                tracing::warn!(
+                    actor = %worker.get_id(),
+                    "a client actor's `Done` sent to the remote clients' host; dropped"
                 );
             }
         }

@@ -469,12 +469,8 @@ pub fn pool_backward<B: Backend>(
 
 /// burn's `max_pool2d` over `window`.
 pub fn max_pool<B: Backend>(x: FloatTensor<B>, window: MaxWindow) -> FloatTensor<B> {
-    let MaxWindow {
-        size,
-        stride,
-        padding,
-    } = window;
-    B::max_pool2d(x, [size; 2], [stride; 2], [padding; 2], [1, 1], false)
+    let [k, s, p, d] = window.burn();
+    B::max_pool2d(x, k, s, p, d, false)
 }
 
 /// The gradient of [`max_pool`] with respect to `x`, through burn's indices.
@@ -483,12 +479,7 @@ pub fn max_pool_backward<B: Backend>(
     grad: FloatTensor<B>,
     window: MaxWindow,
 ) -> FloatTensor<B> {
-    let MaxWindow {
-        size,
-        stride,
-        padding,
-    } = window;
-    let (k, s, p) = ([size; 2], [stride; 2], [padding; 2]);
-    let indices = B::max_pool2d_with_indices(x.clone(), k, s, p, [1, 1], false).indices;
-    B::max_pool2d_with_indices_backward(x, k, s, p, [1, 1], false, grad, indices).x_grad
+    let [k, s, p, d] = window.burn();
+    let indices = B::max_pool2d_with_indices(x.clone(), k, s, p, d, false).indices;
+    B::max_pool2d_with_indices_backward(x, k, s, p, d, false, grad, indices).x_grad
 }

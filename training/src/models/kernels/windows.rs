@@ -20,6 +20,12 @@ pub struct MaxWindow {
 }
 
 impl MaxWindow {
+    /// burn's `max_pool2d` arguments for these windows: kernel size, stride, padding and
+    /// dilation.
+    pub fn burn(&self) -> [[usize; 2]; 4] {
+        [[self.size; 2], [self.stride; 2], [self.padding; 2], [1, 1]]
+    }
+
     /// The output's side for an input side of `side`.
     pub fn output(&self, side: usize) -> usize {
         (side + 2 * self.padding - self.size) / self.stride + 1

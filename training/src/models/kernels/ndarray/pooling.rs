@@ -219,6 +219,7 @@ mod tests {
                 let ours_x = Tensor::<B, 4>::from_inner(raw.clone()).require_grad();
                 let burns_x = Tensor::<B, 4>::from_inner(raw).require_grad();
                 let ours = max_pool(ours_x.clone(), window);
+                // burn's arguments written out, not taken from `MaxWindow::burn`.
                 let burns = max_pool2d(
                     burns_x.clone(),
                     [size; 2],
