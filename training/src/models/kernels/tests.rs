@@ -21,11 +21,15 @@ fn vec<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data().into_vec().expect("f32")
 }
 
+/// Within 2e-5 relative to an element or to the composite's root mean square, whichever is
+/// larger: a sum's rounding scales with its terms, and an element where they cancel (a
+/// convolution's output near zero among outputs near 100) keeps the rounding of its terms.
 fn assert_close(fused: &[f32], composite: &[f32], what: &str) {
     assert_eq!(fused.len(), composite.len(), "{what}: lengths");
+    let rms = (composite.iter().map(|b| b * b).sum::<f32>() / composite.len().max(1) as f32).sqrt();
     for (i, (a, b)) in fused.iter().zip(composite).enumerate() {
         assert!(
-            (a - b).abs() <= 2e-5 * (1.0 + b.abs()),
+            (a - b).abs() <= 2e-5 * (1.0 + b.abs().max(rms)),
             "{what}[{i}]: fused {a}, composite {b}"
         );
     }
@@ -274,6 +278,45 @@ fn fused_conv_matches_burns_conv_in_input_and_filter_gradients() {
         },
         "1×1 conv with transposed filters",
     );
+}
+
+/// 3 × 3 stride-1 convolutions over 64 channels and at least 64 tiles take Winograd's tiles on
+/// the CPU (`winograd::tests` checks that these shapes do): the same output and gradients as
+/// burn's convolution, for even and odd sides (a last tile half outside the output) and three
+/// paddings.
+#[test]
+fn winograd_conv_matches_burns_conv_in_input_and_filter_gradients() {
+    for (side, padding) in [(12, 1), (13, 1), (13, 0), (12, 2)] {
+        let geometry = ConvGeometry {
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [padding, padding],
+        };
+        let filters = |x: &Tensor<B, 3>| x.clone().reshape([5, 64 * 9]);
+        let bias = |x: &Tensor<B, 3>| x.clone().reshape([5]);
+        let conv = |x: &[Tensor<B, 3>], fused: bool| {
+            let (x, f, b) = (image(&x[0], side), filters(&x[1]), Some(bias(&x[2])));
+            if fused {
+                return flat(conv2d(x, f, b, geometry));
+            }
+            let [x, f, b] = [
+                x.into_primitive().tensor(),
+                f.into_primitive().tensor(),
+                b.unwrap().into_primitive().tensor(),
+            ];
+            flat(float(composite::conv2d::<B>(x, f, Some(b), geometry)))
+        };
+        check(
+            vec![
+                random([2, 64, side * side], 31),
+                random([1, 5, 64 * 9], 32),
+                random([1, 1, 5], 33),
+            ],
+            |x| conv(x, true),
+            |x| conv(x, false),
+            &format!("winograd conv, side {side}, padding {padding}"),
+        );
+    }
 }
 
 /// The input gradient built from the stride-1 one (what CUDA runs for strided

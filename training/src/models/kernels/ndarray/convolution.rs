@@ -1,7 +1,9 @@
 //! 2-D convolution as a product with the input's patch matrix (im2col), and its backward
-//! pass through the same matrix.
+//! pass through the same matrix; 3 × 3 convolutions of stride 1 over many channels by
+//! Winograd's tiles instead ([`super::winograd`]).
 
 use super::products::{Strided, gemm_fresh};
+use super::winograd::{self, Tiles};
 use super::{lane_sum, tensor, values};
 use crate::models::kernels::ConvGeometry;
 use burn::tensor::{Shape, TensorMetadata};
@@ -16,6 +18,13 @@ pub(super) fn conv2d(
     let image = Image::of(&x.shape(), geometry);
     let f = Strided::of(&filters);
     assert_eq!(f.cols, image.patch_len(), "conv2d: filter width vs C·kh·kw");
+    let bias = bias.map(|bias| values(&bias).into_owned());
+    if let Some(bias) = &bias {
+        assert_eq!(bias.len(), f.rows, "conv2d: bias length vs output channels");
+    }
+    if let Some(tiles) = Tiles::of(&x.shape(), geometry) {
+        return winograd::conv2d(tiles, &values(&x), &f, bias.as_deref());
+    }
     let cols = image.im2col(&values(&x));
     let positions = image.positions();
     // Y = F · cols (c_out × N·P), then laid out as N × c_out × P.
@@ -28,8 +37,6 @@ pub(super) fn conv2d(
     let [oh, ow] = image.out;
     let mut y = image.channels_to_batch(&y, f.rows);
     if let Some(bias) = bias {
-        let bias = values(&bias);
-        assert_eq!(bias.len(), f.rows, "conv2d: bias length vs output channels");
         for (plane, b) in y.chunks_exact_mut(oh * ow).zip(bias.iter().cycle()) {
             plane.iter_mut().for_each(|v| *v += b);
         }
@@ -40,7 +47,7 @@ pub(super) fn conv2d(
     ]
 }
 
-/// `saved` is the forward pass's patch matrix.
+/// `saved` is the forward pass's patch matrix (or Winograd tiles).
 pub(super) fn conv2d_backward(
     saved: NdArrayTensor,
     shape: Shape,
@@ -52,6 +59,15 @@ pub(super) fn conv2d_backward(
     let image = Image::of(&shape, geometry);
     let f = Strided::of(&filters);
     let (patch, positions, c_out) = (image.patch_len(), image.positions(), f.rows);
+    if let Some(tiles) = Tiles::of(&shape, geometry) {
+        let (d_x, d_f, d_b) =
+            winograd::conv2d_backward(tiles, &saved, &f, &values(&grad), with_bias);
+        return (
+            tensor(d_x, shape),
+            tensor(d_f, Shape::new([c_out, patch])),
+            d_b.map(|d_b| tensor(d_b, Shape::new([c_out]))),
+        );
+    }
     let cols = values(&saved);
     assert_eq!(
         cols.len(),

@@ -16,6 +16,7 @@ mod pooling;
 mod products;
 mod scaling;
 mod sgd;
+mod winograd;
 
 #[cfg(test)]
 pub(super) use activations::{softmax_backward_rows, softmax_rows};
