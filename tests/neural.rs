@@ -248,10 +248,20 @@ fn frobenius_decay_gradient_is_the_analytic_one() {
         )
         .expect("loads");
     let mut grads = GradientsParams::new();
-    add_frobenius_decay(&net, &mut grads, mu);
+    let dense = add_frobenius_decay(&net, &mut grads, mu);
     let Weight::Factorized(f) = net.weights()[1] else {
         panic!("fc1 is the shard")
     };
+    // The dense weights' μ W is left to the optimizer's step; the shard's terms are here.
+    let Weight::Dense(fc0) = net.weights()[0] else {
+        panic!("fc0 is dense")
+    };
+    assert_eq!((dense.of(&fc0.id), dense.of(&f.u.id)), (mu, 0.0));
+    assert!(
+        grads
+            .get::<<B as AutodiffBackend>::InnerBackend, 2>(fc0.id)
+            .is_none()
+    );
     type I = <B as AutodiffBackend>::InnerBackend;
     let gu: Vec<f32> = grads
         .get::<I, 2>(f.u.id)

@@ -73,7 +73,7 @@ where
         let loss = cross_entropy(net.forward(inputs, &Cohort::single(rows)), targets);
         loss_sum += loss.clone().into_scalar().elem::<f64>();
         let mut grads = GradientsParams::from_grads(loss.backward(), &net);
-        add_frobenius_decay(&net, &mut grads, recipe.weight_decay);
+        add_frobenius_decay(&net, &mut grads, recipe.weight_decay).add_to(&net, &mut grads);
         let gradient = export(
             &net.map(&mut Gradient { grads: &mut grads }),
             &layout,

@@ -10,7 +10,7 @@ use crate::models::network::{Forward, Network};
 use crate::train::batches;
 use crate::train::cohort::{self, Member, Trained};
 use crate::train::sgld;
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -21,6 +21,7 @@ use fedshard_protocol::task::{
     BoxError, EvalError, Evaluation, Evaluator, LayerShard, LocalTrainer, TrainError, TrainOutput,
     TrainTask,
 };
+use std::collections::HashSet;
 
 /// Training examples as the models see them: rows of `width` floats and, per row,
 /// `targets_per_row` class targets.
@@ -133,30 +134,36 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
         .neg()
 }
 
-/// Adds the gradient of the Frobenius decay `(μ/2) Σ ‖Ŵ‖²_F` over every affine and
-/// convolutional weight of the model to `grads`, in closed form (docs/algorithms.md §1.7): `μ W` for
-/// a dense weight; for a shard Ŵ = Uᵀ Ω V (U `n × c_out`, V `n × c_in`), `μ Ω (V Vᵀ) Ω U` for U
-/// and `μ Ω (U Uᵀ) Ω V` for V, for each client of the model's cohort.
+/// The gradient of the Frobenius decay `(μ/2) Σ ‖Ŵ‖²_F` over every affine and convolutional
+/// weight of the model, in closed form (docs/algorithms.md §1.7): `μ W` for a dense weight;
+/// for a shard Ŵ = Uᵀ Ω V (U `n × c_out`, V `n × c_in`), `μ Ω (V Vᵀ) Ω U` for U and
+/// `μ Ω (U Uᵀ) Ω V` for V, for each client of the model's cohort. The shards' terms are added
+/// to `grads` here; the dense weights' `μ W` is returned for the optimizer's step, which adds
+/// it in the same pass as the momentum ([`Kernels::sgd_step`]: on the CPU a separate pass was
+/// 3–4% of a ResNet-18 or CCT step), or [`DenseDecay::add_to`] adds it to `grads`.
 ///
 /// Why not through autodiff: recorded as a loss term, the decay of a shard with many terms cost
 /// more than the layer's own forward and backward at the federated batch sizes (two Gram
 /// products forward and four more backward, each a graph node); here it is two Gram products
-/// and two `n × n` by `n × c` products, and a dense weight's is one scaled copy.
+/// and two `n × n` by `n × c` products, and a dense weight's is part of the step.
+#[must_use = "the dense weights' decay is the optimizer's to add"]
 pub fn add_frobenius_decay<B: TrainingBackend>(
     net: &impl Forward<B>,
     grads: &mut GradientsParams,
     mu: f64,
-) {
+) -> DenseDecay {
+    let mut dense = DenseDecay {
+        mu,
+        weights: HashSet::new(),
+    };
     if mu == 0.0 {
-        return;
+        return dense;
     }
     for weight in net.weights() {
         match weight {
-            // g + μ w in one pass (in g's buffer on the CPU).
-            Weight::Dense(w) => replace_grad(grads, w.id, |g| match g {
-                Some(g) => kernels::add_scaled(g, w.val().inner(), mu),
-                None => w.val().inner().mul_scalar(mu),
-            }),
+            Weight::Dense(w) => {
+                dense.weights.insert(w.id);
+            }
             Weight::Factorized(f) => {
                 let [clients, n] = f.omega.dims();
                 // Each client's Gram products are its own: one row of dimension 0 per client.
@@ -176,6 +183,43 @@ pub fn add_frobenius_decay<B: TrainingBackend>(
                     replace_grad(grads, id, |g| match g {
                         Some(g) => g + decay,
                         None => decay,
+                    });
+                }
+            }
+        }
+    }
+    dense
+}
+
+/// The Frobenius decay `μ W` of a model's dense weights ([`add_frobenius_decay`]), which its
+/// optimizer adds to their gradients.
+#[derive(Debug)]
+pub struct DenseDecay {
+    mu: f64,
+    weights: HashSet<ParamId>,
+}
+
+impl DenseDecay {
+    /// `μ` for parameter `id` if it is a dense weight, else 0.
+    pub fn of(&self, id: &ParamId) -> f64 {
+        if self.weights.contains(id) {
+            self.mu
+        } else {
+            0.0
+        }
+    }
+
+    /// Adds `μ W` to the gradient of each dense weight of `net`, for an optimizer that does
+    /// not take the decay in its step (FjORD's, on the server's tensors).
+    pub fn add_to<B: TrainingBackend>(&self, net: &impl Forward<B>, grads: &mut GradientsParams) {
+        for weight in net.weights() {
+            if let Weight::Dense(w) = weight {
+                let mu = self.of(&w.id);
+                if mu != 0.0 {
+                    // g + μ w in one pass (in g's buffer on the CPU).
+                    replace_grad(grads, w.id, |g| match g {
+                        Some(g) => kernels::add_scaled(g, w.val().inner(), mu),
+                        None => w.val().inner().mul_scalar(mu),
                     });
                 }
             }

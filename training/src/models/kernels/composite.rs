@@ -48,7 +48,13 @@ pub fn sgd_step<B: Backend>(
     velocity: Option<FloatTensor<B>>,
     lr: f64,
     momentum: f64,
+    decay: f64,
 ) -> [FloatTensor<B>; 2] {
+    let grad = if decay == 0.0 {
+        grad
+    } else {
+        add_scaled::<B>(grad, param.clone(), decay)
+    };
     let (param, shape) = rows::<B>(param);
     let (grad, _) = rows::<B>(grad);
     let velocity = match velocity {

@@ -252,14 +252,19 @@ where
                 losses.clone().sum()
             };
             let mut grads = GradientsParams::from_grads(total.backward(), &net);
-            add_frobenius_decay(&net, &mut grads, self.recipe.weight_decay);
+            let decay = add_frobenius_decay(&net, &mut grads, self.recipe.weight_decay);
             if let Some(anchor) = &anchor {
                 anchor.add_gradient(&net, &mut grads, self.recipe.proximal_mu);
             }
             if let Some(tau) = self.recipe.clip_lr {
                 clip_lr(&net, &mut grads, tau);
             }
-            net = optimizer.step(self.recipe.learning_rate, net, grads, correction.as_ref());
+            net = optimizer.step(
+                (self.recipe.learning_rate, &decay),
+                net,
+                grads,
+                correction.as_ref(),
+            );
             loss_sums = loss_sums + losses.detach();
         }
         done

@@ -3,6 +3,7 @@
 use super::index;
 use crate::models::builder::Layout;
 use crate::models::kernels::{Kernels, TrainingBackend};
+use crate::train::neural::DenseDecay;
 use crate::train::proximal::Anchor;
 use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::optim::GradientsParams;
@@ -27,13 +28,14 @@ impl<B: TrainingBackend> CohortSgd<B> {
         }
     }
 
-    /// One step of every parameter that has a gradient, moved further by `−lr · shift` where
-    /// `shift` holds a value for it: SCAFFOLD's correction `c − c_i` joins the step outside the
-    /// momentum, as the SCAFFOLD optimizer of Flower's baseline (niid_bench) adds it, so that
-    /// the momentum amplifies the gradient alone (docs/algorithms.md §12).
+    /// One step of every parameter that has a gradient, its dense weights' `decay` joining
+    /// the gradient (after FedProx's term), moved further by `−lr · shift` where `shift` holds
+    /// a value for it: SCAFFOLD's correction `c − c_i` joins the step outside the momentum, as
+    /// the SCAFFOLD optimizer of Flower's baseline (niid_bench) adds it, so that the momentum
+    /// amplifies the gradient alone (docs/algorithms.md §12).
     pub(super) fn step<M: Module<B>>(
         &mut self,
-        lr: f64,
+        (lr, decay): (f64, &DenseDecay),
         module: M,
         mut grads: GradientsParams,
         shift: Option<&Anchor<B>>,
@@ -42,6 +44,7 @@ impl<B: TrainingBackend> CohortSgd<B> {
             optimizer: self,
             grads: &mut grads,
             lr,
+            decay,
             shift,
         })
     }
@@ -66,6 +69,7 @@ struct Stepper<'o, B: TrainingBackend> {
     optimizer: &'o mut CohortSgd<B>,
     grads: &'o mut GradientsParams,
     lr: f64,
+    decay: &'o DenseDecay,
     shift: Option<&'o Anchor<B>>,
 }
 
@@ -86,6 +90,7 @@ impl<B: TrainingBackend> ModuleMapper<B> for Stepper<'_, B> {
             velocity,
             self.lr,
             momentum,
+            self.decay.of(&id),
         );
         if momentum > 0.0 {
             self.optimizer.velocity.insert(id, velocity);

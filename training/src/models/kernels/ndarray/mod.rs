@@ -152,8 +152,9 @@ impl Kernels for NdArray<f32> {
         velocity: Option<FloatTensor<Self>>,
         lr: f64,
         momentum: f64,
+        decay: f64,
     ) -> [FloatTensor<Self>; 2] {
-        sgd::step(param, grad, velocity, lr, momentum)
+        sgd::step(param, grad, velocity, lr, momentum, decay)
     }
 
     fn add_scaled(a: FloatTensor<Self>, b: FloatTensor<Self>, scale: f64) -> FloatTensor<Self> {

@@ -11,28 +11,86 @@ use burn::tensor::TensorMetadata;
 use burn_ndarray::NdArrayTensor;
 use ndarray::{ArcArray, IxDyn};
 
-/// [`Kernels::sgd_step`](crate::models::kernels::Kernels::sgd_step) on the CPU.
+/// [`Kernels::sgd_step`](crate::models::kernels::Kernels::sgd_step) on the CPU: one pass
+/// over parameter, gradient and velocity when the parameter and its velocity are the
+/// optimizer's alone (every step but the first), the decay included.
 pub(super) fn step(
     param: NdArrayTensor,
     grad: NdArrayTensor,
     velocity: Option<NdArrayTensor>,
     lr: f64,
     momentum: f64,
+    decay: f64,
 ) -> [NdArrayTensor; 2] {
     let shape = param.shape();
     assert_eq!(shape, grad.shape(), "sgd_step: a gradient of another shape");
     // burn converts a scalar to the tensor's element type before it multiplies.
-    let (lr, momentum) = (lr as f32, momentum as f32);
-    let velocity = match velocity {
-        Some(v) => {
-            assert_eq!(shape, v.shape(), "sgd_step: a velocity of another shape");
-            update(v, &values(&grad), |v, g| g + v * momentum)
-        }
-        // The first step, or plain SGD: the velocity is the gradient itself, not a copy of it.
-        None => grad,
+    let (lr, momentum, decay) = (lr as f32, momentum as f32, decay as f32);
+    let Some(velocity) = velocity else {
+        // The first step, or plain SGD: the velocity is the (decayed) gradient itself.
+        let velocity = decayed(grad, &param, decay);
+        let stepped = update(param, &values(&velocity), |p, v| p - v * lr);
+        return [stepped, velocity];
     };
-    let stepped = update(param, &values(&velocity), |p, v| p - v * lr);
-    [stepped, velocity]
+    assert_eq!(
+        shape,
+        velocity.shape(),
+        "sgd_step: a velocity of another shape"
+    );
+    match (exclusive(param), exclusive(velocity)) {
+        (Ok(mut param), Ok(mut velocity)) => {
+            let grad = values(&grad);
+            let (p, v) = (contiguous(&mut param), contiguous(&mut velocity));
+            if decay == 0.0 {
+                one_pass(p, v, &grad, (lr, momentum), |g, _| g);
+            } else {
+                one_pass(p, v, &grad, (lr, momentum), |g, p| g + p * decay);
+            }
+            [NdArrayTensor::from(param), NdArrayTensor::from(velocity)]
+        }
+        // Shared (or strided): fresh buffers, pass by pass.
+        (param, velocity) => {
+            let param = param.map_or_else(|t| t, NdArrayTensor::from);
+            let velocity = velocity.map_or_else(|t| t, NdArrayTensor::from);
+            let grad = decayed(grad, &param, decay);
+            let velocity = update(velocity, &values(&grad), |v, g| g + v * momentum);
+            let stepped = update(param, &values(&velocity), |p, v| p - v * lr);
+            [stepped, velocity]
+        }
+    }
+}
+
+/// `grad + decay · param` (in `grad`'s buffer when nothing else holds it), `grad` itself when
+/// `decay` is 0 (adding `0 · param` could turn a −0 into a +0, or an infinite parameter into
+/// NaN).
+fn decayed(grad: NdArrayTensor, param: &NdArrayTensor, decay: f32) -> NdArrayTensor {
+    if decay == 0.0 {
+        grad
+    } else {
+        update(grad, &values(param), |g, p| g + p * decay)
+    }
+}
+
+/// The step in place, each element once: `v ← decayed(g, p) + v · momentum`, `p ← p − v · lr`,
+/// the same products and sums as the passes of [`step`]'s other arm, in the same order.
+fn one_pass(
+    p: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    (lr, momentum): (f32, f32),
+    decayed: impl Fn(f32, f32) -> f32,
+) {
+    for ((p, v), &g) in p.iter_mut().zip(v.iter_mut()).zip(g) {
+        *v = decayed(g, *p) + *v * momentum;
+        *p -= *v * lr;
+    }
+}
+
+/// The values of an array [`exclusive`] returned, to write in place.
+fn contiguous(array: &mut ArcArray<f32, IxDyn>) -> &mut [f32] {
+    array
+        .as_slice_mut()
+        .expect("exclusive() returns contiguous arrays")
 }
 
 /// [`Kernels::add_scaled`](crate::models::kernels::Kernels::add_scaled) on the CPU: in `a`'s
@@ -55,10 +113,7 @@ fn update(t: NdArrayTensor, other: &[f32], f: impl Fn(f32, f32) -> f32) -> NdArr
     );
     match exclusive(t) {
         Ok(mut array) => {
-            let slice = array
-                .as_slice_mut()
-                .expect("exclusive() returns contiguous arrays");
-            for (x, &o) in slice.iter_mut().zip(other) {
+            for (x, &o) in contiguous(&mut array).iter_mut().zip(other) {
                 *x = f(*x, o);
             }
             NdArrayTensor::from(array)
@@ -113,7 +168,8 @@ mod tests {
     }
 
     /// The fused step gives the bits of the same step as burn's tensor operations, with a
-    /// velocity and without (the first step), for contiguous and transposed tensors.
+    /// velocity and without (the first step), with weight decay and without, for contiguous
+    /// (one pass in place) and transposed (fresh buffers) tensors.
     #[test]
     fn a_fused_step_is_burns_step_bit_for_bit() {
         let p = [0.3f32, -1.25, 2.0, 1e-3, 7.5, -0.1];
@@ -121,14 +177,18 @@ mod tests {
         let v = [-0.2f32, 0.4, 1.1, -2.0, 0.05, 0.33];
         let contiguous = |x: &[f32]| t(x).into_primitive().tensor();
         let transposed = |x: &[f32]| t(x).transpose().into_primitive().tensor();
+        let cases = [None, Some(v)]
+            .into_iter()
+            .flat_map(|v| [(v, 0.0), (v, 1e-2)]);
         for layout in [&contiguous as &Layout, &transposed] {
-            for velocity in [None, Some(v)] {
+            for (velocity, decay) in cases.clone() {
                 let fused = <NdArray as Kernels>::sgd_step(
                     layout(&p),
                     layout(&g),
                     velocity.map(|v| layout(&v)),
                     0.05,
                     0.5,
+                    decay,
                 );
                 let burns = composite::sgd_step::<NdArray>(
                     layout(&p),
@@ -136,6 +196,7 @@ mod tests {
                     velocity.map(|v| layout(&v)),
                     0.05,
                     0.5,
+                    decay,
                 );
                 for (a, b) in fused.into_iter().zip(burns) {
                     assert_eq!(data(a), data(b));
@@ -157,11 +218,18 @@ mod tests {
         let tensor = |x: &[f32]| t(x).into_primitive().tensor();
         let (param, velocity) = (tensor(&p), tensor(&v));
         let (param_kept, velocity_kept) = (param.clone(), velocity.clone());
-        let shared = <NdArray as Kernels>::sgd_step(param, tensor(&g), Some(velocity), 0.05, 0.5);
+        let shared =
+            <NdArray as Kernels>::sgd_step(param, tensor(&g), Some(velocity), 0.05, 0.5, 0.0);
         assert_eq!(data(param_kept), data(tensor(&p)));
         assert_eq!(data(velocity_kept), data(tensor(&v)));
-        let alone =
-            <NdArray as Kernels>::sgd_step(tensor(&p), tensor(&g), Some(tensor(&v)), 0.05, 0.5);
+        let alone = <NdArray as Kernels>::sgd_step(
+            tensor(&p),
+            tensor(&g),
+            Some(tensor(&v)),
+            0.05,
+            0.5,
+            0.0,
+        );
         for (a, b) in shared.into_iter().zip(alone) {
             assert_eq!(data(a), data(b));
         }
