@@ -199,28 +199,19 @@ pub(super) fn gemm_fresh(
     c
 }
 
-/// `count` products `alpha · a_p · b_p` in one fresh buffer, product p's row-major `m × n`
-/// result at `p · stride` (the floats from `m·n` to `stride` after it are zero), operand p
-/// read at `p · a_stride` and `p · b_stride` of `a` and `b`. As [`gemm_fresh`], the results are
-/// not zeroed first.
+/// `count` products `a_p · b_p` in one fresh buffer, product p's row-major `m × n` result
+/// after the p before it, operand p read from `p · a_len` and `p · b_len` of `a` and `b`. As
+/// [`gemm_fresh`], the results are not zeroed first.
 pub(super) fn gemm_planes(
-    (count, stride): (usize, usize),
+    count: usize,
     [m, k, n]: [usize; 3],
-    (a, a_stride, rsa, csa): (&[f32], usize, isize, isize),
-    (b, b_stride, rsb, csb): (&[f32], usize, isize, isize),
+    (a, a_len, rsa, csa): (&[f32], usize, isize, isize),
+    (b, b_len, rsb, csb): (&[f32], usize, isize, isize),
 ) -> Vec<f32> {
-    assert!(
-        m * n <= stride,
-        "gemm_planes: a result longer than its stride"
-    );
-    let mut c = Vec::with_capacity(count * stride);
-    let spare = &mut c.spare_capacity_mut()[..count * stride];
-    for (p, plane) in spare.chunks_exact_mut(stride).enumerate() {
-        let (result, gap) = plane.split_at_mut(m * n);
-        gap.iter_mut().for_each(|x| {
-            x.write(0.0);
-        });
-        let (a, b) = (&a[p * a_stride..], &b[p * b_stride..]);
+    let mut c = Vec::with_capacity(count * m * n);
+    let spare = &mut c.spare_capacity_mut()[..count * m * n];
+    for (p, result) in spare.chunks_exact_mut(m * n).enumerate() {
+        let (a, b) = (&a[p * a_len..], &b[p * b_len..]);
         // SAFETY: `result` is m·n writable floats owned by `c` (the spare capacity aliases no
         // operand); with `accumulate` false the kernel writes each of them and reads none.
         unsafe {
@@ -235,9 +226,8 @@ pub(super) fn gemm_planes(
             );
         }
     }
-    // SAFETY: every plane's result and gap were written above, so all count·stride floats
-    // are initialised.
-    unsafe { c.set_len(count * stride) };
+    // SAFETY: the products above wrote all count · m · n floats.
+    unsafe { c.set_len(count * m * n) };
     c
 }
 

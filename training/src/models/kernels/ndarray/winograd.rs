@@ -38,8 +38,9 @@ const MIN_TILES: usize = 64;
 const LANES: usize = 16;
 
 /// One value of [`LANES`] tiles: the transforms' additions and halvings on it are lane-wise
-/// loops of fixed length, which the compiler turns into vector instructions (one tile at a
-/// time, the scalar transforms cost as much as the products they save).
+/// loops of fixed length, which the compiler turns into vector instructions, and each of the
+/// 16 matrices a tile spreads over gets a whole cache line at a time (one tile at a time, the
+/// scalar transforms cost more than the products saved).
 #[derive(Debug, Clone, Copy, Default)]
 struct Lanes([f32; LANES]);
 
@@ -83,26 +84,17 @@ pub(super) struct Tiles {
     grid: [usize; 2],
 }
 
-/// Where the 16 matrices of a transform, `len` floats each, lie in one buffer: each starts
-/// 64 bytes past a 4 KiB boundary from the one before, so that the 16 streams a tile is
-/// read from or written to fall in different cache sets (4 KiB apart, they all fell in one
-/// set of the L1 cache, and the transforms ran slower than the products they save).
-fn stride(len: usize) -> usize {
-    len.next_multiple_of(1024) + 16
-}
-
-/// A fresh buffer of 16 matrices of `len` floats, [`stride`] apart.
+/// A fresh buffer of 16 matrices of `len` floats, one after the other.
 fn planes(len: usize) -> Vec<f32> {
-    vec![0.0; 16 * stride(len)]
+    vec![0.0; 16 * len]
 }
 
 /// The 16 values at `index..index + LANES` of the 16 matrices of `len` floats in `planes`
 /// (zero past `valid` of them).
 fn load(planes: &[f32], len: usize, index: usize, valid: usize) -> [[Lanes; 4]; 4] {
-    let stride = stride(len);
     std::array::from_fn(|i| {
         std::array::from_fn(|j| {
-            let from = &planes[(4 * i + j) * stride + index..];
+            let from = &planes[(4 * i + j) * len + index..];
             let mut lanes = Lanes::default();
             if valid == LANES {
                 // A copy of fixed length: a vector load, where `valid` floats are a call.
@@ -118,9 +110,8 @@ fn load(planes: &[f32], len: usize, index: usize, valid: usize) -> [[Lanes; 4]; 
 /// Writes the first `valid` lanes of `tile` at `index` of the 16 matrices of `len` floats in
 /// `planes`.
 fn store(planes: &mut [f32], len: usize, index: usize, valid: usize, tile: [[Lanes; 4]; 4]) {
-    let stride = stride(len);
     for (k, lanes) in tile.as_flattened().iter().enumerate() {
-        let to = &mut planes[k * stride + index..];
+        let to = &mut planes[k * len + index..];
         if valid == LANES {
             to[..LANES].copy_from_slice(&lanes.0);
         } else {
@@ -428,10 +419,10 @@ fn products(
     (b, b_len, brs, bcs): (&[f32], usize, isize, isize),
 ) -> Vec<f32> {
     gemm_planes(
-        (16, stride(m * n)),
+        16,
         [m, depth, n],
-        (a, stride(a_len), ars, acs),
-        (b, stride(b_len), brs, bcs),
+        (a, a_len, ars, acs),
+        (b, b_len, brs, bcs),
     )
 }
 
@@ -453,7 +444,7 @@ pub(super) fn conv2d(
     );
     let y = tiles.output(&m, c_out, bias);
     let [oh, ow] = tiles.out;
-    let saved = Shape::new([16, stride(c_in * count)]);
+    let saved = Shape::new([16, c_in, count]);
     [
         tensor(y, Shape::new([tiles.n, c_out, oh, ow])),
         tensor(v, saved),
@@ -472,7 +463,7 @@ pub(super) fn conv2d_backward(
     let (c_out, c_in, count) = (f.rows, tiles.c, tiles.count());
     assert_eq!(
         saved.shape(),
-        Shape::new([16, stride(c_in * count)]),
+        Shape::new([16, c_in, count]),
         "conv2d backward: the saved tiles do not match the input's shape"
     );
     let v = values(saved);
