@@ -76,8 +76,12 @@ struct Stepper<'o, B: TrainingBackend> {
 impl<B: TrainingBackend> ModuleMapper<B> for Stepper<'_, B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
-            return Param::from_mapped_value(id, tensor, mapper);
+        let decay = self.decay.of(&id);
+        // A dense weight without a gradient still decays: its gradient is the decay alone.
+        let grad = match self.grads.remove::<B::InnerBackend, D>(id) {
+            Some(grad) => grad,
+            None if decay != 0.0 => tensor.clone().inner().zeros_like(),
+            None => return Param::from_mapped_value(id, tensor, mapper),
         };
         let require_grad = tensor.is_require_grad();
         let momentum = self.optimizer.momentum;
@@ -90,7 +94,7 @@ impl<B: TrainingBackend> ModuleMapper<B> for Stepper<'_, B> {
             velocity,
             self.lr,
             momentum,
-            self.decay.of(&id),
+            decay,
         );
         if momentum > 0.0 {
             self.optimizer.velocity.insert(id, velocity);

@@ -14,8 +14,8 @@
 //!
 //! The sums run in another order than the patch matrix's (and the transforms round), so the
 //! result differs from it in the last bits: only convolutions of at least [`MIN_CHANNELS`]
-//! input channels take this path, which leaves the digits CNN (and so the main job's digests)
-//! as they were.
+//! input channels (and [`MIN_TILES`] tiles) take this path, which leaves the digits CNN (and
+//! so the main job's digests) as they were.
 
 use super::products::{Strided, gemm_planes};
 use super::{lane_sum, tensor, values};
@@ -30,8 +30,10 @@ const MIN_CHANNELS: usize = 64;
 
 /// Fewer tiles than this over the batch, and a convolution runs on the patch matrix: the filter
 /// transforms (16 values per channel pair, in each direction) cost about what the products
-/// save. ResNet-18's last stage at batch 8 (4 × 4 maps, 512 channels: 32 tiles) ran 1.3 times
-/// slower with them, its third (8 × 8, 256 channels: 128 tiles) 1.5 times faster.
+/// save. One convolution's forward and backward pass at batch 8 (AVX2 products): ResNet-18's
+/// last stage (4 × 4 maps, 512 channels: 32 tiles) ran 1.3 times slower with them, its third
+/// (8 × 8, 256 channels: 128 tiles) 1.5 times faster; with the last stage on tiles, the whole
+/// model trained at 25–26 samples/s, without at 28–29 (docs/performance.md).
 const MIN_TILES: usize = 64;
 
 /// Tiles (or filter pairs) transformed at once, one per lane of a vector.
@@ -198,8 +200,9 @@ impl Tiles {
     }
 
     /// The rows of channel `c` of `N × C × H × W` images (`side`) and of their padded planes
-    /// (`rows × cols`, the image at `at`) that hold the same pixels: `copy(image_row,
-    /// plane_row)` gets each pair's offsets and the length in common.
+    /// (`rows × cols`, the image at `(top, left)`, cut at the plane's edge) that hold the same
+    /// pixels: `copy(image_row, plane_row, len)` gets each pair's offsets and the length in
+    /// common.
     fn rows(
         &self,
         (side, [rows, cols]): ([usize; 2], [usize; 2]),
