@@ -18,7 +18,7 @@ pub(super) fn conv2d(
     let image = Image::of(&x.shape(), geometry);
     let f = Strided::of(&filters);
     assert_eq!(f.cols, image.patch_len(), "conv2d: filter width vs C·kh·kw");
-    let bias = bias.map(|bias| values(&bias).into_owned());
+    let bias = bias.as_ref().map(values);
     if let Some(bias) = &bias {
         assert_eq!(bias.len(), f.rows, "conv2d: bias length vs output channels");
     }

@@ -133,19 +133,18 @@ fn gather<const R: usize, const C: usize>(
     })
 }
 
-/// Each of the first `valid` lanes of `tile` put at its offset (`cols` apart down) into
-/// `plane` by `put` (written, or added).
+/// Each of the first `valid` lanes of `tile` added at its offset (`cols` apart down) into
+/// `plane`.
 fn spread<const R: usize, const C: usize>(
     tile: [[Lanes; C]; R],
     (plane, cols): (&mut [f32], usize),
     offsets: &[usize],
     valid: usize,
-    put: impl Fn(&mut f32, f32),
 ) {
     for (l, &offset) in offsets[..valid].iter().enumerate() {
         for (i, row) in tile.iter().enumerate() {
             for (j, lanes) in row.iter().enumerate() {
-                put(&mut plane[offset + i * cols + j], lanes.0[l]);
+                plane[offset + i * cols + j] += lanes.0[l];
             }
         }
     }
@@ -178,16 +177,16 @@ impl Tiles {
         self.n * self.grid[0] * self.grid[1]
     }
 
-    /// The sides of the zero-padded plane that all tiles of one input image read (they start
-    /// 2 apart and reach 4 down and across), or that one output image's blocks cover.
-    fn sides(&self, input: bool) -> [usize; 2] {
-        self.grid.map(|g| 2 * g + if input { 2 } else { 0 })
-    }
-
-    /// Each tile's top-left entry in one channel's images laid out as padded planes
-    /// ([`Tiles::sides`]), by tile index, the last repeated to a whole number of [`LANES`].
-    fn offsets(&self, input: bool) -> Vec<usize> {
-        let ([gh, gw], [rows, cols]) = (self.grid, self.sides(input));
+    /// How the tiles lie on the input images (4 × 4 tiles 2 apart, over the padded image) or
+    /// on the output images (2 × 2 blocks).
+    fn maps(&self, input: bool) -> Maps {
+        let [gh, gw] = self.grid;
+        let (image, corner, reach) = if input {
+            (self.side, self.padding, 2)
+        } else {
+            (self.out, [0, 0], 0)
+        };
+        let [rows, cols] = self.grid.map(|g| 2 * g + reach);
         let mut offsets: Vec<usize> = (0..self.count())
             .map(|t| {
                 let (b, t) = (t / (gh * gw), t % (gh * gw));
@@ -196,22 +195,131 @@ impl Tiles {
             .collect();
         let last = offsets[offsets.len() - 1];
         offsets.resize(offsets.len().next_multiple_of(LANES), last);
-        offsets
+        Maps {
+            image,
+            plane: [rows, cols],
+            corner,
+            offsets,
+        }
     }
 
-    /// The rows of channel `c` of `N × C × H × W` images (`side`) and of their padded planes
-    /// (`rows × cols`, the image at `(top, left)`, cut at the plane's edge) that hold the same
-    /// pixels: `copy(image_row, plane_row, len)` gets each pair's offsets and the length in
-    /// common.
+    /// Every tile of every channel of `images` (`channels` of them, laid out as `maps` says),
+    /// its `R × C` block transformed by `transform`, as 16 matrices `channels × tiles`
+    /// ([`planes`]), matrix k = 4i + j holding entry (i, j).
+    fn tile<const R: usize, const C: usize>(
+        &self,
+        (images, channels, maps): (&[f32], usize, Maps),
+        transform: impl Fn([[Lanes; C]; R]) -> [[Lanes; 4]; 4],
+    ) -> Vec<f32> {
+        let (tiles, len) = (self.count(), channels * self.count());
+        let cols = maps.plane[1];
+        let mut out = planes(len);
+        let mut padded = vec![0.0; self.n * maps.plane[0] * cols];
+        for c in 0..channels {
+            maps.rows((self.n, c, channels), |i, p, len| {
+                padded[p..p + len].copy_from_slice(&images[i..i + len]);
+            });
+            for (chunk, offsets) in maps.offsets.chunks_exact(LANES).enumerate() {
+                let first = chunk * LANES;
+                let block = gather::<R, C>(&padded, offsets, cols);
+                let valid = LANES.min(tiles - first);
+                store(&mut out, len, c * tiles + first, valid, transform(block));
+            }
+        }
+        out
+    }
+
+    /// The way back from [`Tiles::tile`]: each tile of `planes` (16 matrices `channels ×
+    /// tiles`) transformed by `transform` and added where its `R × C` block lies (tiles
+    /// overlap on the input), then each image row handed to `finish(channel, image row,
+    /// padded row)`.
+    fn untile<const R: usize, const C: usize>(
+        &self,
+        (planes, channels, maps): (&[f32], usize, Maps),
+        transform: impl Fn([[Lanes; 4]; 4]) -> [[Lanes; C]; R],
+        mut finish: impl FnMut(usize, &mut [f32], &[f32]),
+    ) -> Vec<f32> {
+        let (tiles, len) = (self.count(), channels * self.count());
+        let [h, w] = maps.image;
+        let cols = maps.plane[1];
+        let mut images = vec![0.0; self.n * channels * h * w];
+        let mut padded = vec![0.0; self.n * maps.plane[0] * cols];
+        for c in 0..channels {
+            padded.fill(0.0);
+            for (chunk, offsets) in maps.offsets.chunks_exact(LANES).enumerate() {
+                let first = chunk * LANES;
+                let valid = LANES.min(tiles - first);
+                let block = transform(load(planes, len, c * tiles + first, valid));
+                spread(block, (&mut padded, cols), offsets, valid);
+            }
+            maps.rows((self.n, c, channels), |i, p, len| {
+                finish(c, &mut images[i..i + len], &padded[p..p + len]);
+            });
+        }
+        images
+    }
+
+    /// `V`: `Bᵀ d B` of every input tile `d` (zeros beyond the image).
+    fn input(&self, x: &[f32]) -> Vec<f32> {
+        self.tile((x, self.c, self.maps(true)), |d| sandwich(d, bt, bt))
+    }
+
+    /// The adjoint of [`Tiles::input`]: `B dV Bᵀ` of every tile added into the input pixels
+    /// it covers.
+    fn input_adjoint(&self, d_v: &[f32]) -> Vec<f32> {
+        let maps = self.maps(true);
+        self.untile(
+            (d_v, self.c, maps),
+            |t| sandwich(t, bb, bb),
+            |_, x, padded| x.copy_from_slice(padded),
+        )
+    }
+
+    /// `N × c_out × H' × W'` from the 16 products `M_k` (`c_out × tiles` each, [`planes`]):
+    /// `Aᵀ M A` of each tile, plus the bias.
+    fn output(&self, m: &[f32], c_out: usize, bias: Option<&[f32]>) -> Vec<f32> {
+        self.untile(
+            (m, c_out, self.maps(false)),
+            |t| sandwich(t, at_, at_),
+            |co, y, block| {
+                let shift = bias.map_or(0.0, |b| b[co]);
+                for (y, v) in y.iter_mut().zip(block) {
+                    *y = v + shift;
+                }
+            },
+        )
+    }
+
+    /// The adjoint of [`Tiles::output`] without the bias: `Z = A dy Aᵀ` of every output
+    /// block (zeros beyond the output).
+    fn output_adjoint(&self, d_y: &[f32], c_out: usize) -> Vec<f32> {
+        self.tile((d_y, c_out, self.maps(false)), |s| sandwich(s, aa, aa))
+    }
+}
+
+/// Where one side of a convolution's tiles lies: images of `image` sides, each copied at
+/// `corner` into a zero plane of `plane` sides, and each tile's top-left entry in those planes
+/// ([`Tiles::maps`]).
+struct Maps {
+    image: [usize; 2],
+    plane: [usize; 2],
+    corner: [usize; 2],
+    /// By tile index, the last repeated to a whole number of [`LANES`].
+    offsets: Vec<usize>,
+}
+
+impl Maps {
+    /// The rows of channel `c` of `n × channels` images and of their planes that hold the same
+    /// pixels (the image cut at the plane's edge): `copy(image_row, plane_row, len)` gets each
+    /// pair's offsets and the length in common.
     fn rows(
         &self,
-        (side, [rows, cols]): ([usize; 2], [usize; 2]),
-        (c, channels, [top, left]): (usize, usize, [usize; 2]),
+        (n, c, channels): (usize, usize, usize),
         mut copy: impl FnMut(usize, usize, usize),
     ) {
-        let [h, w] = side;
+        let ([h, w], [rows, cols], [top, left]) = (self.image, self.plane, self.corner);
         let len = w.min(cols.saturating_sub(left));
-        for b in 0..self.n {
+        for b in 0..n {
             for y in 0..h.min(rows.saturating_sub(top)) {
                 copy(
                     (b * channels + c) * h * w + y * w,
@@ -220,107 +328,6 @@ impl Tiles {
                 );
             }
         }
-    }
-
-    /// `V`: `Bᵀ d B` of every input tile `d` (zeros beyond the image), as 16 matrices
-    /// `C × tiles` ([`planes`]), matrix k = 4i + j holding entry (i, j).
-    fn input(&self, x: &[f32]) -> Vec<f32> {
-        let sides @ [rows, cols] = self.sides(true);
-        let (tiles, len) = (self.count(), self.c * self.count());
-        let offsets = self.offsets(true);
-        let mut v = planes(len);
-        let mut padded = vec![0.0; self.n * rows * cols];
-        for c in 0..self.c {
-            self.rows(
-                (self.side, sides),
-                (c, self.c, self.padding),
-                |i, p, len| {
-                    padded[p..p + len].copy_from_slice(&x[i..i + len]);
-                },
-            );
-            for (chunk, offsets) in offsets.chunks_exact(LANES).enumerate() {
-                let first = chunk * LANES;
-                let d = gather::<4, 4>(&padded, offsets, cols);
-                let valid = LANES.min(tiles - first);
-                store(&mut v, len, c * tiles + first, valid, sandwich(d, bt, bt));
-            }
-        }
-        v
-    }
-
-    /// The adjoint of [`Tiles::input`]: `B dV Bᵀ` of every tile added into the input pixels
-    /// it covers.
-    fn input_adjoint(&self, d_v: &[f32]) -> Vec<f32> {
-        let [h, w] = self.side;
-        let sides @ [rows, cols] = self.sides(true);
-        let (tiles, len) = (self.count(), self.c * self.count());
-        let offsets = self.offsets(true);
-        let mut d_x = vec![0.0; self.n * self.c * h * w];
-        let mut padded = vec![0.0; self.n * rows * cols];
-        for c in 0..self.c {
-            padded.fill(0.0);
-            for (chunk, offsets) in offsets.chunks_exact(LANES).enumerate() {
-                let first = chunk * LANES;
-                let valid = LANES.min(tiles - first);
-                let tile = sandwich(load(d_v, len, c * tiles + first, valid), bb, bb);
-                spread(tile, (&mut padded, cols), offsets, valid, |p, v| *p += v);
-            }
-            self.rows(
-                (self.side, sides),
-                (c, self.c, self.padding),
-                |i, p, len| {
-                    d_x[i..i + len].copy_from_slice(&padded[p..p + len]);
-                },
-            );
-        }
-        d_x
-    }
-
-    /// `N × c_out × H' × W'` from the 16 products `M_k` (`c_out × tiles` each, [`planes`]):
-    /// `Aᵀ M A` of each tile, plus the bias.
-    fn output(&self, m: &[f32], c_out: usize, bias: Option<&[f32]>) -> Vec<f32> {
-        let sides @ [rows, cols] = self.sides(false);
-        let (tiles, len) = (self.count(), c_out * self.count());
-        let offsets = self.offsets(false);
-        let mut y = vec![0.0; self.n * c_out * self.out[0] * self.out[1]];
-        let mut padded = vec![0.0; self.n * rows * cols];
-        for co in 0..c_out {
-            for (chunk, offsets) in offsets.chunks_exact(LANES).enumerate() {
-                let first = chunk * LANES;
-                let valid = LANES.min(tiles - first);
-                let block = sandwich(load(m, len, co * tiles + first, valid), at_, at_);
-                spread(block, (&mut padded, cols), offsets, valid, |p, v| *p = v);
-            }
-            let shift = bias.map_or(0.0, |b| b[co]);
-            self.rows((self.out, sides), (co, c_out, [0, 0]), |i, p, len| {
-                for (y, v) in y[i..i + len].iter_mut().zip(&padded[p..p + len]) {
-                    *y = v + shift;
-                }
-            });
-        }
-        y
-    }
-
-    /// The adjoint of [`Tiles::output`] without the bias: `Z = A dy Aᵀ` of every output
-    /// block (zeros beyond the output), as 16 matrices `c_out × tiles` ([`planes`]).
-    fn output_adjoint(&self, d_y: &[f32], c_out: usize) -> Vec<f32> {
-        let sides @ [rows, cols] = self.sides(false);
-        let (tiles, len) = (self.count(), c_out * self.count());
-        let offsets = self.offsets(false);
-        let mut z = planes(len);
-        let mut padded = vec![0.0; self.n * rows * cols];
-        for co in 0..c_out {
-            self.rows((self.out, sides), (co, c_out, [0, 0]), |i, p, len| {
-                padded[p..p + len].copy_from_slice(&d_y[i..i + len]);
-            });
-            for (chunk, offsets) in offsets.chunks_exact(LANES).enumerate() {
-                let first = chunk * LANES;
-                let s = gather::<2, 2>(&padded, offsets, cols);
-                let valid = LANES.min(tiles - first);
-                store(&mut z, len, co * tiles + first, valid, sandwich(s, aa, aa));
-            }
-        }
-        z
     }
 }
 
