@@ -27,7 +27,7 @@ use burn::backend::NdArray;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DataError, Shape, Tensor, TensorData, TensorMetadata};
 use burn_ndarray::NdArrayTensor;
-use ndarray::{ArrayViewD, Dimension, Ix1, Ix2, Ix3, Ix4, Ix5};
+use ndarray::{ArcArray, ArrayViewD, Dimension, Ix1, Ix2, Ix3, Ix4, Ix5, IxDyn};
 use std::borrow::Cow;
 
 /// fedshard trains in f32 only; any other CPU tensor reaching a kernel is a bug.
@@ -36,6 +36,39 @@ fn not_f32(t: &NdArrayTensor) -> ! {
         "fedshard's CPU kernels take f32 tensors, got {:?}",
         t.dtype()
     )
+}
+
+/// The f32 array of `t` if nothing else holds it and it is in row-major order (so writing it
+/// in place changes no other tensor), else `t` back.
+fn exclusive(t: NdArrayTensor) -> Result<ArcArray<f32, IxDyn>, NdArrayTensor> {
+    match t {
+        NdArrayTensor::F32(storage) if storage.is_unique() => {
+            let array = storage.into_shared();
+            if array.is_standard_layout() {
+                Ok(array)
+            } else {
+                Err(NdArrayTensor::from(array))
+            }
+        }
+        other => Err(other),
+    }
+}
+
+/// The values of an array [`exclusive`] returned, to write in place.
+fn contiguous(array: &mut ArcArray<f32, IxDyn>) -> &mut [f32] {
+    array
+        .as_slice_mut()
+        .expect("exclusive() returns contiguous arrays")
+}
+
+/// `t`'s array to overwrite: its own when [`exclusive`], else a row-major copy (the copies of
+/// a gradient and of the saved input were 2.5% of a ResNet-18 step, in the group norm's
+/// backward pass).
+fn writable(t: NdArrayTensor) -> ArcArray<f32, IxDyn> {
+    exclusive(t).unwrap_or_else(|t| {
+        exclusive(tensor(values(&t).into_owned(), t.shape()))
+            .unwrap_or_else(|_| unreachable!("a fresh row-major tensor is exclusive"))
+    })
 }
 
 /// The values of an f32 CPU tensor in row-major order: borrowed when contiguous.

@@ -1,6 +1,6 @@
 //! Layer and group normalisation, forward and backward, from each row's (group's) moments.
 
-use super::{LANES, lane_dot, lane_sum, row_len, tensor, values};
+use super::{LANES, contiguous, lane_dot, lane_sum, row_len, tensor, values, writable};
 use crate::models::kernels::NORM_EPS;
 use burn::tensor::{Shape, TensorMetadata};
 use burn_ndarray::NdArrayTensor;
@@ -13,14 +13,14 @@ pub(super) fn layer_norm(
     let shape = x.shape();
     let cols = row_len(&shape);
     let (gamma, beta) = (values(&gamma), values(&beta));
-    let mut y = values(&x).into_owned();
-    for row in y.chunks_exact_mut(cols) {
+    let mut y = writable(x);
+    for row in contiguous(&mut y).chunks_exact_mut(cols) {
         let (mean, inv_std) = moments(row);
         for ((v, g), b) in row.iter_mut().zip(gamma.iter()).zip(beta.iter()) {
             *v = (*v - mean) * inv_std * g + b;
         }
     }
-    tensor(y, shape)
+    NdArrayTensor::from(y)
 }
 
 pub(super) fn layer_norm_backward(
@@ -32,11 +32,14 @@ pub(super) fn layer_norm_backward(
     let cols = row_len(&shape);
     let gamma = values(&gamma);
     let grad = values(&grad);
-    let mut dx = values(&x).into_owned();
+    let mut dx = writable(x);
     let mut d_gamma = vec![0.0f32; cols];
     let mut d_beta = vec![0.0f32; cols];
     let scale = 1.0 / cols as f32;
-    for (row, g) in dx.chunks_exact_mut(cols).zip(grad.chunks_exact(cols)) {
+    for (row, g) in contiguous(&mut dx)
+        .chunks_exact_mut(cols)
+        .zip(grad.chunks_exact(cols))
+    {
         let (mean, inv_std) = moments(row);
         // row ← x̂; accumulate the parameter gradients and the two row means of dx̂.
         let (mut mean_d, mut mean_dx) = (0.0f32, 0.0f32);
@@ -57,7 +60,7 @@ pub(super) fn layer_norm_backward(
         }
     }
     [
-        tensor(dx, shape),
+        NdArrayTensor::from(dx),
         tensor(d_gamma, Shape::new([cols])),
         tensor(d_beta, Shape::new([cols])),
     ]
@@ -72,8 +75,11 @@ pub(super) fn group_norm(
     let shape = x.shape();
     let (gamma, beta) = (values(&gamma), values(&beta));
     let (plane, per_group) = group_layout(&shape, groups);
-    let mut y = values(&x).into_owned();
-    for (i, group) in y.chunks_exact_mut(per_group * plane).enumerate() {
+    let mut y = writable(x);
+    for (i, group) in contiguous(&mut y)
+        .chunks_exact_mut(per_group * plane)
+        .enumerate()
+    {
         let (mean, inv_std) = moments(group);
         let first = (i % groups) * per_group;
         for (c, values) in group.chunks_exact_mut(plane).enumerate() {
@@ -88,7 +94,7 @@ pub(super) fn group_norm(
             }
         }
     }
-    tensor(y, shape)
+    NdArrayTensor::from(y)
 }
 
 pub(super) fn group_norm_backward(
@@ -102,16 +108,16 @@ pub(super) fn group_norm_backward(
     let channels = shape[1];
     let (gamma, beta) = (values(&gamma), values(&beta));
     // Through the ReLU first: zero where the forward output was clamped.
-    let mut grad = values(&grad).into_owned();
+    let mut grad = writable(grad);
     let (plane, per_group) = group_layout(&shape, groups);
     let len = per_group * plane;
-    let mut dx = values(&x).into_owned();
+    let mut dx = writable(x);
     let mut d_gamma = vec![0.0f32; channels];
     let mut d_beta = vec![0.0f32; channels];
     let scale = 1.0 / len as f32;
-    for (i, (group, g)) in dx
+    for (i, (group, g)) in contiguous(&mut dx)
         .chunks_exact_mut(len)
-        .zip(grad.chunks_exact_mut(len))
+        .zip(contiguous(&mut grad).chunks_exact_mut(len))
         .enumerate()
     {
         let (mean, inv_std) = moments(group);
@@ -158,7 +164,7 @@ pub(super) fn group_norm_backward(
         }
     }
     [
-        tensor(dx, shape),
+        NdArrayTensor::from(dx),
         tensor(d_gamma, Shape::new([channels])),
         tensor(d_beta, Shape::new([channels])),
     ]

@@ -6,10 +6,9 @@
 //! fresh vectors a step, 5–7% of it, the kernel zeroing their pages besides. A buffer that is
 //! shared (or borrowed, or strided) gets a fresh one, with the same values.
 
-use super::{tensor, values};
+use super::{contiguous, exclusive, tensor, values};
 use burn::tensor::TensorMetadata;
 use burn_ndarray::NdArrayTensor;
-use ndarray::{ArcArray, IxDyn};
 
 /// [`Kernels::sgd_step`](crate::models::kernels::Kernels::sgd_step) on the CPU: one pass
 /// over parameter, gradient and velocity when the parameter and its velocity are the
@@ -86,13 +85,6 @@ fn one_pass(
     }
 }
 
-/// The values of an array [`exclusive`] returned, to write in place.
-fn contiguous(array: &mut ArcArray<f32, IxDyn>) -> &mut [f32] {
-    array
-        .as_slice_mut()
-        .expect("exclusive() returns contiguous arrays")
-}
-
 /// [`Kernels::add_scaled`](crate::models::kernels::Kernels::add_scaled) on the CPU: in `a`'s
 /// buffer when nothing else holds it.
 pub(super) fn add_scaled(a: NdArrayTensor, b: NdArrayTensor, scale: f64) -> NdArrayTensor {
@@ -126,22 +118,6 @@ fn update(t: NdArrayTensor, other: &[f32], f: impl Fn(f32, f32) -> f32) -> NdArr
                 .collect();
             tensor(fresh, t.shape())
         }
-    }
-}
-
-/// The f32 array of `t` if nothing else holds it and it is in row-major order (so writing it
-/// in place changes no other tensor), else `t` back.
-fn exclusive(t: NdArrayTensor) -> Result<ArcArray<f32, IxDyn>, NdArrayTensor> {
-    match t {
-        NdArrayTensor::F32(storage) if storage.is_unique() => {
-            let array = storage.into_shared();
-            if array.is_standard_layout() {
-                Ok(array)
-            } else {
-                Err(NdArrayTensor::from(array))
-            }
-        }
-        other => Err(other),
     }
 }
 
