@@ -387,7 +387,6 @@ fn filters(f: &Strided) -> Vec<f32> {
     let (rs, cs) = (f.rs as usize, f.cs as usize);
     for first in (0..len).step_by(LANES) {
         let valid = LANES.min(len - first);
-        // Each lane's pair, the last repeated past the end.
         let mut taps = [[Lanes::default(); 3]; 3];
         for l in 0..LANES {
             // Each lane's pair, the last repeated past the end.
