@@ -77,7 +77,7 @@ fn writable(t: NdArrayTensor) -> ArcArray<f32, IxDyn> {
 /// operations either way (Rust does not contract `a·b + c` into an FMA, and the sums keep their
 /// [`LANES`] partial sums), so the results are the same bits; calls `f` does not inline keep
 /// the build's width. Used where it measured a gain: the GELU (8.5% of a char-transformer step
-/// before, 6.3% after), the softmax and the layer norm's backward pass. The Winograd transforms
+/// before, 6.3% after) and the softmax. The Winograd transforms
 /// gained nothing measurable: their per-lane loads become vector gathers and scatters, which
 /// are slow on AMD's Zen 4.
 #[inline(always)]

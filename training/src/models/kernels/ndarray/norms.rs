@@ -1,6 +1,6 @@
 //! Layer and group normalisation, forward and backward, from each row's (group's) moments.
 
-use super::{LANES, contiguous, lane_dot, lane_sum, row_len, tensor, values, wide, writable};
+use super::{LANES, contiguous, lane_dot, lane_sum, row_len, tensor, values, writable};
 use crate::models::kernels::NORM_EPS;
 use burn::tensor::{Shape, TensorMetadata};
 use burn_ndarray::NdArrayTensor;
@@ -36,33 +36,29 @@ pub(super) fn layer_norm_backward(
     let mut d_gamma = vec![0.0f32; cols];
     let mut d_beta = vec![0.0f32; cols];
     let scale = 1.0 / cols as f32;
-    // dx̂ = g·γ of one row.
-    let mut d = vec![0.0f32; cols];
-    wide(
-        #[inline(always)]
-        || {
-            for (row, g) in contiguous(&mut dx)
-                .chunks_exact_mut(cols)
-                .zip(grad.chunks_exact(cols))
-            {
-                let (mean, inv_std) = moments(row);
-                // row ← x̂, the parameter gradients and dx̂, element by element; then the two
-                // row means of dx̂ in LANES partial sums each (as two running sums, they were
-                // chains of dependent additions: 3.5% of a char-transformer step).
-                for j in 0..cols {
-                    let normed = (row[j] - mean) * inv_std;
-                    row[j] = normed;
-                    d_gamma[j] += g[j] * normed;
-                    d_beta[j] += g[j];
-                    d[j] = g[j] * gamma[j];
-                }
-                let (mean_d, mean_dx) = (lane_sum(&d) * scale, lane_dot(&d, row) * scale);
-                for (v, d) in row.iter_mut().zip(&d) {
-                    *v = (d - mean_d - *v * mean_dx) * inv_std;
-                }
-            }
-        },
-    );
+    for (row, g) in contiguous(&mut dx)
+        .chunks_exact_mut(cols)
+        .zip(grad.chunks_exact(cols))
+    {
+        let (mean, inv_std) = moments(row);
+        // row ← x̂; accumulate the parameter gradients and the two row means of dx̂.
+        let (mut mean_d, mut mean_dx) = (0.0f32, 0.0f32);
+        for j in 0..cols {
+            let normed = (row[j] - mean) * inv_std;
+            row[j] = normed;
+            d_gamma[j] += g[j] * normed;
+            d_beta[j] += g[j];
+            let d = g[j] * gamma[j];
+            mean_d += d;
+            mean_dx += d * normed;
+        }
+        mean_d *= scale;
+        mean_dx *= scale;
+        for j in 0..cols {
+            let normed = row[j];
+            row[j] = (g[j] * gamma[j] - mean_d - normed * mean_dx) * inv_std;
+        }
+    }
     [
         NdArrayTensor::from(dx),
         tensor(d_gamma, Shape::new([cols])),
