@@ -76,10 +76,9 @@ fn writable(t: NdArrayTensor) -> ArcArray<f32, IxDyn> {
 /// instead of the build's 8 (x86-64-v3, .cargo/config.toml). Each element takes the same
 /// operations either way (Rust does not contract `a·b + c` into an FMA, and the sums keep their
 /// [`LANES`] partial sums), so the results are the same bits; calls `f` does not inline keep
-/// the build's width. Used where it measured a gain: the GELU (8.5% of a char-transformer step
-/// before, 6.3% after) and the softmax. The Winograd transforms
-/// gained nothing measurable: their per-lane loads become vector gathers and scatters, which
-/// are slow on AMD's Zen 4.
+/// the build's width. Used for the GELU (8.5% of a char-transformer step before, 6.3% after)
+/// and the softmax beside it; the Winograd transforms gained nothing measurable (their
+/// per-lane loads become vector gathers and scatters, which are slow on AMD's Zen 4).
 #[inline(always)]
 fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(all(feature = "avx512", target_arch = "x86_64"))]

@@ -1,8 +1,8 @@
 //! 3 × 3 convolutions of stride 1 by Winograd's minimal filtering F(2 × 2, 3 × 3) (Lavin and
 //! Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016; measured in
 //! docs/performance.md): each 2 × 2 block of outputs is `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` for the
-//! 4 × 4 input tile `d` under it, so a channel pair costs 16 products per tile where the patch matrix
-//! costs 36. Summed over input channels, the 16 element products become 16 matrix products
+//! 4 × 4 input tile `d` under it, so a channel pair costs 16 products per tile where the patch
+//! matrix costs 36. Summed over input channels, the 16 element products become 16 matrix products
 //! `M_k = V_k · U_kᵀ` (`tiles × c_in` by `c_in × c_out`), 2.25 times fewer multiplications
 //! than the patch matrix's one product, and the transforms are additions and halvings. The
 //! matrices hold a tile per row, its channels side by side ([`Tiles::tile`] says why).
@@ -38,13 +38,14 @@ const MIN_CHANNELS: usize = 64;
 /// model trained at 25–26 samples/s, without at 28–29 (docs/performance.md).
 const MIN_TILES: usize = 64;
 
-/// Tiles (or filter pairs) transformed at once, one per lane of a vector.
+/// Channels of one tile (or filter pairs) transformed at once, one per lane of a vector.
 const LANES: usize = 16;
 
-/// One value of [`LANES`] tiles: the transforms' additions and halvings on it are lane-wise
-/// loops of fixed length, which the compiler turns into vector instructions, and each of the
-/// 16 matrices a tile spreads over gets a whole cache line at a time (one tile at a time, the
-/// scalar transforms cost more than the products saved).
+/// One entry of a tile in [`LANES`] channels (or of [`LANES`] filter pairs): the transforms'
+/// additions and halvings on it are lane-wise loops of fixed length, which the compiler turns
+/// into vector instructions, and each of the 16 matrices a tile spreads over gets a whole
+/// cache line at a time (one channel at a time, the scalar transforms cost more than the
+/// products saved).
 #[derive(Debug, Clone, Copy, Default)]
 struct Lanes([f32; LANES]);
 
@@ -486,22 +487,6 @@ fn aa([r0, r1]: [Lanes; 2]) -> [Lanes; 4] {
     [r0, r0 + r1, r0 - r1, -r1]
 }
 
-/// The 16 products `a_k · b_k` (`m × depth` by `depth × n`) of the 16 matrices `a` (of
-/// `a_len` floats each, one after the other) and `b` (`b_len`), each operand read with the
-/// given (row, column) strides, as 16 row-major matrices `m × n`.
-fn products(
-    [m, depth, n]: [usize; 3],
-    (a, a_len, ars, acs): (&[f32], usize, isize, isize),
-    (b, b_len, brs, bcs): (&[f32], usize, isize, isize),
-) -> Vec<f32> {
-    gemm_planes(
-        16,
-        [m, depth, n],
-        (a, a_len, ars, acs),
-        (b, b_len, brs, bcs),
-    )
-}
-
 /// The convolution of `x` by `filters` on `tiles` ([`super::convolution::conv2d`]'s
 /// contract): the output and `V`, which the backward pass keeps.
 pub(super) fn conv2d(
@@ -514,7 +499,8 @@ pub(super) fn conv2d(
     let u = filters(f);
     let v = tiles.input(x);
     // M_k = V_k · U_kᵀ (tiles × c_out).
-    let m = products(
+    let m = gemm_planes(
+        16,
         [count, c_in, c_out],
         (&v, count * c_in, c_in as isize, 1),
         (&u, c_out * c_in, 1, c_in as isize),
@@ -548,12 +534,14 @@ pub(super) fn conv2d_backward(
     let z = tiles.output_adjoint(grad, c_out);
     // With the tiles down the rows of V_k and Z_k: dU_k = Z_kᵀ · V_k (c_out × c_in) and
     // dV_k = Z_k · U_k (tiles × c_in).
-    let d_u = products(
+    let d_u = gemm_planes(
+        16,
         [c_out, count, c_in],
         (&z, count * c_out, 1, c_out as isize),
         (&v, count * c_in, c_in as isize, 1),
     );
-    let d_v = products(
+    let d_v = gemm_planes(
+        16,
         [count, c_out, c_in],
         (&z, count * c_out, c_out as isize, 1),
         (&u, c_out * c_in, c_in as isize, 1),
