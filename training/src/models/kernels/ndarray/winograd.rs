@@ -139,37 +139,50 @@ fn store(
     }
 }
 
-/// The `R × C` entries at `offsets` (one per lane) of `plane`, `cols` apart down.
+/// The `R × C` entries of a tile whose top-left entry's first lane is at `corner` of the
+/// channels-last `plane` (`cols` pixels of `channels` floats across), `valid` lanes each (zero
+/// past them): one vector load per entry.
 #[inline(always)]
 fn gather<const R: usize, const C: usize>(
     plane: &[f32],
-    offsets: &[usize; LANES],
-    cols: usize,
+    corner: usize,
+    (cols, channels): (usize, usize),
+    valid: usize,
 ) -> [[Lanes; C]; R] {
     let mut block = [[Lanes::default(); C]; R];
     for (i, row) in block.iter_mut().enumerate() {
         for (j, lanes) in row.iter_mut().enumerate() {
-            for (v, offset) in lanes.0.iter_mut().zip(offsets) {
-                *v = plane[offset + i * cols + j];
+            let from = &plane[corner + (i * cols + j) * channels..];
+            if valid == LANES {
+                lanes.0.copy_from_slice(&from[..LANES]);
+            } else {
+                lanes.0[..valid].copy_from_slice(&from[..valid]);
             }
         }
     }
     block
 }
 
-/// Each of the first `valid` lanes of `tile` added at its offset (`cols` apart down) into
-/// `plane`.
+/// The first `valid` lanes of each entry of `tile` added where [`gather`] reads them.
 #[inline(always)]
 fn spread<const R: usize, const C: usize>(
     tile: [[Lanes; C]; R],
-    (plane, cols): (&mut [f32], usize),
-    offsets: &[usize],
+    plane: &mut [f32],
+    corner: usize,
+    (cols, channels): (usize, usize),
     valid: usize,
 ) {
-    for (l, &offset) in offsets[..valid].iter().enumerate() {
-        for (i, row) in tile.iter().enumerate() {
-            for (j, lanes) in row.iter().enumerate() {
-                plane[offset + i * cols + j] += lanes.0[l];
+    for (i, row) in tile.iter().enumerate() {
+        for (j, lanes) in row.iter().enumerate() {
+            let to = &mut plane[corner + (i * cols + j) * channels..];
+            // Of fixed length where all lanes count: a vector add.
+            let to = if valid == LANES {
+                &mut to[..LANES]
+            } else {
+                &mut to[..valid]
+            };
+            for (to, v) in to.iter_mut().zip(&lanes.0) {
+                *to += v;
             }
         }
     }
@@ -202,9 +215,9 @@ impl Tiles {
         self.n * self.grid[0] * self.grid[1]
     }
 
-    /// How the tiles lie on the `channels` planes of each input image (4 × 4 tiles 2 apart,
-    /// over the padded image) or output image (2 × 2 blocks).
-    fn maps(&self, input: bool, channels: usize) -> Maps {
+    /// How the tiles lie on the input images (4 × 4 tiles 2 apart, over the padded image) or
+    /// output images (2 × 2 blocks).
+    fn maps(&self, input: bool) -> Maps {
         let [gh, gw] = self.grid;
         let (image, corner, reach) = if input {
             (self.side, self.padding, 2)
@@ -215,10 +228,11 @@ impl Tiles {
         let tiles = (0..self.count())
             .map(|t| {
                 let (b, t) = (t / (gh * gw), t % (gh * gw));
-                b * channels * rows * cols + 2 * (t / gw) * cols + 2 * (t % gw)
+                (b * rows + 2 * (t / gw)) * cols + 2 * (t % gw)
             })
             .collect();
         Maps {
+            n: self.n,
             image,
             plane: [rows, cols],
             corner,
@@ -232,24 +246,22 @@ impl Tiles {
     /// side, so that every product reads its operands down contiguous columns (`gemm` packs an
     /// operand read across its rows element by element: with the channels of the matrices
     /// `channels × tiles` apart, 8% of a ResNet-18 step); the lanes run over 16 channels of
-    /// one tile.
+    /// one tile, read from a channels-last copy of the images ([`Maps::stage`]).
     fn tile<const R: usize, const C: usize>(
         &self,
         (images, channels, maps): (&[f32], usize, Maps),
         transform: impl Fn([[Lanes; C]; R]) -> [[Lanes; 4]; 4],
     ) -> Vec<f32> {
         let len = channels * self.count();
-        let mut padded = vec![0.0; self.n * channels * maps.area()];
-        maps.rows(self.n * channels, |_, i, p, len| {
-            padded[p..p + len].copy_from_slice(&images[i..i + len]);
-        });
+        let padded = maps.stage(images, channels);
         // Not zeroed first: the loops write every float (zeroing cost 3% of a ResNet-18 step).
         let mut out = Vec::with_capacity(16 * len);
         let spare = &mut out.spare_capacity_mut()[..16 * len];
+        let cols = (maps.plane[1], channels);
         for (t, &tile) in maps.tiles.iter().enumerate() {
             for first in (0..channels).step_by(LANES) {
                 let valid = LANES.min(channels - first);
-                let block = gather::<R, C>(&padded, &maps.lanes(tile, first, valid), maps.plane[1]);
+                let block = gather::<R, C>(&padded, tile * channels + first, cols, valid);
                 store(spare, len, t * channels + first, valid, transform(block));
             }
         }
@@ -261,50 +273,39 @@ impl Tiles {
 
     /// The way back from [`Tiles::tile`]: each tile of `planes` (16 matrices `tiles ×
     /// channels`) transformed by `transform` and added where its `R × C` block lies (tiles
-    /// overlap on the input), then each image row handed to `finish(channel, image row,
-    /// padded row)`.
+    /// overlap on the input), then each image row of each channel handed to `finish(channel,
+    /// image row, its pixels)`.
     fn untile<const R: usize, const C: usize>(
         &self,
         (planes, channels, maps): (&[f32], usize, Maps),
         transform: impl Fn([[Lanes; 4]; 4]) -> [[Lanes; C]; R],
-        mut finish: impl FnMut(usize, &mut [f32], &[f32]),
+        finish: impl FnMut(usize, &mut [f32], Pixels),
     ) -> Vec<f32> {
         let len = channels * self.count();
-        let mut padded = vec![0.0; self.n * channels * maps.area()];
+        let mut padded = vec![0.0; self.n * maps.area() * channels];
+        let cols = (maps.plane[1], channels);
         for (t, &tile) in maps.tiles.iter().enumerate() {
             for first in (0..channels).step_by(LANES) {
                 let valid = LANES.min(channels - first);
                 let block = transform(load(planes, len, t * channels + first, valid));
-                let lanes = maps.lanes(tile, first, valid);
-                spread(block, (&mut padded, maps.plane[1]), &lanes, valid);
+                spread(block, &mut padded, tile * channels + first, cols, valid);
             }
         }
-        let [h, w] = maps.image;
-        let mut images = vec![0.0; self.n * channels * h * w];
-        maps.rows(self.n * channels, |plane, i, p, len| {
-            finish(
-                plane % channels,
-                &mut images[i..i + len],
-                &padded[p..p + len],
-            );
-        });
-        images
+        maps.unstage(&padded, channels, finish)
     }
 
     /// `V`: `Bᵀ d B` of every input tile `d` (zeros beyond the image).
     fn input(&self, x: &[f32]) -> Vec<f32> {
-        self.tile((x, self.c, self.maps(true, self.c)), |d| {
-            sandwich(d, bt, bt)
-        })
+        self.tile((x, self.c, self.maps(true)), |d| sandwich(d, bt, bt))
     }
 
     /// The adjoint of [`Tiles::input`]: `B dV Bᵀ` of every tile added into the input pixels
     /// it covers.
     fn input_adjoint(&self, d_v: &[f32]) -> Vec<f32> {
         self.untile(
-            (d_v, self.c, self.maps(true, self.c)),
+            (d_v, self.c, self.maps(true)),
             |t| sandwich(t, bb, bb),
-            |_, x, padded| x.copy_from_slice(padded),
+            |_, x, pixels| x.iter_mut().zip(pixels).for_each(|(x, v)| *x = *v),
         )
     }
 
@@ -312,11 +313,11 @@ impl Tiles {
     /// [`Tiles::tile`] lays them): `Aᵀ M A` of each tile, plus the bias.
     fn output(&self, m: &[f32], c_out: usize, bias: Option<&[f32]>) -> Vec<f32> {
         self.untile(
-            (m, c_out, self.maps(false, c_out)),
+            (m, c_out, self.maps(false)),
             |t| sandwich(t, at_, at_),
-            |co, y, block| {
+            |co, y, pixels| {
                 let shift = bias.map_or(0.0, |b| b[co]);
-                for (y, v) in y.iter_mut().zip(block) {
+                for (y, v) in y.iter_mut().zip(pixels) {
                     *y = v + shift;
                 }
             },
@@ -326,16 +327,18 @@ impl Tiles {
     /// The adjoint of [`Tiles::output`] without the bias: `Z = A dy Aᵀ` of every output
     /// block (zeros beyond the output).
     fn output_adjoint(&self, d_y: &[f32], c_out: usize) -> Vec<f32> {
-        self.tile((d_y, c_out, self.maps(false, c_out)), |s| {
-            sandwich(s, aa, aa)
-        })
+        self.tile((d_y, c_out, self.maps(false)), |s| sandwich(s, aa, aa))
     }
 }
 
-/// Where one side of a convolution's tiles lies: images of `image` sides, each channel copied
-/// at `corner` into a zero plane of `plane` sides, and each tile's top-left entry in the first
-/// channel's plane of its image ([`Tiles::maps`]).
+/// One channel's pixels along a row of a channels-last image.
+type Pixels<'a> = std::iter::StepBy<std::slice::Iter<'a, f32>>;
+
+/// Where one side of a convolution's tiles lies: `n` images of `image` sides, each copied
+/// channels-last at `corner` into a zero image of `plane` sides (so that a tile's channels are
+/// side by side for the lanes), and each tile's top-left pixel in those ([`Tiles::maps`]).
 struct Maps {
+    n: usize,
     image: [usize; 2],
     plane: [usize; 2],
     corner: [usize; 2],
@@ -343,38 +346,61 @@ struct Maps {
 }
 
 impl Maps {
-    /// Floats in one plane.
+    /// Pixels in one padded image.
     fn area(&self) -> usize {
         self.plane[0] * self.plane[1]
     }
 
-    /// The top-left entries of the tile at `tile` in the planes of channels `first..first +
-    /// valid`, one per lane (the last repeated past `valid`).
-    #[inline(always)]
-    fn lanes(&self, tile: usize, first: usize, valid: usize) -> [usize; LANES] {
-        let mut lanes = [tile; LANES];
-        for (l, lane) in lanes.iter_mut().enumerate() {
-            *lane += (first + l.min(valid - 1)) * self.area();
-        }
-        lanes
+    /// The rows and columns of an image inside its padded copy (cut at its edge).
+    fn inside(&self) -> [usize; 2] {
+        let ([h, w], [rows, cols], [top, left]) = (self.image, self.plane, self.corner);
+        [
+            h.min(rows.saturating_sub(top)),
+            w.min(cols.saturating_sub(left)),
+        ]
     }
 
-    /// The rows of each of `planes` images and of their planes that hold the same pixels (the
-    /// image cut at the plane's edge): `each(plane, image row, plane row, len)` gets each
-    /// pair's offsets and the length in common.
-    fn rows(&self, planes: usize, mut each: impl FnMut(usize, usize, usize, usize)) {
+    /// The channels-last padded copy of the `n × channels × H × W` `images`. Each image row's
+    /// block (`W × channels` floats) stays in the cache while its channels are written across.
+    fn stage(&self, images: &[f32], channels: usize) -> Vec<f32> {
         let ([h, w], [rows, cols], [top, left]) = (self.image, self.plane, self.corner);
-        let len = w.min(cols.saturating_sub(left));
-        for plane in 0..planes {
-            for y in 0..h.min(rows.saturating_sub(top)) {
-                each(
-                    plane,
-                    plane * h * w + y * w,
-                    (plane * rows + y + top) * cols + left,
-                    len,
-                );
+        let [down, across] = self.inside();
+        let mut padded = vec![0.0; self.n * self.area() * channels];
+        for b in 0..self.n {
+            for y in 0..down {
+                let to = &mut padded[((b * rows + y + top) * cols + left) * channels..];
+                for c in 0..channels {
+                    let from = &images[((b * channels + c) * h + y) * w..][..across];
+                    for (x, v) in from.iter().enumerate() {
+                        to[x * channels + c] = *v;
+                    }
+                }
             }
         }
+        padded
+    }
+
+    /// The way back from [`Maps::stage`]: each row of each channel of each image, with the
+    /// padded copy's pixels under it, handed to `finish(channel, image row, pixels)`.
+    fn unstage(
+        &self,
+        padded: &[f32],
+        channels: usize,
+        mut finish: impl FnMut(usize, &mut [f32], Pixels),
+    ) -> Vec<f32> {
+        let ([h, w], [rows, cols], [top, left]) = (self.image, self.plane, self.corner);
+        let [down, across] = self.inside();
+        let mut images = vec![0.0; self.n * channels * h * w];
+        for b in 0..self.n {
+            for y in 0..down {
+                let from = &padded[((b * rows + y + top) * cols + left) * channels..];
+                for c in 0..channels {
+                    let row = &mut images[((b * channels + c) * h + y) * w..][..across];
+                    finish(c, row, from[c..].iter().step_by(channels));
+                }
+            }
+        }
+        images
     }
 }
 
