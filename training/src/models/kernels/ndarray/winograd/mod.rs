@@ -1,87 +1,62 @@
-//! 3 × 3 convolutions of stride 1 by Winograd's minimal filtering F(2 × 2, 3 × 3) (Lavin and
+//! 3 × 3 convolutions of stride 1 by Winograd's minimal filtering F(M × M, 3 × 3) (Lavin and
 //! Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016; measured in
-//! docs/performance.md): each 2 × 2 block of outputs is `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` for the
-//! 4 × 4 input tile `d` under it, so a channel pair costs 16 products per tile where the patch
-//! matrix costs 36. Summed over input channels, the 16 element products become 16 matrix products
-//! `M_k = V_k · U_kᵀ` (`tiles × c_in` by `c_in × c_out`), 2.25 times fewer multiplications
-//! than the patch matrix's one product, and the transforms are additions and halvings. The
+//! docs/performance.md): each M × M block of outputs is `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` for the
+//! T × T input tile `d` under it (T = M + 2), so a channel pair costs T² products per tile
+//! where the patch matrix costs 9 M². Summed over input channels, the T² element products
+//! become T² matrix products `M_k = V_k · U_kᵀ` (`tiles × c_in` by `c_in × c_out`). The
 //! matrices hold a tile per row, its channels side by side ([`Tiles::tile`] says why).
+//! [`minimal`] has the two tilings: F(4 × 4) where the maps are large enough, F(2 × 2) on
+//! smaller ones ([`Tiles::of`]).
 //!
 //! The backward pass uses the same tiles. The output `y = Aᵀ (U ⊙ V) A` is linear in `U` and
 //! in `V`, so with `Z = A dy Aᵀ` (the output gradient's tiles) the filter gradient is
 //! `Gᵀ (Σ_tiles Z ⊙ V) G` and the input gradient `B (Σ_c_out U ⊙ Z) Bᵀ` added back into the
-//! overlapping input tiles: 16 products each again, and the forward keeps `V` (4 floats per
-//! input pixel, where the patch matrix is 9).
+//! overlapping input tiles: T² products each again, and the forward keeps `V` (T²/M² floats
+//! per input pixel, where the patch matrix is 9).
 //!
 //! The sums run in another order than the patch matrix's (and the transforms round), so the
 //! result differs from it in the last bits: only convolutions of at least [`MIN_CHANNELS`]
 //! input channels (and [`MIN_TILES`] tiles) take this path, which leaves the digits CNN (and
 //! so the main job's digests) as they were.
 
+mod minimal;
+
 use super::products::{Strided, gemm_planes};
 use super::{lane_sum, tensor, values};
 use crate::models::kernels::ConvGeometry;
 use burn::tensor::{Shape, TensorMetadata};
 use burn_ndarray::NdArrayTensor;
+use minimal::{F2, F4, LANES, Lanes, Minimal, lanes_of, sandwich};
 use std::mem::MaybeUninit;
-use std::ops::{Add, Mul, Neg, Sub};
 
-/// Fewer input channels than this, and a convolution runs on the patch matrix: each of the 16
+/// Fewer input channels than this, and a convolution runs on the patch matrix: each of the
 /// products is `c_in` deep, and shallower ones run too far below the machine's speed to gain.
 const MIN_CHANNELS: usize = 64;
 
 /// Fewer tiles than this over the batch, and a convolution runs on the patch matrix: the filter
-/// transforms (16 values per channel pair, in each direction) cost about what the products
+/// transforms (T² values per channel pair, in each direction) cost about what the products
 /// save. One convolution's forward and backward pass at batch 8 (AVX2 products): ResNet-18's
-/// last stage (4 × 4 maps, 512 channels: 32 tiles) ran 1.3 times slower with them, its third
-/// (8 × 8, 256 channels: 128 tiles) 1.5 times faster; with the last stage on tiles, the whole
-/// model trained at 25–26 samples/s, without at 28–29 (docs/performance.md).
+/// last stage (4 × 4 maps, 512 channels: 32 tiles of F(2 × 2)) ran 1.3 times slower with
+/// them, its third (8 × 8, 256 channels: 128 tiles) 1.5 times faster; with the last stage on
+/// tiles, the whole model trained at 25–26 samples/s, without at 28–29 (docs/performance.md).
+/// F(4 × 4) takes a convolution only where it makes this many of its larger tiles.
 const MIN_TILES: usize = 64;
 
-/// Channels of one tile (or filter pairs) transformed at once, one per lane of a vector.
-const LANES: usize = 16;
-
-/// One entry of a tile in [`LANES`] channels (or of [`LANES`] filter pairs): the transforms'
-/// additions and halvings on it are lane-wise loops of fixed length, which the compiler turns
-/// into vector instructions, and each of the 16 matrices a tile spreads over gets a whole
-/// cache line at a time (one channel at a time, the scalar transforms cost more than the
-/// products saved).
-#[derive(Debug, Clone, Copy, Default)]
-struct Lanes([f32; LANES]);
-
-impl Add for Lanes {
-    type Output = Self;
-    #[inline(always)]
-    fn add(mut self, o: Self) -> Self {
-        self.0.iter_mut().zip(o.0).for_each(|(a, b)| *a += b);
-        self
-    }
+/// The side of a tiling's output blocks: which of [`minimal`]'s filterings it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    /// F(2 × 2, 3 × 3) on 4 × 4 tiles.
+    Two,
+    /// F(4 × 4, 3 × 3) on 6 × 6 tiles.
+    Four,
 }
 
-impl Sub for Lanes {
-    type Output = Self;
-    #[inline(always)]
-    fn sub(mut self, o: Self) -> Self {
-        self.0.iter_mut().zip(o.0).for_each(|(a, b)| *a -= b);
-        self
-    }
-}
-
-impl Neg for Lanes {
-    type Output = Self;
-    #[inline(always)]
-    fn neg(mut self) -> Self {
-        self.0.iter_mut().for_each(|a| *a = -*a);
-        self
-    }
-}
-
-impl Mul<f32> for Lanes {
-    type Output = Self;
-    #[inline(always)]
-    fn mul(mut self, k: f32) -> Self {
-        self.0.iter_mut().for_each(|a| *a *= k);
-        self
+impl Block {
+    fn side(self) -> usize {
+        match self {
+            Block::Two => 2,
+            Block::Four => 4,
+        }
     }
 }
 
@@ -93,47 +68,38 @@ pub(super) struct Tiles {
     side: [usize; 2],
     padding: [usize; 2],
     out: [usize; 2],
-    /// 2 × 2 output blocks down and across one image.
+    block: Block,
+    /// Output blocks down and across one image.
     grid: [usize; 2],
 }
 
-/// The 16 values at `index..index + LANES` of the 16 matrices of `len` floats in `planes`
+/// The T² values at `index..index + LANES` of the T² matrices of `len` floats in `planes`
 /// (zero past `valid` of them). The loads are vector loads once inlined (as a call, `load` and
 /// `store` moved each tile through `memcpy`: 7% of a ResNet-18 step).
 #[inline(always)]
-fn load(planes: &[f32], len: usize, index: usize, valid: usize) -> [[Lanes; 4]; 4] {
-    let mut tile = [[Lanes::default(); 4]; 4];
+fn load<const T: usize>(planes: &[f32], len: usize, index: usize, valid: usize) -> [[Lanes; T]; T] {
+    let mut tile = [[Lanes::default(); T]; T];
     for (k, lanes) in tile.as_flattened_mut().iter_mut().enumerate() {
-        let from = &planes[k * len + index..];
-        if valid == LANES {
-            // A copy of fixed length: a vector load, where `valid` floats are a call.
-            lanes.0.copy_from_slice(&from[..LANES]);
-        } else {
-            lanes.0[..valid].copy_from_slice(&from[..valid]);
-        }
+        *lanes = Lanes::read(&planes[k * len + index..], valid);
     }
     tile
 }
 
-/// Writes the first `valid` lanes of `tile` at `index` of the 16 matrices of `len` floats in
+/// Writes the first `valid` lanes of `tile` at `index` of the T² matrices of `len` floats in
 /// `planes` (a buffer being filled, [`Tiles::tile`]).
 #[inline(always)]
-fn store(
+fn store<const T: usize>(
     planes: &mut [MaybeUninit<f32>],
     len: usize,
     index: usize,
     valid: usize,
-    tile: [[Lanes; 4]; 4],
+    tile: [[Lanes; T]; T],
 ) {
     for (k, lanes) in tile.as_flattened().iter().enumerate() {
-        let to = &mut planes[k * len + index..];
-        let to = if valid == LANES {
-            // Of fixed length: a vector store.
-            &mut to[..LANES]
-        } else {
-            &mut to[..valid]
-        };
-        for (to, v) in to.iter_mut().zip(&lanes.0) {
+        for (to, v) in lanes_of(&mut planes[k * len + index..], valid)
+            .iter_mut()
+            .zip(&lanes.0)
+        {
             to.write(*v);
         }
     }
@@ -152,12 +118,7 @@ fn gather<const R: usize, const C: usize>(
     let mut block = [[Lanes::default(); C]; R];
     for (i, row) in block.iter_mut().enumerate() {
         for (j, lanes) in row.iter_mut().enumerate() {
-            let from = &plane[corner + (i * cols + j) * channels..];
-            if valid == LANES {
-                lanes.0.copy_from_slice(&from[..LANES]);
-            } else {
-                lanes.0[..valid].copy_from_slice(&from[..valid]);
-            }
+            *lanes = Lanes::read(&plane[corner + (i * cols + j) * channels..], valid);
         }
     }
     block
@@ -174,13 +135,7 @@ fn spread<const R: usize, const C: usize>(
 ) {
     for (i, row) in tile.iter().enumerate() {
         for (j, lanes) in row.iter().enumerate() {
-            let to = &mut plane[corner + (i * cols + j) * channels..];
-            // Of fixed length where all lanes count: a vector add.
-            let to = if valid == LANES {
-                &mut to[..LANES]
-            } else {
-                &mut to[..valid]
-            };
+            let to = lanes_of(&mut plane[corner + (i * cols + j) * channels..], valid);
             for (to, v) in to.iter_mut().zip(&lanes.0) {
                 *to += v;
             }
@@ -191,23 +146,29 @@ fn spread<const R: usize, const C: usize>(
 impl Tiles {
     /// The tiling of an input of shape `s` under `geometry`, or `None` where this path does
     /// not apply (another kernel or stride, fewer than [`MIN_CHANNELS`] channels or
-    /// [`MIN_TILES`] tiles).
+    /// [`MIN_TILES`] tiles): F(4 × 4) where it makes [`MIN_TILES`] tiles, else F(2 × 2).
     pub(super) fn of(s: &Shape, geometry: ConvGeometry) -> Option<Self> {
         let applies = s.num_dims() == 4
             && geometry.kernel == [3, 3]
             && geometry.stride == [1, 1]
             && s[1] >= MIN_CHANNELS;
+        if !applies {
+            return None;
+        }
         let side = [s[2], s[3]];
         let out = geometry.output(side);
-        let tiles = Self {
-            n: s[0],
-            c: s[1],
-            side,
-            padding: geometry.padding,
-            out,
-            grid: out.map(|o| o.div_ceil(2)),
-        };
-        (applies && tiles.count() >= MIN_TILES).then_some(tiles)
+        [Block::Four, Block::Two]
+            .into_iter()
+            .map(|block| Self {
+                n: s[0],
+                c: s[1],
+                side,
+                padding: geometry.padding,
+                out,
+                block,
+                grid: out.map(|o| o.div_ceil(block.side())),
+            })
+            .find(|tiles| tiles.count() >= MIN_TILES)
     }
 
     /// Tiles over the whole batch: the columns of each product.
@@ -215,20 +176,21 @@ impl Tiles {
         self.n * self.grid[0] * self.grid[1]
     }
 
-    /// How the tiles lie on the input images (4 × 4 tiles 2 apart, over the padded image) or
-    /// output images (2 × 2 blocks).
+    /// How the tiles lie on the input images (T × T tiles M apart, over the padded image) or
+    /// output images (M × M blocks).
     fn maps(&self, input: bool) -> Maps {
+        let m = self.block.side();
         let [gh, gw] = self.grid;
         let (image, corner, reach) = if input {
             (self.side, self.padding, 2)
         } else {
             (self.out, [0, 0], 0)
         };
-        let [rows, cols] = self.grid.map(|g| 2 * g + reach);
+        let [rows, cols] = self.grid.map(|g| m * g + reach);
         let tiles = (0..self.count())
             .map(|t| {
                 let (b, t) = (t / (gh * gw), t % (gh * gw));
-                (b * rows + 2 * (t / gw)) * cols + 2 * (t % gw)
+                (b * rows + m * (t / gw)) * cols + m * (t % gw)
             })
             .collect();
         Maps {
@@ -241,22 +203,22 @@ impl Tiles {
     }
 
     /// Every tile of every channel of `images` (`channels` of them, laid out as `maps` says),
-    /// its `R × C` block transformed by `transform`, as 16 matrices `tiles × channels`, matrix
-    /// k = 4i + j holding entry (i, j), one after the other. A tile's channels lie side by
+    /// its `R × C` block transformed by `transform`, as T² matrices `tiles × channels`, matrix
+    /// k = Ti + j holding entry (i, j), one after the other. A tile's channels lie side by
     /// side, so that every product reads its operands down contiguous columns (`gemm` packs an
     /// operand read across its rows element by element: with the channels of the matrices
     /// `channels × tiles` apart, 8% of a ResNet-18 step); the lanes run over 16 channels of
     /// one tile, read from a channels-last copy of the images ([`Maps::stage`]).
-    fn tile<const R: usize, const C: usize>(
+    fn tile<const T: usize, const R: usize, const C: usize>(
         &self,
         (images, channels, maps): (&[f32], usize, Maps),
-        transform: impl Fn([[Lanes; C]; R]) -> [[Lanes; 4]; 4],
+        transform: impl Fn([[Lanes; C]; R]) -> [[Lanes; T]; T],
     ) -> Vec<f32> {
         let len = channels * self.count();
         let padded = maps.stage(images, channels);
         // Not zeroed first: the loops write every float (zeroing cost 3% of a ResNet-18 step).
-        let mut out = Vec::with_capacity(16 * len);
-        let spare = &mut out.spare_capacity_mut()[..16 * len];
+        let mut out = Vec::with_capacity(T * T * len);
+        let spare = &mut out.spare_capacity_mut()[..T * T * len];
         let cols = (maps.plane[1], channels);
         for (t, &tile) in maps.tiles.iter().enumerate() {
             for first in (0..channels).step_by(LANES) {
@@ -266,19 +228,19 @@ impl Tiles {
             }
         }
         // SAFETY: for each tile t, the chunks of channels stored lanes `first..first + valid`
-        // at `t · channels + first` of each of the 16 matrices: all 16 · len floats.
-        unsafe { out.set_len(16 * len) };
+        // at `t · channels + first` of each of the T² matrices: all T² · len floats.
+        unsafe { out.set_len(T * T * len) };
         out
     }
 
-    /// The way back from [`Tiles::tile`]: each tile of `planes` (16 matrices `tiles ×
+    /// The way back from [`Tiles::tile`]: each tile of `planes` (T² matrices `tiles ×
     /// channels`) transformed by `transform` and added where its `R × C` block lies (tiles
     /// overlap on the input), then each image row of each channel handed to `finish(channel,
     /// image row, its pixels)`.
-    fn untile<const R: usize, const C: usize>(
+    fn untile<const T: usize, const R: usize, const C: usize>(
         &self,
         (planes, channels, maps): (&[f32], usize, Maps),
-        transform: impl Fn([[Lanes; 4]; 4]) -> [[Lanes; C]; R],
+        transform: impl Fn([[Lanes; T]; T]) -> [[Lanes; C]; R],
         finish: impl FnMut(usize, &mut [f32], Pixels),
     ) -> Vec<f32> {
         let len = channels * self.count();
@@ -294,27 +256,37 @@ impl Tiles {
         maps.unstage(&padded, channels, finish)
     }
 
-    /// `V`: `Bᵀ d B` of every input tile `d` (zeros beyond the image).
-    fn input(&self, x: &[f32]) -> Vec<f32> {
-        self.tile((x, self.c, self.maps(true)), |d| sandwich(d, bt, bt))
+    /// `V`: `Bᵀ d B` of every input tile (zeros beyond the image).
+    fn input<const M: usize, const T: usize, W: Minimal<M, T>>(&self, x: &[f32]) -> Vec<f32> {
+        self.tile((x, self.c, self.maps(true)), |d: [[Lanes; T]; T]| {
+            sandwich(d, W::bt, W::bt)
+        })
     }
 
     /// The adjoint of [`Tiles::input`]: `B dV Bᵀ` of every tile added into the input pixels
     /// it covers.
-    fn input_adjoint(&self, d_v: &[f32]) -> Vec<f32> {
+    fn input_adjoint<const M: usize, const T: usize, W: Minimal<M, T>>(
+        &self,
+        d_v: &[f32],
+    ) -> Vec<f32> {
         self.untile(
             (d_v, self.c, self.maps(true)),
-            |t| sandwich(t, bb, bb),
+            |t: [[Lanes; T]; T]| sandwich(t, W::b, W::b),
             |_, x, pixels| x.iter_mut().zip(pixels).for_each(|(x, v)| *x = *v),
         )
     }
 
-    /// `N × c_out × H' × W'` from the 16 products `M_k` (`tiles × c_out` each, as
+    /// `N × c_out × H' × W'` from the T² products `M_k` (`tiles × c_out` each, as
     /// [`Tiles::tile`] lays them): `Aᵀ M A` of each tile, plus the bias.
-    fn output(&self, m: &[f32], c_out: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    fn output<const M: usize, const T: usize, W: Minimal<M, T>>(
+        &self,
+        m: &[f32],
+        c_out: usize,
+        bias: Option<&[f32]>,
+    ) -> Vec<f32> {
         self.untile(
             (m, c_out, self.maps(false)),
-            |t| sandwich(t, at_, at_),
+            |t: [[Lanes; T]; T]| sandwich(t, W::at, W::at),
             |co, y, pixels| {
                 let shift = bias.map_or(0.0, |b| b[co]);
                 for (y, v) in y.iter_mut().zip(pixels) {
@@ -326,8 +298,14 @@ impl Tiles {
 
     /// The adjoint of [`Tiles::output`] without the bias: `Z = A dy Aᵀ` of every output
     /// block (zeros beyond the output).
-    fn output_adjoint(&self, d_y: &[f32], c_out: usize) -> Vec<f32> {
-        self.tile((d_y, c_out, self.maps(false)), |s| sandwich(s, aa, aa))
+    fn output_adjoint<const M: usize, const T: usize, W: Minimal<M, T>>(
+        &self,
+        d_y: &[f32],
+        c_out: usize,
+    ) -> Vec<f32> {
+        self.tile((d_y, c_out, self.maps(false)), |s: [[Lanes; M]; M]| {
+            sandwich(s, W::a, W::a)
+        })
     }
 }
 
@@ -404,13 +382,13 @@ impl Maps {
     }
 }
 
-/// `U`: `G g Gᵀ` of every `c_out × c_in` filter pair, as 16 matrices `c_out × c_in`, one
+/// `U`: `G g Gᵀ` of every `c_out × c_in` filter pair, as T² matrices `c_out × c_in`, one
 /// after the other.
-fn filters(f: &Strided) -> Vec<f32> {
+fn filters<const M: usize, const T: usize, W: Minimal<M, T>>(f: &Strided) -> Vec<f32> {
     let (c_out, c_in) = (f.rows, f.cols / 9);
     let len = c_out * c_in;
-    let mut u = Vec::with_capacity(16 * len);
-    let spare = &mut u.spare_capacity_mut()[..16 * len];
+    let mut u = Vec::with_capacity(T * T * len);
+    let spare = &mut u.spare_capacity_mut()[..T * T * len];
     let (rs, cs) = (f.rs as usize, f.cs as usize);
     for first in (0..len).step_by(LANES) {
         let valid = LANES.min(len - first);
@@ -423,22 +401,26 @@ fn filters(f: &Strided) -> Vec<f32> {
                 lanes.0[l] = f.values[base + tap * cs];
             }
         }
-        store(spare, len, first, valid, sandwich(taps, g, g));
+        store::<T>(spare, len, first, valid, sandwich(taps, W::g, W::g));
     }
     // SAFETY: the chunks of pairs stored lanes `first..first + valid` at `first` of each of
-    // the 16 matrices: all 16 · len floats.
-    unsafe { u.set_len(16 * len) };
+    // the T² matrices: all T² · len floats.
+    unsafe { u.set_len(T * T * len) };
     u
 }
 
 /// The adjoint of [`filters`]: `Gᵀ dU G` of every filter pair, as the `c_out × (c_in·3·3)`
 /// filter gradient.
-fn filters_adjoint(d_u: &[f32], c_out: usize, c_in: usize) -> Vec<f32> {
+fn filters_adjoint<const M: usize, const T: usize, W: Minimal<M, T>>(
+    d_u: &[f32],
+    c_out: usize,
+    c_in: usize,
+) -> Vec<f32> {
     let len = c_out * c_in;
     let mut d_f = vec![0.0; len * 9];
     for first in (0..len).step_by(LANES) {
         let valid = LANES.min(len - first);
-        let taps = sandwich(load(d_u, len, first, valid), gt, gt);
+        let taps = sandwich(load::<T>(d_u, len, first, valid), W::gt, W::gt);
         for (l, d_f) in d_f[first * 9..][..valid * 9]
             .chunks_exact_mut(9)
             .enumerate()
@@ -451,68 +433,6 @@ fn filters_adjoint(d_u: &[f32], c_out: usize, c_in: usize) -> Vec<f32> {
     d_f
 }
 
-/// `L x Rᵀ` of a small matrix `x`, given `L` as `cols` (applied to each column) and `R` as
-/// `rows` (applied to each row).
-#[inline(always)]
-fn sandwich<const R: usize, const C: usize, const P: usize, const Q: usize>(
-    x: [[Lanes; C]; R],
-    cols: impl Fn([Lanes; R]) -> [Lanes; P],
-    rows: impl Fn([Lanes; C]) -> [Lanes; Q],
-) -> [[Lanes; Q]; P] {
-    let mut t = [[Lanes::default(); C]; P];
-    for j in 0..C {
-        let mut col = [Lanes::default(); R];
-        for (c, row) in col.iter_mut().zip(&x) {
-            *c = row[j];
-        }
-        for (row, value) in t.iter_mut().zip(cols(col)) {
-            row[j] = value;
-        }
-    }
-    // Loops, not `array::map` or `from_fn`: their calls moved the tiles through `memcpy`.
-    let mut out = [[Lanes::default(); Q]; P];
-    for (o, row) in out.iter_mut().zip(t) {
-        *o = rows(row);
-    }
-    out
-}
-
-/// `Bᵀ r`, the input transform.
-#[inline(always)]
-fn bt([r0, r1, r2, r3]: [Lanes; 4]) -> [Lanes; 4] {
-    [r0 - r2, r1 + r2, r2 - r1, r1 - r3]
-}
-
-/// `B r`, its adjoint.
-#[inline(always)]
-fn bb([r0, r1, r2, r3]: [Lanes; 4]) -> [Lanes; 4] {
-    [r0, r1 - r2 + r3, r1 + r2 - r0, -r3]
-}
-
-/// `G r`, the filter transform.
-#[inline(always)]
-fn g([r0, r1, r2]: [Lanes; 3]) -> [Lanes; 4] {
-    [r0, (r0 + r1 + r2) * 0.5, (r0 - r1 + r2) * 0.5, r2]
-}
-
-/// `Gᵀ r`, its adjoint.
-#[inline(always)]
-fn gt([r0, r1, r2, r3]: [Lanes; 4]) -> [Lanes; 3] {
-    [r0 + (r1 + r2) * 0.5, (r1 - r2) * 0.5, (r1 + r2) * 0.5 + r3]
-}
-
-/// `Aᵀ r`, the output transform.
-#[inline(always)]
-fn at_([r0, r1, r2, r3]: [Lanes; 4]) -> [Lanes; 2] {
-    [r0 + r1 + r2, r1 - r2 - r3]
-}
-
-/// `A r`, its adjoint.
-#[inline(always)]
-fn aa([r0, r1]: [Lanes; 2]) -> [Lanes; 4] {
-    [r0, r0 + r1, r0 - r1, -r1]
-}
-
 /// The convolution of `x` by `filters` on `tiles` ([`super::convolution::conv2d`]'s
 /// contract): the output and `V`, which the backward pass keeps.
 pub(super) fn conv2d(
@@ -521,23 +441,36 @@ pub(super) fn conv2d(
     f: &Strided,
     bias: Option<&[f32]>,
 ) -> [NdArrayTensor; 2] {
+    let (y, v) = match tiles.block {
+        Block::Two => forward::<2, 4, F2>(tiles, x, f, bias),
+        Block::Four => forward::<4, 6, F4>(tiles, x, f, bias),
+    };
+    let [oh, ow] = tiles.out;
+    let t = tiles.block.side() + 2;
+    [
+        tensor(y, Shape::new([tiles.n, f.rows, oh, ow])),
+        tensor(v, Shape::new([t * t, tiles.count(), tiles.c])),
+    ]
+}
+
+/// The output and `V` of [`conv2d`] on F(M × M, 3 × 3).
+fn forward<const M: usize, const T: usize, W: Minimal<M, T>>(
+    tiles: Tiles,
+    x: &[f32],
+    f: &Strided,
+    bias: Option<&[f32]>,
+) -> (Vec<f32>, Vec<f32>) {
     let (c_out, c_in, count) = (f.rows, tiles.c, tiles.count());
-    let u = filters(f);
-    let v = tiles.input(x);
+    let u = filters::<M, T, W>(f);
+    let v = tiles.input::<M, T, W>(x);
     // M_k = V_k · U_kᵀ (tiles × c_out).
     let m = gemm_planes(
-        16,
+        T * T,
         [count, c_in, c_out],
         (&v, count * c_in, c_in as isize, 1),
         (&u, c_out * c_in, 1, c_in as isize),
     );
-    let y = tiles.output(&m, c_out, bias);
-    let [oh, ow] = tiles.out;
-    let saved = Shape::new([16, count, c_in]);
-    [
-        tensor(y, Shape::new([tiles.n, c_out, oh, ow])),
-        tensor(v, saved),
-    ]
+    (tiles.output::<M, T, W>(&m, c_out, bias), v)
 }
 
 /// The gradients of [`conv2d`] from `saved` (its `V`): input, filters, and bias where
@@ -549,30 +482,18 @@ pub(super) fn conv2d_backward(
     grad: &[f32],
     with_bias: bool,
 ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
-    let (c_out, c_in, count) = (f.rows, tiles.c, tiles.count());
+    let t = tiles.block.side() + 2;
     assert_eq!(
         saved.shape(),
-        Shape::new([16, count, c_in]),
+        Shape::new([t * t, tiles.count(), tiles.c]),
         "conv2d backward: the saved tiles do not match the input's shape"
     );
     let v = values(saved);
-    let u = filters(f);
-    let z = tiles.output_adjoint(grad, c_out);
-    // With the tiles down the rows of V_k and Z_k: dU_k = Z_kᵀ · V_k (c_out × c_in) and
-    // dV_k = Z_k · U_k (tiles × c_in).
-    let d_u = gemm_planes(
-        16,
-        [c_out, count, c_in],
-        (&z, count * c_out, 1, c_out as isize),
-        (&v, count * c_in, c_in as isize, 1),
-    );
-    let d_v = gemm_planes(
-        16,
-        [count, c_out, c_in],
-        (&z, count * c_out, c_out as isize, 1),
-        (&u, c_out * c_in, c_in as isize, 1),
-    );
-    let [oh, ow] = tiles.out;
+    let [d_x, d_f] = match tiles.block {
+        Block::Two => backward::<2, 4, F2>(tiles, &v, f, grad),
+        Block::Four => backward::<4, 6, F4>(tiles, &v, f, grad),
+    };
+    let (c_out, [oh, ow]) = (f.rows, tiles.out);
     let d_bias = with_bias.then(|| {
         (0..c_out)
             .map(|co| {
@@ -582,37 +503,70 @@ pub(super) fn conv2d_backward(
             })
             .collect()
     });
-    (
-        tiles.input_adjoint(&d_v),
-        filters_adjoint(&d_u, c_out, c_in),
-        d_bias,
-    )
+    (d_x, d_f, d_bias)
+}
+
+/// The input and filter gradients of [`conv2d`] on F(M × M, 3 × 3), from its `V`.
+fn backward<const M: usize, const T: usize, W: Minimal<M, T>>(
+    tiles: Tiles,
+    v: &[f32],
+    f: &Strided,
+    grad: &[f32],
+) -> [Vec<f32>; 2] {
+    let (c_out, c_in, count) = (f.rows, tiles.c, tiles.count());
+    let u = filters::<M, T, W>(f);
+    let z = tiles.output_adjoint::<M, T, W>(grad, c_out);
+    // With the tiles down the rows of V_k and Z_k: dU_k = Z_kᵀ · V_k (c_out × c_in) and
+    // dV_k = Z_k · U_k (tiles × c_in).
+    let d_u = gemm_planes(
+        T * T,
+        [c_out, count, c_in],
+        (&z, count * c_out, 1, c_out as isize),
+        (v, count * c_in, c_in as isize, 1),
+    );
+    let d_v = gemm_planes(
+        T * T,
+        [count, c_out, c_in],
+        (&z, count * c_out, c_out as isize, 1),
+        (&u, c_out * c_in, c_in as isize, 1),
+    );
+    [
+        tiles.input_adjoint::<M, T, W>(&d_v),
+        filters_adjoint::<M, T, W>(&d_u, c_out, c_in),
+    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn tiles(shape: [usize; 4], padding: usize) -> Option<usize> {
+    /// The tiles a shape makes and the side of their output blocks.
+    fn tiles(shape: [usize; 4], padding: usize) -> Option<(usize, usize)> {
         let geometry = ConvGeometry {
             kernel: [3, 3],
             stride: [1, 1],
             padding: [padding; 2],
         };
-        Tiles::of(&Shape::new(shape), geometry).map(|t| t.count())
+        Tiles::of(&Shape::new(shape), geometry).map(|t| (t.count(), t.block.side()))
     }
 
     /// The shapes of the kernel test (`winograd_conv_matches_burns_conv…`) and ResNet-18's
-    /// first three stages take this path; its last stage, its stem, the digits CNN's
-    /// convolutions (whose digests pin the patch matrix's sums) and strided ones do not.
+    /// first three stages take this path, its first two on 4 × 4 blocks; its last stage, its
+    /// stem, the digits CNN's convolutions (whose digests pin the patch matrix's sums) and
+    /// strided ones do not.
     #[test]
     fn which_convolutions_take_the_tiles() {
-        assert_eq!(tiles([2, 72, 12, 12], 1), Some(72));
-        assert_eq!(tiles([2, 72, 13, 13], 1), Some(98));
-        assert_eq!(tiles([2, 72, 13, 13], 0), Some(72));
-        assert_eq!(tiles([2, 72, 12, 12], 2), Some(98));
-        assert_eq!(tiles([8, 64, 32, 32], 1), Some(2048));
-        assert_eq!(tiles([8, 256, 8, 8], 1), Some(128));
+        assert_eq!(tiles([2, 72, 12, 12], 1), Some((72, 2)));
+        assert_eq!(tiles([2, 72, 13, 13], 1), Some((98, 2)));
+        assert_eq!(tiles([2, 72, 13, 13], 0), Some((72, 2)));
+        assert_eq!(tiles([2, 72, 12, 12], 2), Some((98, 2)));
+        assert_eq!(tiles([2, 72, 24, 24], 1), Some((72, 4)));
+        assert_eq!(tiles([2, 72, 25, 25], 1), Some((98, 4)));
+        assert_eq!(tiles([2, 72, 26, 26], 0), Some((72, 4)));
+        assert_eq!(tiles([2, 72, 25, 25], 2), Some((98, 4)));
+        assert_eq!(tiles([8, 64, 32, 32], 1), Some((512, 4)));
+        assert_eq!(tiles([8, 128, 16, 16], 1), Some((128, 4)));
+        assert_eq!(tiles([8, 256, 8, 8], 1), Some((128, 2)));
         assert_eq!(tiles([8, 512, 4, 4], 1), None);
         assert_eq!(tiles([8, 3, 32, 32], 1), None);
         for c in [1, 16, 32] {
