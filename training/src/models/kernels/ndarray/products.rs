@@ -199,35 +199,49 @@ pub(super) fn gemm_fresh(
     c
 }
 
-/// `count` products `a_p · b_p` in one fresh buffer, product p's row-major `m × n` result
-/// after the p before it, operand p read from `p · a_len` and `p · b_len` of `a` and `b`. As
-/// [`gemm_fresh`], the results are not zeroed first.
+/// How [`gemm_planes`] lays out its `count` results of `m × n`.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Layout {
+    /// One row-major result after another.
+    Stacked,
+    /// Row r of every result, then row r + 1: result p's row r at `(r · count + p) · n`.
+    Interleaved,
+}
+
+/// `count` products `a_p · b_p` in one fresh buffer laid out as `layout` says, operand p read
+/// from `p · a_step` and `p · b_step` of `a` and `b`. As [`gemm_fresh`], the results are not
+/// zeroed first.
 pub(super) fn gemm_planes(
     count: usize,
     [m, k, n]: [usize; 3],
-    (a, a_len, rsa, csa): (&[f32], usize, isize, isize),
-    (b, b_len, rsb, csb): (&[f32], usize, isize, isize),
+    (a, a_step, rsa, csa): (&[f32], usize, isize, isize),
+    (b, b_step, rsb, csb): (&[f32], usize, isize, isize),
+    layout: Layout,
 ) -> Vec<f32> {
-    let mut c = Vec::with_capacity(count * m * n);
-    let spare = &mut c.spare_capacity_mut()[..count * m * n];
-    for (p, result) in spare.chunks_exact_mut(m * n).enumerate() {
-        let (a, b) = (&a[p * a_len..], &b[p * b_len..]);
-        // SAFETY: `result` is m·n writable floats owned by `c` (the spare capacity aliases no
-        // operand); with `accumulate` false the kernel writes each of them and reads none.
+    let len = count * m * n;
+    let (step, ldc) = match layout {
+        Layout::Stacked => (m * n, n),
+        Layout::Interleaved => (n, count * n),
+    };
+    let mut c = Vec::with_capacity(len);
+    let out = c.spare_capacity_mut()[..len].as_mut_ptr().cast::<f32>();
+    for p in 0..count {
+        // SAFETY: `out` points to `len` writable floats owned by `c` (the spare capacity
+        // aliases no operand), and result p's rows (`ldc` apart from `p · step`) stay inside
+        // them (`gemm_raw` checks); with `accumulate` false the kernel writes and never reads.
         unsafe {
-            let out = result.as_mut_ptr().cast::<f32>();
             gemm_raw(
                 [m, k, n],
                 1.0,
-                (a, rsa, csa),
-                (b, rsb, csb),
-                (out, m * n, n),
+                (&a[p * a_step..], rsa, csa),
+                (&b[p * b_step..], rsb, csb),
+                (out.add(p * step), len - p * step, ldc),
                 false,
             );
         }
     }
-    // SAFETY: the products above wrote all count · m · n floats.
-    unsafe { c.set_len(count * m * n) };
+    // SAFETY: in either layout the results' rows tile all `len` floats, each written above.
+    unsafe { c.set_len(len) };
     c
 }
 

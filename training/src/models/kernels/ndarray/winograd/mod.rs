@@ -21,12 +21,15 @@
 
 mod minimal;
 
-use super::products::{Strided, gemm_planes};
+use super::products::{Layout, Strided, gemm_planes};
 use super::{lane_sum, tensor, values};
 use crate::models::kernels::ConvGeometry;
 use burn::tensor::{Shape, TensorMetadata};
 use burn_ndarray::NdArrayTensor;
-use minimal::{F2, F4, LANES, Lanes, Minimal, lanes_of, sandwich};
+use minimal::{
+    Columns, F2, F4, FilterAdjoint, FilterTransform, InputAdjoint, InputTransform, LANES, Lanes,
+    Linear, Minimal, OutputAdjoint, OutputTransform, Rows, sandwich,
+};
 use std::mem::MaybeUninit;
 
 /// Fewer input channels than this, and a convolution runs on the patch matrix: each of the
@@ -73,71 +76,118 @@ pub(super) struct Tiles {
     grid: [usize; 2],
 }
 
-/// The T² values at `index..index + LANES` of the T² matrices of `len` floats in `planes`
-/// (zero past `valid` of them). The loads are vector loads once inlined (as a call, `load` and
-/// `store` moved each tile through `memcpy`: 7% of a ResNet-18 step).
-#[inline(always)]
-fn load<const T: usize>(planes: &[f32], len: usize, index: usize, valid: usize) -> [[Lanes; T]; T] {
-    let mut tile = [[Lanes::default(); T]; T];
-    for (k, lanes) in tile.as_flattened_mut().iter_mut().enumerate() {
-        *lanes = Lanes::read(&planes[k * len + index..], valid);
-    }
-    tile
-}
-
-/// Writes the first `valid` lanes of `tile` at `index` of the T² matrices of `len` floats in
-/// `planes` (a buffer being filled, [`Tiles::tile`]).
-#[inline(always)]
-fn store<const T: usize>(
-    planes: &mut [MaybeUninit<f32>],
-    len: usize,
+/// Where a tile's [`LANES`] lie among the T² transformed entries that [`sandwich`] reads or
+/// writes: entry (i, j) at `index + (T·i + j) · step`, `valid` lanes of it.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
     index: usize,
+    step: usize,
     valid: usize,
-    tile: [[Lanes; T]; T],
-) {
-    for (k, lanes) in tile.as_flattened().iter().enumerate() {
-        for (to, v) in lanes_of(&mut planes[k * len + index..], valid)
-            .iter_mut()
-            .zip(&lanes.0)
-        {
-            to.write(*v);
-        }
+}
+
+impl Slot {
+    fn at<const T: usize>(self, i: usize, j: usize) -> usize {
+        self.index + (i * T + j) * self.step
     }
 }
 
-/// The `R × C` entries of a tile whose top-left entry's first lane is at `corner` of the
-/// channels-last `plane` (`cols` pixels of `channels` floats across), `valid` lanes each (zero
-/// past them): one vector load per entry.
-#[inline(always)]
-fn gather<const R: usize, const C: usize>(
-    plane: &[f32],
-    corner: usize,
-    (cols, channels): (usize, usize),
-    valid: usize,
-) -> [[Lanes; C]; R] {
-    let mut block = [[Lanes::default(); C]; R];
-    for (i, row) in block.iter_mut().enumerate() {
-        for (j, lanes) in row.iter_mut().enumerate() {
-            *lanes = Lanes::read(&plane[corner + (i * cols + j) * channels..], valid);
+/// The tile at a [`Slot`].
+impl<const T: usize> Columns<T> for (Slot, &[f32]) {
+    /// Column `j` (zero past `valid` lanes): one vector load per entry once inlined.
+    #[inline(always)]
+    fn column(&self, j: usize) -> [Lanes; T] {
+        let (slot, planes) = *self;
+        let mut column = [Lanes::default(); T];
+        for (i, lanes) in column.iter_mut().enumerate() {
+            *lanes = Lanes::read(&planes[slot.at::<T>(i, j)..], slot.valid);
         }
+        column
     }
-    block
 }
 
-/// The first `valid` lanes of each entry of `tile` added where [`gather`] reads them.
-#[inline(always)]
-fn spread<const R: usize, const C: usize>(
-    tile: [[Lanes; C]; R],
-    plane: &mut [f32],
-    corner: usize,
-    (cols, channels): (usize, usize),
-    valid: usize,
-) {
-    for (i, row) in tile.iter().enumerate() {
+/// Transformed tiles being written ([`Tiles::tile`]): the first `valid` lanes of each entry
+/// at its [`Slot`].
+impl<const T: usize> Rows<T> for (Slot, &mut [MaybeUninit<f32>]) {
+    #[inline(always)]
+    fn row(&mut self, i: usize, row: &[Lanes; T]) {
+        let slot = self.0;
         for (j, lanes) in row.iter().enumerate() {
-            let to = lanes_of(&mut plane[corner + (i * cols + j) * channels..], valid);
-            for (to, v) in to.iter_mut().zip(&lanes.0) {
-                *to += v;
+            lanes.write(&mut self.1[slot.at::<T>(i, j)..], slot.valid);
+        }
+    }
+}
+
+/// Where a tile's [`LANES`] lie in a channels-last padded image set ([`Maps::stage`]): entry
+/// (i, j) of the first lane at `corner + (i · cols + j) · channels`, `valid` lanes.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    corner: usize,
+    cols: usize,
+    channels: usize,
+    valid: usize,
+}
+
+impl Window {
+    fn at(self, i: usize, j: usize) -> usize {
+        self.corner + (i * self.cols + j) * self.channels
+    }
+}
+
+/// The tile at a [`Window`] of the padded images: one vector load per entry.
+impl<const R: usize> Columns<R> for (Window, &[f32]) {
+    #[inline(always)]
+    fn column(&self, j: usize) -> [Lanes; R] {
+        let (window, images) = *self;
+        let mut column = [Lanes::default(); R];
+        for (i, lanes) in column.iter_mut().enumerate() {
+            *lanes = Lanes::read(&images[window.at(i, j)..], window.valid);
+        }
+        column
+    }
+}
+
+/// The padded images a tile is added into at its [`Window`], the first `valid` lanes of each
+/// entry.
+impl<const R: usize> Rows<R> for (Window, &mut [f32]) {
+    #[inline(always)]
+    fn row(&mut self, i: usize, row: &[Lanes; R]) {
+        let window = self.0;
+        for (j, lanes) in row.iter().enumerate() {
+            lanes.add_to(&mut self.1[window.at(i, j)..], window.valid);
+        }
+    }
+}
+
+/// [`LANES`] filters' 3 × 3 taps, filter `l`'s tap (i, j) at `bases[l] + (3i + j) · step` of
+/// `values`.
+struct Taps<'a> {
+    values: &'a [f32],
+    bases: [usize; LANES],
+    step: usize,
+}
+
+impl Columns<3> for Taps<'_> {
+    #[inline(always)]
+    fn column(&self, j: usize) -> [Lanes; 3] {
+        let mut column = [Lanes::default(); 3];
+        for (i, lanes) in column.iter_mut().enumerate() {
+            for (v, base) in lanes.0.iter_mut().zip(self.bases) {
+                *v = self.values[base + (3 * i + j) * self.step];
+            }
+        }
+        column
+    }
+}
+
+/// Filter gradients, 9 taps per filter, one filter per lane.
+struct TapGradients<'a>(&'a mut [f32]);
+
+impl Rows<3> for TapGradients<'_> {
+    #[inline(always)]
+    fn row(&mut self, i: usize, row: &[Lanes; 3]) {
+        for (l, taps) in self.0.chunks_exact_mut(9).enumerate() {
+            for (d, lanes) in taps[3 * i..][..3].iter_mut().zip(row) {
+                *d = lanes.0[l];
             }
         }
     }
@@ -203,54 +253,51 @@ impl Tiles {
     }
 
     /// Every tile of every channel of `images` (`channels` of them, laid out as `maps` says),
-    /// its `R × C` block transformed by `transform`, as T² matrices `tiles × channels`, matrix
-    /// k = Ti + j holding entry (i, j), one after the other. A tile's channels lie side by
-    /// side, so that every product reads its operands down contiguous columns (`gemm` packs an
-    /// operand read across its rows element by element: with the channels of the matrices
-    /// `channels × tiles` apart, 8% of a ResNet-18 step); the lanes run over 16 channels of
-    /// one tile, read from a channels-last copy of the images ([`Maps::stage`]).
-    fn tile<const T: usize, const R: usize, const C: usize>(
+    /// its `R × R` block `x` transformed to `L x Lᵀ`, as `tiles × T² × channels` floats: the
+    /// T² matrices `tiles × channels` of the products interleaved by rows ([`Layout`]), matrix
+    /// k = Ti + j holding entry (i, j). A tile's channels lie side by side, so that every
+    /// product reads its operands down contiguous columns (`gemm` packs an operand read across
+    /// its rows element by element: 8% of a ResNet-18 step), and its T² entries lie together,
+    /// so that a tile is written (and read back) in one stretch of memory where T² matrices
+    /// apart were T² streams. The lanes run over 16 channels of one tile, read from a
+    /// channels-last copy of the images ([`Maps::stage`]).
+    fn tile<const T: usize, const R: usize, L: Linear<R, T>>(
         &self,
         (images, channels, maps): (&[f32], usize, Maps),
-        transform: impl Fn([[Lanes; C]; R]) -> [[Lanes; T]; T],
     ) -> Vec<f32> {
-        let len = channels * self.count();
+        let len = T * T * channels * self.count();
         let padded = maps.stage(images, channels);
         // Not zeroed first: the loops write every float (zeroing cost 3% of a ResNet-18 step).
-        let mut out = Vec::with_capacity(T * T * len);
-        let spare = &mut out.spare_capacity_mut()[..T * T * len];
-        let cols = (maps.plane[1], channels);
+        let mut out = Vec::with_capacity(len);
+        let spare = &mut out.spare_capacity_mut()[..len];
         for (t, &tile) in maps.tiles.iter().enumerate() {
             for first in (0..channels).step_by(LANES) {
                 let valid = LANES.min(channels - first);
-                let block = gather::<R, C>(&padded, tile * channels + first, cols, valid);
-                store(spare, len, t * channels + first, valid, transform(block));
+                let (window, slot) = maps.places::<T>(tile, (t, first, valid), channels);
+                sandwich::<R, T, L>((window, &padded[..]), (slot, &mut *spare));
             }
         }
         // SAFETY: for each tile t, the chunks of channels stored lanes `first..first + valid`
-        // at `t · channels + first` of each of the T² matrices: all T² · len floats.
-        unsafe { out.set_len(T * T * len) };
+        // of each of its T² entries: all `len` floats.
+        unsafe { out.set_len(len) };
         out
     }
 
-    /// The way back from [`Tiles::tile`]: each tile of `planes` (T² matrices `tiles ×
-    /// channels`) transformed by `transform` and added where its `R × C` block lies (tiles
-    /// overlap on the input), then each image row of each channel handed to `finish(channel,
-    /// image row, its pixels)`.
-    fn untile<const T: usize, const R: usize, const C: usize>(
+    /// The way back from [`Tiles::tile`]: each tile `x` of `tiles` (laid out as it lays
+    /// them) transformed to the `R × R` block `L x Lᵀ` and added where that block lies (tiles
+    /// overlap on the input), then each image row of each channel handed to
+    /// `finish(channel, image row, its pixels)`.
+    fn untile<const T: usize, const R: usize, L: Linear<T, R>>(
         &self,
-        (planes, channels, maps): (&[f32], usize, Maps),
-        transform: impl Fn([[Lanes; T]; T]) -> [[Lanes; C]; R],
+        (tiles, channels, maps): (&[f32], usize, Maps),
         finish: impl FnMut(usize, &mut [f32], Pixels),
     ) -> Vec<f32> {
-        let len = channels * self.count();
         let mut padded = vec![0.0; self.n * maps.area() * channels];
-        let cols = (maps.plane[1], channels);
         for (t, &tile) in maps.tiles.iter().enumerate() {
             for first in (0..channels).step_by(LANES) {
                 let valid = LANES.min(channels - first);
-                let block = transform(load(planes, len, t * channels + first, valid));
-                spread(block, &mut padded, tile * channels + first, cols, valid);
+                let (window, slot) = maps.places::<T>(tile, (t, first, valid), channels);
+                sandwich::<T, R, L>((slot, tiles), (window, &mut padded[..]));
             }
         }
         maps.unstage(&padded, channels, finish)
@@ -258,9 +305,7 @@ impl Tiles {
 
     /// `V`: `Bᵀ d B` of every input tile (zeros beyond the image).
     fn input<const M: usize, const T: usize, W: Minimal<M, T>>(&self, x: &[f32]) -> Vec<f32> {
-        self.tile((x, self.c, self.maps(true)), |d: [[Lanes; T]; T]| {
-            sandwich(d, W::bt, W::bt)
-        })
+        self.tile::<T, T, InputTransform<W, M, T>>((x, self.c, self.maps(true)))
     }
 
     /// The adjoint of [`Tiles::input`]: `B dV Bᵀ` of every tile added into the input pixels
@@ -269,14 +314,13 @@ impl Tiles {
         &self,
         d_v: &[f32],
     ) -> Vec<f32> {
-        self.untile(
+        self.untile::<T, T, InputAdjoint<W, M, T>>(
             (d_v, self.c, self.maps(true)),
-            |t: [[Lanes; T]; T]| sandwich(t, W::b, W::b),
             |_, x, pixels| x.iter_mut().zip(pixels).for_each(|(x, v)| *x = *v),
         )
     }
 
-    /// `N × c_out × H' × W'` from the T² products `M_k` (`tiles × c_out` each, as
+    /// `N × c_out × H' × W'` from the T² products `M_k` (`tiles × c_out` each, laid out as
     /// [`Tiles::tile`] lays them): `Aᵀ M A` of each tile, plus the bias.
     fn output<const M: usize, const T: usize, W: Minimal<M, T>>(
         &self,
@@ -284,9 +328,8 @@ impl Tiles {
         c_out: usize,
         bias: Option<&[f32]>,
     ) -> Vec<f32> {
-        self.untile(
+        self.untile::<T, M, OutputTransform<W, M, T>>(
             (m, c_out, self.maps(false)),
-            |t: [[Lanes; T]; T]| sandwich(t, W::at, W::at),
             |co, y, pixels| {
                 let shift = bias.map_or(0.0, |b| b[co]);
                 for (y, v) in y.iter_mut().zip(pixels) {
@@ -303,9 +346,7 @@ impl Tiles {
         d_y: &[f32],
         c_out: usize,
     ) -> Vec<f32> {
-        self.tile((d_y, c_out, self.maps(false)), |s: [[Lanes; M]; M]| {
-            sandwich(s, W::a, W::a)
-        })
+        self.tile::<T, M, OutputAdjoint<W, M, T>>((d_y, c_out, self.maps(false)))
     }
 }
 
@@ -327,6 +368,28 @@ impl Maps {
     /// Pixels in one padded image.
     fn area(&self) -> usize {
         self.plane[0] * self.plane[1]
+    }
+
+    /// Where the lanes `first..first + valid` of tile `t` (top-left pixel `tile`) lie in the
+    /// padded images and among the transformed tiles ([`Tiles::tile`]).
+    fn places<const T: usize>(
+        &self,
+        tile: usize,
+        (t, first, valid): (usize, usize, usize),
+        channels: usize,
+    ) -> (Window, Slot) {
+        let window = Window {
+            corner: tile * channels + first,
+            cols: self.plane[1],
+            channels,
+            valid,
+        };
+        let slot = Slot {
+            index: t * T * T * channels + first,
+            step: channels,
+            valid,
+        };
+        (window, slot)
     }
 
     /// The rows and columns of an image inside its padded copy (cut at its edge).
@@ -392,16 +455,23 @@ fn filters<const M: usize, const T: usize, W: Minimal<M, T>>(f: &Strided) -> Vec
     let (rs, cs) = (f.rs as usize, f.cs as usize);
     for first in (0..len).step_by(LANES) {
         let valid = LANES.min(len - first);
-        let mut taps = [[Lanes::default(); 3]; 3];
-        for l in 0..LANES {
+        let mut bases = [0; LANES];
+        for (l, base) in bases.iter_mut().enumerate() {
             // Each lane's pair, the last repeated past the end.
             let pair = first + l.min(valid - 1);
-            let base = pair / c_in * rs + pair % c_in * 9 * cs;
-            for (tap, lanes) in taps.as_flattened_mut().iter_mut().enumerate() {
-                lanes.0[l] = f.values[base + tap * cs];
-            }
+            *base = pair / c_in * rs + pair % c_in * 9 * cs;
         }
-        store::<T>(spare, len, first, valid, sandwich(taps, W::g, W::g));
+        let taps = Taps {
+            values: &f.values,
+            bases,
+            step: cs,
+        };
+        let slot = Slot {
+            index: first,
+            step: len,
+            valid,
+        };
+        sandwich::<3, T, FilterTransform<W, M, T>>(taps, (slot, &mut *spare));
     }
     // SAFETY: the chunks of pairs stored lanes `first..first + valid` at `first` of each of
     // the T² matrices: all T² · len floats.
@@ -420,15 +490,13 @@ fn filters_adjoint<const M: usize, const T: usize, W: Minimal<M, T>>(
     let mut d_f = vec![0.0; len * 9];
     for first in (0..len).step_by(LANES) {
         let valid = LANES.min(len - first);
-        let taps = sandwich(load::<T>(d_u, len, first, valid), W::gt, W::gt);
-        for (l, d_f) in d_f[first * 9..][..valid * 9]
-            .chunks_exact_mut(9)
-            .enumerate()
-        {
-            for (d, lanes) in d_f.iter_mut().zip(taps.as_flattened()) {
-                *d = lanes.0[l];
-            }
-        }
+        let slot = Slot {
+            index: first,
+            step: len,
+            valid,
+        };
+        let d_f = TapGradients(&mut d_f[first * 9..][..valid * 9]);
+        sandwich::<T, 3, FilterAdjoint<W, M, T>>((slot, d_u), d_f);
     }
     d_f
 }
@@ -449,7 +517,7 @@ pub(super) fn conv2d(
     let t = tiles.block.side() + 2;
     [
         tensor(y, Shape::new([tiles.n, f.rows, oh, ow])),
-        tensor(v, Shape::new([t * t, tiles.count(), tiles.c])),
+        tensor(v, Shape::new([tiles.count(), t * t, tiles.c])),
     ]
 }
 
@@ -463,12 +531,13 @@ fn forward<const M: usize, const T: usize, W: Minimal<M, T>>(
     let (c_out, c_in, count) = (f.rows, tiles.c, tiles.count());
     let u = filters::<M, T, W>(f);
     let v = tiles.input::<M, T, W>(x);
-    // M_k = V_k · U_kᵀ (tiles × c_out).
+    // M_k = V_k · U_kᵀ (tiles × c_out), V_k and M_k interleaved by tiles.
     let m = gemm_planes(
         T * T,
         [count, c_in, c_out],
-        (&v, count * c_in, c_in as isize, 1),
+        (&v, c_in, (T * T * c_in) as isize, 1),
         (&u, c_out * c_in, 1, c_in as isize),
+        Layout::Interleaved,
     );
     (tiles.output::<M, T, W>(&m, c_out, bias), v)
 }
@@ -485,7 +554,7 @@ pub(super) fn conv2d_backward(
     let t = tiles.block.side() + 2;
     assert_eq!(
         saved.shape(),
-        Shape::new([t * t, tiles.count(), tiles.c]),
+        Shape::new([tiles.count(), t * t, tiles.c]),
         "conv2d backward: the saved tiles do not match the input's shape"
     );
     let v = values(saved);
@@ -518,17 +587,20 @@ fn backward<const M: usize, const T: usize, W: Minimal<M, T>>(
     let z = tiles.output_adjoint::<M, T, W>(grad, c_out);
     // With the tiles down the rows of V_k and Z_k: dU_k = Z_kᵀ · V_k (c_out × c_in) and
     // dV_k = Z_k · U_k (tiles × c_in).
+    let (z_rows, v_rows) = ((T * T * c_out) as isize, (T * T * c_in) as isize);
     let d_u = gemm_planes(
         T * T,
         [c_out, count, c_in],
-        (&z, count * c_out, 1, c_out as isize),
-        (v, count * c_in, c_in as isize, 1),
+        (&z, c_out, 1, z_rows),
+        (v, c_in, v_rows, 1),
+        Layout::Stacked,
     );
     let d_v = gemm_planes(
         T * T,
         [count, c_out, c_in],
-        (&z, count * c_out, c_out as isize, 1),
+        (&z, c_out, z_rows, 1),
         (&u, c_out * c_in, c_in as isize, 1),
+        Layout::Interleaved,
     );
     [
         tiles.input_adjoint::<M, T, W>(&d_v),
