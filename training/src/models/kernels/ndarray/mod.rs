@@ -77,8 +77,9 @@ fn writable(t: NdArrayTensor) -> ArcArray<f32, IxDyn> {
 /// operations either way (Rust does not contract `a·b + c` into an FMA, and the sums keep their
 /// [`LANES`] partial sums), so the results are the same bits; calls `f` does not inline keep
 /// the build's width. Used for the GELU (8.5% of a char-transformer step before, 6.3% after)
-/// and the softmax beside it; the Winograd transforms gained nothing measurable (their
-/// per-lane loads become vector gathers and scatters, which are slow on AMD's Zen 4).
+/// and the softmax beside it; the Winograd transforms gained nothing measurable when their
+/// lanes still read one channel plane each (those loads became vector gathers and scatters,
+/// slow on AMD's Zen 4), and were not retried on the channels-last tiles.
 #[inline(always)]
 fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(all(feature = "avx512", target_arch = "x86_64"))]

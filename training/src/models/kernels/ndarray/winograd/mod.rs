@@ -258,9 +258,10 @@ impl Tiles {
     /// k = Ti + j holding entry (i, j). A tile's channels lie side by side, so that every
     /// product reads its operands down contiguous columns (`gemm` packs an operand read across
     /// its rows element by element: 8% of a ResNet-18 step), and its T² entries lie together,
-    /// so that a tile is written (and read back) in one stretch of memory where T² matrices
-    /// apart were T² streams. The lanes run over 16 channels of one tile, read from a
-    /// channels-last copy of the images ([`Maps::stage`]).
+    /// so that a tile is written (and read back) in one stretch of memory rather than T²
+    /// streams (no gain measured over T² matrices apart, docs/performance.md). The lanes run
+    /// over 16 channels of one tile, read from a channels-last copy of the images
+    /// ([`Maps::stage`]).
     fn tile<const T: usize, const R: usize, L: Linear<R, T>>(
         &self,
         (images, channels, maps): (&[f32], usize, Maps),
