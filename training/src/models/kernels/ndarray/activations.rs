@@ -1,6 +1,6 @@
 //! GPT-2's GELU and the attention's row softmax, forward and backward, one pass per row.
 
-use super::{contiguous, lane_sum, values, wide, writable};
+use super::{contiguous, lane_dot, lane_sum, values, wide, writable};
 use crate::models::kernels::{GELU_A, GELU_C};
 use burn_ndarray::NdArrayTensor;
 
@@ -95,11 +95,20 @@ pub(in crate::models::kernels) fn softmax_rows(values: &mut [f32], cols: usize, 
 }
 
 /// `grad ← y ⊙ (grad − Σ_j grad_j y_j)` row by row: the softmax backward pass in place.
+///
+/// The row's `Σ_j grad_j y_j` is kept in [`LANES`](super::LANES) partial sums, as the other row
+/// sums are, so that it vectorises: summed in column order it is a chain of dependent additions
+/// the compiler may not reorder. (Only the attention calls this, so no model digest moves.)
 pub(in crate::models::kernels) fn softmax_backward_rows(y: &[f32], grad: &mut [f32], cols: usize) {
-    for (d, y) in grad.chunks_exact_mut(cols).zip(y.chunks_exact(cols)) {
-        let dot: f32 = d.iter().zip(y).map(|(g, y)| g * y).sum();
-        d.iter_mut().zip(y).for_each(|(d, &y)| *d = y * (*d - dot));
-    }
+    wide(
+        #[inline(always)]
+        || {
+            for (d, y) in grad.chunks_exact_mut(cols).zip(y.chunks_exact(cols)) {
+                let dot = lane_dot(d, y);
+                d.iter_mut().zip(y).for_each(|(d, &y)| *d = y * (*d - dot));
+            }
+        },
+    );
 }
 
 #[cfg(test)]

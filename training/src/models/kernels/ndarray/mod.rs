@@ -145,6 +145,7 @@ fn row_len(shape: &Shape) -> usize {
 const LANES: usize = 16;
 
 /// `Σ values`, in [`LANES`] partial sums.
+#[inline(always)]
 fn lane_sum(values: &[f32]) -> f32 {
     let mut lanes = [0.0f32; LANES];
     let mut chunks = values.chunks_exact(LANES);
@@ -157,6 +158,7 @@ fn lane_sum(values: &[f32]) -> f32 {
 }
 
 /// `Σ a_i b_i`, in [`LANES`] partial sums.
+#[inline(always)]
 fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; LANES];
     let (mut ca, mut cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
