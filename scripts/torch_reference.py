@@ -4,8 +4,9 @@ recipe (SGD, momentum 0.9, weight decay 1e-4 except the MLP), the same batch siz
 thread, CPU (or `--device cuda`, beside `fedshard bench train --device cuda`). Prints one JSON
 line per (model, batch) in samples per second of training steps (forward, backward, optimiser
 step), measured after a warm-up, over the whole time and over its fastest pass (up to 20
-batches; on a busy machine the figure its neighbours disturb least). The GPU-scale models are opt-in: `--runs resnet18:8,cct:8`;
-`--params` prints the parameter counts of the models in `--runs` instead.
+batches; on a busy machine the figure its neighbours disturb least). The GPU-scale models are
+opt-in: `--runs resnet18:8,cct:8`; `--params` prints the parameter counts of the models in
+`--runs` instead.
 
 Not part of the build or the tests: run it in a throwaway venv outside the repository,
 

@@ -76,84 +76,57 @@ pub(super) struct Tiles {
     grid: [usize; 2],
 }
 
-/// Where a tile's [`LANES`] lie among the T² transformed entries that [`sandwich`] reads or
-/// writes: entry (i, j) at `index + (T·i + j) · step`, `valid` lanes of it.
+/// Where a tile's [`LANES`] lie, in memory a tile is read from or written to: entry (i, j) of
+/// the first lane at `first + (i · row + j) · step`, `valid` lanes of it. Among the T²
+/// transformed entries ([`Tiles::tile`]) a row is T entries; in a channels-last padded image
+/// set ([`Maps::stage`]) it is the padded image's width, and `step` its channels.
 #[derive(Debug, Clone, Copy)]
-struct Slot {
-    index: usize,
+struct Entries {
+    first: usize,
+    row: usize,
     step: usize,
     valid: usize,
 }
 
-impl Slot {
-    fn at<const T: usize>(self, i: usize, j: usize) -> usize {
-        self.index + (i * T + j) * self.step
+impl Entries {
+    fn at(self, i: usize, j: usize) -> usize {
+        self.first + (i * self.row + j) * self.step
     }
 }
 
-/// The tile at a [`Slot`].
-impl<const T: usize> Columns<T> for (Slot, &[f32]) {
+/// The tile at some [`Entries`].
+impl<const R: usize> Columns<R> for (Entries, &[f32]) {
     /// Column `j` (zero past `valid` lanes): one vector load per entry once inlined.
     #[inline(always)]
-    fn column(&self, j: usize) -> [Lanes; T] {
-        let (slot, planes) = *self;
-        let mut column = [Lanes::default(); T];
-        for (i, lanes) in column.iter_mut().enumerate() {
-            *lanes = Lanes::read(&planes[slot.at::<T>(i, j)..], slot.valid);
-        }
-        column
-    }
-}
-
-/// Transformed tiles being written ([`Tiles::tile`]): the first `valid` lanes of each entry
-/// at its [`Slot`].
-impl<const T: usize> Rows<T> for (Slot, &mut [MaybeUninit<f32>]) {
-    #[inline(always)]
-    fn row(&mut self, i: usize, row: &[Lanes; T]) {
-        let slot = self.0;
-        for (j, lanes) in row.iter().enumerate() {
-            lanes.write(&mut self.1[slot.at::<T>(i, j)..], slot.valid);
-        }
-    }
-}
-
-/// Where a tile's [`LANES`] lie in a channels-last padded image set ([`Maps::stage`]): entry
-/// (i, j) of the first lane at `corner + (i · cols + j) · channels`, `valid` lanes.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    corner: usize,
-    cols: usize,
-    channels: usize,
-    valid: usize,
-}
-
-impl Window {
-    fn at(self, i: usize, j: usize) -> usize {
-        self.corner + (i * self.cols + j) * self.channels
-    }
-}
-
-/// The tile at a [`Window`] of the padded images: one vector load per entry.
-impl<const R: usize> Columns<R> for (Window, &[f32]) {
-    #[inline(always)]
     fn column(&self, j: usize) -> [Lanes; R] {
-        let (window, images) = *self;
+        let (entries, values) = *self;
         let mut column = [Lanes::default(); R];
         for (i, lanes) in column.iter_mut().enumerate() {
-            *lanes = Lanes::read(&images[window.at(i, j)..], window.valid);
+            *lanes = Lanes::read(&values[entries.at(i, j)..], entries.valid);
         }
         column
     }
 }
 
-/// The padded images a tile is added into at its [`Window`], the first `valid` lanes of each
-/// entry.
-impl<const R: usize> Rows<R> for (Window, &mut [f32]) {
+/// Transformed tiles being written ([`Tiles::tile`]): the first `valid` lanes of each entry.
+impl<const R: usize> Rows<R> for (Entries, &mut [MaybeUninit<f32>]) {
     #[inline(always)]
     fn row(&mut self, i: usize, row: &[Lanes; R]) {
-        let window = self.0;
+        let entries = self.0;
         for (j, lanes) in row.iter().enumerate() {
-            lanes.add_to(&mut self.1[window.at(i, j)..], window.valid);
+            lanes.write(&mut self.1[entries.at(i, j)..], entries.valid);
+        }
+    }
+}
+
+/// The padded images a tile is added into ([`Tiles::untile`]): the first `valid` lanes of each
+/// entry, added to what is there (tiles overlap).
+impl<const R: usize> Rows<R> for (Entries, &mut [f32]) {
+    #[inline(always)]
+    fn row(&mut self, i: usize, row: &[Lanes; R]) {
+        let entries = self.0;
+        for (j, lanes) in row.iter().enumerate() {
+            lanes.add_to(&mut self.1[entries.at(i, j)..], entries.valid);
         }
     }
 }
@@ -378,15 +351,16 @@ impl Maps {
         tile: usize,
         (t, first, valid): (usize, usize, usize),
         channels: usize,
-    ) -> (Window, Slot) {
-        let window = Window {
-            corner: tile * channels + first,
-            cols: self.plane[1],
-            channels,
+    ) -> (Entries, Entries) {
+        let window = Entries {
+            first: tile * channels + first,
+            row: self.plane[1],
+            step: channels,
             valid,
         };
-        let slot = Slot {
-            index: t * T * T * channels + first,
+        let slot = Entries {
+            first: t * T * T * channels + first,
+            row: T,
             step: channels,
             valid,
         };
@@ -467,8 +441,9 @@ fn filters<const M: usize, const T: usize, W: Minimal<M, T>>(f: &Strided) -> Vec
             bases,
             step: cs,
         };
-        let slot = Slot {
-            index: first,
+        let slot = Entries {
+            first,
+            row: T,
             step: len,
             valid,
         };
@@ -491,8 +466,9 @@ fn filters_adjoint<const M: usize, const T: usize, W: Minimal<M, T>>(
     let mut d_f = vec![0.0; len * 9];
     for first in (0..len).step_by(LANES) {
         let valid = LANES.min(len - first);
-        let slot = Slot {
-            index: first,
+        let slot = Entries {
+            first,
+            row: T,
             step: len,
             valid,
         };
