@@ -21,16 +21,27 @@ pub(super) const LANES: usize = 16;
 pub(super) struct Lanes(pub(super) [f32; LANES]);
 
 impl Lanes {
-    /// The first `valid` floats of `from`, zeros past them.
+    /// The first `valid` floats of `from`, zeros past them. The partial copy is a function
+    /// of its own: inline, the compiler merged both branches into one call to `memcpy` of
+    /// `valid` floats (4% of a ResNet-18 step on the AMD EPYC of Zen 5, in 64-byte calls),
+    /// where 16 floats are a vector load.
     #[inline(always)]
     pub(super) fn read(from: &[f32], valid: usize) -> Self {
-        let mut lanes = Self::default();
         if valid == LANES {
-            // A copy of fixed length: a vector load, where `valid` floats are a call.
+            let mut lanes = Self::default();
             lanes.0.copy_from_slice(&from[..LANES]);
+            lanes
         } else {
-            lanes.0[..valid].copy_from_slice(&from[..valid]);
+            Self::read_partial(from, valid)
         }
+    }
+
+    /// [`Lanes::read`] of fewer than [`LANES`] floats: the last chunk of channels or pairs.
+    #[cold]
+    #[inline(never)]
+    fn read_partial(from: &[f32], valid: usize) -> Self {
+        let mut lanes = Self::default();
+        lanes.0[..valid].copy_from_slice(&from[..valid]);
         lanes
     }
 
