@@ -199,6 +199,13 @@ impl Tiles {
         self.n * self.grid[0] * self.grid[1]
     }
 
+    /// The shape of `V`, the transformed input tiles that the forward pass keeps for the
+    /// backward: tiles × T² × channels, a tile of a 3 × 3 filter's block reaching 2 further.
+    fn transformed(&self) -> Shape {
+        let t = self.block.side() + 2;
+        Shape::new([self.count(), t * t, self.c])
+    }
+
     /// How the tiles lie on the input images (T × T tiles M apart, over the padded image) or
     /// output images (M × M blocks).
     fn maps(&self, input: bool) -> Maps {
@@ -491,10 +498,9 @@ pub(super) fn conv2d(
         Block::Four => forward::<4, 6, F4>(tiles, x, f, bias),
     };
     let [oh, ow] = tiles.out;
-    let t = tiles.block.side() + 2;
     [
         tensor(y, Shape::new([tiles.n, f.rows, oh, ow])),
-        tensor(v, Shape::new([tiles.count(), t * t, tiles.c])),
+        tensor(v, tiles.transformed()),
     ]
 }
 
@@ -528,10 +534,9 @@ pub(super) fn conv2d_backward(
     grad: &[f32],
     with_bias: bool,
 ) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
-    let t = tiles.block.side() + 2;
     assert_eq!(
         saved.shape(),
-        Shape::new([tiles.count(), t * t, tiles.c]),
+        tiles.transformed(),
         "conv2d backward: the saved tiles do not match the input's shape"
     );
     let v = values(saved);
