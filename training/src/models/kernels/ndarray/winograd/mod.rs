@@ -200,7 +200,8 @@ impl Tiles {
     }
 
     /// The shape of `V`, the transformed input tiles that the forward pass keeps for the
-    /// backward: tiles × T² × channels, a tile of a 3 × 3 filter's block reaching 2 further.
+    /// backward: tiles × T² × channels, where an M × M block of a 3 × 3 filter's outputs
+    /// reads a T × T tile, T = M + 2.
     fn transformed(&self) -> Shape {
         let t = self.block.side() + 2;
         Shape::new([self.count(), t * t, self.c])
